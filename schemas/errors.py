@@ -1,0 +1,52 @@
+"""One root exception with a stable ``code``.
+
+Every error agentlog raises on purpose derives from :class:`AgentlogError`. The
+``code`` is part of the public contract (CLI ``--json`` output, rejection
+records, metrics labels): change a message freely, never a code.
+"""
+
+from __future__ import annotations
+
+
+class AgentlogError(Exception):
+    """Root of every agentlog error; ``code`` is stable, ``str()`` says what to do."""
+
+    code: str = "agentlog_error"
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": str(self)}
+
+
+class ConfigError(AgentlogError):
+    """A setting is missing or malformed; the message names the variable to fix."""
+
+    code = "config_error"
+
+
+class ContractError(AgentlogError):
+    """An event breaks the event contract (envelope, payload, canonical form, size)."""
+
+    code = "contract_error"
+
+
+class InfraError(AgentlogError):
+    """The local stack cannot be started, reached or stopped."""
+
+    code = "infra_error"
+
+
+class StoreError(AgentlogError):
+    """ClickHouse (chdb or server) refused or failed a request."""
+
+    code = "store_error"
+
+
+class ReplayError(AgentlogError):
+    """Replay could not run (missing run, unreadable log); a divergence is *not* an error."""
+
+    code = "replay_error"

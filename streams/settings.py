@@ -1,0 +1,90 @@
+"""Configuration in one place: a frozen settings object with environment overrides.
+
+Every tunable reads ``AGENTLOG_<NAME>`` from the environment once, in
+:func:`load_settings`. Code takes a ``Settings`` argument instead of reading the
+environment itself, so tests can build one with ``Settings(...)`` or
+``load_settings(overrides)`` and nothing leaks between them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+from schemas.errors import ConfigError
+
+
+def _default_home() -> Path:
+    return Path(os.environ.get("AGENTLOG_HOME", Path.cwd() / ".agentlog")).resolve()
+
+
+@dataclass(frozen=True)
+class Settings:
+    """All agentlog settings. Environment variable = ``AGENTLOG_`` + upper-case field name."""
+
+    # Where local state lives: Kafka data/logs/pid files, the chdb directory, the worker's tables.
+    home: Path = field(default_factory=_default_home)
+    # Kafka
+    kafka_bootstrap: str = "127.0.0.1:19092"
+    kafka_version: str = "4.1.1"
+    kafka_heap: str = "-Xms256m -Xmx1g"
+    topic_prefix: str = "agentlog"
+    partitions: int = 4
+    replication_factor: int = 1
+    # ClickHouse: chdb:///<dir> (embedded) or http(s)://user:pass@host:port/db (server)
+    clickhouse_url: str = ""
+    # Event contract
+    max_event_bytes: int = 1_048_576
+    # Processors
+    snapshot_every: int = 100
+    handoff_mode: str = "auto"  # auto | check | derive
+    worker_id: str = "agentlog-worker"
+    web_port: int = 6066
+    web_enabled: bool = False
+    session_timeout_s: float = 10.0
+    rebalance_timeout_s: float = 10.0
+    sink_batch_rows: int = 20_000
+    sink_flush_s: float = 1.0
+
+    @property
+    def chdb_dir(self) -> Path:
+        return self.home / "clickhouse"
+
+    @property
+    def store_url(self) -> str:
+        return self.clickhouse_url or f"chdb://{self.chdb_dir}"
+
+    def replace(self, **changes: object) -> "Settings":
+        return dataclasses.replace(self, **changes)
+
+
+def _coerce(name: str, raw: str, typ: object) -> object:
+    try:
+        if typ in (int, "int"):
+            return int(raw)
+        if typ in (float, "float"):
+            return float(raw)
+        if typ in (bool, "bool"):
+            if raw.lower() in {"1", "true", "yes", "on"}:
+                return True
+            if raw.lower() in {"0", "false", "no", "off", ""}:
+                return False
+            raise ValueError(raw)
+        if typ in (Path, "Path"):
+            return Path(raw).expanduser().resolve()
+    except ValueError as e:
+        raise ConfigError(f"AGENTLOG_{name.upper()}={raw!r} is not a valid {typ}; fix or unset it") from e
+    return raw
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from defaults, then ``AGENTLOG_*`` environment variables, then ``overrides``."""
+    values: dict[str, object] = {}
+    for f in fields(Settings):
+        raw = os.environ.get(f"AGENTLOG_{f.name.upper()}")
+        if raw is not None:
+            values[f.name] = _coerce(f.name, raw, f.type)
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return Settings(**values)
