@@ -50,3 +50,26 @@ class ReplayError(AgentlogError):
     """Replay could not run (missing run, unreadable log); a divergence is *not* an error."""
 
     code = "replay_error"
+
+
+class EventRejected(ContractError):
+    """One event was refused at the door; ``code`` is a rejection reason from CONTRACT.md.
+
+    The event is not lost: the sequencer writes it, with this code and ``detail``,
+    to the rejections topic. Fix the producer so it emits what ``detail`` says.
+    """
+
+    code = "invalid_envelope"
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail, code=code)
+        self.detail = detail
+
+    def to_dict(self) -> dict[str, str]:
+        return {"code": self.code, "message": self.detail}
+
+
+class CacheKeyError(ContractError):
+    """An LLM request cannot be projected to a cache key (missing model/provider/messages, wrong types)."""
+
+    code = "invalid_cache_request"

@@ -1,0 +1,167 @@
+"""Canonical bytes and hashes: the only serialisation anything is ever hashed from.
+
+Every hash in agentlog (event hash chain, state hash, LLM cache key) is
+SHA-256 over RFC 8785 (JCS) bytes, so two hosts in two languages agree on
+the digest of the same value. JCS is only defined for I-JSON values, hence
+the explicit safety check: an integer beyond ±(2**53 - 1) or a NaN would be
+silently rounded or refused by another implementation, so we refuse it first,
+naming where it is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+import rfc8785
+
+from schemas.errors import EventRejected
+
+__all__ = [
+    "GENESIS",
+    "MAX_SAFE_INTEGER",
+    "chain_hash",
+    "check_json_safe",
+    "doc_hash",
+    "jcs",
+    "loads_strict",
+    "sha256_hex",
+]
+
+#: ``prevHash`` of a run's first event (sequence 0).
+GENESIS = "0" * 64
+
+#: Largest integer every JSON implementation represents exactly (IEEE-754 double).
+MAX_SAFE_INTEGER = 2**53 - 1
+
+
+def sha256_hex(data: bytes) -> str:
+    """Lowercase hex SHA-256, the digest format of every agentlog hash."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def jcs(obj: Any) -> bytes:
+    """RFC 8785 canonical UTF-8 bytes of ``obj``.
+
+    Raises:
+        EventRejected: ``unsafe_integer`` / ``non_finite_number`` naming the JSON path,
+            or ``invalid_payload`` for values JSON cannot carry (lone surrogates, sets, ...).
+    """
+    try:
+        return rfc8785.dumps(obj)
+    except (rfc8785.CanonicalizationError, UnicodeEncodeError, TypeError, ValueError) as e:
+        # Re-walk to say *where*; the walk raises the precise, path-naming error.
+        check_json_safe(obj)
+        raise EventRejected("invalid_payload", f"value cannot be canonicalised (RFC 8785): {e}") from e
+
+
+def doc_hash(doc: Any) -> str:
+    """``sha256_hex(jcs(doc))``: the content address of one value."""
+    return sha256_hex(jcs(doc))
+
+
+def chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
+    """Hash of a committed event: ASCII hex of the previous hash, then the doc's JCS bytes."""
+    return sha256_hex(prev_hash.encode("ascii") + jcs(doc))
+
+
+def check_json_safe(obj: Any, path: str = "$") -> None:
+    """Refuse values that do not survive a trip through every JSON implementation.
+
+    Iterative (no recursion limit on deep payloads). ``bool`` is accepted as a
+    boolean, never as an integer.
+
+    Raises:
+        EventRejected: ``unsafe_integer``, ``non_finite_number`` or
+            ``invalid_payload`` (non-JSON type, non-string key), naming the path.
+    """
+    stack: list[tuple[Any, str]] = [(obj, path)]
+    pop = stack.pop
+    push = stack.append
+    while stack:
+        value, where = pop()
+        cls = type(value)
+        if cls is str or cls is bool or value is None:
+            continue
+        if cls is int:
+            if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+                continue
+            raise EventRejected(
+                "unsafe_integer",
+                f"integer at {where} is outside ±(2^53-1); send it as a string",
+            )
+        if cls is float:
+            if math.isfinite(value):
+                continue
+            raise EventRejected(
+                "non_finite_number", f"number at {where} is {value!r}; JSON has no NaN/Infinity"
+            )
+        if cls is dict:
+            for k, v in value.items():
+                if type(k) is not str:
+                    raise EventRejected("invalid_payload", f"object key {k!r} at {where} is not a string")
+                push((v, f"{where}.{k}"))
+            continue
+        if cls is list or cls is tuple:
+            for i, v in enumerate(value):
+                push((v, f"{where}[{i}]"))
+            continue
+        # Subclasses (IntEnum, OrderedDict, str subclasses) are rare: treat them by their JSON kind.
+        if isinstance(value, bool) or isinstance(value, str):
+            continue
+        if isinstance(value, int):
+            push((int(value), where))
+            continue
+        if isinstance(value, float):
+            push((float(value), where))
+            continue
+        if isinstance(value, dict):
+            push((dict(value), where))
+            continue
+        raise EventRejected("invalid_payload", f"value at {where} has non-JSON type {cls.__name__}")
+
+
+def _reject_constant(name: str) -> Any:
+    raise EventRejected("non_finite_number", f"JSON literal {name} is not allowed (NaN/Infinity)")
+
+
+def _float_finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise EventRejected("non_finite_number", f"number {text} overflows to {value}")
+    return value
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for k, _ in pairs:
+            if k in seen:
+                raise EventRejected("decode_error", f"duplicate object key {k!r}")
+            seen.add(k)
+    return out
+
+
+def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
+    """Parse JSON the way the contract reads it: no NaN/Infinity, no duplicate keys, UTF-8.
+
+    Raises:
+        EventRejected: ``decode_error`` (not JSON, not UTF-8, duplicate key) or
+            ``non_finite_number`` (NaN/Infinity literal, or a number that overflows).
+    """
+    try:
+        if not isinstance(data, str):
+            data = bytes(data).decode("utf-8")
+        return json.loads(
+            data,
+            parse_constant=_reject_constant,
+            parse_float=_float_finite,
+            object_pairs_hook=_unique_pairs,
+        )
+    except EventRejected:
+        raise
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise EventRejected("decode_error", f"not valid UTF-8 JSON: {e}") from e

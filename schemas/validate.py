@@ -1,0 +1,179 @@
+"""The door every event passes: envelope, JSON safety, size, typed payload.
+
+It runs once per ingested event (tens of thousands a second), so the envelope
+is checked with plain Python against the rules of openwop's
+``run-event.schema.json`` rather than with a JSON-Schema engine, and pydantic
+is used only for the payloads of the types we interpret (models built at import).
+The contract tests prove these checks agree with the upstream schema.
+
+Order of checks, and so which reason a doc with several faults gets:
+envelope shape (``invalid_envelope``) → event type (``unknown_event_type``) →
+JSON safety (``unsafe_integer`` / ``non_finite_number``) → size (``oversize``)
+→ payload (``invalid_payload``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import date
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from schemas.canonical import check_json_safe, jcs
+from schemas.errors import EventRejected
+from schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
+from schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
+
+__all__ = ["DEFAULT_MAX_BYTES", "EventRejected", "REJECTION_CODES", "is_rfc3339", "validate_doc", "validate_payload"]
+
+#: Largest accepted ``len(jcs(doc))``: Kafka's default ``max.message.bytes`` is 1 MiB.
+DEFAULT_MAX_BYTES = 1_048_576
+
+#: Stable rejection reason codes (CONTRACT.md "Rejection"); the first nine come from here.
+REJECTION_CODES: frozenset[str] = frozenset(
+    {
+        "decode_error",
+        "bad_magic",
+        "unknown_schema_id",
+        "invalid_envelope",
+        "unknown_event_type",
+        "unsafe_integer",
+        "non_finite_number",
+        "invalid_payload",
+        "oversize",
+        "duplicate_event_id",
+        "sequence_gap",
+        "sequence_conflict",
+        "dangling_causation",
+    }
+)
+
+# RFC 3339 §5.6 date-time (what JSON Schema's "date-time" format means). Ranges are checked below.
+_RFC3339 = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))",
+    re.ASCII,
+)
+
+# A compact ``json.dumps`` length differs from the JCS length only in how numbers are
+# spelt (JCS writes 1e20 as 21 digits: at most ~4x the Python spelling); below a quarter
+# of the limit the exact (slower) JCS length cannot exceed it.
+_SIZE_FAST_FACTOR = 4
+
+
+def is_rfc3339(value: str) -> bool:
+    """True when ``value`` is an RFC 3339 date-time with in-range fields (leap second allowed)."""
+    m = _RFC3339.fullmatch(value)
+    if m is None:
+        return False
+    year, month, day, hour, minute, second, off_h, off_m = m.groups()
+    try:
+        date(int(year), int(month), int(day))
+    except ValueError:
+        return False
+    if int(hour) > 23 or int(minute) > 59 or int(second) > 60:
+        return False
+    if off_h is not None and (int(off_h) > 23 or int(off_m) > 59):
+        return False
+    return True
+
+
+def _bad(detail: str) -> EventRejected:
+    return EventRejected("invalid_envelope", detail)
+
+
+def _check_id(doc: dict[str, Any], name: str) -> None:
+    value = doc[name]
+    if type(value) is not str:
+        raise _bad(f"{name} must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= ID_MAX_LENGTH:
+        raise _bad(f"{name} must be 1..{ID_MAX_LENGTH} characters, got {len(value)}")
+
+
+def _check_envelope(doc: Any) -> None:
+    if type(doc) is not dict:
+        raise _bad(f"a RunEventDoc is a JSON object, got {type(doc).__name__}")
+    if not doc.keys() <= ENVELOPE_FIELDS:
+        extra = sorted(str(k) for k in doc.keys() - ENVELOPE_FIELDS)
+        raise _bad(f"unknown envelope field(s) {extra}; store-side data travels beside the doc")
+    for name in REQUIRED_FIELDS:
+        if name not in doc:
+            raise _bad(f"missing required field {name!r}")
+    _check_id(doc, "eventId")
+    _check_id(doc, "runId")
+    if type(doc["type"]) is not str:
+        raise _bad(f"type must be a string, got {type(doc['type']).__name__}")
+    timestamp = doc["timestamp"]
+    if type(timestamp) is not str or not is_rfc3339(timestamp):
+        raise _bad(f"timestamp must be an RFC 3339 date-time string, got {timestamp!r:.60}")
+    sequence = doc["sequence"]
+    if type(sequence) is not int or sequence < 0:
+        raise _bad(f"sequence must be an integer >= 0, got {sequence!r:.40}")
+    if "nodeId" in doc:
+        _check_id(doc, "nodeId")
+    if "causationId" in doc:
+        _check_id(doc, "causationId")
+    if "schemaVersion" in doc:
+        version = doc["schemaVersion"]
+        if type(version) is not int or version < 0:
+            raise _bad(f"schemaVersion must be an integer >= 0, got {version!r:.40}")
+    if "engineVersion" in doc and type(doc["engineVersion"]) is not str:
+        raise _bad(f"engineVersion must be a string, got {type(doc['engineVersion']).__name__}")
+
+
+def _summarise(e: ValidationError) -> str:
+    errors = e.errors(include_url=False, include_input=False)
+    first = errors[0]
+    where = ".".join(str(p) for p in ("payload", *first["loc"]))
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    return f"{where}: {first['msg']}{more}"
+
+
+def validate_payload(event_type: str, payload: Any) -> BaseModel | None:
+    """Check ``payload`` against the model of ``event_type``; ``None`` for opaque types.
+
+    Raises:
+        EventRejected: ``invalid_payload`` with pydantic's first error on one line.
+    """
+    model = PAYLOAD_MODELS.get(event_type)
+    if model is None:
+        return None
+    if payload is None and event_type in NULLABLE_PAYLOAD_TYPES:
+        payload = {}
+    try:
+        return model.model_validate(payload)
+    except ValidationError as e:
+        raise EventRejected("invalid_payload", f"{event_type}: {_summarise(e)}") from e
+
+
+def _check_size(doc: dict[str, Any], max_bytes: int) -> None:
+    try:
+        rough = len(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    except (UnicodeEncodeError, ValueError, TypeError):
+        rough = max_bytes  # unusual content: fall through to the exact length
+    if rough * _SIZE_FAST_FACTOR <= max_bytes:
+        return
+    size = len(jcs(doc))
+    if size > max_bytes:
+        raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
+
+
+def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
+    """Accept one RunEventDoc or say exactly why not.
+
+    Returns:
+        ``doc`` itself, unchanged (never normalised, so its hash is the producer's).
+
+    Raises:
+        EventRejected: with one of ``invalid_envelope``, ``unknown_event_type``,
+            ``unsafe_integer``, ``non_finite_number``, ``oversize``, ``invalid_payload``.
+    """
+    _check_envelope(doc)
+    event_type = doc["type"]
+    if event_type not in RUN_EVENT_TYPES:
+        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    check_json_safe(doc)
+    _check_size(doc, max_bytes)
+    validate_payload(event_type, doc["payload"])
+    return doc
