@@ -1,0 +1,153 @@
+"""The Faust application: topics, tables and agents wired together.
+
+Every agent consumes with concurrency 1 and ``take_events`` batches, and every
+batch follows the same order: compute outputs with pure functions, send them,
+**wait for the broker to acknowledge them**, and only then write the tables.
+Faust sends table changelog records immediately (not at commit), so writing the
+table first would let a crash leave a table that is ahead of its outputs; a
+redelivered record would then look "already done" and its outputs would be lost.
+Outputs-then-tables makes every crash window a redelivery of records whose
+outputs are byte-identical, and readers dedup by (runId, sequence) or position.
+
+Changelog records are written to the *source record's* partition explicitly
+(:func:`put`), so table partitions stay co-partitioned with the topics by runId.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+
+from streams.settings import Settings
+from streams.topics import topic_name
+
+log = logging.getLogger("agentlog.worker")
+
+BATCH_MAX = 2000
+BATCH_WITHIN_S = 0.05
+
+
+@dataclass
+class Wiring:
+    """What every processor needs: settings, the app, its topics and tables."""
+
+    settings: Settings
+    app: faust.App
+    topics: dict[str, Any]
+    tables: dict[str, Any]
+    store: Any = None  # processors.store.Store when the sink runs in this worker
+
+    async def send(self, short: str, key: str | None, value: bytes) -> Any:
+        """Send to one of our topics; returns the delivery future (await it to know it is durable)."""
+        return await self.topics[short].send(
+            key=key.encode("utf-8") if key is not None else None, value=value
+        )
+
+
+def put(table: Any, partition: int, key: str, value: Any) -> None:
+    """Set a table key and send its changelog record to ``partition`` (the source record's)."""
+    table.data[key] = value
+    table.send_changelog(partition, key, value)
+
+
+def lookup(table: Any, key: str) -> Any:
+    return table.data.get(key)
+
+
+async def await_all(futures: list) -> None:
+    """Wait until every sent record is acknowledged by the broker (acks=all)."""
+    for fut in futures:
+        await fut
+
+
+def _broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
+
+
+def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
+    """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
+    app = faust.App(
+        f"{settings.topic_prefix}-worker",
+        broker=_broker_urls(settings.kafka_bootstrap),
+        store="memory://",
+        processing_guarantee="at_least_once",
+        autodiscover=False,
+        datadir=str(settings.home / "faust"),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+        stream_wait_empty=False,
+    )
+    topics = {
+        short: app.topic(
+            topic_name(settings, short),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        for short in (
+            "ingest", "log", "transitions", "violations", "rejections",
+            "snapshots", "digests", "verdicts", "handoff-links",
+        )
+    }
+
+    def table(name: str) -> Any:
+        return app.Table(
+            name,
+            default=None,
+            partitions=settings.partitions,
+            key_serializer="json",
+            value_serializer="json",
+        )
+
+    tables = {
+        "heads": table("seq-heads"),  # runId -> {"next", "hash"}
+        "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
+        "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
+        "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
+    }
+    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables)
+
+    from processors import handoff, runstate, sequencer
+
+    sequencer.install(wiring)
+    runstate.install(wiring, replay=replay)
+    handoff.install(wiring)
+    if sink:
+        from processors import sink as sink_module
+
+        sink_module.install(wiring)
+    if settings.web_enabled:
+        from processors import web
+
+        web.install(wiring)
+    return wiring
+
+
+def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warning") -> None:
+    """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``)."""
+    from faust.worker import Worker
+
+    wiring = build_app(settings, sink=sink)
+    worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()
+
+
+def loop_time() -> float:
+    return asyncio.get_event_loop().time()

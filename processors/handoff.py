@@ -1,0 +1,69 @@
+"""Handoff processor, derive mode: join a dispatch with its child run's outcome.
+
+A parent run's ``node.dispatched`` and the child run's terminal ``run.*`` event
+live in two runs, so (keyed by runId) usually on two partitions. Both are
+re-keyed by childRunId onto the ``handoff-links`` topic, where one partition
+sees both, whichever comes first; the pure
+:func:`processors.handoff_machine.derive_child_outcome` then yields the
+``child.*`` / ``output.harvested`` transitions. Check mode needs none of this:
+the fold checks host-emitted transitions inside the parent run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+log = logging.getLogger("agentlog.handoff")
+
+
+def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
+    """Fold one handoff-links message into the child's join record; pure.
+
+    Returns the new record and the derived transitions (empty until both sides are known).
+    """
+    from processors.handoff_machine import derive_child_outcome
+
+    rec = dict(record or {"link": None, "terminal": None, "done": False})
+    if message.get("kind") == "link":
+        rec["link"] = message["link"]
+    elif message.get("kind") == "child-terminal":
+        rec["terminal"] = message["event"]
+    if rec["done"] or rec["link"] is None or rec["terminal"] is None:
+        return rec, []
+    rec["done"] = True
+    transitions = [
+        {k: v for k, v in t.items() if k != "kind"}
+        for t in derive_child_outcome(rec["link"], rec["terminal"])
+    ]
+    return rec, transitions
+
+
+def install(wiring) -> None:
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.metrics import METRICS
+    from streams.codec import decode_record, encode_record
+
+    links_table = wiring.tables["links"]
+
+    @wiring.app.agent(wiring.topics["handoff-links"], name="handoff", concurrency=1)
+    async def handoff(stream):
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            pending: dict[str, tuple[int, dict]] = {}
+            futures = []
+            for event in events:
+                msg = event.message
+                try:
+                    message = decode_record(event.value)
+                    child = (msg.key or b"").decode("utf-8")
+                    current = pending[child][1] if child in pending else lookup(links_table, child)
+                    new, transitions = join(current, message)
+                except Exception:
+                    log.exception("bad handoff-links record %s/%s", msg.partition, msg.offset)
+                    continue
+                for t in transitions:
+                    futures.append(await wiring.send("transitions", t["parentRunId"], encode_record(t)))
+                    METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
+                pending[child] = (msg.partition, new)
+            await await_all(futures)
+            for key, (partition, value) in pending.items():
+                put(links_table, partition, key, value)

@@ -1,0 +1,73 @@
+"""Process-wide counters rendered as Prometheus text.
+
+A tiny registry instead of a client library: the worker exposes a handful of
+counters and gauges at ``/metrics``; label sets are small and fixed by the
+stable reason/violation codes, so cardinality stays bounded.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+_HELP = {
+    "agentlog_events_accepted_total": "Events appended to the committed log.",
+    "agentlog_events_rejected_total": "Events rejected at ingest, by reason code.",
+    "agentlog_duplicates_dropped_total": "Events dropped because their eventId was already committed.",
+    "agentlog_redelivered_total": "Source records seen again after a restart (already committed; nothing appended).",
+    "agentlog_violations_total": "Handoff violations, by code.",
+    "agentlog_handoff_transitions_total": "Handoff transitions recorded, by phase and derived flag.",
+    "agentlog_snapshots_total": "Run snapshots written.",
+    "agentlog_sink_batches_total": "Batches inserted into ClickHouse, by table.",
+    "agentlog_sink_rows_total": "Rows inserted into ClickHouse, by table.",
+    "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",
+    "agentlog_sink_errors_total": "Failed ClickHouse inserts, by table (the batch is retried).",
+    "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
+    "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
+    "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",
+}
+_GAUGES = {"agentlog_sink_lag_seconds"}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+
+    def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            series = self._values[name]
+            series[key] = series.get(key, 0.0) + amount
+
+    def set(self, name: str, value: float, **labels: str) -> None:
+        key = tuple(sorted(labels.items()))
+        with self._lock:
+            self._values[name][key] = value
+
+    def get(self, name: str, **labels: str) -> float:
+        return self._values.get(name, {}).get(tuple(sorted(labels.items())), 0.0)
+
+    def total(self, name: str) -> float:
+        return sum(self._values.get(name, {}).values())
+
+    def render(self) -> str:
+        lines: list[str] = []
+        with self._lock:
+            for name in sorted(set(_HELP) | set(self._values)):
+                lines.append(f"# HELP {name} {_HELP.get(name, name)}")
+                lines.append(f"# TYPE {name} {'gauge' if name in _GAUGES else 'counter'}")
+                for labels, value in sorted(self._values.get(name, {}).items()):
+                    if labels:
+                        text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+                        lines.append(f"{name}{{{text}}} {value:g}")
+                    else:
+                        lines.append(f"{name} {value:g}")
+        return "\n".join(lines) + "\n"
+
+
+def _escape(value: str) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+METRICS = Metrics()

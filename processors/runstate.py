@@ -1,0 +1,142 @@
+"""Run state processor: committed log → fold → transitions, violations, digests, snapshots.
+
+It calls the one pure fold (:mod:`processors.fold`) — the same function replay
+uses — and turns its outputs into records. It also re-checks the hash chain of
+what it reads, so a record rewritten in the log is flagged where it is consumed,
+not only when someone thinks to replay.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from schemas.canonical import GENESIS, chain_hash
+
+log = logging.getLogger("agentlog.runstate")
+
+TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+def snapshot_record(run_id: str, state: dict, state_hash: str, head_hash: str, sequence: int,
+                    partition: int, offset: int) -> dict:
+    return {
+        "runId": run_id,
+        "atSequence": sequence,
+        "logPartition": partition,
+        "logOffset": offset,
+        "state": state,
+        "stateHash": state_hash,
+        "headHash": head_hash,
+    }
+
+
+def step(record: dict | None, committed: dict, *, partition: int, offset: int,
+         snapshot_every: int, handoff_mode: str) -> tuple[dict | None, list[tuple[str, str | None, dict]]]:
+    """Advance one run by one committed event; pure.
+
+    Returns the run's new table record (None when the event is a duplicate to skip)
+    and the records to send as ``(topic short name, key, value)``.
+    """
+    from processors.fold import fold, state_hash
+
+    doc = committed["doc"]
+    run_id = doc["runId"]
+    rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
+    seq = doc["sequence"]
+    if seq < rec["next"]:
+        return None, []  # a redelivered or duplicated log record: readers dedup by (runId, sequence)
+    sends: list[tuple[str, str | None, dict]] = []
+    if seq > rec["next"]:
+        sends.append(("violations", run_id, _violation(
+            run_id, "log_gap", f"committed log jumps from sequence {rec['next'] - 1} to {seq}", doc)))
+    expected_hash = chain_hash(rec["head"], doc)
+    if committed.get("prevHash") != rec["head"] or committed.get("hash") != expected_hash:
+        sends.append(("violations", run_id, _violation(
+            run_id, "hash_chain_broken",
+            f"record at sequence {seq} has prevHash {committed.get('prevHash')} / hash {committed.get('hash')}, "
+            f"expected {rec['head']} / {expected_hash}", doc)))
+    state, outputs = fold(rec["state"], doc, handoff_mode=handoff_mode)
+    for out in outputs:
+        kind = out.get("kind")
+        body = {k: v for k, v in out.items() if k != "kind"}
+        if kind == "transition":
+            sends.append(("transitions", body.get("parentRunId") or run_id, body))
+        elif kind == "violation":
+            sends.append(("violations", run_id, body))
+        elif kind == "link":
+            sends.append(("handoff-links", body["childRunId"], {"kind": "link", "link": body}))
+    if doc["type"] in TERMINAL_TYPES:
+        sends.append(("handoff-links", run_id, {"kind": "child-terminal", "event": doc}))
+    head = expected_hash
+    s_hash = state_hash(state)
+    sends.append(("digests", run_id, {
+        "runId": run_id, "sequence": seq, "stateHash": s_hash, "headHash": head,
+        "logPartition": partition, "logOffset": offset,
+    }))
+    since = rec["since"] + 1
+    if since >= snapshot_every or doc["type"] in TERMINAL_TYPES:
+        sends.append(("snapshots", run_id, snapshot_record(run_id, state, s_hash, head, seq, partition, offset)))
+        since = 0
+    return {"state": state, "next": seq + 1, "head": head, "since": since}, sends
+
+
+def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
+    return {
+        "runId": run_id, "code": code, "detail": detail, "eventId": doc.get("eventId"),
+        "sequence": doc.get("sequence"), "workerId": None, "phase": None, "dispatchId": None,
+    }
+
+
+def install(wiring, *, replay: bool = True) -> None:
+    """Register the run-state agent on the committed log."""
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.metrics import METRICS
+    from streams.codec import decode_record, encode_record
+
+    settings = wiring.settings
+    runs_table = wiring.tables["runs"]
+
+    @wiring.app.agent(wiring.topics["log"], name="runstate", concurrency=1)
+    async def runstate(stream):
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            pending: dict[str, tuple[int, dict]] = {}
+            futures = []
+            finished_replays: list[dict] = []
+            for event in events:
+                msg = event.message
+                try:
+                    committed = decode_record(event.value)
+                    run_id = committed["doc"]["runId"]
+                    current = pending[run_id][1] if run_id in pending else lookup(runs_table, run_id)
+                    new, sends = step(current, committed, partition=msg.partition, offset=msg.offset,
+                                      snapshot_every=settings.snapshot_every,
+                                      handoff_mode=settings.handoff_mode)
+                except Exception:  # never die on one record; the sequencer already validated it
+                    log.exception("cannot fold log record %s/%s", msg.partition, msg.offset)
+                    continue
+                if new is None:
+                    continue
+                for short, key, value in sends:
+                    futures.append(await wiring.send(short, key, encode_record(value)))
+                    _count(METRICS, short, value)
+                pending[run_id] = (msg.partition, new)
+                replay_of = (new["state"] or {}).get("replayOf")
+                if replay and replay_of and committed["doc"]["type"] in TERMINAL_TYPES:
+                    finished_replays.append({"replayRunId": run_id, **replay_of})
+            await await_all(futures)
+            for key, (partition, value) in pending.items():
+                put(runs_table, partition, key, value)
+            for request in finished_replays:
+                from processors.replay_processor import compare_host_replay
+
+                await compare_host_replay(wiring, request)
+
+
+def _count(metrics, short: str, value: dict) -> None:
+    if short == "transitions":
+        metrics.inc("agentlog_handoff_transitions_total", phase=value.get("phase", "?"),
+                    derived=str(bool(value.get("derived"))).lower())
+    elif short == "violations":
+        metrics.inc("agentlog_violations_total", code=value.get("code", "?"))
+    elif short == "snapshots":
+        metrics.inc("agentlog_snapshots_total")

@@ -1,0 +1,209 @@
+"""The sequencer's decision for one ingest record, as a pure function.
+
+Kafka has no conditional append, so one processor per partition is the single
+writer of the committed log. Its checks are an expected-version check (SPEC §4):
+the decision depends only on the run's head (next sequence, head hash), an index
+of the run's already committed eventIds, and the record itself. Nothing here
+touches Kafka or a clock, so the decision for a redelivered record is the same
+decision, byte for byte — that is what makes at-least-once redelivery safe.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from schemas.canonical import GENESIS, chain_hash
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """Where a record was read from; travels with every output so readers can dedup by position."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+
+    def to_dict(self) -> dict:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "offset": self.offset,
+            "timestampMs": self.timestamp_ms,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    committed: dict
+    head: dict  # the run's new head: {"next": int, "hash": str}
+    index_entry: tuple[str, list]  # (eventId, [sequence, hash, sourcePartition, sourceOffset])
+
+
+@dataclass(frozen=True, slots=True)
+class Redelivered:
+    """The very same source record was already committed: nothing to append."""
+
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    reason: str
+    detail: str
+
+
+Decision = Accepted | Redelivered | Rejected
+IndexLookup = Callable[[str], "list | None"]
+
+
+def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) -> Decision:
+    """Decide what to do with a validated RunEventDoc.
+
+    ``head`` is ``{"next": int, "hash": str}`` or None for a new run; ``lookup(eventId)``
+    returns ``[sequence, hash, partition, offset]`` for an already committed event of
+    this run, else None. Checks run before anything changes (STYLE §3).
+    """
+    event_id = doc["eventId"]
+    seen = lookup(event_id)
+    if seen is not None:
+        if seen[2] == source.partition and seen[3] == source.offset:
+            return Redelivered(sequence=seen[0])
+        return Rejected(
+            "duplicate_event_id",
+            f"eventId {event_id} is already committed at sequence {seen[0]} of run {doc['runId']}",
+        )
+    expected = head["next"] if head else 0
+    sequence = doc["sequence"]
+    if sequence > expected:
+        return Rejected(
+            "sequence_gap",
+            f"run {doc['runId']}: expected sequence {expected}, got {sequence} (missing {expected}..{sequence - 1})",
+        )
+    if sequence < expected:
+        return Rejected(
+            "sequence_conflict",
+            f"run {doc['runId']}: sequence {sequence} is already taken (next is {expected})",
+        )
+    causation = doc.get("causationId")
+    if causation is not None and lookup(causation) is None:
+        payload = doc.get("payload")
+        cross_host = isinstance(payload, dict) and bool(payload.get("causationHostId"))
+        if not cross_host:
+            return Rejected(
+                "dangling_causation",
+                f"causationId {causation} names no earlier event of run {doc['runId']}",
+            )
+    prev_hash = head["hash"] if head else GENESIS
+    digest = chain_hash(prev_hash, doc)
+    committed = {"doc": doc, "prevHash": prev_hash, "hash": digest, "source": source.to_dict()}
+    return Accepted(
+        committed=committed,
+        head={"next": sequence + 1, "hash": digest},
+        index_entry=(event_id, [sequence, digest, source.partition, source.offset]),
+    )
+
+
+def rejection_record(
+    reason: str, detail: str, raw: bytes, source: Source, doc: dict | None = None
+) -> dict:
+    """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from."""
+    import base64
+
+    doc = doc if isinstance(doc, dict) else {}
+    seq = doc.get("sequence")
+    return {
+        "reason": reason,
+        "detail": detail,
+        "runId": doc.get("runId") if isinstance(doc.get("runId"), str) else None,
+        "eventId": doc.get("eventId") if isinstance(doc.get("eventId"), str) else None,
+        "sequence": seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        "source": source.to_dict(),
+        "raw": base64.b64encode(raw).decode("ascii"),
+    }
+
+
+# --- the Faust agent -------------------------------------------------------------------------
+
+INDEX_SEP = "\x1f"
+
+
+def install(wiring) -> None:
+    """Register the sequencer agent: ingest → committed log | rejections."""
+    import logging
+
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.metrics import METRICS
+    from schemas.errors import ContractError
+    from streams.codec import decode_ingest, encode_record
+    from schemas.validate import validate_doc
+
+    log = logging.getLogger("agentlog.sequencer")
+    settings = wiring.settings
+    heads_table = wiring.tables["heads"]
+    index_table = wiring.tables["index"]
+
+    @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
+    async def sequencer(stream):
+        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+            heads: dict[str, tuple[int, dict]] = {}
+            index: dict[str, tuple[int, list]] = {}
+            futures = []
+            for event in events:
+                msg = event.message
+                raw = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+                source = Source(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000))
+                doc = None
+                try:
+                    doc = decode_ingest(raw)
+                    validate_doc(doc, max_bytes=settings.max_event_bytes)
+                except ContractError as e:
+                    code = getattr(e, "code", "decode_error")
+                    detail = getattr(e, "detail", None) or str(e)
+                    futures.append(await _reject(wiring, code, detail, raw, source, doc))
+                    METRICS.inc("agentlog_events_rejected_total", reason=code)
+                    continue
+                except Exception as e:  # a processor never dies on one bad record
+                    log.exception("unexpected error decoding %s", source)
+                    futures.append(await _reject(wiring, "decode_error", f"{type(e).__name__}: {e}", raw, source, None))
+                    METRICS.inc("agentlog_events_rejected_total", reason="decode_error")
+                    continue
+                run_id = doc["runId"]
+                head = heads[run_id][1] if run_id in heads else lookup(heads_table, run_id)
+
+                def find(event_id: str, _run=run_id):
+                    key = _run + INDEX_SEP + event_id
+                    hit = index.get(key)
+                    return hit[1] if hit is not None else lookup(index_table, key)
+
+                try:
+                    decision = decide(head, find, doc, source)
+                except Exception as e:
+                    log.exception("unexpected error sequencing %s", source)
+                    decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
+                if isinstance(decision, Accepted):
+                    futures.append(await wiring.send("log", run_id, encode_record(decision.committed)))
+                    heads[run_id] = (msg.partition, decision.head)
+                    event_id, entry = decision.index_entry
+                    index[run_id + INDEX_SEP + event_id] = (msg.partition, entry)
+                    METRICS.inc("agentlog_events_accepted_total")
+                elif isinstance(decision, Redelivered):
+                    METRICS.inc("agentlog_redelivered_total")
+                else:
+                    futures.append(await _reject(wiring, decision.reason, decision.detail, raw, source, doc))
+                    METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
+                    if decision.reason == "duplicate_event_id":
+                        METRICS.inc("agentlog_duplicates_dropped_total")
+            await await_all(futures)
+            for key, (partition, value) in index.items():
+                put(index_table, partition, key, value)
+            for key, (partition, value) in heads.items():
+                put(heads_table, partition, key, value)
+
+
+async def _reject(wiring, reason: str, detail: str, raw: bytes, source: Source, doc):
+    from streams.codec import encode_record
+
+    record = rejection_record(reason, detail, raw, source, doc if isinstance(doc, dict) else None)
+    return await wiring.send("rejections", record["runId"], encode_record(record))
