@@ -1,0 +1,328 @@
+"""Map internal records (CONTRACT.md shapes, as dicts) to ClickHouse rows.
+
+Pure functions, no I/O: the sink and the tests share them, and a row is a
+deterministic function of its record so a redelivered batch produces
+byte-identical rows that the ReplacingMergeTree key collapses. Missing optional
+fields become ``''`` rather than NULL (ClickHouse reads plain columns faster
+and the queries never have to tell "absent" from "empty").
+
+Each ``*_rows(records)`` returns ``(column_names, columns)``: column-oriented
+data, one list per column, ready for ``client.insert(..., column_oriented=True)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.canonical import jcs, sha256_hex
+from schemas.errors import StoreError
+
+__all__ = [
+    "COLUMNS",
+    "TABLE_FOR_KIND",
+    "ROWS_FOR_KIND",
+    "committed_rows",
+    "transition_rows",
+    "violation_rows",
+    "rejection_rows",
+    "snapshot_rows",
+    "digest_rows",
+    "verdict_rows",
+    "rows_for",
+    "parse_timestamp",
+]
+
+Columns = tuple[tuple[str, ...], list[list[Any]]]
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+COLUMNS: dict[str, tuple[str, ...]] = {
+    "events": (
+        "run_id", "sequence", "event_id", "causation_id", "type", "node_id", "event_time",
+        "ingested_at", "source_topic", "kafka_partition", "kafka_offset", "hash", "prev_hash",
+        "payload", "doc",
+    ),
+    "transitions": (
+        "parent_run_id", "dispatch_id", "phase", "worker_id", "child_run_id", "from_state",
+        "to_state", "event_id", "causation_id", "sequence", "derived", "event_time",
+        "harvested_keys", "error_code", "error", "doc",
+    ),
+    "violations": (
+        "run_id", "sequence", "event_id", "code", "detail", "worker_id", "phase", "dispatch_id", "doc",
+    ),
+    "rejections": (
+        "source_topic", "source_partition", "source_offset", "reason", "detail", "run_id",
+        "event_id", "sequence", "source_time", "raw", "doc",
+    ),
+    "snapshots": (
+        "run_id", "at_sequence", "log_partition", "log_offset", "state", "state_hash", "head_hash",
+    ),
+    "state_digests": (
+        "run_id", "sequence", "state_hash", "head_hash", "log_partition", "log_offset",
+    ),
+    "replay_verdicts": (
+        "source_run_id", "replay_run_id", "record_hash", "mode", "verdict", "error_code",
+        "compared_through", "first_divergence", "events", "doc",
+    ),
+}
+
+
+def parse_timestamp(value: Any, fallback_ms: int | None = None) -> datetime:
+    """An RFC 3339 timestamp (or epoch milliseconds) as an aware UTC datetime.
+
+    The contract validates timestamps at ingest, so a bad one here is a record
+    from a foreign writer; it falls back to ``fallback_ms`` (the Kafka
+    timestamp) or the epoch instead of failing the whole batch.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value / 1000.0, tz=UTC)
+    if isinstance(value, str) and value:
+        try:
+            parsed = datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None:
+            return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    if fallback_ms is not None:
+        return datetime.fromtimestamp(fallback_ms / 1000.0, tz=UTC)
+    return _EPOCH
+
+
+def _s(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _json(value: Any) -> str:
+    """JCS text of a value; ``''`` for None so "no value" stays cheap to test for."""
+    return "" if value is None else jcs(value).decode("utf-8")
+
+
+def _columnar(table: str, rows: Iterable[tuple[Any, ...]]) -> Columns:
+    names = COLUMNS[table]
+    cols: list[list[Any]] = [[] for _ in names]
+    for row in rows:
+        for col, value in zip(cols, row, strict=True):
+            col.append(value)
+    return names, cols
+
+
+def _source(rec: Mapping[str, Any]) -> Mapping[str, Any]:
+    return rec.get("source") or {}
+
+
+def committed_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """CommittedEvent → ``events``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        doc = rec["doc"]
+        src = _source(rec)
+        ts_ms = src.get("timestampMs")
+        return (
+            doc["runId"],
+            int(doc["sequence"]),
+            doc["eventId"],
+            _s(doc.get("causationId")),
+            doc["type"],
+            _s(doc.get("nodeId")),
+            parse_timestamp(doc.get("timestamp"), ts_ms),
+            parse_timestamp(ts_ms) if ts_ms is not None else _EPOCH,
+            _s(src.get("topic")),
+            int(src.get("partition", -1)),
+            int(src.get("offset", -1)),
+            rec["hash"],
+            rec["prevHash"],
+            _json(doc.get("payload", {})),
+            _json(doc),
+        )
+
+    return _columnar("events", (row(r) for r in records))
+
+
+def _error_code(error: Any) -> str:
+    if error is None:
+        return ""
+    if isinstance(error, Mapping):
+        return _s(error.get("code") or error.get("errorCode") or error.get("reason"))
+    return str(error)
+
+
+def transition_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """Transition → ``transitions``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        seq = rec.get("sequence")
+        return (
+            rec["parentRunId"],
+            rec["dispatchId"],
+            rec["phase"],
+            _s(rec.get("workerId")),
+            _s(rec.get("childRunId")),
+            _s(rec.get("from")),
+            _s(rec.get("to")),
+            _s(rec.get("eventId")),
+            _s(rec.get("causationId")),
+            None if seq is None else int(seq),
+            bool(rec.get("derived", False)),
+            parse_timestamp(rec.get("timestamp")),
+            [str(k) for k in (rec.get("harvestedKeys") or [])],
+            _error_code(rec.get("error")),
+            _json(rec.get("error")),
+            _json(dict(rec)),
+        )
+
+    return _columnar("transitions", (row(r) for r in records))
+
+
+def violation_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """Violation → ``violations``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
+            rec["runId"],
+            int(rec.get("sequence") or 0),
+            _s(rec.get("eventId")),
+            rec["code"],
+            _s(rec.get("detail")),
+            _s(rec.get("workerId")),
+            _s(rec.get("phase")),
+            _s(rec.get("dispatchId")),
+            _json(dict(rec)),
+        )
+
+    return _columnar("violations", (row(r) for r in records))
+
+
+def rejection_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """Rejection → ``rejections``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        src = _source(rec)
+        seq = rec.get("sequence")
+        ts_ms = src.get("timestampMs")
+        return (
+            _s(src.get("topic")),
+            int(src.get("partition", -1)),
+            int(src.get("offset", -1)),
+            rec["reason"],
+            _s(rec.get("detail")),
+            _s(rec.get("runId")),
+            _s(rec.get("eventId")),
+            None if seq is None or isinstance(seq, bool) or not isinstance(seq, int) else seq,
+            parse_timestamp(ts_ms) if ts_ms is not None else _EPOCH,
+            _s(rec.get("raw")),
+            _json(dict(rec)),
+        )
+
+    return _columnar("rejections", (row(r) for r in records))
+
+
+def snapshot_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """RunSnapshot → ``snapshots``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
+            rec["runId"],
+            int(rec["atSequence"]),
+            int(rec.get("logPartition", -1) if rec.get("logPartition") is not None else -1),
+            int(rec.get("logOffset", -1) if rec.get("logOffset") is not None else -1),
+            _json(rec.get("state")),
+            _s(rec.get("stateHash")),
+            _s(rec.get("headHash")),
+        )
+
+    return _columnar("snapshots", (row(r) for r in records))
+
+
+def digest_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """StateDigest → ``state_digests``."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        return (
+            rec["runId"],
+            int(rec["sequence"]),
+            _s(rec.get("stateHash")),
+            _s(rec.get("headHash")),
+            int(rec.get("logPartition") if rec.get("logPartition") is not None else -1),
+            int(rec.get("logOffset") if rec.get("logOffset") is not None else -1),
+        )
+
+    return _columnar("state_digests", (row(r) for r in records))
+
+
+def verdict_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+    """Verdict → ``replay_verdicts``; the key includes the verdict's content hash."""
+
+    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+        doc = _json(dict(rec))
+        return (
+            _s(rec.get("sourceRunId")),
+            _s(rec.get("replayRunId")),
+            sha256_hex(doc.encode("utf-8")),
+            _s(rec.get("mode")),
+            _s(rec.get("verdict")),
+            _s(rec.get("errorCode")),
+            int(rec.get("comparedThrough") if rec.get("comparedThrough") is not None else -1),
+            _json(rec.get("firstDivergence")),
+            _json(rec.get("events") or []),
+            doc,
+        )
+
+    return _columnar("replay_verdicts", (row(r) for r in records))
+
+
+#: Record kind (as the sink names them) → table. Aliases cover the topic names too.
+TABLE_FOR_KIND: dict[str, str] = {
+    "committed": "events",
+    "log": "events",
+    "event": "events",
+    "transition": "transitions",
+    "transitions": "transitions",
+    "violation": "violations",
+    "violations": "violations",
+    "rejection": "rejections",
+    "rejections": "rejections",
+    "snapshot": "snapshots",
+    "snapshots": "snapshots",
+    "digest": "state_digests",
+    "digests": "state_digests",
+    "state_digest": "state_digests",
+    "verdict": "replay_verdicts",
+    "verdicts": "replay_verdicts",
+}
+
+ROWS_FOR_TABLE: dict[str, Callable[[Iterable[Mapping[str, Any]]], Columns]] = {
+    "events": committed_rows,
+    "transitions": transition_rows,
+    "violations": violation_rows,
+    "rejections": rejection_rows,
+    "snapshots": snapshot_rows,
+    "state_digests": digest_rows,
+    "replay_verdicts": verdict_rows,
+}
+
+ROWS_FOR_KIND: dict[str, Callable[[Iterable[Mapping[str, Any]]], Columns]] = {
+    kind: ROWS_FOR_TABLE[table] for kind, table in TABLE_FOR_KIND.items()
+}
+
+
+def rows_for(kind: str, records: Iterable[Mapping[str, Any]]) -> tuple[str, tuple[str, ...], list[list[Any]]]:
+    """``(table, column_names, columns)`` for a batch of one record kind.
+
+    Raises:
+        StoreError: ``unknown_record_kind`` for a kind no table holds, or
+            ``bad_record`` when a record lacks a field its table needs.
+    """
+    table = TABLE_FOR_KIND.get(kind)
+    if table is None:
+        raise StoreError(
+            f"no audit table for record kind {kind!r}; known kinds: {', '.join(sorted(set(TABLE_FOR_KIND)))}",
+            code="unknown_record_kind",
+        )
+    try:
+        names, cols = ROWS_FOR_TABLE[table](records)
+    except (KeyError, TypeError, ValueError) as e:
+        raise StoreError(f"a {kind} record cannot be mapped to table {table}: {e!r}", code="bad_record") from e
+    return table, names, cols
+

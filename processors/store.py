@@ -1,0 +1,491 @@
+"""The ClickHouse store: one code path for embedded chdb and a ClickHouse server.
+
+``open_store`` takes ``chdb:///<dir>`` (the ClickHouse engine in-process, data in
+``<dir>``) or ``http(s)://user:pass@host:port/db`` and returns a :class:`Store`
+wrapping a clickhouse-connect client; nothing above this module knows which.
+
+chdb has two process-level limits that shape this module (verified on chdb 4.4 /
+ClickHouse 26.9):
+
+* a directory can be open in ONE process: a second process fails with
+  ``Cannot lock file <dir>/status ... (CANNOT_OPEN_FILE)``;
+* a process can have ONE directory open at a time: opening another while a client
+  is open fails with ``EmbeddedServer already initialized with path ...``. Two
+  clients on the same directory in one process share the engine and work.
+
+So within a process every ``open_store`` of a directory shares one client
+(reference-counted registry), and across processes an owner file
+``<dir>.owner.json`` ``{pid, cmd, started, queryUrl?}`` says who holds the
+directory, so a second process gets a one-line ``store_locked`` error naming the
+owner instead of the engine's lock message, and the CLI can send its query to
+the owner's ``queryUrl`` instead.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import json
+import os
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import clickhouse_connect
+from clickhouse_connect.driver.exceptions import ClickHouseError as _CCError
+
+from processors.audit_rows import rows_for
+from schemas.errors import StoreError
+from streams.settings import Settings
+
+__all__ = [
+    "MIGRATIONS_DIR",
+    "CLUSTER_MIGRATIONS_DIR",
+    "ClickHouseError",
+    "QueryResult",
+    "Store",
+    "migrate",
+    "open_store",
+    "owner_file",
+    "read_owner",
+    "redact_url",
+    "store_url",
+]
+
+_INFRA = Path(__file__).resolve().parent.parent / "infra" / "clickhouse"
+MIGRATIONS_DIR = _INFRA / "migrations"
+CLUSTER_MIGRATIONS_DIR = _INFRA / "cluster"
+_BOOTSTRAP = "schema_migrations.sql"
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
+
+
+class ClickHouseError(StoreError):
+    """ClickHouse refused a statement; ``server_code``/``server_name`` are the server's own (e.g. 164 READONLY)."""
+
+    code = "clickhouse_error"
+
+    def __init__(self, message: str, *, server_code: int | None = None, server_name: str | None = None,
+                 code: str | None = None) -> None:
+        super().__init__(message, code=code)
+        self.server_code = server_code
+        self.server_name = server_name
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(super().to_dict())
+        if self.server_code is not None:
+            out["serverCode"] = self.server_code
+        if self.server_name is not None:
+            out["serverName"] = self.server_name
+        return out
+
+
+_CODE_RE = re.compile(r"Code:\s*(\d+)")
+_NAME_RE = re.compile(r"\(([A-Z][A-Z0-9_]+)\)")
+
+
+def _server_error(e: Exception, what: str) -> ClickHouseError:
+    """A ClickHouseError that keeps the server's numeric code and symbolic name, on one line."""
+    text = " ".join(str(e).split())
+    code_m = _CODE_RE.search(text)
+    name_m = _NAME_RE.search(text[code_m.end():] if code_m else text)
+    server_code = int(code_m.group(1)) if code_m else None
+    server_name = name_m.group(1) if name_m else None
+    # The server appends a version trailer and sometimes the whole query; keep the first sentence-ish part.
+    msg = text
+    if code_m:
+        msg = text[code_m.start():]
+    cut = msg.find(". (", 0)
+    if cut != -1 and server_name:
+        msg = msg[: msg.find(")", cut) + 1]
+    return ClickHouseError(f"{what}: {msg[:500]}", server_code=server_code, server_name=server_name)
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    """Rows of a query with their column names; ``rows`` are tuples in column order."""
+
+    columns: tuple[str, ...]
+    rows: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def to_dicts(self) -> list[dict[str, Any]]:
+        return [dict(zip(self.columns, r, strict=True)) for r in self.rows]
+
+    def to_dataframe(self) -> Any:
+        """A pandas DataFrame (pandas is optional; StoreError ``no_pandas`` without it)."""
+        try:
+            import pandas as pd
+        except ImportError as e:
+            raise StoreError("pandas is not installed; pip install pandas", code="no_pandas") from e
+        return pd.DataFrame.from_records(self.rows, columns=list(self.columns))
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***`` (URLs end up in errors and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[-1]}"))
+
+
+def store_url(settings_or_url: Settings | str) -> str:
+    return settings_or_url if isinstance(settings_or_url, str) else settings_or_url.store_url
+
+
+def _chdb_path(url: str) -> str | None:
+    """Directory of a ``chdb://`` URL (``None`` for a server URL, ``':memory:'`` for none)."""
+    if not url.startswith("chdb:"):
+        return None
+    rest = url[len("chdb:"):]
+    if rest.startswith("//"):
+        rest = rest[2:]
+    if rest in ("", ":memory:"):
+        return ":memory:"
+    return os.path.realpath(os.path.expanduser(rest))
+
+
+def owner_file(path: str | os.PathLike[str]) -> Path:
+    """``<dir>.owner.json`` beside the chdb directory (not inside: the engine owns that)."""
+    return Path(str(Path(path)) + ".owner.json")
+
+
+def read_owner(settings_or_url: Settings | str) -> dict[str, Any] | None:
+    """The owner record of a chdb store if a *live* process holds it, else ``None``."""
+    path = _chdb_path(store_url(settings_or_url))
+    if path is None or path == ":memory:":
+        return None
+    owner = _load_owner(owner_file(path))
+    if owner is None or not _pid_alive(owner.get("pid")):
+        return None
+    return owner
+
+
+def _load_owner(p: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(p.read_text("utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _pid_alive(pid: Any) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (exited child not yet reaped) still answers kill(0) but holds no lock.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+def _write_owner(p: Path, record: dict[str, Any]) -> None:
+    tmp = p.with_name(p.name + f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record, sort_keys=True), "utf-8")
+    os.replace(tmp, p)
+
+
+def _locked_error(path: str, owner: dict[str, Any] | None) -> StoreError:
+    if owner:
+        who = f"pid {owner.get('pid')} ({owner.get('cmd', '?')})"
+        where = f"; its query endpoint is {owner['queryUrl']}" if owner.get("queryUrl") else ""
+    else:
+        who, where = "another process", ""
+    return StoreError(
+        f"chdb directory {path} is in use by {who}{where}: query through the worker's endpoint "
+        f"(agentlog query/sql do this automatically) or stop that process first",
+        code="store_locked",
+    )
+
+
+@dataclass
+class _Engine:
+    """One clickhouse-connect client per chdb directory (or server URL) per process."""
+
+    key: str
+    client: Any
+    path: str | None
+    refs: int = 0
+    owner: dict[str, Any] | None = None
+
+
+_REGISTRY: dict[str, _Engine] = {}
+_REGISTRY_LOCK = threading.RLock()
+
+
+class Store:
+    """A handle on the audit store. Close it (or use ``with``) so the chdb directory is released."""
+
+    def __init__(self, engine: _Engine, url: str) -> None:
+        self._engine = engine
+        self.url = url
+        self._closed = False
+
+    # -- identity -----------------------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        return self._engine.client
+
+    @property
+    def backend(self) -> str:
+        return "server" if self._engine.path is None else "chdb"
+
+    @property
+    def path(self) -> str | None:
+        """The chdb directory, ``None`` for a server."""
+        return self._engine.path
+
+    def __repr__(self) -> str:
+        return f"Store({redact_url(self.url)!r})"
+
+    # -- reads & writes -----------------------------------------------------------------------
+    def query(self, sql: str, parameters: Mapping[str, Any] | None = None, *,
+              settings: Mapping[str, Any] | None = None) -> QueryResult:
+        """Run a SELECT with server-side bound ``{name:Type}`` parameters."""
+        self._check_open()
+        try:
+            res = self.client.query(sql, parameters=dict(parameters or {}), settings=dict(settings or {}))
+        except _CCError as e:
+            raise _server_error(e, "query failed") from e
+        return QueryResult(tuple(res.column_names), [tuple(r) for r in res.result_rows])
+
+    def command(self, sql: str, parameters: Mapping[str, Any] | None = None, *,
+                settings: Mapping[str, Any] | None = None) -> Any:
+        """Run DDL or another statement that returns no rows."""
+        self._check_open()
+        try:
+            return self.client.command(sql, parameters=dict(parameters or {}) or None,
+                                       settings=dict(settings or {}) or None)
+        except _CCError as e:
+            raise _server_error(e, "statement failed") from e
+
+    def insert(self, table: str, data: Sequence[Sequence[Any]], column_names: Sequence[str], *,
+               column_oriented: bool = False) -> int:
+        """Insert rows (or columns with ``column_oriented=True``); returns the row count."""
+        self._check_open()
+        n = (len(data[0]) if data else 0) if column_oriented else len(data)
+        if n == 0:
+            return 0
+        try:
+            self.client.insert(table, data, column_names=list(column_names), column_oriented=column_oriented)
+        except _CCError as e:
+            raise _server_error(e, f"insert into {table} failed") from e
+        return n
+
+    def insert_records(self, kind: str, records: Iterable[Mapping[str, Any]]) -> int:
+        """Map a batch of one record kind (CONTRACT.md shapes) and insert it in one columnar insert.
+
+        Idempotent in query results: the table's ReplacingMergeTree key collapses a
+        redelivered batch, and every named query reads with FINAL.
+        """
+        table, names, cols = rows_for(kind, records)
+        return self.insert(table, cols, names, column_oriented=True)
+
+    # -- ownership ----------------------------------------------------------------------------
+    def set_query_url(self, query_url: str | None) -> None:
+        """Advertise (or withdraw) this process's query endpoint in the owner file.
+
+        The worker calls this once its HTTP endpoint listens, so ``agentlog query``
+        in another process can reach the store it cannot open itself.
+        """
+        eng = self._engine
+        if eng.owner is None or eng.path is None:
+            return
+        with _REGISTRY_LOCK:
+            if query_url:
+                eng.owner["queryUrl"] = query_url
+            else:
+                eng.owner.pop("queryUrl", None)
+            _write_owner(owner_file(eng.path), eng.owner)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreError(f"{self!r} is closed; open_store() again", code="store_closed")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        _release(self._engine)
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _release(eng: _Engine) -> None:
+    with _REGISTRY_LOCK:
+        eng.refs -= 1
+        if eng.refs > 0:
+            return
+        _REGISTRY.pop(eng.key, None)
+        try:
+            eng.client.close()
+        finally:
+            if eng.path is not None and eng.owner is not None:
+                p = owner_file(eng.path)
+                current = _load_owner(p)
+                if current is not None and current.get("pid") == os.getpid():
+                    p.unlink(missing_ok=True)
+
+
+def _release_all_at_exit() -> None:
+    with _REGISTRY_LOCK:
+        for eng in list(_REGISTRY.values()):
+            eng.refs = 1
+            try:
+                _release(eng)
+            except Exception:  # noqa: BLE001 - interpreter is exiting; never mask the real exit
+                pass
+
+
+atexit.register(_release_all_at_exit)
+
+
+def _open_chdb(path: str) -> _Engine:
+    if path != ":memory:":
+        others = [e.path for e in _REGISTRY.values() if e.path is not None and e.path != path]
+        if others:
+            raise StoreError(
+                f"this process already has chdb directory {others[0]} open and chdb allows one directory "
+                f"per process; close that store before opening {path}",
+                code="store_busy",
+            )
+        owner = _load_owner(owner_file(path))
+        if owner is not None and owner.get("pid") != os.getpid() and _pid_alive(owner.get("pid")):
+            raise _locked_error(path, owner)
+        Path(path).mkdir(parents=True, exist_ok=True)
+    try:
+        client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
+    except Exception as e:  # chdb raises ProgrammingError/RuntimeError depending on the failure
+        text = str(e)
+        if "Cannot lock file" in text:
+            raise _locked_error(path, _load_owner(owner_file(path))) from e
+        if "already initialized with path" in text:
+            raise StoreError(
+                f"this process already has another chdb directory open (chdb allows one per process); "
+                f"close it before opening {path}",
+                code="store_busy",
+            ) from e
+        raise StoreError(f"cannot open chdb directory {path}: {' '.join(text.split())[:300]}",
+                         code="store_unavailable") from e
+    eng = _Engine(key=f"chdb:{path}", client=client, path=path)
+    if path != ":memory:":
+        eng.owner = {
+            "pid": os.getpid(),
+            "cmd": " ".join([Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]])[:200],
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        _write_owner(owner_file(path), eng.owner)
+    return eng
+
+
+def _open_server(url: str) -> _Engine:
+    try:
+        # No session id: the worker queries and inserts concurrently, and a session serialises them.
+        client = clickhouse_connect.get_client(dsn=url, autogenerate_session_id=False)
+    except Exception as e:
+        raise StoreError(f"cannot reach ClickHouse at {redact_url(url)}: {' '.join(str(e).split())[:300]}",
+                         code="store_unavailable") from e
+    return _Engine(key=f"server:{url}", client=client, path=None)
+
+
+def open_store(settings_or_url: Settings | str) -> Store:
+    """Open (or share, within this process) the store named by ``Settings.store_url`` or a URL.
+
+    Raises:
+        StoreError: ``store_locked`` when another live process owns the chdb directory
+            (the message names it and its query endpoint), ``store_busy`` when this
+            process already has a different chdb directory open, ``store_unavailable``
+            when the engine or server cannot be reached, ``bad_store_url`` for an unknown scheme.
+    """
+    url = store_url(settings_or_url)
+    path = _chdb_path(url)
+    if path is None and urlsplit(url).scheme not in ("http", "https", "clickhouse", "clickhouses"):
+        raise StoreError(f"unsupported store URL {redact_url(url)!r}: use chdb:///<dir> or http(s)://host:8123/db",
+                         code="bad_store_url")
+    key = f"chdb:{path}" if path is not None else f"server:{url}"
+    with _REGISTRY_LOCK:
+        eng = _REGISTRY.get(key)
+        if eng is None:
+            eng = _open_chdb(path) if path is not None else _open_server(url)
+            _REGISTRY[key] = eng
+        eng.refs += 1
+    return Store(eng, url)
+
+
+# -- migrations --------------------------------------------------------------------------------
+def _statements(sql: str) -> list[str]:
+    """Split a migration into statements. Migrations keep ``--`` and ``;`` out of string literals."""
+    no_comments = re.sub(r"--[^\n]*", "", sql)
+    return [s.strip() for s in no_comments.split(";") if s.strip()]
+
+
+def _migration_files(directory: Path) -> list[tuple[int, str, Path]]:
+    out = []
+    for p in sorted(directory.glob("*.sql")):
+        m = _MIGRATION_NAME.match(p.name)
+        if m:
+            out.append((int(m.group(1)), p.stem, p))
+    versions = [v for v, _, _ in out]
+    if len(versions) != len(set(versions)):
+        raise StoreError(f"two migrations share a version number in {directory}", code="migration_conflict")
+    return out
+
+
+def migrate(target: Store | Settings | str, *, directory: Path | str | None = None) -> list[str]:
+    """Apply the versioned SQL migrations not yet recorded in ``schema_migrations``, in order.
+
+    Idempotent: a second call applies nothing and returns ``[]``. Every DDL uses
+    ``IF NOT EXISTS``, so a crash between a statement and its ledger row is repaired
+    by running again. ``directory`` selects a variant (``CLUSTER_MIGRATIONS_DIR``).
+
+    Returns:
+        Names of the migrations applied by this call (``["0001_audit_tables", ...]``).
+
+    Raises:
+        StoreError: ``migration_drift`` when an applied migration's file changed
+            (add a new migration instead of editing an applied one).
+    """
+    directory = Path(directory) if directory is not None else MIGRATIONS_DIR
+    store = target if isinstance(target, Store) else open_store(target)
+    try:
+        for stmt in _statements((directory / _BOOTSTRAP).read_text("utf-8")):
+            store.command(stmt)
+        applied = {int(v): c for v, c in store.query("SELECT version, checksum FROM schema_migrations FINAL").rows}
+        done: list[str] = []
+        for version, name, path in _migration_files(directory):
+            text = path.read_text("utf-8")
+            checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
+            if version in applied:
+                if applied[version] != checksum:
+                    raise StoreError(
+                        f"migration {name} was applied with different contents; never edit an applied "
+                        f"migration, add {version + 1:04d}_<change>.sql instead",
+                        code="migration_drift",
+                    )
+                continue
+            for stmt in _statements(text):
+                store.command(stmt)
+            store.insert("schema_migrations", [[version, name, checksum]], ["version", "name", "checksum"])
+            done.append(name)
+        return done
+    finally:
+        if store is not target:
+            store.close()
