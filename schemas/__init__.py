@@ -1,0 +1,94 @@
+"""The event contract: envelope, payload models, canonical bytes, hashes, cache key, wire format.
+
+Nothing here does I/O (the bundled ``.avsc`` is read once at import). Everything
+public is re-exported here; the submodules are the place to read *why*.
+"""
+
+from schemas.avro import SCHEMA_ID, decode_avro, encode_avro
+from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request, recipe_id
+from schemas.canonical import (
+    GENESIS,
+    MAX_SAFE_INTEGER,
+    chain_hash,
+    check_json_safe,
+    doc_hash,
+    jcs,
+    loads_strict,
+    sha256_hex,
+)
+from schemas.errors import (
+    AgentlogError,
+    CacheKeyError,
+    ConfigError,
+    ContractError,
+    EventRejected,
+    InfraError,
+    ReplayError,
+    StoreError,
+)
+from schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
+from schemas.payloads import PAYLOAD_MODELS
+from schemas.stability import (
+    VOLATILE_ENVELOPE_FIELDS,
+    get_path,
+    is_volatile,
+    iter_paths,
+    parse_path,
+    path_matches,
+    strip_volatile,
+    volatile_paths,
+)
+from schemas.validate import DEFAULT_MAX_BYTES, REJECTION_CODES, validate_doc, validate_payload
+
+__all__ = [
+    # errors
+    "AgentlogError",
+    "CacheKeyError",
+    "ConfigError",
+    "ContractError",
+    "EventRejected",
+    "InfraError",
+    "ReplayError",
+    "StoreError",
+    # canonical bytes and hashes
+    "GENESIS",
+    "MAX_SAFE_INTEGER",
+    "chain_hash",
+    "check_json_safe",
+    "doc_hash",
+    "jcs",
+    "loads_strict",
+    "sha256_hex",
+    # envelope and payloads
+    "ENVELOPE_FIELDS",
+    "OPTIONAL_FIELDS",
+    "PAYLOAD_MODELS",
+    "REQUIRED_FIELDS",
+    "RUN_EVENT_TYPES",
+    "RunEventDoc",
+    # validation
+    "DEFAULT_MAX_BYTES",
+    "REJECTION_CODES",
+    "validate_doc",
+    "validate_payload",
+    # wire format
+    "SCHEMA_ID",
+    "decode_avro",
+    "encode_avro",
+    # LLM cache key
+    "RECIPE_IDS",
+    "TRANSPORT_FIELDS",
+    "cache_key",
+    "canonical_request",
+    "project_request",
+    "recipe_id",
+    # field stability
+    "VOLATILE_ENVELOPE_FIELDS",
+    "get_path",
+    "is_volatile",
+    "iter_paths",
+    "parse_path",
+    "path_matches",
+    "strip_volatile",
+    "volatile_paths",
+]

@@ -1,0 +1,93 @@
+"""RunEventDoc as Confluent-framed Avro: ``0x00`` + 4-byte big-endian schema id + Avro body.
+
+The framing is what every Kafka tool (Schema Registry serdes, kcat ``-s avro``)
+expects, so hosts in other languages can produce with stock serialisers once
+the schema is registered under :data:`SCHEMA_ID`. The payload, whose shape
+depends on the event type, is carried as JCS JSON text: the Avro record stays
+one fixed schema and the payload bytes are already the canonical ones we hash.
+
+The ``.avsc`` is package data read once at import, and parsed once.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+from importlib import resources
+from typing import Any, Final
+
+import fastavro
+
+from schemas.canonical import jcs, loads_strict
+from schemas.errors import EventRejected
+from schemas.events import OPTIONAL_FIELDS, REQUIRED_FIELDS
+
+__all__ = ["MAGIC_BYTE", "PARSED_SCHEMA", "RAW_SCHEMA", "SCHEMA_ID", "decode_avro", "encode_avro"]
+
+#: Registry id we assign to ``schemas/avro/run_event.avsc``. Never reuse it for another schema.
+SCHEMA_ID: Final[int] = 1
+MAGIC_BYTE: Final[int] = 0
+
+RAW_SCHEMA: Final[dict[str, Any]] = json.loads(
+    resources.files("schemas").joinpath("avro/run_event.avsc").read_text(encoding="utf-8")
+)
+PARSED_SCHEMA: Final = fastavro.parse_schema(RAW_SCHEMA)
+
+_HEADER = struct.Struct(">bI")
+
+
+def encode_avro(doc: dict[str, Any]) -> bytes:
+    """Frame one RunEventDoc (already validated) for the ingest topic.
+
+    Raises:
+        EventRejected: ``invalid_envelope`` when a field cannot be written with the
+            record's types; ``unsafe_integer``/``non_finite_number`` from the payload.
+    """
+    record = {name: doc.get(name) for name in OPTIONAL_FIELDS}
+    try:
+        for name in REQUIRED_FIELDS:
+            record[name] = doc[name]
+    except KeyError as e:
+        raise EventRejected("invalid_envelope", f"missing required field {e.args[0]!r}") from None
+    record["payload"] = jcs(doc["payload"]).decode("utf-8")
+    out = io.BytesIO()
+    out.write(_HEADER.pack(MAGIC_BYTE, SCHEMA_ID))
+    try:
+        fastavro.schemaless_writer(out, PARSED_SCHEMA, record, strict_allow_default=True)
+    except (ValueError, TypeError, AttributeError, OverflowError) as e:
+        raise EventRejected("invalid_envelope", f"doc does not fit the Avro record: {e}") from e
+    return out.getvalue()
+
+
+def decode_avro(data: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """The RunEventDoc in a framed Avro value; absent optionals stay absent.
+
+    Raises:
+        EventRejected: ``bad_magic`` (first byte not 0), ``unknown_schema_id``,
+            ``decode_error`` (truncated or trailing bytes, payload not strict JSON).
+    """
+    data = bytes(data)
+    if not data:
+        raise EventRejected("decode_error", "empty value")
+    if data[0] != MAGIC_BYTE:
+        raise EventRejected("bad_magic", f"Avro value must start with 0x00, got 0x{data[0]:02x}")
+    if len(data) < _HEADER.size:
+        raise EventRejected("decode_error", f"truncated Confluent header ({len(data)} bytes)")
+    _, schema_id = _HEADER.unpack_from(data)
+    if schema_id != SCHEMA_ID:
+        raise EventRejected("unknown_schema_id", f"schema id {schema_id} is not registered (expected {SCHEMA_ID})")
+    body = io.BytesIO(data)
+    body.seek(_HEADER.size)
+    try:
+        record = fastavro.schemaless_reader(body, PARSED_SCHEMA, None)
+    except (EOFError, ValueError, IndexError, UnicodeDecodeError, struct.error) as e:
+        raise EventRejected("decode_error", f"Avro body is truncated or corrupt: {e!r}") from e
+    if body.tell() != len(data):
+        raise EventRejected("decode_error", f"{len(data) - body.tell()} trailing bytes after the Avro record")
+    doc: dict[str, Any] = {name: record[name] for name in REQUIRED_FIELDS}
+    doc["payload"] = loads_strict(record["payload"])
+    for name in OPTIONAL_FIELDS:
+        if record[name] is not None:
+            doc[name] = record[name]
+    return doc
