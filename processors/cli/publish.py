@@ -1,0 +1,153 @@
+"""``agentlog publish`` and ``agentlog export``: run events in and out as JSON lines.
+
+``publish`` is for hosts that write events to a file first (or pipe them); it checks
+every line against the contract before anything is sent, so the answer names the bad
+lines and the reason codes instead of leaving them to surface as rejection records.
+``export`` writes a run back out as RunEventDocs that validate against the upstream
+OpenWOP schema, unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from schemas.canonical import jcs, loads_strict
+from schemas.errors import AgentlogError, ConfigError, EventRejected
+from streams.settings import load_settings
+
+
+def _parse_lines(lines: list[str]) -> Iterator[dict | AgentlogError]:
+    """One item per non-blank line: the doc, or the error that makes it unusable."""
+    for line in lines:
+        try:
+            doc = loads_strict(line.encode("utf-8", "surrogatepass"))
+        except AgentlogError as e:
+            yield e
+            continue
+        if not isinstance(doc, dict):
+            yield EventRejected("decode_error", f"line is JSON {type(doc).__name__}, not an object")
+        else:
+            yield doc
+
+
+def _read_input(file: str) -> tuple[list[str], list[int]]:
+    """Non-blank lines and their 1-based line numbers."""
+    if file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(file)
+        if not path.is_file():
+            raise ConfigError(f"{file}: no such file; give a JSONL file of RunEventDocs or '-' for stdin")
+        text = path.read_text(encoding="utf-8", errors="surrogateescape")
+    lines, numbers = [], []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            lines.append(line)
+            numbers.append(n)
+    return lines, numbers
+
+
+def publish(
+    file: str = typer.Argument(..., help="JSONL file, one RunEventDoc per line, or '-' for stdin"),
+    wire: str = typer.Option("avro", "--wire", help="ingest encoding: avro (Confluent-framed) or json"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Validate and publish ready-made RunEventDocs to the ingest topic; exit 1 if any line was rejected."""
+    from streams.publisher import publish_docs
+
+    if wire not in ("avro", "json"):
+        raise ConfigError(f"--wire must be avro or json, not {wire!r}")
+    settings = load_settings()
+    lines, numbers = _read_input(file)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("publishing"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=as_json or not console.is_terminal,
+        transient=True,
+    ) as progress:
+        task = progress.add_task("publish", total=len(lines))
+        summary = asyncio.run(
+            publish_docs(
+                settings,
+                _parse_lines(lines),
+                wire=wire,  # type: ignore[arg-type]
+                on_progress=lambda done: progress.update(task, completed=done),
+            )
+        )
+    rejected = [
+        {"line": numbers[r.index] if 0 <= r.index < len(numbers) else None, "code": r.code, "detail": r.detail}
+        for r in summary.rejected
+    ]
+    if as_json:
+        typer.echo(json.dumps({"topic": summary.topic, "accepted": summary.accepted, "rejected": rejected}))
+    else:
+        out = Console()
+        out.print(f"[bold]{summary.accepted}[/] accepted, [bold]{len(rejected)}[/] rejected → {summary.topic}")
+        if rejected:
+            table = Table("line", "code", "detail")
+            for r in rejected:
+                table.add_row(str(r["line"]), r["code"], r["detail"])
+            out.print(table)
+    if rejected:
+        raise typer.Exit(1)
+
+
+def export(
+    run: str = typer.Option(..., "--run", help="run id to export"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output file (default: stdout)"),
+    source: str = typer.Option("log", "--source", help="log (committed, hash-chained) or ingest (raw)"),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
+) -> None:
+    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order)."""
+    from streams.reader import read_run
+
+    if source not in ("log", "ingest"):
+        raise ConfigError(f"--source must be log or ingest, not {source!r}")
+    settings = load_settings()
+    events = asyncio.run(read_run(settings, run, short_name=source))
+    if not events:
+        raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
+    sink: IO[bytes]
+    with (open(out, "wb") if out else _stdout_bytes()) as sink:
+        for item in events:
+            sink.write(jcs(item["doc"]) + b"\n")
+    summary = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts)}
+    if out is not None:
+        summary["out"] = str(out)
+    if as_json:
+        typer.echo(json.dumps(summary), err=True)
+    elif out is not None:
+        Console(stderr=True).print(f"{len(events)} events of {run} → {out}")
+    if events.conflicts:
+        Console(stderr=True).print(
+            f"[yellow]warning:[/] {len(events.conflicts)} conflicting duplicate(s) dropped (first record kept)"
+        )
+
+
+class _stdout_bytes:
+    """stdout's binary buffer as a context manager that flushes but never closes it."""
+
+    def __enter__(self) -> IO[bytes]:
+        return sys.stdout.buffer
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout.buffer.flush()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("publish")(publish)
+    app.command("export")(export)

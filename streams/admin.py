@@ -1,0 +1,87 @@
+"""Create the catalogue's topics on a broker, idempotently.
+
+Run before any producer or processor touches a topic, so partition counts and
+retention come from ``streams.topics`` and never from broker auto-creation
+defaults (auto-created topics get one partition and finite retention).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
+
+from schemas.errors import InfraError
+from streams.settings import Settings
+from streams.topics import TopicSpec, catalogue
+
+_TOPIC_ALREADY_EXISTS = 36
+# How long to wait for a newly created topic's partitions to get leaders; creation is async in KRaft.
+_LEADER_WAIT_S = 30.0
+
+
+def _unreachable(settings: Settings, e: BaseException) -> InfraError:
+    return InfraError(
+        f"Kafka broker at {settings.kafka_bootstrap} is unreachable ({e}); "
+        "start it with `agentlog infra up` or set AGENTLOG_KAFKA_BOOTSTRAP"
+    )
+
+
+async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
+    """Create every missing catalogue topic; return the names this call created.
+
+    Existing topics are left alone (their config is not altered), so calling this
+    on every start-up is safe.
+    """
+    specs = catalogue(settings) if specs is None else specs
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=30_000)
+    try:
+        await admin.start()
+    except KafkaConnectionError as e:
+        raise _unreachable(settings, e) from e
+    try:
+        existing = set(await admin.list_topics())
+        missing = [s for s in specs if s.name not in existing]
+        if not missing:
+            return []
+        response = await admin.create_topics(
+            [NewTopic(s.name, s.partitions, s.replication, topic_configs=s.config) for s in missing]
+        )
+        created = []
+        for entry in response.topic_errors:
+            name, code = entry[0], entry[1]
+            if code == 0:
+                created.append(name)
+            elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
+                message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
+                raise InfraError(f"could not create topic {name}: {message} (Kafka error {code})")
+        await _wait_for_leaders(admin, [s.name for s in missing])
+        return created
+    except KafkaConnectionError as e:
+        raise _unreachable(settings, e) from e
+    except KafkaError as e:
+        raise InfraError(f"Kafka admin request to {settings.kafka_bootstrap} failed: {e}") from e
+    finally:
+        await admin.close()
+
+
+async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str]) -> None:
+    """Topic creation returns before partitions have leaders; producers sent too early see errors."""
+    deadline = asyncio.get_running_loop().time() + _LEADER_WAIT_S
+    while True:
+        described = await admin.describe_topics(names)
+        ready = all(
+            t["error_code"] == 0 and t["partitions"] and all(p["leader"] >= 0 for p in t["partitions"])
+            for t in described
+        )
+        if ready:
+            return
+        if asyncio.get_running_loop().time() > deadline:
+            raise InfraError(f"topics {names} were created but have no partition leaders after {_LEADER_WAIT_S}s")
+        await asyncio.sleep(0.1)
+
+
+def ensure_topics_sync(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
+    """``ensure_topics`` for callers without an event loop (CLI, bench)."""
+    return asyncio.run(ensure_topics(settings, specs))

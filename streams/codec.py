@@ -1,0 +1,59 @@
+"""Wire codec: bytes on a topic <-> dicts.
+
+The ingest topic carries two encodings side by side (SPEC §3): Confluent-framed
+Avro from the SDK and plain JSON from any other client (``kcat``, other
+languages). The first byte tells them apart, so one consumer reads both.
+Internal topics always carry JCS JSON, which is byte-stable: a re-emitted
+record is byte-identical to the first, and readers can compare duplicates by bytes.
+"""
+
+from __future__ import annotations
+
+from schemas.avro import decode_avro, encode_avro
+from schemas.canonical import jcs, loads_strict
+from schemas.errors import EventRejected
+
+__all__ = ["decode_ingest", "encode_json", "encode_avro", "encode_record", "decode_record"]
+
+_WHITESPACE = b" \t\r\n"
+_AVRO_MAGIC = 0x00
+
+
+def decode_ingest(value: bytes | None) -> dict:
+    """Decode one ingest record value (Avro or JSON) into a RunEventDoc dict, without validating it.
+
+    Raises ``EventRejected`` with code ``bad_magic`` for binary values that are neither,
+    ``decode_error`` for text that is not a JSON object or for truncated Avro.
+    """
+    if not value:
+        raise EventRejected("decode_error", "empty record value")
+    first = value[0]
+    if first == _AVRO_MAGIC:
+        return decode_avro(value)
+    stripped = value.lstrip(_WHITESPACE)
+    if stripped[:1] == b"{":
+        doc = loads_strict(stripped)
+        if not isinstance(doc, dict):  # pragma: no cover - '{' always parses to an object
+            raise EventRejected("decode_error", "JSON value is not an object")
+        return doc
+    if 0x20 <= first < 0x7F or first in _WHITESPACE:
+        raise EventRejected(
+            "decode_error",
+            f"text value does not start with '{{' (starts with {value[:16]!r}); expected a JSON object",
+        )
+    raise EventRejected("bad_magic", f"first byte 0x{first:02x} is neither the Avro magic byte 0x00 nor '{{'")
+
+
+def encode_json(doc: dict) -> bytes:
+    """A RunEventDoc as JCS JSON bytes: the form non-SDK hosts publish."""
+    return jcs(doc)
+
+
+def encode_record(obj: dict) -> bytes:
+    """An internal-topic record (CommittedEvent, Transition, …) as JCS JSON bytes."""
+    return jcs(obj)
+
+
+def decode_record(value: bytes) -> dict:
+    """Inverse of :func:`encode_record`; strict (no NaN, no duplicate keys)."""
+    return loads_strict(value)

@@ -1,0 +1,561 @@
+"""The publisher SDK: how an agent host writes the events of a run to the ingest topic.
+
+A run handle assigns what a host should never get wrong by hand — a time-ordered
+eventId, a contiguous sequence, the causation link, an RFC 3339 timestamp — and
+validates each event against the contract *before* it leaves the process, so a bad
+event is an exception at the call site instead of a rejection record downstream.
+
+Delivery guarantee
+------------------
+* ``emit`` returns once the record is in the producer's in-memory buffer. It is
+  not yet durable; a process crash at this point loses it.
+* ``flush`` (and ``close`` / leaving ``async with``) waits until every buffered
+  record is acknowledged by all in-sync replicas (``acks="all"``) and raises
+  :class:`PublishError` listing every record that could not be delivered. When
+  ``flush`` returns without raising, everything emitted before it is on the broker.
+* ``emit_and_wait`` returns only after the broker acknowledged that one record.
+* The producer is idempotent (``enable_idempotence=True``): its internal retries
+  never write a record twice and keep per-partition order, so within one
+  Publisher the events of a run land on their partition in sequence order, once.
+  Across Publisher instances (a host restart re-sending events) duplicates are
+  possible; the sequencer drops them by ``(runId, sequence)`` / ``eventId``.
+* A failed delivery leaves a hole in the run's sequence; :class:`PublishError`
+  carries the failed docs so the host can re-send them unchanged with
+  :meth:`Publisher.resend` (same eventId and sequence, so a record that did land
+  after all is dropped as a duplicate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+import uuid
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Literal, TypeVar
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError, KafkaError
+
+from schemas.cachekey import RECIPE_IDS, cache_key
+from schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
+from schemas.validate import validate_doc
+from streams.admin import ensure_topics
+from streams.codec import encode_avro, encode_json
+from streams.settings import Settings, load_settings
+from streams.topics import topic_name
+
+Wire = Literal["avro", "json"]
+T = TypeVar("T")
+
+# Shared by the SDK and the bench baseline. linger lets a burst of emits share a batch
+# (the throughput lever); 5 ms is below what an LLM-driven host notices.
+DEFAULT_LINGER_MS = 5
+DEFAULT_MAX_BATCH_BYTES = 512 * 1024
+# Headroom over max_event_bytes for the Avro envelope and record overhead.
+_REQUEST_OVERHEAD = 64 * 1024
+
+
+class PublishError(AgentlogError):
+    """Some emitted events were not acknowledged by the broker.
+
+    ``failed`` holds ``(doc, exception)`` pairs; re-send the docs unchanged with
+    ``Publisher.resend`` once the broker is healthy (``agentlog infra status``).
+    """
+
+    code = "publish_failed"
+
+    def __init__(self, message: str, failed: list[tuple[dict, BaseException]]) -> None:
+        super().__init__(message)
+        self.failed = failed
+
+
+# --- ids and timestamps -------------------------------------------------------------------
+
+
+class _UUIDv7:
+    """RFC 9562 UUIDv7: 48-bit Unix ms, then random bits; monotonic within this process.
+
+    Within one millisecond the 12-bit ``rand_a`` field is used as a counter seeded at a
+    random value, so ids minted by one process sort in mint order (RFC 9562 §6.2, method 1).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = -1
+        self._counter = 0
+
+    def __call__(self, now_ms: int | None = None) -> str:
+        ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        with self._lock:
+            if ms <= self._last_ms:
+                ms = self._last_ms
+                self._counter += 1
+                if self._counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                    ms += 1
+                    self._counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
+            else:
+                self._counter = int.from_bytes(os.urandom(2), "big") & 0x7FF  # leave room to count up
+            self._last_ms = ms
+            counter = self._counter
+        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
+        value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
+        return str(uuid.UUID(int=value))
+
+
+uuid7 = _UUIDv7()
+
+
+def uuid7_time_ms(event_id: str) -> int:
+    """The Unix-ms timestamp embedded in a UUIDv7."""
+    return uuid.UUID(event_id).int >> 80
+
+
+def rfc3339_ms(ms: int) -> str:
+    """``2025-01-02T03:04:05.678Z`` — UTC, millisecond precision, ``Z`` suffix."""
+    seconds, millis = divmod(ms, 1000)
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
+
+
+def _causation_id(caused_by: str | dict | None) -> str | None:
+    if caused_by is None or isinstance(caused_by, str):
+        return caused_by
+    try:
+        return caused_by["eventId"]
+    except (KeyError, TypeError) as e:
+        raise ContractError(
+            "caused_by must be an eventId or a doc returned by emit", code="invalid_envelope"
+        ) from e
+
+
+# --- the async publisher --------------------------------------------------------------------
+
+
+class Publisher:
+    """An idempotent producer bound to the ingest topic; hands out run handles.
+
+    Use as ``async with Publisher(settings) as pub:``. Keyword-only options:
+    ``bootstrap`` overrides ``settings.kafka_bootstrap``; ``topic`` overrides the full
+    topic name (default ``<prefix>.ingest``); ``wire`` picks Avro (default, what the
+    store prefers) or JCS JSON; ``ensure`` creates missing catalogue topics at start.
+    """
+
+    def __init__(
+        self,
+        settings: Settings | None = None,
+        *,
+        bootstrap: str | None = None,
+        topic: str | None = None,
+        wire: Wire = "avro",
+        linger_ms: int = DEFAULT_LINGER_MS,
+        max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+        ensure: bool = True,
+        client_id: str = "agentlog-publisher",
+    ) -> None:
+        if wire not in ("avro", "json"):
+            raise ConfigError(f"wire must be 'avro' or 'json', not {wire!r}")
+        settings = settings or load_settings()
+        if bootstrap:
+            settings = settings.replace(kafka_bootstrap=bootstrap)
+        self.settings = settings
+        self.topic = topic or topic_name(settings, "ingest")
+        self.wire: Wire = wire
+        self._encode = encode_avro if wire == "avro" else encode_json
+        self._ensure = ensure
+        self._producer = AIOKafkaProducer(
+            bootstrap_servers=settings.kafka_bootstrap,
+            client_id=client_id,
+            acks="all",
+            enable_idempotence=True,
+            linger_ms=linger_ms,
+            max_batch_size=max_batch_bytes,
+            max_request_size=settings.max_event_bytes + _REQUEST_OVERHEAD,
+        )
+        self._pending: set[asyncio.Future] = set()
+        self._failed: list[tuple[dict, BaseException]] = []
+        self._started = False
+        self._closed = False
+
+    async def start(self) -> None:
+        if self._started:
+            return
+        try:
+            if self._ensure:
+                await ensure_topics(self.settings)
+            await self._producer.start()
+        except KafkaConnectionError as e:
+            raise InfraError(
+                f"cannot reach Kafka at {self.settings.kafka_bootstrap} ({e}); run `agentlog infra up`"
+            ) from e
+        self._started = True
+
+    async def __aenter__(self) -> "Publisher":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> "Run":
+        """A handle that emits the events of ``run_id`` from ``start_sequence`` on."""
+        return Run(self, run_id, start_sequence=start_sequence, engine_version=engine_version)
+
+    # -- sending --
+
+    async def send_doc(self, doc: dict) -> asyncio.Future:
+        """Enqueue one already-validated doc (key = runId); return its delivery future.
+
+        The future is also tracked, so ``flush`` reports its failure.
+        """
+        if not self._started or self._closed:
+            raise InfraError("Publisher is not started (use `async with Publisher(...)`) or already closed")
+        value = self._encode(doc)
+        try:
+            fut = await self._producer.send(self.topic, value=value, key=doc["runId"].encode())
+        except KafkaError as e:
+            raise InfraError(f"could not enqueue event for {self.topic}: {e}") from e
+        self._pending.add(fut)
+        fut.add_done_callback(lambda f, d=doc: self._settle(f, d))
+        return fut
+
+    def _settle(self, fut: asyncio.Future, doc: dict) -> None:
+        self._pending.discard(fut)
+        if not fut.cancelled() and fut.exception() is not None:
+            self._failed.append((doc, fut.exception()))
+
+    async def resend(self, docs: Iterable[dict]) -> None:
+        """Re-send docs that a ``PublishError`` reported, unchanged, and wait for them."""
+        for doc in docs:
+            await self.send_doc(validate_doc(doc, max_bytes=self.settings.max_event_bytes))
+        await self.flush()
+
+    async def flush(self) -> None:
+        """Wait until every enqueued record is acknowledged; raise ``PublishError`` if any failed."""
+        if self._started and not self._closed:
+            await self._producer.flush()
+        while self._pending:
+            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        if self._failed:
+            failed, self._failed = self._failed, []
+            first = failed[0][1]
+            raise PublishError(
+                f"{len(failed)} event(s) were not acknowledged by Kafka (first: {first!r}); "
+                "re-send them with Publisher.resend(e.failed docs)",
+                failed,
+            ) from first
+
+    async def close(self) -> None:
+        """Flush, then stop the producer. Raises ``PublishError`` after stopping if delivery failed."""
+        if self._closed or not self._started:
+            self._closed = True
+            return
+        try:
+            await self.flush()
+        finally:
+            self._closed = True
+            await self._producer.stop()
+
+
+class Run:
+    """The events of one run: assigns eventId, sequence, causation and timestamp, validates, sends."""
+
+    def __init__(
+        self, publisher: Publisher, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None
+    ) -> None:
+        self.publisher = publisher
+        self.run_id = run_id
+        self.engine_version = engine_version
+        self._next_sequence = start_sequence
+        self._pending: set[asyncio.Future] = set()
+        # Sequence assignment and enqueue must happen as one step, or two concurrent emits
+        # could share a number or enqueue out of order.
+        self._lock = asyncio.Lock()
+
+    @property
+    def next_sequence(self) -> int:
+        """The sequence the next successful emit will get."""
+        return self._next_sequence
+
+    def build(
+        self,
+        type: str,
+        payload: Any,
+        *,
+        sequence: int,
+        caused_by: str | dict | None = None,
+        node_id: str | None = None,
+        event_id: str | None = None,
+        timestamp: str | None = None,
+    ) -> dict:
+        """The RunEventDoc ``emit`` would send at ``sequence`` (unvalidated)."""
+        now_ms = time.time_ns() // 1_000_000
+        doc: dict[str, Any] = {
+            "eventId": event_id or uuid7(now_ms),
+            "runId": self.run_id,
+            "type": type,
+            "payload": payload,
+            "timestamp": timestamp or rfc3339_ms(now_ms),
+            "sequence": sequence,
+        }
+        if node_id is not None:
+            doc["nodeId"] = node_id
+        if self.engine_version is not None:
+            doc["engineVersion"] = self.engine_version
+        causation = _causation_id(caused_by)
+        if causation is not None:
+            doc["causationId"] = causation
+        return doc
+
+    async def _enqueue(self, type: str, payload: Any, **kw: Any) -> tuple[dict, asyncio.Future]:
+        async with self._lock:
+            doc = self.build(type, payload, sequence=self._next_sequence, **kw)
+            doc = validate_doc(doc, max_bytes=self.publisher.settings.max_event_bytes)
+            fut = await self.publisher.send_doc(doc)
+            # Only now is the number spent: a ContractError or a refused enqueue leaves it free.
+            self._next_sequence += 1
+        self._pending.add(fut)
+        fut.add_done_callback(self._pending.discard)
+        return doc, fut
+
+    async def emit(
+        self,
+        type: str,
+        payload: Any,
+        *,
+        caused_by: str | dict | None = None,
+        node_id: str | None = None,
+        event_id: str | None = None,
+        timestamp: str | None = None,
+    ) -> dict:
+        """Validate and enqueue one event; return the doc sent. Durable only after ``flush``."""
+        doc, _ = await self._enqueue(
+            type, payload, caused_by=caused_by, node_id=node_id, event_id=event_id, timestamp=timestamp
+        )
+        return doc
+
+    async def emit_and_wait(self, type: str, payload: Any, **kw: Any) -> dict:
+        """Like ``emit``, but return only after the broker acknowledged the record."""
+        doc, fut = await self._enqueue(type, payload, **kw)
+        try:
+            await fut
+        except KafkaError as e:
+            raise PublishError(f"event {doc['eventId']} was not acknowledged: {e}", [(doc, e)]) from e
+        return doc
+
+    async def flush(self) -> None:
+        """Wait for this run's pending events (and, via the producer, everyone else's)."""
+        await self.publisher.flush()
+
+    # -- helpers for the event types the store interprets (SPEC §3) --
+
+    async def llm_request(
+        self, request: dict, *, node_id: str, recipe: str = "v2", caused_by: str | dict | None = None
+    ) -> dict:
+        """``agent.invocation.started {request, cacheKey, recipe}``; pass the returned doc to ``llm_response``."""
+        if recipe not in RECIPE_IDS:
+            raise ContractError(f"unknown cache-key recipe {recipe!r}; known: {sorted(RECIPE_IDS)}")
+        payload = {"request": request, "cacheKey": cache_key(request, recipe=recipe), "recipe": RECIPE_IDS[recipe]}
+        return await self.emit("agent.invocation.started", payload, node_id=node_id, caused_by=caused_by)
+
+    async def llm_response(self, started_doc: dict, envelope: Any, usage: dict | None = None) -> dict:
+        """``agent.invocation.completed {cacheKey, envelope, usage?}`` caused by the started event."""
+        payload: dict[str, Any] = {"cacheKey": started_doc["payload"]["cacheKey"], "envelope": envelope}
+        if usage is not None:
+            payload["usage"] = usage
+        return await self.emit(
+            "agent.invocation.completed", payload, caused_by=started_doc, node_id=started_doc.get("nodeId")
+        )
+
+    async def llm_refusal(self, started_doc: dict, reason: str) -> dict:
+        """``envelope.refusal {cacheKey, reason}`` caused by the started event."""
+        payload = {"cacheKey": started_doc["payload"]["cacheKey"], "reason": reason}
+        return await self.emit("envelope.refusal", payload, caused_by=started_doc, node_id=started_doc.get("nodeId"))
+
+    async def tool_call(
+        self, tool: str, args: Any, *, node_id: str, call_id: str | None = None, caused_by: str | dict | None = None
+    ) -> dict:
+        """``agent.toolCalled {callId, tool, args}``; pass the returned doc to ``tool_result``."""
+        payload = {"callId": call_id or uuid7(), "tool": tool, "args": args}
+        return await self.emit("agent.toolCalled", payload, node_id=node_id, caused_by=caused_by)
+
+    async def tool_result(self, call_doc: dict, result: Any) -> dict:
+        """``agent.toolReturned {callId, result}`` caused by the call."""
+        payload = {"callId": call_doc["payload"]["callId"], "result": result}
+        return await self.emit("agent.toolReturned", payload, caused_by=call_doc, node_id=call_doc.get("nodeId"))
+
+    async def usage(
+        self,
+        provider: str,
+        model: str,
+        input_tokens: int,
+        output_tokens: int,
+        cost_cents: int | float | None = None,
+        *,
+        node_id: str | None = None,
+        caused_by: str | dict | None = None,
+    ) -> dict:
+        """``provider.usage {provider, model, inputTokens, outputTokens, costCents?}``."""
+        payload: dict[str, Any] = {
+            "provider": provider,
+            "model": model,
+            "inputTokens": input_tokens,
+            "outputTokens": output_tokens,
+        }
+        if cost_cents is not None:
+            payload["costCents"] = cost_cents
+        return await self.emit("provider.usage", payload, node_id=node_id, caused_by=caused_by)
+
+
+# --- pre-built documents (CLI `publish`) -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Reject:
+    """One document that was not published: its 0-based index, stable reason code and detail."""
+
+    index: int
+    code: str
+    detail: str
+
+
+@dataclass(frozen=True)
+class PublishSummary:
+    accepted: int
+    rejected: list[Reject] = field(default_factory=list)
+    topic: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "accepted": self.accepted,
+            "rejected": [r.__dict__ for r in self.rejected],
+            "topic": self.topic,
+        }
+
+
+async def publish_docs(
+    settings: Settings,
+    docs: Iterable[dict | AgentlogError],
+    *,
+    wire: Wire = "avro",
+    on_progress: Callable[[int], None] | None = None,
+) -> PublishSummary:
+    """Validate and publish ready-made RunEventDocs as they are (no ids or sequences assigned).
+
+    An item may be an ``AgentlogError`` (e.g. a line that did not parse); it is
+    reported as a reject at its index. Valid docs are sent; everything is flushed
+    before returning; delivery failures are rejects with code ``publish_failed``.
+    """
+    rejected: list[Reject] = []
+    index_of: dict[int, int] = {}
+    accepted = 0
+    async with Publisher(settings, wire=wire) as pub:
+        for i, item in enumerate(docs):
+            if isinstance(item, AgentlogError):
+                rejected.append(Reject(i, item.code, _detail(item)))
+            else:
+                try:
+                    doc = validate_doc(item, max_bytes=settings.max_event_bytes)
+                    index_of[id(doc)] = i
+                    await pub.send_doc(doc)
+                    accepted += 1
+                except AgentlogError as e:
+                    rejected.append(Reject(i, e.code, _detail(e)))
+            if on_progress is not None:
+                on_progress(i + 1)
+        try:
+            await pub.flush()
+        except PublishError as e:
+            for doc, exc in e.failed:
+                rejected.append(Reject(index_of.get(id(doc), -1), PublishError.code, repr(exc)))
+                accepted -= 1
+    rejected.sort(key=lambda r: r.index)
+    return PublishSummary(accepted=accepted, rejected=rejected, topic=pub.topic)
+
+
+def _detail(e: AgentlogError) -> str:
+    return str(getattr(e, "detail", None) or e)
+
+
+# --- the sync wrapper ------------------------------------------------------------------------
+
+
+class SyncPublisher:
+    """``Publisher`` for hosts without asyncio: the same API, blocking, backed by a private loop thread.
+
+    ``with SyncPublisher(settings) as pub: run = pub.run("r1"); run.emit(...)``.
+    """
+
+    def __init__(self, settings: Settings | None = None, **options: Any) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="agentlog-publisher", daemon=True)
+        self._thread.start()
+        # The producer must be built on the loop that will drive it.
+        self._pub: Publisher = self._call(self._make(settings, options))
+
+    @staticmethod
+    async def _make(settings: Settings | None, options: dict) -> Publisher:
+        return Publisher(settings, **options)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    @property
+    def topic(self) -> str:
+        return self._pub.topic
+
+    def start(self) -> None:
+        self._call(self._pub.start())
+
+    def __enter__(self) -> "SyncPublisher":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> "SyncRun":
+        return SyncRun(self, self._pub.run(run_id, start_sequence=start_sequence, engine_version=engine_version))
+
+    def flush(self) -> None:
+        self._call(self._pub.flush())
+
+    def resend(self, docs: Iterable[dict]) -> None:
+        self._call(self._pub.resend(list(docs)))
+
+    def close(self) -> None:
+        """Flush and stop; the loop thread ends even if delivery failed (the error is re-raised)."""
+        if not self._loop.is_running():
+            return
+        try:
+            self._call(self._pub.close())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join()
+            self._loop.close()
+
+
+class SyncRun:
+    """Blocking twin of :class:`Run`; every method has the same signature without ``await``."""
+
+    def __init__(self, owner: SyncPublisher, run: Run) -> None:
+        self._owner = owner
+        self._run = run
+        self.run_id = run.run_id
+
+    @property
+    def next_sequence(self) -> int:
+        return self._run.next_sequence
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._run, name)
+        if name.startswith("_") or not asyncio.iscoroutinefunction(method):
+            return method
+
+        def blocking(*args: Any, **kwargs: Any) -> Any:
+            return self._owner._call(method(*args, **kwargs))
+
+        blocking.__doc__ = method.__doc__
+        return blocking

@@ -1,0 +1,199 @@
+"""Reading topics by position, without a consumer group.
+
+Replay, export and the tests need "the records of this run, from here to the end as
+it is now" — a bounded read by explicit assignment and seek, not group membership.
+The end offsets are captured when the read starts, so a read always terminates even
+while producers keep writing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.partitioner import murmur2
+
+from schemas.errors import AgentlogError, InfraError
+from streams.codec import decode_ingest, decode_record
+from streams.settings import Settings
+from streams.topics import topic_name
+
+log = logging.getLogger(__name__)
+
+Record = tuple[int, int, str | None, dict]
+
+
+def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
+    """The partition Kafka's default partitioner puts ``run_id`` on.
+
+    Same murmur2 as the Java client and aiokafka, so every event of a run — from the
+    SDK, ``kcat`` or a Java host — is on this one partition. ``topic`` names the topic
+    whose partition count applies; all catalogue topics have ``settings.partitions``.
+    ``partitions`` overrides the count (e.g. with the count read from the broker).
+    """
+    del topic  # every catalogue topic is created with settings.partitions
+    n = partitions or settings.partitions
+    return (murmur2(run_id.encode()) & 0x7FFFFFFF) % n
+
+
+def _decoder(short_name: str) -> Callable[[bytes], dict]:
+    return decode_ingest if short_name == "ingest" else decode_record
+
+
+def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap,
+        group_id=None,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        isolation_level=isolation_level,
+        client_id="agentlog-reader",
+    )
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings) -> list[int]:
+    # A group-less consumer tracks no topics, so its metadata knows no partitions until told.
+    await consumer._client.add_topic(topic)
+    parts = consumer.partitions_for_topic(topic)
+    if not parts:
+        raise InfraError(f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`")
+    return sorted(parts)
+
+
+async def read_topic(
+    settings: Settings,
+    short_name: str,
+    *,
+    key: str | None = None,
+    from_offsets: dict[int, int] | None = None,
+    until_end: bool = True,
+    isolation_level: str = "read_committed",
+    skip_undecodable: bool = False,
+) -> AsyncIterator[Record]:
+    """Yield ``(partition, offset, key, value)`` from a catalogue topic.
+
+    With ``key`` only that key's partition is read and other keys are skipped.
+    ``from_offsets`` maps partition → first offset (default: the beginning).
+    With ``until_end`` the read stops at the end offsets seen when it started.
+    Undecodable values raise (their ``EventRejected``), or are skipped with a log
+    line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
+    sequencer rejected.
+    """
+    topic = topic_name(settings, short_name)
+    decode = _decoder(short_name)
+    consumer = _consumer(settings, isolation_level)
+    try:
+        await consumer.start()
+    except KafkaConnectionError as e:
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+    try:
+        parts = await _partitions(consumer, topic, settings)
+        if key is not None:
+            parts = [partition_for(settings, key, short_name, partitions=len(parts))]
+        tps = [TopicPartition(topic, p) for p in parts]
+        consumer.assign(tps)
+        starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
+        begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
+        for tp in tps:
+            consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
+        ends = await consumer.end_offsets(tps) if until_end else {}
+        live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
+        key_bytes = key.encode() if key is not None else None
+        while live:
+            batches = await consumer.getmany(*live, timeout_ms=500)
+            for tp, messages in batches.items():
+                for m in messages:
+                    if until_end and m.offset >= ends[tp]:
+                        break
+                    if key_bytes is not None and m.key != key_bytes:
+                        continue
+                    try:
+                        value = decode(m.value)
+                    except AgentlogError as e:
+                        if not skip_undecodable:
+                            raise
+                        log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
+                        continue
+                    yield tp.partition, m.offset, m.key.decode() if m.key is not None else None, value
+            if until_end:
+                for tp in list(live):
+                    if await consumer.position(tp) >= ends[tp]:
+                        live.discard(tp)
+    except KafkaError as e:
+        raise InfraError(f"reading {topic} from {settings.kafka_bootstrap} failed: {e}") from e
+    finally:
+        await consumer.stop()
+
+
+class RunLog(list):
+    """The events of one run in log order; ``conflicts`` lists duplicates that were *not* identical.
+
+    Each conflict is ``{"runId", "sequence", "kept", "dropped"}`` (the two records).
+    """
+
+    conflicts: list[dict]
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conflicts = []
+
+
+async def read_run(
+    settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None
+) -> RunLog:
+    """The records of ``run_id`` from its partition, deduplicated by ``(runId, sequence)``.
+
+    From ``log`` each item is a CommittedEvent; from ``ingest`` (before the sequencer
+    has run) each item is ``{"doc": RunEventDoc, "source": {...}}`` so callers can
+    read ``item["doc"]`` either way. The first record of a ``(runId, sequence)`` wins;
+    a later identical one is a redelivery and dropped silently; a later *different*
+    one is dropped and recorded in ``.conflicts``.
+    """
+    topic = topic_name(settings, short_name)
+    result = RunLog()
+    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    from_offsets = None
+    if from_offset is not None:
+        from_offsets = {partition_for(settings, run_id, short_name): from_offset}
+    async for partition, offset, _, value in read_topic(
+        settings, short_name, key=run_id, from_offsets=from_offsets, skip_undecodable=short_name == "ingest"
+    ):
+        item = value if short_name != "ingest" else {
+            "doc": value,
+            "source": {"topic": topic, "partition": partition, "offset": offset},
+        }
+        doc = item.get("doc")
+        if not isinstance(doc, dict) or doc.get("runId") != run_id:
+            continue
+        ident = (run_id, doc.get("sequence"))
+        first = seen.get(ident)
+        if first is None:
+            seen[ident] = item
+            result.append(item)
+        elif first["doc"] != doc:
+            result.conflicts.append({"runId": run_id, "sequence": ident[1], "kept": first, "dropped": item})
+            log.warning("run %s sequence %s: conflicting duplicate at offset %d dropped", run_id, ident[1], offset)
+    return result
+
+
+async def offset_for_time(settings: Settings, short_name: str, partition: int, ts_ms: int) -> int:
+    """The first offset on ``partition`` whose timestamp is ≥ ``ts_ms`` (the end offset if none is)."""
+    topic = topic_name(settings, short_name)
+    consumer = _consumer(settings, "read_committed")
+    try:
+        await consumer.start()
+    except KafkaConnectionError as e:
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+    try:
+        tp = TopicPartition(topic, partition)
+        found = (await consumer.offsets_for_times({tp: ts_ms}))[tp]
+        if found is not None:
+            return found.offset
+        return (await consumer.end_offsets([tp]))[tp]
+    except KafkaError as e:
+        raise InfraError(f"offset lookup on {topic}[{partition}] failed: {e}") from e
+    finally:
+        await consumer.stop()

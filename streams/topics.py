@@ -1,0 +1,70 @@
+"""The topic catalogue: every topic agentlog uses, with the config it must be created with.
+
+One table instead of names scattered through the processors, so ``ensure_topics``
+and the tests agree on what exists. Shapes and keys are in ``schemas/CONTRACT.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from streams.settings import Settings
+
+# Infinite retention: the ingest and committed log are the source of truth a replay re-reads.
+_FOREVER = {"retention.ms": "-1", "cleanup.policy": "delete"}
+_DELETE = {"cleanup.policy": "delete"}
+_COMPACT = {"cleanup.policy": "compact"}
+
+# short name -> topic config, in CONTRACT.md order.
+_TOPICS: dict[str, dict[str, str]] = {
+    "ingest": _FOREVER,
+    "log": _FOREVER,
+    "transitions": _DELETE,
+    "violations": _DELETE,
+    "rejections": _DELETE,
+    "snapshots": _COMPACT,
+    "digests": _DELETE,
+    "verdicts": _DELETE,
+    "handoff-links": _DELETE,
+}
+
+SHORT_NAMES: tuple[str, ...] = tuple(_TOPICS)
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What ``ensure_topics`` creates: full name, partition count, replication, topic configs."""
+
+    name: str
+    partitions: int
+    config: dict[str, str] = field(default_factory=dict)
+    replication: int = 1
+    short: str = ""
+
+
+def topic_name(settings: Settings, short: str) -> str:
+    """Full topic name for a short name from the catalogue (``<prefix>.<short>``)."""
+    if short not in _TOPICS:
+        raise KeyError(f"unknown topic {short!r}; known: {', '.join(SHORT_NAMES)}")
+    return f"{settings.topic_prefix}.{short}"
+
+
+def catalogue(settings: Settings) -> list[TopicSpec]:
+    """Every agentlog topic for these settings, ready to create."""
+    rf = settings.replication_factor
+    specs = []
+    for short, base in _TOPICS.items():
+        config = dict(base)
+        # With 3+ replicas, acks=all must mean "on two brokers" so one broker loss loses nothing.
+        if rf >= 3:
+            config["min.insync.replicas"] = "2"
+        specs.append(
+            TopicSpec(
+                name=topic_name(settings, short),
+                partitions=settings.partitions,
+                config=config,
+                replication=rf,
+                short=short,
+            )
+        )
+    return specs
