@@ -1,0 +1,115 @@
+"""``agentlog compare``: judge a replay against its source run from two exported logs, offline.
+
+The same engine the replay processor runs (:func:`processors.compare.compare_runs`), fed from
+JSONL files, so an operator can re-check a verdict — or a test can pin one — without a broker.
+Exit codes follow SPEC §7: 0 match, 1 any divergence (``diverged``, ``diverged_at_refusal``,
+``what-if``), 2 the comparison could not run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from processors.compare import ComparisonResult, Divergence, compare_runs
+from schemas.canonical import loads_strict
+from schemas.errors import AgentlogError, ReplayError
+
+EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """RunEventDocs from a JSONL file: one per line, bare or wrapped as a CommittedEvent (``doc``).
+
+    Raises:
+        ReplayError: the file cannot be read, or a line is not a JSON object.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReplayError(f"cannot read {path}: {e}") from e
+    docs: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except AgentlogError as e:
+            raise ReplayError(f"{path}:{number}: {e}") from e
+        if isinstance(value, dict) and isinstance(value.get("doc"), dict) and "hash" in value:
+            value = value["doc"]
+        if not isinstance(value, dict):
+            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
+        docs.append(value)
+    return docs
+
+
+def _fmt(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def _divergence_table(divergences: tuple[Divergence, ...]) -> Table:
+    table = Table("seq", "kind", "event", "path", "expected", "actual", title="divergences")
+    for d in divergences:
+        table.add_row(str(d.at_sequence), d.kind, d.event_type or "-", d.path or "-",
+                      _fmt(d.expected), _fmt(d.actual))
+    return table
+
+
+def _print_human(console: Console, result: ComparisonResult) -> None:
+    style = {"match": "green", "what-if": "yellow"}.get(result.verdict, "red")
+    line = f"verdict: [bold {style}]{result.verdict}[/]"
+    if result.error_code:
+        line += f"  errorCode: {result.error_code}"
+    console.print(line)
+    console.print(f"source run: {result.source_run_id}  fromSeq: {result.from_seq}  "
+                  f"compared through sequence {result.compared_through}")
+    if result.binding_diff:
+        console.print("[yellow]bindings differ — not a historical replay:[/]")
+        for key, diff in result.binding_diff.items():
+            console.print(f"  {key}: {_fmt(diff['expected'])} → {_fmt(diff['actual'])}")
+    d = result.first_divergence
+    if d is None:
+        return
+    console.print(f"first divergence at sequence {d.at_sequence}: [bold]{d.kind}[/]"
+                  f" ({d.event_type or '-'}{', node ' + d.node_id if d.node_id else ''})")
+    if d.path:
+        console.print(f"  path:     {d.path}")
+    console.print(f"  expected: {_fmt(d.expected)}", markup=False)
+    console.print(f"  actual:   {_fmt(d.actual)}", markup=False)
+    if d.detail:
+        console.print(f"  note:     {d.detail}", markup=False)
+    if result.collect_all and len(result.divergences) > 1:
+        console.print(_divergence_table(result.divergences))
+
+
+def compare_command(
+    original: Path = typer.Argument(..., help="JSONL of the source run's events."),
+    replay: Path = typer.Argument(..., help="JSONL of the replay run's events."),
+    from_seq: int | None = typer.Option(
+        None, "--from-seq", min=0, help="First re-executed index (default: the replay's replayOf.fromSeq, else 0)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
+    collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
+) -> None:
+    """Compare a replay run with its source run: verdict and first divergence."""
+    try:
+        result = compare_runs(read_jsonl(original), read_jsonl(replay), from_seq=from_seq,
+                              collect_all=collect_all)
+    except AgentlogError as e:
+        typer.echo(f"error[{e.code}]: {e}", err=True)
+        raise typer.Exit(EXIT_ERROR) from e
+    if as_json:
+        typer.echo(json.dumps(result.to_json_dict(), ensure_ascii=False, sort_keys=True))
+    else:
+        _print_human(Console(highlight=False), result)
+    raise typer.Exit(EXIT_MATCH if result.verdict == "match" else EXIT_DIVERGED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare")(compare_command)

@@ -1,0 +1,718 @@
+"""The replay comparison engine: does a replay reproduce its source run's observable output?
+
+One engine serves both replay jobs of SPEC §7 (re-derivation and host replay, RFC 0041 §C).
+It is pure — lists of RunEventDocs in, a frozen :class:`ComparisonResult` out — so the
+replay processor, the CLI and the tests all get the same verdict from the same bytes.
+State is never interpreted here: observable state at each index comes from
+:mod:`processors.fold`, the one fold the live processors use.
+
+How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults to the replay's
+``run.started.payload.replayOf.fromSeq``, else 0). At each index the checks run in this order and
+the first that fails is that index's divergence:
+
+1. presence — an index only the original has is ``missing``; only the replay, ``extra``;
+2. envelope kind — ``agent.invocation.completed`` on one side and ``envelope.refusal`` on the
+   other (either direction) is a ``refusal`` divergence: RFC 0041 §B makes it its own verdict
+   (``diverged_at_refusal``, error ``replay_diverged_at_refusal``, event
+   ``replay.divergedAtRefusal``) and it is never folded into ``replay.diverged``;
+3. event type — otherwise different types are a ``type-mismatch``;
+4. observable state — ``status``, ``variables``, ``channels`` after the event must be
+   byte-equivalent (JCS); the first differing path inside the state is reported (``variables.x``);
+5. event fields — the event with volatile fields removed (``schemas.stability``) must be
+   byte-equivalent. Before ``fromSeq`` that is the whole rest of the event (RFC 0041 §C: the
+   prefix is copied, so it must be identical). From ``fromSeq`` on, the call *bytes* may differ
+   (RFC 0041 §C): ``agent.toolCalled.args`` and the LLM request with its ``cacheKey``/``recipe``
+   are not compared, while the observable results (``agent.toolReturned.result``, the
+   ``agent.invocation.completed`` envelope) and the AOS PIN-009 deterministic aspects (retry
+   attempts, error codes, cost and tokens, side-effect type+target order) are;
+6. references — the replay's ``causationId`` must be the replay eventId at the sequence the
+   original's ``causationId`` points at (eventIds themselves are freshly minted, hence volatile);
+   ids a replay mints afresh inside payloads (``parentRunId`` = its own run, ``childRunId``,
+   tool ``callId``) must pair consistently with the original's (:data:`MINTED_ID_FIELDS`).
+
+Fields never compared per event: ``eventId``, ``runId``, ``timestamp`` and other volatile fields,
+``sequence`` (the alignment key), ``causationId`` and minted ids (check 6), ``engineVersion`` and
+``run.started.payload.bindings`` (the bindings check below) and ``run.started.payload.replayOf``
+(the replay's own marker).
+
+Bindings (MACP §3): when ``run.started`` binds different engine/mode/config/policy versions the
+verdict is ``what-if`` — never ``match``, whatever else happened. Decision: what-if wins the
+verdict; divergences found under other bindings are still listed (and still emit their replay.*
+events) because they are the answer a what-if analysis asks for, and ``errorCode`` still says
+``replay_diverged_at_refusal`` / ``replay_diverged`` when they exist (RFC 0041 §B requires the
+refusal failure to be visible). A what-if whose behaviour is identical has no error code.
+
+Fail-fast by default: stop at the first divergence. ``collect_all=True`` walks every index and
+reports at most one divergence per index; a state difference identical to the one at the
+previous index is not reported again (one changed variable would otherwise repeat at every
+later index).
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from schemas.canonical import jcs
+from schemas.errors import ReplayError
+from schemas.stability import MISSING, format_path, get_path, parse_path, strip_volatile
+
+from processors.fold import observable, states_by_index
+
+__all__ = [
+    "ASPECTS",
+    "BINDING_KEYS",
+    "ComparisonResult",
+    "Divergence",
+    "DivergenceKind",
+    "REPLAY_COUNTERS",
+    "ReplayCounters",
+    "Verdict",
+    "compare_outcome",
+    "compare_runs",
+    "record",
+]
+
+DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal"]
+Verdict = Literal["match", "diverged", "diverged_at_refusal", "what-if"]
+
+#: What a replay is judged on; one label value each of the match/mismatch metrics.
+#: ``result`` is a compared event field from ``fromSeq`` on (tool result, envelope, retry
+#: attempt, error code, cost); ``prefix`` the same before ``fromSeq``.
+ASPECTS = ("prefix", "result", "state", "type", "refusal", "causation", "bindings")
+
+#: The versions a run binds at ``run.started`` (MACP §3).
+BINDING_KEYS = ("engineVersion", "modeVersion", "configVersion", "policyVersion")
+
+VALID = "agent.invocation.completed"
+REFUSAL = "envelope.refusal"
+_ENVELOPE_KIND = {VALID: "valid", REFUSAL: "refusal"}
+
+#: Envelope fields that are either volatile or judged by a dedicated check.
+_NOT_FIELD_COMPARED = ("eventId", "runId", "timestamp", "sequence", "causationId", "engineVersion")
+
+#: Payload fields holding ids a replay mints afresh — its own run id, its child runs, its tool
+#: call ids. Like eventIds they cannot be equal across runs, so they are compared through the
+#: original↔replay id mapping (seeded with the two runIds): an original id must always pair
+#: with the same replay id, and no replay id may stand for two original ids.
+MINTED_ID_FIELDS = ("parentRunId", "childRunId", "callId")
+
+#: RFC 0041 §C: bytes of the call itself, allowed to differ from ``fromSeq`` on.
+_CALL_BYTES: dict[str, tuple[tuple[str, ...], ...]] = {
+    "agent.toolCalled": (("payload", "args"),),
+    "agent.invocation.started": (("payload", "request"), ("payload", "cacheKey"), ("payload", "recipe")),
+    VALID: (("payload", "cacheKey"), ("payload", "recipe")),
+    REFUSAL: (("payload", "cacheKey"), ("payload", "recipe")),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Divergence:
+    """One place where the replay does not reproduce the original.
+
+    ``expected`` is the original's value, ``actual`` the replay's (``None`` when the field or
+    event is absent on that side; ``detail`` then says so). ``aspect`` is one of
+    :data:`ASPECTS`, the metric label this divergence counts under.
+    """
+
+    at_sequence: int
+    kind: DivergenceKind
+    original_event_id: str | None
+    path: str | None
+    expected: Any
+    actual: Any
+    node_id: str | None = None
+    detail: str = ""
+    aspect: str = "result"
+    event_type: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "atSequence": self.at_sequence,
+            "kind": self.kind,
+            "originalEventId": self.original_event_id,
+            "path": self.path,
+            "expected": self.expected,
+            "actual": self.actual,
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComparisonResult:
+    """The verdict of one comparison, as data (a divergence is a result, not an exception).
+
+    ``events`` are the replay.* events to publish, as ``{"type", "payload"}`` (the caller mints
+    eventId, runId, sequence and timestamp). ``compared_through`` is the last index examined.
+    """
+
+    verdict: Verdict
+    error_code: str | None
+    first_divergence: Divergence | None
+    divergences: tuple[Divergence, ...]
+    events: tuple[dict[str, Any], ...]
+    compared_through: int
+    binding_diff: dict[str, dict[str, Any]]
+    from_seq: int = 0
+    source_run_id: str | None = None
+    collect_all: bool = False
+
+    @property
+    def exhaustive(self) -> bool:
+        """True when every index was examined (collect-all, or fail-fast that found nothing)."""
+        return self.collect_all or self.first_divergence is None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "errorCode": self.error_code,
+            "firstDivergence": self.first_divergence.to_dict() if self.first_divergence else None,
+            "events": [copy.deepcopy(e) for e in self.events],
+            "comparedThrough": self.compared_through,
+            "fromSeq": self.from_seq,
+        }
+        if self.binding_diff:
+            out["bindingDiff"] = copy.deepcopy(self.binding_diff)
+        if self.collect_all:
+            out["divergences"] = [d.to_dict() for d in self.divergences]
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Structural diff
+
+
+class _Absent:
+    """Marks a field present on one side only (rendered as ``None`` in a Divergence)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT = _Absent()
+
+
+def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
+    """The first path (JCS key order) where two JSON values differ, with both values there.
+
+    Paths use the :mod:`schemas.stability` syntax (``payload.items[0]["a.b"]``). Equality is
+    byte-equality of the JCS form, so ``1`` equals ``1.0`` but never ``True``. A list length
+    difference is reported at ``<path>.length`` after the common elements.
+    """
+    found = _first_difference(expected, actual, parse_path(path) if path else ())
+    if found is None:
+        return None
+    segments, e, a = found
+    if isinstance(segments, str):  # a list length
+        return segments, e, a
+    return format_path(segments), e, a
+
+
+def _first_difference(expected: Any, actual: Any, at: tuple) -> tuple[Any, Any, Any] | None:
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        for key in sorted(set(expected) | set(actual), key=_jcs_key_order):
+            sub = at + (key,)
+            if key not in expected:
+                return sub, ABSENT, actual[key]
+            if key not in actual:
+                return sub, expected[key], ABSENT
+            found = _first_difference(expected[key], actual[key], sub)
+            if found:
+                return found
+        return None
+    if isinstance(expected, list) and isinstance(actual, list):
+        for i, (e, a) in enumerate(zip(expected, actual)):
+            found = _first_difference(e, a, at + (i,))
+            if found:
+                return found
+        if len(expected) != len(actual):
+            base = format_path(at)
+            return (f"{base}.length" if base else "length"), len(expected), len(actual)
+        return None
+    if _same(expected, actual):
+        return None
+    return at, expected, actual
+
+
+def _jcs_key_order(key: str) -> list[int]:
+    # RFC 8785 §3.2.3 orders keys by their UTF-16 code units.
+    units = key.encode("utf-16-be")
+    return [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is b:
+        return True
+    return jcs(a) == jcs(b)
+
+
+def _plain(value: Any) -> Any:
+    return None if value is ABSENT else value
+
+
+def _absence_note(expected: Any, actual: Any) -> str:
+    if expected is ABSENT:
+        return "field absent in the original"
+    if actual is ABSENT:
+        return "field absent in the replay"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Run comparison
+
+
+def compare_runs(
+    original: Sequence[Mapping[str, Any]],
+    replay: Sequence[Mapping[str, Any]],
+    *,
+    from_seq: int | None = None,
+    collect_all: bool = False,
+) -> ComparisonResult:
+    """Compare a replay run with its source run (see the module docstring for the rules).
+
+    Args:
+        original: the source run's events (any order; aligned by ``sequence``).
+        replay: the replay run's events.
+        from_seq: first index the replay re-executed; default ``replayOf.fromSeq`` of the
+            replay's ``run.started``, else 0.
+        collect_all: examine every index instead of stopping at the first divergence.
+
+    Raises:
+        ReplayError: a side is empty, or holds two events with the same sequence.
+    """
+    orig = _by_sequence(original, "original")
+    rep = _by_sequence(replay, "replay")
+    if from_seq is None:
+        from_seq = _replay_from_seq(rep)
+    if from_seq < 0:
+        raise ReplayError(f"fromSeq must be >= 0, got {from_seq}")
+    source_run_id = _run_id(orig)
+    binding_diff = _binding_diff(orig, rep)
+    obs_orig = _observables(orig)
+    obs_rep = _observables(rep)
+
+    divergences: list[Divergence] = []
+    previous_state_diff: tuple[str, bytes, bytes] | None = None
+    ids = _IdMap(source_run_id, _run_id(rep))
+    compared_through = -1
+    for i in range(max(max(orig), max(rep)) + 1):
+        o, r = orig.get(i), rep.get(i)
+        if o is None and r is None:
+            continue
+        compared_through = i
+        state_diff = None
+        if o is not None and r is not None:
+            state_diff = first_difference(obs_orig[i], obs_rep[i])
+        id_issue = ids.observe(o, r) if o is not None and r is not None else None
+        found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep)
+        previous_state_diff = _diff_identity(state_diff)
+        if found is not None:
+            divergences.append(found)
+            if not collect_all:
+                break
+
+    has_refusal = any(d.kind == "refusal" for d in divergences)
+    if binding_diff:
+        verdict: Verdict = "what-if"
+    elif has_refusal:
+        verdict = "diverged_at_refusal"
+    elif divergences:
+        verdict = "diverged"
+    else:
+        verdict = "match"
+    if has_refusal:
+        error_code: str | None = "replay_diverged_at_refusal"
+    elif divergences:
+        error_code = "replay_diverged"
+    else:
+        error_code = None
+    return ComparisonResult(
+        verdict=verdict,
+        error_code=error_code,
+        first_divergence=divergences[0] if divergences else None,
+        divergences=tuple(divergences),
+        events=tuple(_replay_event(d, source_run_id, orig, rep) for d in divergences),
+        compared_through=compared_through,
+        binding_diff=binding_diff,
+        from_seq=from_seq,
+        source_run_id=source_run_id,
+        collect_all=collect_all,
+    )
+
+
+def _divergence_at(
+    i: int,
+    o: Mapping[str, Any] | None,
+    r: Mapping[str, Any] | None,
+    state_diff: tuple[str, Any, Any] | None,
+    previous_state_diff: tuple[str, bytes, bytes] | None,
+    id_issue: tuple[str, Any, Any, str] | None,
+    from_seq: int,
+    orig: Mapping[int, Mapping[str, Any]],
+    rep: Mapping[int, Mapping[str, Any]],
+) -> Divergence | None:
+    if r is None:
+        assert o is not None
+        return Divergence(
+            at_sequence=i, kind="missing", original_event_id=o.get("eventId"), path=None,
+            expected=o.get("type"), actual=None, node_id=_node_id(o), aspect="type",
+            event_type=o.get("type"), detail="the replay has no event at this sequence",
+        )
+    if o is None:
+        return Divergence(
+            at_sequence=i, kind="extra", original_event_id=None, path=None,
+            expected=None, actual=r.get("type"), node_id=_node_id(r), aspect="type",
+            event_type=r.get("type"), detail="the original has no event at this sequence",
+        )
+    o_type, r_type = o.get("type"), r.get("type")
+    common = {"at_sequence": i, "original_event_id": o.get("eventId"),
+              "node_id": _node_id(o) or _node_id(r), "event_type": o_type}
+    if o_type != r_type and o_type in _ENVELOPE_KIND and r_type in _ENVELOPE_KIND:
+        refusal = r if r_type == REFUSAL else o
+        reason = _refusal_reason(refusal)
+        return Divergence(
+            kind="refusal", path="envelopeKind", expected=_ENVELOPE_KIND[o_type],
+            actual=_ENVELOPE_KIND[r_type], aspect="refusal",
+            detail=f"{_ENVELOPE_KIND[o_type]} envelope became {_ENVELOPE_KIND[r_type]}"
+            + (f": {reason}" if reason else ""),
+            **common,
+        )
+    if o_type != r_type:
+        return Divergence(kind="type-mismatch", path="type", expected=o_type, actual=r_type,
+                          aspect="type", **common)
+    if state_diff is not None and _diff_identity(state_diff) != previous_state_diff:
+        path, expected, actual = state_diff
+        return Divergence(
+            kind="output", path=path, expected=_plain(expected), actual=_plain(actual),
+            aspect="state", detail=_absence_note(expected, actual) or "observable state differs",
+            **common,
+        )
+    in_suffix = i >= from_seq
+    o_view, r_view = _compared_view(o, in_suffix), _compared_view(r, in_suffix)
+    if jcs(o_view) != jcs(r_view):
+        path, expected, actual = first_difference(o_view, r_view) or ("", o_view, r_view)
+        return Divergence(
+            kind="output", path=path, expected=_plain(expected), actual=_plain(actual),
+            aspect="result" if in_suffix else "prefix", detail=_absence_note(expected, actual),
+            **common,
+        )
+    causation = _causation_mismatch(o, r, orig, rep)
+    if causation is not None:
+        expected, actual, detail = causation
+        return Divergence(kind="output", path="causationId", expected=expected, actual=actual,
+                          aspect="causation", detail=detail, **common)
+    if id_issue is not None:
+        path, expected, actual, detail = id_issue
+        return Divergence(kind="output", path=path, expected=expected, actual=actual,
+                          aspect="causation", detail=detail, **common)
+    return None
+
+
+class _IdMap:
+    """The original↔replay pairing of minted ids, learned in sequence order."""
+
+    def __init__(self, original_run: Any, replay_run: Any) -> None:
+        self._forward: dict[Any, Any] = {}
+        self._backward: dict[Any, Any] = {}
+        if isinstance(original_run, str) and isinstance(replay_run, str):
+            self._forward[original_run] = replay_run
+            self._backward[replay_run] = original_run
+
+    def observe(self, o: Mapping[str, Any], r: Mapping[str, Any]) -> tuple[str, Any, Any, str] | None:
+        """Learn the pairs ``o``/``r`` carry; the first inconsistent one as (path, expected, actual, why)."""
+        o_payload, r_payload = o.get("payload"), r.get("payload")
+        if not isinstance(o_payload, Mapping) or not isinstance(r_payload, Mapping):
+            return None
+        problem = None
+        for name in MINTED_ID_FIELDS:
+            o_id, r_id = o_payload.get(name, ABSENT), r_payload.get(name, ABSENT)
+            found = self._pair(o_id, r_id)
+            if found is not None and problem is None:
+                problem = (f"payload.{name}",) + found
+        return problem
+
+    def _pair(self, o_id: Any, r_id: Any) -> tuple[Any, Any, str] | None:
+        if o_id is ABSENT and r_id is ABSENT:
+            return None
+        if o_id is ABSENT or r_id is ABSENT or not isinstance(o_id, str) or not isinstance(r_id, str):
+            if _identity_bytes(o_id) == _identity_bytes(r_id):
+                return None
+            return _plain(o_id), _plain(r_id), _absence_note(o_id, r_id) or "id of another kind"
+        if o_id == r_id:
+            return None  # reproduced verbatim (a copied prefix, a fixed id): trivially consistent
+        if o_id in self._forward:
+            if self._forward[o_id] == r_id:
+                return None
+            return self._forward[o_id], r_id, f"original id {o_id} was replayed as {self._forward[o_id]} before"
+        if r_id in self._backward:
+            return None, r_id, f"replay id {r_id} already stands for original id {self._backward[r_id]}"
+        self._forward[o_id] = r_id
+        self._backward[r_id] = o_id
+        return None
+
+
+def _diff_identity(diff: tuple[str, Any, Any] | None) -> tuple[str, bytes, bytes] | None:
+    if diff is None:
+        return None
+    path, expected, actual = diff
+    return path, _identity_bytes(expected), _identity_bytes(actual)
+
+
+def _identity_bytes(value: Any) -> bytes:
+    return b"\x00absent" if value is ABSENT else jcs(value)
+
+
+def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
+    view = copy.deepcopy(strip_volatile(dict(doc)))
+    for name in _NOT_FIELD_COMPARED:
+        view.pop(name, None)
+    payload = view.get("payload")
+    if isinstance(payload, dict):
+        for name in MINTED_ID_FIELDS:
+            payload.pop(name, None)
+    if doc.get("type") == "run.started" and isinstance(payload, dict):
+        payload.pop("bindings", None)
+        payload.pop("replayOf", None)
+    if in_suffix:
+        for parent, name in _CALL_BYTES.get(doc.get("type", ""), ()):
+            holder = view.get(parent)
+            if isinstance(holder, dict):
+                holder.pop(name, None)
+    return view
+
+
+def _causation_mismatch(
+    o: Mapping[str, Any],
+    r: Mapping[str, Any],
+    orig: Mapping[int, Mapping[str, Any]],
+    rep: Mapping[int, Mapping[str, Any]],
+) -> tuple[Any, Any, str] | None:
+    o_cause, r_cause = o.get("causationId"), r.get("causationId")
+    if o_cause is None and r_cause is None:
+        return None
+    o_seq = _sequence_of(orig, o_cause)
+    if o_seq is None:
+        # Points outside the run (another host) or nowhere: only the same id reproduces it.
+        if o_cause == r_cause:
+            return None
+        return o_cause, r_cause, "original causation is not an event of the run; ids must be equal"
+    expected = rep.get(o_seq, {}).get("eventId")
+    if r_cause == expected and expected is not None:
+        return None
+    r_seq = _sequence_of(rep, r_cause)
+    where = "nothing in the replay" if r_seq is None else f"sequence {r_seq}"
+    return expected, r_cause, f"original is caused by sequence {o_seq}; the replay by {where}"
+
+
+def _sequence_of(events: Mapping[int, Mapping[str, Any]], event_id: Any) -> int | None:
+    if event_id is None:
+        return None
+    for seq, doc in events.items():
+        if doc.get("eventId") == event_id:
+            return seq
+    return None
+
+
+def _by_sequence(events: Iterable[Mapping[str, Any]], side: str) -> dict[int, Mapping[str, Any]]:
+    out: dict[int, Mapping[str, Any]] = {}
+    for doc in events:
+        seq = doc.get("sequence") if isinstance(doc, Mapping) else None
+        if type(seq) is not int or seq < 0:
+            raise ReplayError(f"{side} run has an event without a valid sequence: {seq!r}")
+        if seq in out:
+            raise ReplayError(f"{side} run has two events at sequence {seq}; pass one run's committed log")
+        out[seq] = doc
+    if not out:
+        raise ReplayError(f"{side} run has no events; nothing to compare")
+    return dict(sorted(out.items()))
+
+
+def _observables(events: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
+    docs = [dict(doc) for doc in events.values()]
+    states = states_by_index(docs)
+    return {doc["sequence"]: observable(state) for doc, (state, _hash) in zip(docs, states, strict=True)}
+
+
+def _run_started(events: Mapping[int, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    for doc in events.values():
+        if doc.get("type") == "run.started":
+            return doc
+    return None
+
+
+def _replay_from_seq(rep: Mapping[int, Mapping[str, Any]]) -> int:
+    started = _run_started(rep)
+    payload = started.get("payload") if started else None
+    replay_of = payload.get("replayOf") if isinstance(payload, Mapping) else None
+    value = replay_of.get("fromSeq") if isinstance(replay_of, Mapping) else None
+    return value if type(value) is int and value >= 0 else 0
+
+
+def _run_id(events: Mapping[int, Mapping[str, Any]]) -> str | None:
+    first = next(iter(events.values()))
+    return first.get("runId")
+
+
+def _bindings(events: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    started = _run_started(events)
+    if started is None:
+        return {}
+    payload = started.get("payload")
+    declared = payload.get("bindings") if isinstance(payload, Mapping) else None
+    out = {k: declared[k] for k in BINDING_KEYS if isinstance(declared, Mapping) and k in declared}
+    if "engineVersion" not in out and started.get("engineVersion") is not None:
+        out["engineVersion"] = started["engineVersion"]
+    return out
+
+
+def _binding_diff(orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]]) -> dict:
+    o, r = _bindings(orig), _bindings(rep)
+    return {
+        key: {"expected": o.get(key), "actual": r.get(key)}
+        for key in BINDING_KEYS
+        if (key in o or key in r) and not (key in o and key in r and _same(o[key], r[key]))
+    }
+
+
+def _node_id(doc: Mapping[str, Any]) -> str | None:
+    node = doc.get("nodeId")
+    if node is None and isinstance(doc.get("payload"), Mapping):
+        node = doc["payload"].get("nodeId")
+    return node if isinstance(node, str) else None
+
+
+def _refusal_reason(doc: Mapping[str, Any]) -> str | None:
+    payload = doc.get("payload")
+    if not isinstance(payload, Mapping):
+        return None
+    for key in ("reason", "refusalText", "safetyCategory"):
+        if isinstance(payload.get(key), str):
+            return payload[key]
+    return None
+
+
+def _replay_event(
+    d: Divergence,
+    source_run_id: str | None,
+    orig: Mapping[int, Mapping[str, Any]],
+    rep: Mapping[int, Mapping[str, Any]],
+) -> dict[str, Any]:
+    payload: dict[str, Any] = {"sourceRunId": source_run_id, "atSequence": d.at_sequence}
+    if d.kind == "refusal":
+        payload["originalEnvelopeKind"] = d.expected
+        payload["replayEnvelopeKind"] = d.actual
+        if d.original_event_id is not None:
+            payload["originalEventId"] = d.original_event_id
+        if d.node_id is not None:
+            payload["nodeId"] = d.node_id
+        refusal = rep[d.at_sequence] if d.actual == "refusal" else orig[d.at_sequence]
+        reason = _refusal_reason(refusal)
+        if reason is not None:
+            payload["refusalReason"] = reason
+        return {"type": "replay.divergedAtRefusal", "payload": payload}
+    if d.original_event_id is not None:
+        payload["originalEventId"] = d.original_event_id
+    payload["divergenceKind"] = d.kind
+    point = orig.get(d.at_sequence) or rep.get(d.at_sequence) or {}
+    payload["divergencePoint"] = point.get("type")
+    return {"type": "replay.diverged", "payload": payload}
+
+
+# ---------------------------------------------------------------------------------------------
+# AOS structured outcomes
+
+
+def compare_outcome(
+    original: Mapping[str, Any],
+    replay: Mapping[str, Any],
+    *,
+    deterministic_fields: Mapping[str, Any] | Sequence[str],
+    ignored_fields: Sequence[str],
+    at_sequence: int = 0,
+) -> list[Divergence]:
+    """Compare two AOS StructuredOutcomes on their declared deterministic fields (PIN-009).
+
+    Only ``deterministic_fields`` (a list of paths, or the fixture's path → example-value map)
+    are compared: the field-stability table is the contract, so a field it does not declare
+    compared cannot diverge. Paths are dotted, with ``[*]`` for every list element and a
+    trailing ``.length`` for a list's length. ``ignored_fields`` must not overlap the
+    deterministic ones — a field declared both ways is a broken table, not a judgement call.
+
+    Raises:
+        ReplayError: a path is declared both deterministic and ignored.
+    """
+    paths = list(deterministic_fields)
+    overlap = sorted(set(paths) & set(ignored_fields))
+    if overlap:
+        raise ReplayError(f"fields declared both deterministic and ignored: {', '.join(overlap)}")
+    out: list[Divergence] = []
+    for path in paths:
+        expected, actual = _outcome_value(original, path), _outcome_value(replay, path)
+        if _identity_bytes(expected) != _identity_bytes(actual):
+            out.append(Divergence(
+                at_sequence=at_sequence, kind="output", original_event_id=None, path=path,
+                expected=_plain(expected), actual=_plain(actual), aspect="result",
+                detail=_absence_note(expected, actual),
+            ))
+    return out
+
+
+def _outcome_value(doc: Mapping[str, Any], path: str) -> Any:
+    if path.endswith(".length"):
+        value = _outcome_value(doc, path[: -len(".length")])
+        return len(value) if isinstance(value, list) else ABSENT
+    value = get_path(doc, path)
+    return ABSENT if value is MISSING else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Metrics
+
+
+class ReplayCounters:
+    """Per-aspect match/mismatch counts (AOS ``replay_behavior_{match,mismatch}_total{aspect}``).
+
+    A fail-fast comparison that stopped early counts only what it established: the bindings
+    (checked up front) and the aspect that diverged; the aspects it never reached count neither way.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._match: Counter[str] = Counter()
+        self._mismatch: Counter[str] = Counter()
+
+    def record(self, result: ComparisonResult) -> None:
+        mismatched = {d.aspect for d in result.divergences}
+        if result.binding_diff:
+            mismatched.add("bindings")
+        matched = set(ASPECTS) - mismatched if result.exhaustive else {"bindings"} - mismatched
+        with self._lock:
+            self._mismatch.update(mismatched)
+            self._match.update(matched)
+
+    def snapshot(self) -> dict[str, dict[str, int]]:
+        """``{"match": {aspect: n}, "mismatch": {aspect: n}}`` over every aspect (zeros included)."""
+        with self._lock:
+            return {
+                "match": {a: self._match[a] for a in ASPECTS},
+                "mismatch": {a: self._mismatch[a] for a in ASPECTS},
+            }
+
+    def reset(self) -> None:
+        with self._lock:
+            self._match.clear()
+            self._mismatch.clear()
+
+
+#: The process-wide counters the worker exports.
+REPLAY_COUNTERS = ReplayCounters()
+
+
+def record(result: ComparisonResult, counters: ReplayCounters | None = None) -> None:
+    """Count one comparison into ``counters`` (default: the process-wide :data:`REPLAY_COUNTERS`)."""
+    (counters or REPLAY_COUNTERS).record(result)
+
