@@ -6,6 +6,7 @@ Stable API (other suites import it; extend, never change what exists):
 * :func:`child_runs` — the child runs of that parent (keyed by childRunId).
 * :func:`event_id` / :func:`child_run_id` — the ids the builders use, so tests can
   write expected causation chains by hand.
+* :class:`RunLog` — the builder itself, for small hand-made runs.
 
 The story (both modes): a planner decides ``worker-a`` and ``worker-b`` with an
 output mapping for A only (``{"result": "parentResult"}``); A's child run completes
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BINDINGS", "child_run_id", "child_runs", "event_id", "realistic_run"]
+__all__ = ["BINDINGS", "RunLog", "child_run_id", "child_runs", "event_id", "realistic_run"]
 
 BINDINGS = {"engineVersion": "1.4.0", "modeVersion": "m1", "configVersion": "c7", "policyVersion": "p2"}
 
@@ -43,12 +44,15 @@ def child_run_id(run_id: str, worker_letter: str) -> str:
     return f"{run_id}.child-{worker_letter}"
 
 
-class _Log:
+class RunLog:
+    """Appends RunEventDocs with contiguous sequences; use it to write small hand-made runs."""
+
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
         self.docs: list[dict[str, Any]] = []
 
-    def add(self, type_: str, payload: Any, *, node: str, cause: int | None = None) -> int:
+    def add(self, type_: str, payload: Any, *, node: str = "n", cause: int | None = None) -> int:
+        """Append one doc; ``cause`` is the sequence of its cause. Returns the new doc's sequence."""
         seq = len(self.docs)
         doc: dict[str, Any] = {
             "eventId": event_id(self.run_id, seq),
@@ -64,9 +68,13 @@ class _Log:
         self.docs.append(doc)
         return seq
 
-    def chain(self, phase: str, worker: str, cause: int, **extra: Any) -> int:
+    def chain(self, phase: str, worker: str, cause: int | None, **extra: Any) -> int:
+        """Append a ``core.workflowChain.event`` of this run (extra payload fields as keywords)."""
         payload = {"phase": phase, "workerId": worker, "parentRunId": self.run_id, **extra}
         return self.add("core.workflowChain.event", payload, node="dispatch", cause=cause)
+
+    def id(self, sequence: int) -> str:
+        return event_id(self.run_id, sequence)
 
 
 def realistic_run(run_id: str = "run-1", mode: str = "check") -> list[dict[str, Any]]:
@@ -85,7 +93,7 @@ def realistic_run(run_id: str = "run-1", mode: str = "check") -> list[dict[str, 
     """
     if mode not in ("check", "derive"):
         raise ValueError(f"mode must be 'check' or 'derive', not {mode!r}")
-    log = _Log(run_id)
+    log = RunLog(run_id)
     a, c = child_run_id(run_id, "a"), child_run_id(run_id, "c")
     log.add("run.started", {"bindings": dict(BINDINGS)}, node="start")
     log.add("variable.changed", {"name": "goal", "value": "summarise Q4 incidents"}, node="start")
@@ -157,13 +165,13 @@ def realistic_run(run_id: str = "run-1", mode: str = "check") -> list[dict[str, 
 def child_runs(run_id: str = "run-1") -> dict[str, list[dict[str, Any]]]:
     """Child runs of :func:`realistic_run` (same in both modes): A completes, C is cancelled; B never ran."""
     out: dict[str, list[dict[str, Any]]] = {}
-    a = _Log(child_run_id(run_id, "a"))
+    a = RunLog(child_run_id(run_id, "a"))
     a.add("run.started", {"bindings": dict(BINDINGS)}, node="start")
     a.add("variable.changed", {"name": "result", "value": {"incidents": 3, "worst": "INC-42"}}, node="work")
     a.add("run.completed", {"status": "completed", "outputs": {"result": {"incidents": 3, "worst": "INC-42"}}},
           node="end")
     out[a.run_id] = a.docs
-    c = _Log(child_run_id(run_id, "c"))
+    c = RunLog(child_run_id(run_id, "c"))
     c.add("run.started", {"bindings": dict(BINDINGS)}, node="start")
     c.add("run.cancelled", {"status": "cancelled", "error": {"code": "cancelled", "message": "operator cancelled"}},
           node="end")
