@@ -1,0 +1,461 @@
+"""Named audit queries and read-only SQL over the audit store.
+
+Every value reaches ClickHouse as a server-side bound parameter (``{name:Type}``,
+which clickhouse-connect passes as query parameters over HTTP and as chdb
+``params`` in-process): nothing a user types is ever formatted into SQL text.
+Every named query reads deduplicated rows with ``FINAL`` (the tables are
+ReplacingMergeTree on the record's natural key; see infra/clickhouse/README.md for
+why FINAL rather than argMax / LIMIT 1 BY).
+
+Optional filters use ``'' = {p:String} OR col = {p:String}``: one plan for both
+cases, and the primary key still prunes when the value is given.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from processors.store import QueryResult, Store
+from schemas.errors import StoreError
+
+__all__ = [
+    "NAMED_QUERIES",
+    "AuditQueries",
+    "NamedQuery",
+    "Param",
+    "check_read_only",
+    "run_named",
+    "run_sql",
+]
+
+_READ_ONLY_SETTINGS = {"readonly": 1}
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named-query parameter: ``type`` is the ClickHouse type it is bound as."""
+
+    name: str
+    type: str = "String"
+    required: bool = False
+    default: str | None = ""
+    help: str = ""
+
+    def coerce(self, raw: str) -> Any:
+        """Validate a user-supplied string before it is bound (StoreError ``bad_param``)."""
+        if not isinstance(raw, str):
+            raw = str(raw)
+        if self.type in ("UInt32", "UInt64"):
+            if not re.fullmatch(r"\d{1,19}", raw.strip()):
+                raise StoreError(f"parameter {self.name} must be a non-negative integer, got {raw!r}", code="bad_param")
+            value = int(raw)
+            if value >= 2 ** (32 if self.type == "UInt32" else 64):
+                raise StoreError(f"parameter {self.name} is out of range for {self.type}: {raw!r}", code="bad_param")
+            return value
+        if self.type == "Int64":
+            if not re.fullmatch(r"-?\d{1,19}", raw.strip()):
+                raise StoreError(f"parameter {self.name} must be an integer, got {raw!r}", code="bad_param")
+            return int(raw)
+        if "\x00" in raw:
+            raise StoreError(f"parameter {self.name} contains a NUL byte", code="bad_param")
+        return raw
+
+
+@dataclass(frozen=True)
+class NamedQuery:
+    name: str
+    help: str
+    params: tuple[Param, ...]
+    sql: str
+
+    def spec(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "help": self.help,
+            "params": [
+                {"name": p.name, "type": p.type, "required": p.required, "default": p.default, "help": p.help}
+                for p in self.params
+            ],
+        }
+
+
+_RUN_FILTER = Param("run_id", help="only this run ('' = all runs)")
+
+_RUN_TIMELINE = """
+SELECT sequence, event_time, type, node_id, event_id, causation_id, hash
+FROM events FINAL
+WHERE run_id = {run_id:String}
+ORDER BY sequence
+LIMIT {limit:UInt64}
+"""
+
+# Causation is a tree inside one run (a cause always precedes its effect), so the
+# walk is bounded by the run's length; max_depth bounds it for hostile data too.
+_CAUSATION_CHAIN = """
+WITH RECURSIVE
+    ev AS (
+        SELECT event_id, causation_id, sequence, type, node_id
+        FROM events FINAL
+        WHERE run_id = {run_id:String}
+    ),
+    up AS (
+        SELECT event_id, causation_id, sequence, type, node_id, toUInt32(0) AS depth
+        FROM ev WHERE event_id = {event_id:String}
+        UNION ALL
+        SELECT ev.event_id, ev.causation_id, ev.sequence, ev.type, ev.node_id, up.depth + 1
+        FROM ev INNER JOIN up ON ev.event_id = up.causation_id
+        WHERE up.causation_id != '' AND up.depth < {max_depth:UInt32}
+    ),
+    down AS (
+        SELECT event_id, causation_id, sequence, type, node_id, toUInt32(0) AS depth
+        FROM ev WHERE event_id = {event_id:String}
+        UNION ALL
+        SELECT ev.event_id, ev.causation_id, ev.sequence, ev.type, ev.node_id, down.depth + 1
+        FROM ev INNER JOIN down ON ev.causation_id = down.event_id
+        WHERE down.depth < {max_depth:UInt32}
+    )
+SELECT relation, depth, sequence, event_id, causation_id, type, node_id
+FROM (
+    SELECT 'ancestor' AS relation, depth, sequence, event_id, causation_id, type, node_id FROM up WHERE depth > 0
+    UNION ALL
+    SELECT 'self', depth, sequence, event_id, causation_id, type, node_id FROM up WHERE depth = 0
+    UNION ALL
+    SELECT 'descendant', depth, sequence, event_id, causation_id, type, node_id FROM down WHERE depth > 0
+)
+ORDER BY sequence
+"""
+
+# Phase rank orders a dispatch's transitions by the state machine, not by clocks:
+# two hosts' timestamps may tie or skew, the machine's order cannot.
+_PHASE_RANK = """multiIf(
+    phase = 'dispatch.began', 0,
+    phase IN ('dispatch.succeeded', 'dispatch.failed'), 1,
+    phase IN ('child.completed', 'child.failed', 'child.cancelled'), 2,
+    phase = 'output.harvested', 3,
+    9)"""
+
+_HANDOFF_LATENCY = f"""
+WITH steps AS (
+    SELECT
+        worker_id,
+        phase,
+        {_PHASE_RANK} AS phase_rank,
+        toUnixTimestamp64Milli(event_time)
+            - lagInFrame(toUnixTimestamp64Milli(event_time)) OVER w AS ms,
+        row_number() OVER w AS step
+    FROM transitions FINAL
+    WHERE ({{run_id:String}} = '' OR parent_run_id = {{run_id:String}})
+    WINDOW w AS (PARTITION BY parent_run_id, dispatch_id ORDER BY phase_rank, event_time
+                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
+)
+SELECT
+    worker_id,
+    phase,
+    count() AS n,
+    round(quantileExactInclusive(0.5)(ms), 3) AS p50_ms,
+    round(quantileExactInclusive(0.95)(ms), 3) AS p95_ms,
+    round(quantileExactInclusive(0.99)(ms), 3) AS p99_ms,
+    max(ms) AS max_ms
+FROM steps
+WHERE step > 1
+GROUP BY worker_id, phase, phase_rank
+ORDER BY worker_id, phase_rank, phase
+"""
+
+_FAILURES = """
+WITH t AS (
+    SELECT worker_id, dispatch_id, phase, error_code, parent_run_id
+    FROM transitions FINAL
+    WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})
+),
+per_worker AS (
+    SELECT worker_id, uniqExact(dispatch_id) AS dispatches FROM t GROUP BY worker_id
+)
+SELECT
+    t.worker_id AS worker_id,
+    t.phase AS phase,
+    if(t.error_code = '', '(none)', t.error_code) AS error_code,
+    count() AS failures,
+    uniqExact(t.parent_run_id) AS runs,
+    any(per_worker.dispatches) AS dispatches,
+    round(failures / dispatches, 4) AS failure_rate
+FROM t INNER JOIN per_worker ON t.worker_id = per_worker.worker_id
+WHERE t.phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
+GROUP BY worker_id, phase, error_code
+ORDER BY failures DESC, worker_id, phase, error_code
+"""
+
+# Model/provider of an LLM outcome: the request of the paired agent.invocation.started
+# (latest earlier start with the same cacheKey in the run, an ASOF join), else a
+# provider.usage event caused by the outcome or by that start.
+_REFUSALS = """
+WITH
+    ev AS (
+        SELECT run_id, sequence, event_id, causation_id, type, payload
+        FROM events FINAL
+        WHERE type IN ('agent.invocation.started', 'agent.invocation.completed', 'envelope.refusal', 'provider.usage')
+          AND ({run_id:String} = '' OR run_id = {run_id:String})
+    ),
+    starts AS (
+        SELECT run_id, sequence, event_id,
+               JSONExtractString(payload, 'cacheKey') AS cache_key,
+               JSONExtractString(payload, 'request', 'provider') AS provider,
+               JSONExtractString(payload, 'request', 'model') AS model
+        FROM ev WHERE type = 'agent.invocation.started'
+    ),
+    usage_by_cause AS (
+        SELECT run_id, causation_id,
+               any(JSONExtractString(payload, 'provider')) AS provider,
+               any(JSONExtractString(payload, 'model')) AS model
+        FROM ev WHERE type = 'provider.usage' AND causation_id != ''
+        GROUP BY run_id, causation_id
+    ),
+    outcomes AS (
+        SELECT run_id, sequence, event_id, type, JSONExtractString(payload, 'cacheKey') AS cache_key
+        FROM ev WHERE type IN ('agent.invocation.completed', 'envelope.refusal')
+    ),
+    paired AS (
+        SELECT
+            o.type AS type,
+            multiIf(s.provider != '', s.provider, u1.provider != '', u1.provider, u2.provider != '', u2.provider,
+                    '(unknown)') AS provider,
+            multiIf(s.model != '', s.model, u1.model != '', u1.model, u2.model != '', u2.model, '(unknown)') AS model
+        FROM outcomes AS o
+        ASOF LEFT JOIN starts AS s ON o.run_id = s.run_id AND o.cache_key = s.cache_key AND o.sequence > s.sequence
+        LEFT JOIN usage_by_cause AS u1 ON u1.run_id = o.run_id AND u1.causation_id = o.event_id
+        LEFT JOIN usage_by_cause AS u2 ON u2.run_id = o.run_id AND u2.causation_id = s.event_id
+    )
+SELECT
+    provider,
+    model,
+    countIf(type = 'agent.invocation.completed') AS completed,
+    countIf(type = 'envelope.refusal') AS refused,
+    completed + refused AS outcomes,
+    round(refused / outcomes, 4) AS refusal_rate
+FROM paired
+GROUP BY provider, model
+ORDER BY provider, model
+"""
+
+_USAGE = """
+SELECT
+    run_id,
+    JSONExtractString(payload, 'provider') AS provider,
+    JSONExtractString(payload, 'model') AS model,
+    count() AS calls,
+    sum(JSONExtractUInt(payload, 'inputTokens')) AS input_tokens,
+    sum(JSONExtractUInt(payload, 'outputTokens')) AS output_tokens,
+    round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
+FROM events FINAL
+WHERE type = 'provider.usage'
+  AND ({run_id:String} = '' OR run_id = {run_id:String})
+GROUP BY run_id, provider, model
+ORDER BY run_id, provider, model
+"""
+
+_REPLAY_VERDICTS = """
+SELECT source_run_id, replay_run_id, mode, verdict, error_code, compared_through, first_divergence, recorded_at
+FROM replay_verdicts FINAL
+WHERE ({source_run_id:String} = '' OR source_run_id = {source_run_id:String})
+  AND ({verdict:String} = '' OR verdict = {verdict:String})
+ORDER BY source_run_id, recorded_at, replay_run_id
+LIMIT {limit:UInt64}
+"""
+
+_REJECTIONS = """
+SELECT
+    reason,
+    count() AS rejections,
+    uniqExactIf(run_id, run_id != '') AS runs,
+    min(source_time) AS first_seen,
+    max(source_time) AS last_seen
+FROM rejections FINAL
+WHERE ({run_id:String} = '' OR run_id = {run_id:String})
+GROUP BY reason
+ORDER BY rejections DESC, reason
+"""
+
+_VIOLATIONS = """
+SELECT run_id, code, count() AS violations, groupArray(10)(sequence) AS first_sequences
+FROM (
+    SELECT run_id, code, sequence FROM violations FINAL
+    WHERE ({run_id:String} = '' OR run_id = {run_id:String})
+    ORDER BY run_id, sequence
+)
+GROUP BY run_id, code
+ORDER BY run_id, code
+"""
+
+_LIMIT = Param("limit", "UInt64", default="10000", help="at most this many rows")
+
+NAMED_QUERIES: dict[str, NamedQuery] = {
+    q.name: q
+    for q in (
+        NamedQuery("run-timeline", "every committed event of a run, in sequence order",
+                   (Param("run_id", required=True, default=None, help="the run"), _LIMIT), _RUN_TIMELINE),
+        NamedQuery("causation-chain", "ancestors and descendants of one event (by causationId)",
+                   (Param("run_id", required=True, default=None, help="the run"),
+                    Param("event_id", required=True, default=None, help="the event at the centre"),
+                    Param("max_depth", "UInt32", default="1000", help="stop walking after this many hops")),
+                   _CAUSATION_CHAIN),
+        NamedQuery("handoff-latency", "p50/p95/p99 ms from a dispatch's previous transition, per worker and phase",
+                   (_RUN_FILTER,), _HANDOFF_LATENCY),
+        NamedQuery("failures", "dispatch/child failures by worker and error code, with the worker's failure rate",
+                   (_RUN_FILTER,), _FAILURES),
+        NamedQuery("refusals", "refusal rate per provider/model: envelope.refusal vs agent.invocation.completed",
+                   (_RUN_FILTER,), _REFUSALS),
+        NamedQuery("usage", "tokens and cost per run and model (provider.usage)", (_RUN_FILTER,), _USAGE),
+        NamedQuery("replay-verdicts", "replay verdicts, newest last",
+                   (Param("source_run_id", help="only replays of this run ('' = all)"),
+                    Param("verdict", help="match | diverged | diverged_at_refusal | what-if ('' = all)"), _LIMIT),
+                   _REPLAY_VERDICTS),
+        NamedQuery("rejections", "rejected ingest records by reason", (_RUN_FILTER,), _REJECTIONS),
+        NamedQuery("violations", "handoff violations by run and code", (_RUN_FILTER,), _VIOLATIONS),
+    )
+}
+
+
+def _bind(query: NamedQuery, params: Mapping[str, Any]) -> dict[str, Any]:
+    known = {p.name for p in query.params}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise StoreError(
+            f"query {query.name} has no parameter {', '.join(unknown)}; it takes: {', '.join(sorted(known)) or 'none'}",
+            code="bad_param",
+        )
+    bound: dict[str, Any] = {}
+    for p in query.params:
+        raw = params.get(p.name)
+        if raw is None or (raw == "" and p.required):
+            if p.required:
+                raise StoreError(f"query {query.name} needs --param {p.name}=<{p.type}>", code="bad_param")
+            raw = p.default if p.default is not None else ""
+        bound[p.name] = p.coerce(raw)
+    return bound
+
+
+def run_named(store: Store, name: str, params: Mapping[str, Any] | None = None) -> QueryResult:
+    """Run a named query with its parameters bound (values arrive as strings from CLI/HTTP).
+
+    Raises:
+        StoreError: ``unknown_query``, ``bad_param``; ClickHouseError (a StoreError)
+            from the server, with its numeric code and name.
+    """
+    query = NAMED_QUERIES.get(name)
+    if query is None:
+        raise StoreError(f"no named query {name!r}; known: {', '.join(NAMED_QUERIES)}", code="unknown_query")
+    return store.query(query.sql, _bind(query, params or {}), settings=_READ_ONLY_SETTINGS)
+
+
+# -- read-only SQL --------------------------------------------------------------------------------
+_READ_KEYWORDS = {"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN", "EXISTS"}
+
+
+def _strip_sql(sql: str) -> tuple[str, bool]:
+    """SQL with comments and literals blanked out, and whether it holds more than one statement."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            j = i + 1
+            while j < n and sql[j] != c:
+                j += 2 if sql[j] == "\\" else 1
+            out.append(" ")
+            i = j + 1
+        elif sql.startswith("--", i) or c == "#":
+            j = sql.find("\n", i)
+            i = n if j == -1 else j
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            i = n if j == -1 else j + 2
+            out.append(" ")
+        else:
+            out.append(c)
+            i += 1
+    text = "".join(out).strip()
+    body = text.rstrip().rstrip(";").rstrip()
+    return body, ";" in body
+
+
+def check_read_only(sql: str) -> None:
+    """Refuse anything but one SELECT/WITH/SHOW/DESCRIBE/EXPLAIN/EXISTS statement.
+
+    The server also runs it with ``readonly=1`` (chdb honours it: verified); this
+    check gives a clear ``read_only`` error first and covers statements readonly
+    allows (``KILL QUERY``).
+    """
+    body, multiple = _strip_sql(sql)
+    if not body:
+        raise StoreError("empty SQL", code="read_only")
+    if multiple:
+        raise StoreError("only one statement per request; remove the ';' between statements", code="read_only")
+    first = re.match(r"\(*\s*([A-Za-z]+)", body)
+    keyword = first.group(1).upper() if first else ""
+    if keyword not in _READ_KEYWORDS:
+        raise StoreError(
+            f"{keyword or 'this statement'} is not allowed: sql is read-only "
+            f"(SELECT, WITH, SHOW, DESCRIBE, EXPLAIN, EXISTS)",
+            code="read_only",
+        )
+
+
+def run_sql(store: Store, sql: str) -> QueryResult:
+    """Run one read-only statement (``readonly=1`` on the server side as well).
+
+    Raises:
+        StoreError: ``read_only`` for writes, DDL, several statements or anything the
+            server refuses in readonly mode (code 164 READONLY).
+    """
+    check_read_only(sql)
+    try:
+        return store.query(sql, settings=_READ_ONLY_SETTINGS)
+    except StoreError as e:
+        if getattr(e, "server_name", None) == "READONLY":
+            raise StoreError(f"sql is read-only; the server refused: {e}", code="read_only") from e
+        raise
+
+
+# -- Python API ------------------------------------------------------------------------------------
+class AuditQueries:
+    """The named queries as methods: ``AuditQueries(store).run_timeline("run-1").rows``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def run(self, name: str, **params: Any) -> QueryResult:
+        return run_named(self.store, name, {k: v for k, v in params.items() if v is not None})
+
+    def run_timeline(self, run_id: str, *, limit: int | None = None) -> QueryResult:
+        return self.run("run-timeline", run_id=run_id, limit=limit)
+
+    def causation_chain(self, run_id: str, event_id: str, *, max_depth: int | None = None) -> QueryResult:
+        return self.run("causation-chain", run_id=run_id, event_id=event_id, max_depth=max_depth)
+
+    def handoff_latency(self, run_id: str | None = None) -> QueryResult:
+        return self.run("handoff-latency", run_id=run_id)
+
+    def failures(self, run_id: str | None = None) -> QueryResult:
+        return self.run("failures", run_id=run_id)
+
+    def refusals(self, run_id: str | None = None) -> QueryResult:
+        return self.run("refusals", run_id=run_id)
+
+    def usage(self, run_id: str | None = None) -> QueryResult:
+        return self.run("usage", run_id=run_id)
+
+    def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
+                        limit: int | None = None) -> QueryResult:
+        return self.run("replay-verdicts", source_run_id=source_run_id, verdict=verdict, limit=limit)
+
+    def rejections(self, run_id: str | None = None) -> QueryResult:
+        return self.run("rejections", run_id=run_id)
+
+    def violations(self, run_id: str | None = None) -> QueryResult:
+        return self.run("violations", run_id=run_id)
+
+    def sql(self, sql: str) -> QueryResult:
+        return run_sql(self.store, sql)
