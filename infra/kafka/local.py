@@ -1,0 +1,667 @@
+"""A real Apache Kafka (KRaft) on loopback, fetched from Maven Central and run with the machine's Java.
+
+Why not a tarball or Docker: the only tools we may assume are Java, Maven, Python and make. Maven
+resolves ``kafka_2.13`` and its runtime jars (``pom.xml`` beside this file) into a cache outside the
+repository; the broker is ``java -cp '<libs>/*' kafka.Kafka server.properties``.
+
+Layout under ``Settings.home / "kafka"``::
+
+    cluster.json            topology of the last ``start`` (node count, ports, cluster id)
+    .lock                   flock held while starting/stopping, so concurrent callers never race
+    node-<i>/server.properties, data/, server.log, stdout.log, kafka.pid
+
+Every node is a combined broker+controller. With ``n`` nodes and base port ``P`` (the port of
+``Settings.kafka_bootstrap``), node ``i`` serves clients on ``P + i`` and the controller quorum on
+``P + n + i`` (one node: 19092 and 19093; three: 19092-19094 and 19095-19097).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import signal
+import socket
+import string
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from schemas.errors import InfraError
+from streams.settings import Settings
+
+__all__ = [
+    "NodeInfo",
+    "Topology",
+    "bootstrap_servers",
+    "ensure_kafka_jars",
+    "kafka_cache_dir",
+    "start",
+    "start_node",
+    "status",
+    "stop",
+    "stop_node",
+]
+
+HERE = Path(__file__).resolve().parent
+POM = HERE / "pom.xml"
+LOG4J_CONFIG = HERE / "log4j2.xml"
+PROPERTIES_TEMPLATE = HERE / "node.template.properties"
+
+HOST = "127.0.0.1"
+MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL = "kafka.tools.StorageTool"
+# A cold JVM + KRaft election + broker registration takes 5-15 s here; three nodes on a busy CI
+# machine can take much longer. Past this we give up and show the log.
+START_TIMEOUT_S = 120.0
+# A broker's controlled shutdown normally takes 1-5 s; one that lost its quorum can hang, so we
+# escalate to SIGKILL after this (data stays consistent: Kafka recovers its logs on restart).
+STOP_TIMEOUT_S = 30.0
+_COMPLETE_MARKER = ".complete"
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """One node of the local stack, as ``status`` sees it (``started`` = launched by this call)."""
+
+    index: int
+    node_id: int
+    host: str
+    port: int
+    controller_port: int
+    pid: int | None
+    alive: bool
+    node_dir: Path
+    log_file: Path
+    started: bool = False
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def to_dict(self) -> dict[str, object]:
+        d = asdict(self)
+        d["node_dir"] = str(self.node_dir)
+        d["log_file"] = str(self.log_file)
+        d["bootstrap"] = self.bootstrap
+        return d
+
+
+@dataclass(frozen=True)
+class Topology:
+    """What ``cluster.json`` records, so ``status``/``stop``/``start_node`` need no arguments."""
+
+    nodes: int
+    base_port: int
+    cluster_id: str
+    kafka_version: str
+
+    def port(self, index: int) -> int:
+        return self.base_port + index
+
+    def controller_port(self, index: int) -> int:
+        return self.base_port + self.nodes + index
+
+
+def bootstrap_servers(nodes: list[NodeInfo]) -> str:
+    """The comma-separated bootstrap list clients should use for these nodes."""
+    return ",".join(n.bootstrap for n in nodes)
+
+
+# --------------------------------------------------------------------------- jars
+
+
+def kafka_cache_dir(settings: Settings) -> Path:
+    """Where the jars live: outside git, shared by every checkout and every test home.
+
+    ``Settings`` has no field for it (yet), so ``AGENTLOG_KAFKA_CACHE`` is read here; a
+    ``kafka_cache`` field on ``Settings``, if one is added, wins.
+    """
+    configured = getattr(settings, "kafka_cache", None) or os.environ.get("AGENTLOG_KAFKA_CACHE")
+    if configured:
+        return Path(configured).expanduser().resolve()
+    return Path.home() / ".cache" / "agentlog" / f"kafka-{settings.kafka_version}"
+
+
+def _libs_ready(libs: Path, version: str) -> bool:
+    return (libs / _COMPLETE_MARKER).is_file() and (libs / f"kafka_2.13-{version}.jar").is_file()
+
+
+def ensure_kafka_jars(settings: Settings) -> Path:
+    """Return the directory holding the broker's jars, resolving them with Maven the first time.
+
+    Maven writes into a temporary directory that is renamed into place only when complete, under a
+    lock, so an interrupted or concurrent fetch never leaves a half-filled ``libs`` that looks done.
+    """
+    cache = kafka_cache_dir(settings)
+    libs = cache / "libs"
+    version = settings.kafka_version
+    if _libs_ready(libs, version):
+        return libs
+    mvn = shutil.which("mvn")
+    if mvn is None:
+        raise InfraError(
+            "Maven (mvn) is not on PATH; install Maven 3.6+ so agentlog can fetch the Kafka jars "
+            f"(or put them in {libs} yourself)",
+            code="maven_failed",
+        )
+    _find_java()
+    cache.mkdir(parents=True, exist_ok=True)
+    with _flock(cache / ".lock"):
+        if _libs_ready(libs, version):
+            return libs
+        staging = Path(tempfile.mkdtemp(prefix="libs-", dir=cache))
+        cmd = [
+            mvn, "-B", "-ntp", "-f", str(POM), "dependency:copy-dependencies",
+            f"-Dkafka.version={version}", f"-DoutputDirectory={staging}",
+        ]
+        proc = subprocess.run(cmd, cwd=cache, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not (staging / f"kafka_2.13-{version}.jar").is_file():
+            shutil.rmtree(staging, ignore_errors=True)
+            raise InfraError(
+                f"Maven could not fetch org.apache.kafka:kafka_2.13:{version}: {_last_maven_error(proc.stdout + proc.stderr)}",
+                code="maven_failed",
+            )
+        (staging / _COMPLETE_MARKER).write_text(
+            "\n".join(sorted(p.name for p in staging.glob("*.jar"))) + "\n"
+        )
+        if libs.exists():
+            shutil.rmtree(libs)
+        staging.rename(libs)
+    return libs
+
+
+def _last_maven_error(output: str) -> str:
+    errors = [
+        line.removeprefix("[ERROR]").strip()
+        for line in output.splitlines()
+        if line.startswith("[ERROR]") and line.removeprefix("[ERROR]").strip()
+    ]
+    # Maven ends with generic "re-run with -e" advice; the first error line names the actual cause.
+    useful = [e for e in errors if not e.startswith(("->", "Re-run", "To see", "For more", "[Help"))]
+    if useful:
+        return useful[0][:400]
+    tail = [line for line in output.splitlines() if line.strip()]
+    return tail[-1][:400] if tail else "mvn failed without output"
+
+
+def _find_java() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise InfraError(
+            "Java is not installed (no `java` on PATH, no JAVA_HOME); install a JDK 17+ to run Kafka",
+            code="java_missing",
+        )
+    return java
+
+
+# --------------------------------------------------------------------------- layout
+
+
+def kafka_home(settings: Settings) -> Path:
+    return Path(settings.home).resolve() / "kafka"
+
+
+def _node_dir(settings: Settings, index: int) -> Path:
+    return kafka_home(settings) / f"node-{index}"
+
+
+def _pid_file(settings: Settings, index: int) -> Path:
+    return _node_dir(settings, index) / "kafka.pid"
+
+
+def _properties_file(settings: Settings, index: int) -> Path:
+    return _node_dir(settings, index) / "server.properties"
+
+
+def _log_file(settings: Settings, index: int) -> Path:
+    return _node_dir(settings, index) / "server.log"
+
+
+def _base_port(settings: Settings) -> int:
+    first = settings.kafka_bootstrap.split(",")[0].strip()
+    host, _, port = first.rpartition(":")
+    try:
+        return int(port)
+    except ValueError as e:
+        raise InfraError(
+            f"AGENTLOG_KAFKA_BOOTSTRAP={settings.kafka_bootstrap!r} has no port; use host:port",
+            code="config_error",
+        ) from e
+
+
+def _read_topology(settings: Settings) -> Topology | None:
+    path = kafka_home(settings) / "cluster.json"
+    if not path.is_file():
+        return None
+    return Topology(**json.loads(path.read_text()))
+
+
+def _write_topology(settings: Settings, topo: Topology) -> None:
+    path = kafka_home(settings) / "cluster.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(topo), indent=2) + "\n")
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def _flock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --------------------------------------------------------------------------- processes
+
+# Brokers this Python process launched: polling the Popen reaps them, so a dead child never
+# lingers as a zombie that `kill(pid, 0)` would report as alive.
+_children: dict[int, subprocess.Popen[bytes]] = {}
+
+
+def _read_pid(settings: Settings, index: int) -> int | None:
+    try:
+        return int(_pid_file(settings, index).read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int, properties: Path) -> bool:
+    """True if ``pid`` is a running broker started with ``properties`` (guards against PID reuse)."""
+    child = _children.get(pid)
+    if child is not None and child.poll() is not None:
+        _children.pop(pid, None)
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    proc = Path("/proc") / str(pid)
+    if not proc.exists():
+        return True  # no procfs (macOS): kill(0) is all we can check
+    try:
+        stat = (proc / "stat").read_text()
+        if stat.rsplit(")", 1)[1].split()[0] == "Z":
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            return False
+        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return str(properties).encode() in cmdline
+
+
+def _node_info(settings: Settings, topo: Topology, index: int, *, started: bool = False) -> NodeInfo:
+    pid = _read_pid(settings, index)
+    alive = pid is not None and _pid_alive(pid, _properties_file(settings, index))
+    return NodeInfo(
+        index=index,
+        node_id=index + 1,
+        host=HOST,
+        port=topo.port(index),
+        controller_port=topo.controller_port(index),
+        pid=pid if alive else None,
+        alive=alive,
+        node_dir=_node_dir(settings, index),
+        log_file=_log_file(settings, index),
+        started=started,
+    )
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((HOST, port))
+        except OSError:
+            return False
+    return True
+
+
+def _who_listens(port: int) -> str:
+    """Best effort 'pid 123 (java)' for the process listening on ``port`` (Linux procfs only)."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if len(cols) > 9 and cols[3] == "0A" and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(cols[9])
+    if not inodes:
+        return ""
+    targets = {f"socket:[{i}]" for i in inodes}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in targets:
+                    comm = (proc / "comm").read_text().strip()
+                    return f"pid {proc.name} ({comm})"
+    return ""
+
+
+def _check_ports(ports: list[int]) -> None:
+    for port in ports:
+        if not _port_free(port):
+            who = _who_listens(port)
+            raise InfraError(
+                f"port {HOST}:{port} is already in use{' by ' + who if who else ''}; "
+                "stop that process or choose another port (agentlog infra up --port P)",
+                code="port_in_use",
+            )
+
+
+def _render_properties(settings: Settings, topo: Topology, index: int) -> str:
+    voters = ",".join(f"{i + 1}@{HOST}:{topo.controller_port(i)}" for i in range(topo.nodes))
+    replication = min(topo.nodes, 3)
+    return string.Template(PROPERTIES_TEMPLATE.read_text()).substitute(
+        node_id=index + 1,
+        voters=voters,
+        host=HOST,
+        port=topo.port(index),
+        controller_port=topo.controller_port(index),
+        data_dir=_node_dir(settings, index) / "data",
+        replication=replication,
+        min_isr=2 if replication >= 3 else 1,
+    )
+
+
+def _jvm_base(settings: Settings, libs: Path, index: int) -> list[str]:
+    return [
+        _find_java(),
+        *settings.kafka_heap.split(),
+        "-XX:+UseG1GC",
+        "-XX:+ExitOnOutOfMemoryError",
+        "-Djava.awt.headless=true",
+        f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
+        f"-Dagentlog.kafka.log={_log_file(settings, index)}",
+        "-cp",
+        f"{libs}/*",
+    ]
+
+
+def _format_storage(settings: Settings, topo: Topology, libs: Path, index: int) -> None:
+    """Format a node's data dir once; an existing ``meta.properties`` means data to keep."""
+    data = _node_dir(settings, index) / "data"
+    if (data / "meta.properties").is_file():
+        return
+    data.mkdir(parents=True, exist_ok=True)
+    cmd = [
+        *_jvm_base(settings, libs, index), STORAGE_TOOL, "format",
+        "--cluster-id", topo.cluster_id, "--config", str(_properties_file(settings, index)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        last = [line for line in (proc.stderr + proc.stdout).splitlines() if line.strip()]
+        raise InfraError(
+            f"formatting Kafka storage in {data} failed: {last[-1] if last else 'no output'}",
+            code="broker_start_failed",
+        )
+
+
+def _launch(settings: Settings, topo: Topology, libs: Path, index: int) -> int:
+    node_dir = _node_dir(settings, index)
+    node_dir.mkdir(parents=True, exist_ok=True)
+    props = _properties_file(settings, index)
+    props.write_text(_render_properties(settings, topo, index))
+    _format_storage(settings, topo, libs, index)
+    cmd = [*_jvm_base(settings, libs, index), MAIN_CLASS, str(props)]
+    with open(node_dir / "stdout.log", "ab") as out:
+        # A new session: Ctrl-C in the terminal that ran `infra up` must not kill the broker.
+        proc = subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            cwd=node_dir, start_new_session=True,
+        )
+    _children[proc.pid] = proc
+    _pid_file(settings, index).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def _new_cluster_id() -> str:
+    # Kafka's Uuid string form: URL-safe base64 of 16 bytes, unpadded; it refuses ids starting with '-'.
+    while True:
+        cid = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cid.startswith("-"):
+            return cid
+
+
+# --------------------------------------------------------------------------- readiness
+
+
+async def _registered_brokers(bootstrap: str, timeout_s: float) -> set[int]:
+    from aiokafka.admin import AIOKafkaAdminClient  # heavy import, only when probing
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+    try:
+        await asyncio.wait_for(admin.start(), timeout_s)
+        cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
+        return {int(b["node_id"]) for b in cluster["brokers"]}
+    finally:
+        with contextlib.suppress(Exception):
+            await admin.close()
+
+
+def _probe(bootstrap: str, timeout_s: float = 3.0) -> set[int]:
+    """Broker ids the cluster reports through ``bootstrap``; empty if it does not answer yet."""
+    host, _, port = bootstrap.rpartition(":")
+    try:
+        # Cheap first check: until the port accepts, aiokafka would only log connection errors.
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError:
+        return set()
+
+    def run() -> set[int]:
+        try:
+            return asyncio.run(_registered_brokers(bootstrap, timeout_s))
+        except Exception:  # any failure to answer = not ready yet; the caller keeps waiting
+            return set()
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return run()
+    # Called from async code (a test, the demo): asyncio.run needs a thread of its own.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(run).result()
+
+
+def _log_tail(path: Path) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except FileNotFoundError:
+        return "(no log written)"
+    for line in reversed(lines[-200:]):
+        if " ERROR " in line or "Exception" in line:
+            return line.strip()[:300]
+    return lines[-1].strip()[:300] if lines else "(log is empty)"
+
+
+def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = list(indexes)
+    while pending:
+        for index in list(pending):
+            info = _node_info(settings, topo, index)
+            if not info.alive:
+                raise InfraError(
+                    f"Kafka node {index} (port {info.port}) exited during start-up; "
+                    f"see {info.log_file}: {_log_tail(info.log_file)}"
+                    f" (also {info.node_dir / 'stdout.log'})",
+                    code="broker_start_failed",
+                )
+            if index + 1 in _probe(info.bootstrap):
+                pending.remove(index)
+        if pending and time.monotonic() > deadline:
+            info = _node_info(settings, topo, pending[0])
+            raise InfraError(
+                f"Kafka node {pending[0]} (port {info.port}) did not answer metadata within "
+                f"{timeout_s:.0f}s; see {info.log_file}: {_log_tail(info.log_file)}",
+                code="broker_start_failed",
+            )
+        if pending:
+            time.sleep(0.5)
+
+
+# --------------------------------------------------------------------------- public API
+
+
+def start(settings: Settings, nodes: int | None = None, *, timeout_s: float = START_TIMEOUT_S) -> list[NodeInfo]:
+    """Start the local stack (or find it running) and return its nodes once every one answers.
+
+    ``nodes=None`` keeps the recorded topology (1 node for a fresh home). Asking for another node
+    count or port than the data in ``home`` was formatted for is an error (``topology_mismatch``):
+    ``stop(settings, purge=True)`` first. A node already running is left alone (``started=False``).
+    """
+    home = kafka_home(settings)
+    home.mkdir(parents=True, exist_ok=True)
+    with _flock(home / ".lock"):
+        if nodes is not None and nodes < 1:
+            raise InfraError(f"the stack needs at least one node, not {nodes}", code="config_error")
+        topo = _read_topology(settings)
+        base_port = _base_port(settings)
+        if topo is None:
+            topo = Topology(
+                nodes=nodes or 1, base_port=base_port,
+                cluster_id=_new_cluster_id(), kafka_version=settings.kafka_version,
+            )
+        elif (nodes is not None and nodes != topo.nodes) or base_port != topo.base_port:
+            raise InfraError(
+                f"{home} holds a {topo.nodes}-node stack on port {topo.base_port}, not "
+                f"{nodes or topo.nodes} node(s) on port {base_port}; run `agentlog infra down --purge` "
+                "to discard it, or use another AGENTLOG_HOME",
+                code="topology_mismatch",
+            )
+        current = [_node_info(settings, topo, i) for i in range(topo.nodes)]
+        to_start = [n.index for n in current if not n.alive]
+        if to_start:
+            libs = ensure_kafka_jars(settings)
+            ports = [p for i in to_start for p in (topo.port(i), topo.controller_port(i))]
+            _check_ports(ports)
+            _write_topology(settings, topo)
+            for index in to_start:
+                _launch(settings, topo, libs, index)
+            try:
+                _wait_ready(settings, topo, to_start, timeout_s)
+            except InfraError:
+                # Leave nothing half-started behind: the next `up` starts clean.
+                for index in to_start:
+                    _stop_index(settings, topo, index)
+                raise
+        return [_node_info(settings, topo, i, started=i in to_start) for i in range(topo.nodes)]
+
+
+def status(settings: Settings) -> list[NodeInfo]:
+    """Every node of the recorded topology with its pid and liveness; [] if never started here."""
+    topo = _read_topology(settings)
+    if topo is None:
+        return []
+    return [_node_info(settings, topo, i) for i in range(topo.nodes)]
+
+
+def _stop_index(settings: Settings, topo: Topology, index: int, timeout_s: float = STOP_TIMEOUT_S) -> None:
+    _signal_and_wait(settings, topo, [index], timeout_s)
+
+
+def _signal_and_wait(settings: Settings, topo: Topology, indexes: list[int], timeout_s: float) -> None:
+    """SIGTERM exactly the PIDs in the PID files, wait, SIGKILL stragglers, remove the PID files."""
+    live: dict[int, int] = {}
+    for index in indexes:
+        pid = _read_pid(settings, index)
+        if pid is not None and _pid_alive(pid, _properties_file(settings, index)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+            live[index] = pid
+    deadline = time.monotonic() + timeout_s
+    while live and time.monotonic() < deadline:
+        for index, pid in list(live.items()):
+            if not _pid_alive(pid, _properties_file(settings, index)):
+                live.pop(index)
+        if live:
+            time.sleep(0.2)
+    for index, pid in live.items():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        for _ in range(50):
+            if not _pid_alive(pid, _properties_file(settings, index)):
+                break
+            time.sleep(0.1)
+    for index in indexes:
+        _pid_file(settings, index).unlink(missing_ok=True)
+
+
+def stop(settings: Settings, *, purge: bool = False, timeout_s: float = STOP_TIMEOUT_S) -> list[NodeInfo]:
+    """Stop every node; data survives unless ``purge`` (which deletes ``home/kafka`` entirely).
+
+    Returns the nodes as they were before stopping (``alive`` tells which ones were running).
+    """
+    home = kafka_home(settings)
+    if not home.exists():
+        return []
+    with _flock(home / ".lock"):
+        topo = _read_topology(settings)
+        before = [] if topo is None else [_node_info(settings, topo, i) for i in range(topo.nodes)]
+        if topo is not None:
+            # All at once: stopping one by one would leave the last nodes without a quorum,
+            # waiting out their controlled shutdown.
+            _signal_and_wait(settings, topo, list(range(topo.nodes)), timeout_s)
+        if purge:
+            for child in home.iterdir():
+                if child.name != ".lock":
+                    if child.is_dir():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
+    return before
+
+
+def _topology_or_fail(settings: Settings, index: int) -> Topology:
+    topo = _read_topology(settings)
+    if topo is None:
+        raise InfraError(f"no local Kafka stack in {kafka_home(settings)}; run `agentlog infra up`", code="not_running")
+    if not 0 <= index < topo.nodes:
+        raise InfraError(f"node index {index} out of range 0..{topo.nodes - 1}", code="config_error")
+    return topo
+
+
+def stop_node(settings: Settings, index: int, *, timeout_s: float = STOP_TIMEOUT_S) -> NodeInfo:
+    """Stop one node (fault tests: lose a broker of three); its data stays for ``start_node``."""
+    with _flock(kafka_home(settings) / ".lock"):
+        topo = _topology_or_fail(settings, index)
+        _stop_index(settings, topo, index, timeout_s)
+        return _node_info(settings, topo, index)
+
+
+def start_node(settings: Settings, index: int, *, timeout_s: float = START_TIMEOUT_S) -> NodeInfo:
+    """Start one stopped node again and wait until the cluster lists it as a broker."""
+    with _flock(kafka_home(settings) / ".lock"):
+        topo = _topology_or_fail(settings, index)
+        info = _node_info(settings, topo, index)
+        if info.alive:
+            return info
+        libs = ensure_kafka_jars(settings)
+        _check_ports([topo.port(index), topo.controller_port(index)])
+        _launch(settings, topo, libs, index)
+        try:
+            _wait_ready(settings, topo, [index], timeout_s)
+        except InfraError:
+            _stop_index(settings, topo, index)
+            raise
+        return _node_info(settings, topo, index, started=True)
