@@ -91,6 +91,10 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
         stream_wait_empty=False,
+        # Table keys/values as JSON: str keys come back as str after changelog recovery
+        # (the topics below set raw bytes explicitly).
+        key_serializer="json",
+        value_serializer="json",
     )
     topics = {
         short: app.topic(
@@ -112,8 +116,6 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
             name,
             default=None,
             partitions=settings.partitions,
-            key_serializer="json",
-            value_serializer="json",
         )
 
     tables = {

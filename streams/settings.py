@@ -88,3 +88,14 @@ def load_settings(**overrides: object) -> Settings:
             values[f.name] = _coerce(f.name, raw, f.type)
     values.update({k: v for k, v in overrides.items() if v is not None})
     return Settings(**values)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The ``AGENTLOG_*`` environment that reproduces ``settings`` in a child process."""
+    env: dict[str, str] = {}
+    for f in fields(Settings):
+        value = getattr(settings, f.name)
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        env[f"AGENTLOG_{f.name.upper()}"] = str(value)
+    return env

@@ -1,0 +1,3 @@
+from processors.cli import main
+
+main()
