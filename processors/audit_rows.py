@@ -99,6 +99,11 @@ def _json(value: Any) -> str:
     return "" if value is None else jcs(value).decode("utf-8")
 
 
+def _record_doc(rec: Mapping[str, Any]) -> str:
+    """JCS of the record itself, without transport annotations (``_position`` and other ``_`` keys)."""
+    return _json({k: v for k, v in rec.items() if not k.startswith("_")})
+
+
 def _columnar(table: str, rows: Iterable[tuple[Any, ...]]) -> Columns:
     names = COLUMNS[table]
     cols: list[list[Any]] = [[] for _ in names]
@@ -169,7 +174,7 @@ def transition_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
             [str(k) for k in (rec.get("harvestedKeys") or [])],
             _error_code(rec.get("error")),
             _json(rec.get("error")),
-            _json(dict(rec)),
+            _record_doc(rec),
         )
 
     return _columnar("transitions", (row(r) for r in records))
@@ -188,7 +193,7 @@ def violation_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
             _s(rec.get("workerId")),
             _s(rec.get("phase")),
             _s(rec.get("dispatchId")),
-            _json(dict(rec)),
+            _record_doc(rec),
         )
 
     return _columnar("violations", (row(r) for r in records))
@@ -212,7 +217,7 @@ def rejection_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
             None if seq is None or isinstance(seq, bool) or not isinstance(seq, int) else seq,
             parse_timestamp(ts_ms) if ts_ms is not None else _EPOCH,
             _s(rec.get("raw")),
-            _json(dict(rec)),
+            _record_doc(rec),
         )
 
     return _columnar("rejections", (row(r) for r in records))
@@ -255,7 +260,7 @@ def verdict_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     """Verdict → ``replay_verdicts``; the key includes the verdict's content hash."""
 
     def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
-        doc = _json(dict(rec))
+        doc = _record_doc(rec)
         return (
             _s(rec.get("sourceRunId")),
             _s(rec.get("replayRunId")),
