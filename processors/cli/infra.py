@@ -1,0 +1,145 @@
+"""``agentlog infra up|down|status|topics``: the local Kafka (KRaft) stack and its topics.
+
+The broker runs from Maven Central jars with the machine's Java (``infra/kafka/local.py``); its
+data, logs and PID files live under ``AGENTLOG_HOME/kafka`` and survive ``down``/``up``.
+``status`` exits 1 when a node is down, so scripts can ``agentlog infra status || agentlog infra up``.
+"""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from schemas.errors import InfraError
+
+infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics.", no_args_is_help=True)
+
+
+def _settings(port: int | None = None):
+    from streams.settings import load_settings
+
+    settings = load_settings()
+    if port is not None:
+        settings = settings.replace(kafka_bootstrap=f"127.0.0.1:{port}")
+    return settings
+
+
+def _nodes_table(nodes: list, title: str) -> Table:
+    table = Table(title=title)
+    for col in ("node", "bootstrap", "controller", "pid", "alive", "log"):
+        table.add_column(col)
+    for n in nodes:
+        table.add_row(
+            str(n.node_id), n.bootstrap, str(n.controller_port), str(n.pid or "-"),
+            "[green]yes[/green]" if n.alive else "[red]no[/red]", str(n.log_file),
+        )
+    return table
+
+
+def _migrate(settings) -> tuple[str, list[str]]:
+    """Apply ClickHouse migrations if the store module provides them; say plainly when it does not."""
+    try:
+        from processors.store import migrate
+    except ImportError as e:
+        return f"ClickHouse migrations skipped: processors.store.migrate is not available ({e})", []
+    applied = migrate(settings)
+    return f"ClickHouse ready at {settings.store_url} ({len(applied)} migration(s) applied)", list(applied)
+
+
+@infra_app.command("up")
+def up(
+    nodes: int = typer.Option(None, "--nodes", "-n", help="Number of broker+controller nodes (default: as before, else 1)."),
+    port: int = typer.Option(None, "--port", "-p", help="Client port of node 1 (default: port of AGENTLOG_KAFKA_BOOTSTRAP)."),
+    migrate: bool = typer.Option(True, "--migrate/--no-migrate", help="Also apply the ClickHouse migrations."),
+    as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
+) -> None:
+    """Start the local Kafka (fetching the jars with Maven the first time) and wait until it answers."""
+    from infra.kafka import local
+
+    settings = _settings(port)
+    result = local.start(settings, nodes=nodes)
+    bootstrap = local.bootstrap_servers(result)
+    already = not any(n.started for n in result)
+    store_message, applied = _migrate(settings) if migrate else ("ClickHouse migrations not requested", [])
+    if as_json:
+        typer.echo(json.dumps({
+            "bootstrap": bootstrap, "alreadyRunning": already,
+            "nodes": [n.to_dict() for n in result], "store": store_message, "migrationsApplied": applied,
+        }))
+        return
+    if already:
+        typer.echo(f"Kafka is already running at {bootstrap} (home {local.kafka_home(settings)})")
+    else:
+        typer.echo(f"Kafka {settings.kafka_version} is up at {bootstrap} ({len(result)} node(s), home {local.kafka_home(settings)})")
+    if bootstrap.split(",")[0] != settings.kafka_bootstrap.split(",")[0] or port is not None:
+        typer.echo(f"  export AGENTLOG_KAFKA_BOOTSTRAP={bootstrap}")
+    typer.echo(store_message)
+
+
+@infra_app.command("down")
+def down(
+    purge: bool = typer.Option(False, "--purge", help="Also delete the Kafka data, logs and topology."),
+    as_json: bool = typer.Option(False, "--json", help="Print what was stopped as JSON."),
+) -> None:
+    """Stop the local Kafka (SIGTERM, SIGKILL after 30 s); data stays unless --purge."""
+    from infra.kafka import local
+
+    settings = _settings()
+    before = local.stop(settings, purge=purge)
+    stopped = [n for n in before if n.alive]
+    if as_json:
+        typer.echo(json.dumps({"stopped": [n.to_dict() for n in stopped], "purged": purge}))
+        return
+    if stopped:
+        typer.echo(f"stopped {len(stopped)} Kafka node(s): " + ", ".join(f"pid {n.pid} ({n.bootstrap})" for n in stopped))
+    else:
+        typer.echo(f"Kafka was not running (home {local.kafka_home(settings)})")
+    if purge:
+        typer.echo(f"purged {local.kafka_home(settings)}")
+
+
+@infra_app.command("status")
+def status(as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON.")) -> None:
+    """Show each node's pid, ports and liveness; exit 1 if any node (or the whole stack) is down."""
+    from infra.kafka import local
+
+    settings = _settings()
+    nodes = local.status(settings)
+    running = bool(nodes) and all(n.alive for n in nodes)
+    if as_json:
+        typer.echo(json.dumps({
+            "running": running, "bootstrap": local.bootstrap_servers(nodes) if nodes else None,
+            "home": str(local.kafka_home(settings)), "nodes": [n.to_dict() for n in nodes],
+        }))
+    elif not nodes:
+        typer.echo(f"no local Kafka stack in {local.kafka_home(settings)}; run `agentlog infra up`")
+    else:
+        Console().print(_nodes_table(nodes, f"Kafka {settings.kafka_version} at {local.kafka_home(settings)}"))
+    if not running:
+        raise typer.Exit(1)
+
+
+@infra_app.command("topics")
+def topics(as_json: bool = typer.Option(False, "--json", help="Print the created topics as JSON.")) -> None:
+    """Create the catalogue topics that do not exist yet (AGENTLOG_TOPIC_PREFIX, _PARTITIONS, _REPLICATION_FACTOR)."""
+    try:
+        from streams import admin
+    except ImportError as e:
+        raise InfraError(f"streams.admin is not available, cannot create topics: {e}", code="not_available") from e
+
+    settings = _settings()
+    created = admin.ensure_topics_sync(settings)
+    if as_json:
+        typer.echo(json.dumps({"bootstrap": settings.kafka_bootstrap, "created": list(created)}))
+        return
+    if created:
+        typer.echo(f"created {len(created)} topic(s) on {settings.kafka_bootstrap}: " + ", ".join(created))
+    else:
+        typer.echo(f"all catalogue topics already exist on {settings.kafka_bootstrap}")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(infra_app, name="infra")
