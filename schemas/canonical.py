@@ -134,6 +134,21 @@ def _float_finite(text: str) -> float:
     return value
 
 
+def _number_from_int_literal(text: str) -> int | float:
+    # JSON has one number type. JCS writes an integral double such as 1e17 as the digits
+    # "100000000000000000"; reading those back as a Python int would turn a value we
+    # accepted into an "unsafe integer". Beyond the safe range a literal that is exactly
+    # a double is read as that double; one that is not stays an int and is refused later.
+    value = int(text)
+    if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return value
+    try:
+        as_float = float(value)
+    except OverflowError:
+        return value
+    return as_float if as_float == value else value
+
+
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) != len(pairs):
@@ -148,6 +163,11 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON the way the contract reads it: no NaN/Infinity, no duplicate keys, UTF-8.
 
+    An integer literal beyond ±(2**53 - 1) that is exactly an IEEE double (the way JCS
+    spells an integral float like ``1e17``) is read as that float, so JCS text always
+    reads back to a value with the same JCS bytes; any other such literal stays an int
+    and is refused as ``unsafe_integer`` by :func:`check_json_safe`.
+
     Raises:
         EventRejected: ``decode_error`` (not JSON, not UTF-8, duplicate key) or
             ``non_finite_number`` (NaN/Infinity literal, or a number that overflows).
@@ -159,6 +179,7 @@ def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
             data,
             parse_constant=_reject_constant,
             parse_float=_float_finite,
+            parse_int=_number_from_int_literal,
             object_pairs_hook=_unique_pairs,
         )
     except EventRejected:
