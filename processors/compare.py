@@ -61,7 +61,7 @@ from schemas.canonical import jcs
 from schemas.errors import ReplayError
 from schemas.stability import MISSING, format_path, get_path, parse_path, strip_volatile
 
-from processors.fold import observable, states_by_index
+from processors.fold import fold, observable
 
 __all__ = [
     "ASPECTS",
@@ -243,9 +243,14 @@ def _jcs_key_order(key: str) -> list[int]:
     return [int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2)]
 
 
+_EXACT_SCALARS = (str, int, bool, type(None))
+
+
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
+    if type(a) is type(b) and type(a) in _EXACT_SCALARS:
+        return a == b  # same JCS bytes exactly when equal, without serialising
     return jcs(a) == jcs(b)
 
 
@@ -392,9 +397,9 @@ def _divergence_at(
             **common,
         )
     in_suffix = i >= from_seq
-    o_view, r_view = _compared_view(o, in_suffix), _compared_view(r, in_suffix)
-    if jcs(o_view) != jcs(r_view):
-        path, expected, actual = first_difference(o_view, r_view) or ("", o_view, r_view)
+    field_diff = first_difference(_compared_view(o, in_suffix), _compared_view(r, in_suffix))
+    if field_diff is not None:
+        path, expected, actual = field_diff
         return Divergence(
             kind="output", path=path, expected=_plain(expected), actual=_plain(actual),
             aspect="result" if in_suffix else "prefix", detail=_absence_note(expected, actual),
@@ -467,11 +472,14 @@ def _identity_bytes(value: Any) -> bytes:
 
 
 def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
-    view = copy.deepcopy(strip_volatile(dict(doc)))
+    # Shallow copies suffice: only top-level and payload-level keys are removed, and
+    # strip_volatile never mutates what it shares with ``doc``.
+    view = dict(strip_volatile(dict(doc)))
     for name in _NOT_FIELD_COMPARED:
         view.pop(name, None)
     payload = view.get("payload")
     if isinstance(payload, dict):
+        payload = view["payload"] = dict(payload)
         for name in MINTED_ID_FIELDS:
             payload.pop(name, None)
     if doc.get("type") == "run.started" and isinstance(payload, dict):
@@ -508,16 +516,23 @@ def _causation_mismatch(
     return expected, r_cause, f"original is caused by sequence {o_seq}; the replay by {where}"
 
 
+class _EventIndex(dict):
+    """Events by sequence that also know the sequence of each eventId (causation lookups)."""
+
+    def __init__(self, by_sequence: Mapping[int, Mapping[str, Any]]) -> None:
+        super().__init__(by_sequence)
+        self.sequence_of_id = {doc.get("eventId"): seq for seq, doc in by_sequence.items()}
+
+
 def _sequence_of(events: Mapping[int, Mapping[str, Any]], event_id: Any) -> int | None:
-    if event_id is None:
+    if not isinstance(event_id, str):
         return None
-    for seq, doc in events.items():
-        if doc.get("eventId") == event_id:
-            return seq
-    return None
+    if isinstance(events, _EventIndex):
+        return events.sequence_of_id.get(event_id)
+    return next((seq for seq, doc in events.items() if doc.get("eventId") == event_id), None)
 
 
-def _by_sequence(events: Iterable[Mapping[str, Any]], side: str) -> dict[int, Mapping[str, Any]]:
+def _by_sequence(events: Iterable[Mapping[str, Any]], side: str) -> _EventIndex:
     out: dict[int, Mapping[str, Any]] = {}
     for doc in events:
         seq = doc.get("sequence") if isinstance(doc, Mapping) else None
@@ -528,13 +543,18 @@ def _by_sequence(events: Iterable[Mapping[str, Any]], side: str) -> dict[int, Ma
         out[seq] = doc
     if not out:
         raise ReplayError(f"{side} run has no events; nothing to compare")
-    return dict(sorted(out.items()))
+    return _EventIndex(dict(sorted(out.items())))
 
 
 def _observables(events: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-    docs = [dict(doc) for doc in events.values()]
-    states = states_by_index(docs)
-    return {doc["sequence"]: observable(state) for doc, (state, _hash) in zip(docs, states, strict=True)}
+    # The shared fold, step by step (states_by_index would also hash every state, which
+    # comparison does not need and which dominates its cost).
+    out: dict[int, dict[str, Any]] = {}
+    state = None
+    for seq, doc in events.items():
+        state, _outputs = fold(state, doc)
+        out[seq] = observable(state)
+    return out
 
 
 def _run_started(events: Mapping[int, Mapping[str, Any]]) -> Mapping[str, Any] | None:
