@@ -415,7 +415,7 @@ def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
         raise HandoffError(f"handoff_mode must be one of {sorted(HANDOFF_MODES)}, not {mode!r}")
     p = _payload(event)
     worker, child_run_id = p.get("childWorkflowId"), p.get("childRunId")
-    if not _nonempty_str(worker):
+    if not _nonempty_str(worker) or not _nonempty_str(child_run_id):
         return state, []  # nothing to derive from; the payload model rejects this upstream anyway
     decided = state["lastDecision"].get(worker)
     if mode == "auto" and worker in state["hostChain"] and state["hostChain"][worker] == decided:
@@ -445,7 +445,7 @@ def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
         _transition(**common, child_run_id=None, phase="dispatch.began", event_id=began_id, causation_id=decided)
     )
     status = p.get("childStatus")
-    if status in FAILED_CHILD_STATUSES:
+    if isinstance(status, str) and status in FAILED_CHILD_STATUSES:
         failed_id = derived_event_id(parent, decided, worker, "dispatch.failed")
         error = {"code": "dispatch_failed", "message": f"child run was not created (childStatus {status!r})"}
         draft.outputs.append(
