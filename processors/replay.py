@@ -1,0 +1,528 @@
+"""Re-derivation from an offset (SPEC §7.1) and the mock-mode session of a replaying host.
+
+Re-derivation answers "does the committed log still produce what we recorded?": start from
+the nearest snapshot at or before the requested point, re-read the committed log with a plain
+consumer (assign + seek, read_committed, via :mod:`streams.reader`), refold with
+:func:`processors.fold.fold` — the very function the live processor ran — and at every index
+check three things against what was recorded:
+
+* the hash chain itself: ``prevHash`` is the previous record's hash and
+  ``hash == chain_hash(prevHash, doc)``; a later copy of a ``(runId, sequence)`` that differs
+  from the first one is a rewrite. Either is ``tampered``.
+* the state hash of the refolded state against the ``digests`` topic (``state``), with a
+  field-level diff when a recorded snapshot exists at that index;
+* the head hash against the digest (``head``).
+
+A sequence the log skips, or one the digests know but the log no longer holds, is
+``missing``; a log record inside the digested range that no digest covers is ``extra``.
+Records past the last digest (the worker has not got there yet) are still chain-checked and
+counted as ``undigested``, never called a divergence: a replay racing the live worker must
+not report its lag as tampering.
+
+The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
+is later than the start point, or does not hash to what it claims, the replay refolds from
+sequence 0 instead and says so (``snapshot_used`` is ``None``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from processors.compare import ABSENT, first_difference
+from processors.fold import fold, state_hash
+from processors.result_cache import ResultCache, tool_cache_key
+from schemas.canonical import GENESIS, chain_hash
+from schemas.errors import AgentlogError, ReplayError
+from streams.reader import partition_for, read_run, read_topic
+from streams.settings import Settings
+
+log = logging.getLogger("agentlog.rederive")
+
+__all__ = [
+    "MockReplaySession",
+    "RederivationResult",
+    "load_result_cache",
+    "open_mock_session",
+    "replay_run",
+]
+
+RederivationVerdict = Literal["match", "diverged", "error"]
+DivergenceKind = Literal["state", "head", "tampered", "missing", "extra"]
+
+#: Metric aspect each divergence kind counts under (``replay_behavior_*_total{aspect}``).
+_ASPECT = {"state": "state", "head": "head", "tampered": "chain", "missing": "chain", "extra": "chain"}
+REDERIVATION_ASPECTS = ("state", "head", "chain")
+
+#: How often (in events) the progress callback is called.
+PROGRESS_EVERY = 500
+
+Progress = Callable[[int, int | None], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class RederivationResult:
+    """The outcome of one re-derivation; a divergence is a result, not an exception.
+
+    ``first_divergence`` (and each of ``divergences``) is
+    ``{atSequence, kind, path, expected, actual, logOffset, detail}``. ``compared`` counts the
+    indexes checked against a recorded digest; ``undigested`` those past the last digest
+    (chain-checked only). ``error`` is set with verdict ``error`` (e.g. the run has no log).
+    """
+
+    verdict: RederivationVerdict
+    run_id: str
+    from_seq: int | None
+    snapshot_used: int | None
+    compared: int
+    first_divergence: dict[str, Any] | None
+    head_hash: str | None
+    divergences: tuple[dict[str, Any], ...] = ()
+    collect_all: bool = False
+    last_sequence: int | None = None
+    undigested: int = 0
+    log_partition: int | None = None
+    read_from_offset: int | None = None
+    snapshot_note: str | None = None
+    bindings: dict[str, Any] = field(default_factory=dict)
+    replay_of: dict[str, Any] | None = None
+    error: dict[str, str] | None = None
+
+    def to_json_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "verdict": self.verdict,
+            "runId": self.run_id,
+            "fromSeq": self.from_seq,
+            "snapshotUsed": self.snapshot_used,
+            "compared": self.compared,
+            "undigested": self.undigested,
+            "lastSequence": self.last_sequence,
+            "firstDivergence": self.first_divergence,
+            "headHash": self.head_hash,
+            "logPartition": self.log_partition,
+            "readFromOffset": self.read_from_offset,
+            "bindings": self.bindings,
+            "replayOf": self.replay_of,
+        }
+        if self.snapshot_note:
+            out["snapshotNote"] = self.snapshot_note
+        if self.collect_all:
+            out["divergences"] = list(self.divergences)
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def _divergence(seq: int, kind: DivergenceKind, *, path: str | None, expected: Any, actual: Any,
+                offset: int | None, detail: str) -> dict[str, Any]:
+    return {"atSequence": seq, "kind": kind, "path": path, "expected": expected, "actual": actual,
+            "logOffset": offset, "detail": detail}
+
+
+# ---------------------------------------------------------------------------------------------
+# Recorded data: digests and snapshots
+
+
+async def _digests(settings: Settings, run_id: str) -> dict[int, dict]:
+    """Recorded per-index digests of the run, first record per sequence (redeliveries are identical)."""
+    out: dict[int, dict] = {}
+    async for _, _, _, value in read_topic(settings, "digests", key=run_id):
+        if value.get("runId") == run_id and isinstance(value.get("sequence"), int):
+            out.setdefault(value["sequence"], value)
+    return out
+
+
+async def _snapshots(settings: Settings, run_id: str) -> dict[int, dict]:
+    """Every snapshot of the run still on the compacted topic, by atSequence."""
+    out: dict[int, dict] = {}
+    async for _, _, _, value in read_topic(settings, "snapshots", key=run_id):
+        if value.get("runId") == run_id and isinstance(value.get("atSequence"), int):
+            out.setdefault(value["atSequence"], value)
+    return out
+
+
+def _snapshot_problem(snap: Mapping[str, Any], digests: Mapping[int, dict]) -> str | None:
+    """Why a snapshot cannot be a starting point (None when it can)."""
+    if not isinstance(snap.get("state"), dict) or not isinstance(snap.get("logOffset"), int):
+        return "malformed"
+    if state_hash(snap["state"]) != snap.get("stateHash"):
+        return "its state does not hash to its stateHash"
+    digest = digests.get(snap["atSequence"])
+    if digest is not None and (digest["stateHash"] != snap["stateHash"] or digest["headHash"] != snap["headHash"]):
+        return "it disagrees with the digest recorded at that index"
+    return None
+
+
+def _pick_snapshot(snapshots: Mapping[int, dict], digests: Mapping[int, dict],
+                   start_seq: int) -> tuple[dict | None, str | None]:
+    """The latest trustworthy snapshot strictly before ``start_seq`` (the state *before* the start)."""
+    notes = []
+    for at in sorted((s for s in snapshots if s < start_seq), reverse=True):
+        problem = _snapshot_problem(snapshots[at], digests)
+        if problem is None:
+            return snapshots[at], None
+        notes.append(f"snapshot at {at} skipped: {problem}")
+    if not notes and snapshots and start_seq > 0:
+        notes.append(f"no snapshot before sequence {start_seq} (latest kept: {max(snapshots)}); refolded from 0")
+    return None, "; ".join(notes) or None
+
+
+async def _first_seq_at_offset(settings: Settings, run_id: str, partition: int, offset: int,
+                               digests: Mapping[int, dict]) -> int:
+    """Sequence of the run's first record at or after ``offset`` in its log partition."""
+    after = [seq for seq, d in digests.items() if d.get("logOffset", -1) >= offset]
+    if after:
+        return min(after)
+    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: offset})
+    try:
+        async for _, _, _, value in reader:
+            doc = value.get("doc")
+            if isinstance(doc, dict) and doc.get("runId") == run_id and isinstance(doc.get("sequence"), int):
+                return doc["sequence"]
+    finally:
+        await reader.aclose()
+    raise ReplayError(f"run {run_id} has no committed event at or after log offset {offset} "
+                      f"(partition {partition})")
+
+
+async def _record_at(settings: Settings, run_id: str, partition: int, offset: int) -> dict | None:
+    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: offset})
+    try:
+        async for _, got, _, value in reader:
+            return value if got == offset else None
+    finally:
+        await reader.aclose()
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The re-derivation
+
+
+class _Walk:
+    """Mutable state of one pass over the log; kept apart so :func:`replay_run` reads as steps."""
+
+    def __init__(self, *, state: dict | None, head: str, next_seq: int, collect_all: bool,
+                 digests: Mapping[int, dict], snapshots: Mapping[int, dict], handoff_mode: str) -> None:
+        self.state = state
+        self.head = head
+        self.next_seq = next_seq
+        self.first_seq = next_seq
+        self.collect_all = collect_all
+        self.digests = digests
+        self.snapshots = snapshots
+        self.handoff_mode = handoff_mode
+        self.last_digest = max(digests) if digests else -1
+        self.seen: dict[int, tuple[int, str, str]] = {}  # seq -> (offset, prevHash, recomputed head)
+        self.divergences: list[dict[str, Any]] = []
+        self.compared = 0
+        self.undigested = 0
+        self.events = 0
+        self.state_blind = False  # after a missing record the state can no longer be refolded
+        self.state_diverged = False  # the previous index already had a state divergence
+        self.conflicts: list[tuple[int, int, dict]] = []  # (seq, offset of the altered copy, copy)
+
+    @property
+    def stopped(self) -> bool:
+        return bool(self.divergences) and not self.collect_all
+
+    def add(self, d: dict[str, Any]) -> None:
+        self.divergences.append(d)
+
+    def record(self, offset: int, committed: dict) -> None:
+        doc = committed.get("doc")
+        seq = doc.get("sequence") if isinstance(doc, dict) else None
+        if type(seq) is not int:
+            return
+        if seq < self.next_seq:
+            self._duplicate(seq, offset, committed)
+            return
+        if self.stopped:
+            return  # fail-fast: the first divergence is found; only rewrites of earlier indexes still matter
+        self.events += 1
+        if seq > self.next_seq:
+            missing = self.next_seq
+            self.add(_divergence(
+                missing, "missing", path=None, expected=f"sequence {missing}", actual=f"sequence {seq}",
+                offset=offset,
+                detail=f"the committed log jumps from sequence {missing - 1} to {seq}; "
+                       f"{seq - missing} record(s) are missing"))
+            self.state_blind = True
+            self.head = committed.get("prevHash", self.head)  # resync so later records can still be chain-checked
+            if self.stopped:
+                return
+        self._index(seq, offset, committed, doc)
+
+    def _index(self, seq: int, offset: int, committed: dict, doc: dict) -> None:
+        prev_claimed = committed.get("prevHash")
+        expected_head = chain_hash(self.head, doc)
+        found: dict[str, Any] | None = None
+        if prev_claimed != self.head:
+            found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
+                                offset=offset, detail="prevHash is not the hash of the previous record")
+        elif committed.get("hash") != expected_head:
+            found = _divergence(seq, "tampered", path="hash", expected=expected_head, actual=committed.get("hash"),
+                                offset=offset,
+                                detail="hash does not match chain_hash(prevHash, doc): the doc was altered "
+                                       "after it was committed")
+        self.seen[seq] = (offset, prev_claimed, expected_head)
+        digest = self.digests.get(seq)
+        s_hash = None
+        if not self.state_blind:
+            self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
+            s_hash = state_hash(self.state)
+        if digest is None:
+            if seq <= self.last_digest and found is None:
+                found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,
+                                    detail="the log holds an event the recorded digests do not cover")
+            elif seq > self.last_digest:
+                self.undigested += 1
+        else:
+            self.compared += 1
+            # One wrong value stays wrong at every later index: report where a difference starts.
+            state_differs = s_hash is not None and s_hash != digest.get("stateHash")
+            if found is None and state_differs and not self.state_diverged:
+                found = self._state_divergence(seq, offset, digest, s_hash)
+            self.state_diverged = state_differs
+            if found is None and digest.get("headHash") != expected_head:
+                found = _divergence(seq, "head", path="headHash", expected=digest.get("headHash"),
+                                    actual=expected_head, offset=offset,
+                                    detail="the head hash recomputed from the log differs from the recorded one")
+            if found is not None and found["kind"] == "tampered" and digest.get("headHash") != expected_head:
+                found["detail"] += "; the recorded digest confirms the doc differs from what was folded"
+        if found is not None:
+            self.add(found)
+        # Continue the chain from what the log claims, so one rewritten record is reported once.
+        self.head = committed.get("hash") if found is not None and found["kind"] == "tampered" else expected_head
+        self.next_seq = seq + 1
+
+    def _state_divergence(self, seq: int, offset: int, digest: dict, s_hash: str) -> dict[str, Any]:
+        snap = self.snapshots.get(seq)
+        if snap is not None and isinstance(snap.get("state"), dict) and snap.get("stateHash") == digest.get("stateHash"):
+            diff = first_difference(snap["state"], self.state)
+            if diff is not None:
+                path, expected, actual = diff
+                return _divergence(
+                    seq, "state", path=f"state.{path}" if path else "state",
+                    expected=_plain(expected), actual=_plain(actual), offset=offset,
+                    detail=f"refolded state differs from the recorded snapshot (stateHash "
+                           f"{digest.get('stateHash')} recorded, {s_hash} refolded)")
+        return _divergence(seq, "state", path="stateHash", expected=digest.get("stateHash"), actual=s_hash,
+                           offset=offset,
+                           detail="refolded state hash differs from the recorded digest "
+                                  "(no snapshot at this index to diff fields against)")
+
+    def _duplicate(self, seq: int, offset: int, committed: dict) -> None:
+        """A second copy of an index: identical → redelivery; different → a rewrite (``tampered``)."""
+        doc = committed["doc"]
+        claimed = committed.get("hash")
+        recomputed = chain_hash(committed.get("prevHash") or "", doc)
+        first = self.seen.get(seq)
+        if first is not None:
+            identical = first[1] == committed.get("prevHash") and first[2] == recomputed == claimed
+        else:  # before where this replay started: judge the copy by the recorded digest
+            digest = self.digests.get(seq)
+            if digest is None:
+                return
+            identical = recomputed == claimed == digest.get("headHash")
+        if not identical:
+            self.conflicts.append((seq, offset, committed))
+
+    def finish(self) -> None:
+        """Digests past the end of the log: the log lost records the processor once folded."""
+        if self.stopped:
+            return
+        beyond = [s for s in self.digests if s >= self.next_seq]
+        if beyond:
+            lost = min(beyond)
+            self.add(_divergence(
+                lost, "missing", path=None, expected=f"sequence {lost}", actual=None,
+                offset=self.digests[lost].get("logOffset"),
+                detail=f"digests record sequences up to {max(beyond)} but the log ends at {self.next_seq - 1}"))
+
+
+async def _conflict_divergences(settings: Settings, run_id: str, partition: int, walk: _Walk) -> list[dict]:
+    out = []
+    for seq, offset, copy in walk.conflicts:
+        first = walk.seen.get(seq)
+        original = await _record_at(settings, run_id, partition, first[0]) if first else None
+        path, expected, actual = "hash", (original or {}).get("hash"), copy.get("hash")
+        if original is not None:
+            diff = first_difference(original.get("doc"), copy.get("doc"))
+            if diff is not None:
+                path, expected, actual = f"doc.{diff[0]}" if diff[0] else "doc", diff[1], diff[2]
+        out.append(_divergence(
+            seq, "tampered", path=path, expected=_plain(expected), actual=_plain(actual), offset=offset,
+            detail=f"a different copy of sequence {seq} was appended at log offset {offset}"
+                   + (f" (first copy at {first[0]})" if first else "")))
+    return out
+
+
+def _plain(value: Any) -> Any:
+    return None if value is ABSENT else value
+
+
+async def replay_run(
+    settings: Settings,
+    run_id: str,
+    *,
+    from_offset: int | None = None,
+    from_seq: int | None = None,
+    collect_all: bool = False,
+    progress: Progress | None = None,
+) -> RederivationResult:
+    """Re-derive run ``run_id`` from a log offset or a sequence and compare with what was recorded.
+
+    ``from_offset`` is an offset in the run's log partition; ``from_seq`` a sequence; neither
+    means from the first event. ``progress(done, total)`` is called every few hundred events
+    (``total`` is an estimate, or None). Every index from the snapshot used (or 0) on is
+    checked; the first divergence is the one with the lowest index.
+
+    Raises:
+        ReplayError: both start points given, a negative one, or nothing of the run at/after it.
+        InfraError: Kafka unreachable / topics missing.
+    """
+    if from_offset is not None and from_seq is not None:
+        raise ReplayError("give --from-offset or --from-seq, not both")
+    if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
+        raise ReplayError("the start offset/sequence must be >= 0")
+    digests = await _digests(settings, run_id)
+    snapshots = await _snapshots(settings, run_id)
+    partition = next(iter(digests.values()))["logPartition"] if digests else partition_for(settings, run_id)
+    if from_offset is not None:
+        start_seq = await _first_seq_at_offset(settings, run_id, partition, from_offset, digests)
+    else:
+        start_seq = from_seq or 0
+    snap, note = _pick_snapshot(snapshots, digests, start_seq)
+    if snap is not None:
+        walk = _Walk(state=snap["state"], head=snap["headHash"], next_seq=snap["atSequence"] + 1,
+                     collect_all=collect_all, digests=digests, snapshots=snapshots,
+                     handoff_mode=settings.handoff_mode)
+        read_from = snap["logOffset"] + 1
+    else:
+        walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests=digests,
+                     snapshots=snapshots, handoff_mode=settings.handoff_mode)
+        # The processor recorded where sequence 0 sits; without digests, read the partition from its start.
+        read_from = digests[0].get("logOffset") if 0 in digests else None
+    total = (walk.last_digest + 1 - walk.first_seq) if digests else None
+    from_offsets = {partition: read_from} if read_from is not None else None
+    async for _, offset, _, value in read_topic(settings, "log", key=run_id, from_offsets=from_offsets):
+        doc = value.get("doc")
+        if not isinstance(doc, dict) or doc.get("runId") != run_id:
+            continue
+        walk.record(offset, value)
+        if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+            progress(walk.events, total)
+    walk.finish()
+    if progress is not None:
+        progress(walk.events, total)
+    if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
+        return _error(run_id, start_seq, ReplayError(
+            f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
+    divergences = walk.divergences + await _conflict_divergences(settings, run_id, partition, walk)
+    divergences.sort(key=lambda d: (d["atSequence"], d["kind"] != "tampered"))
+    if not collect_all:
+        divergences = divergences[:1]
+    state = walk.state or {}
+    result = RederivationResult(
+        verdict="diverged" if divergences else "match",
+        run_id=run_id,
+        from_seq=start_seq,
+        snapshot_used=snap["atSequence"] if snap else None,
+        compared=walk.compared,
+        first_divergence=divergences[0] if divergences else None,
+        head_hash=walk.head if walk.next_seq > 0 else None,
+        divergences=tuple(divergences),
+        collect_all=collect_all,
+        last_sequence=walk.next_seq - 1,
+        undigested=walk.undigested,
+        log_partition=partition,
+        read_from_offset=read_from,
+        snapshot_note=note,
+        bindings=dict(state.get("bindings") or {}),
+        replay_of=state.get("replayOf"),
+    )
+    record_metrics(result)
+    return result
+
+
+def _error(run_id: str, start_seq: int | None, e: AgentlogError) -> RederivationResult:
+    return RederivationResult(verdict="error", run_id=run_id, from_seq=start_seq, snapshot_used=None, compared=0,
+                              first_divergence=None, head_hash=None, error=e.to_dict())
+
+
+def record_metrics(result: RederivationResult) -> None:
+    """Count one re-derivation into ``replay_behavior_{match,mismatch}_total{aspect}`` (state/head/chain).
+
+    Fail-fast results count only what they established: the aspect that diverged as a mismatch,
+    and nothing as a match (the rest of the run was not examined).
+    """
+    from processors.metrics import METRICS
+
+    if result.verdict == "error":
+        return
+    mismatched = {_ASPECT[d["kind"]] for d in result.divergences}
+    exhaustive = result.collect_all or not mismatched
+    for aspect in REDERIVATION_ASPECTS:
+        if aspect in mismatched:
+            METRICS.inc("replay_behavior_mismatch_total", aspect=aspect)
+        elif exhaustive:
+            METRICS.inc("replay_behavior_match_total", aspect=aspect)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mock mode (RFC 0041 §C): the recorded observable results for a replaying host
+
+
+async def load_result_cache(settings: Settings, source_run_id: str) -> ResultCache:
+    """The observable-result cache of a recorded run, read back from its committed log.
+
+    Raises:
+        ReplayError: the run has no committed events.
+    """
+    committed = await read_run(settings, source_run_id)
+    if not committed:
+        raise ReplayError(f"run {source_run_id} has no committed events in {settings.topic_prefix}.log; "
+                          "nothing to replay in mock mode")
+    return ResultCache.from_events([c["doc"] for c in committed])
+
+
+class MockReplaySession:
+    """What a host replaying ``source_run_id`` in mock mode asks instead of the model or the tool.
+
+    Lookups are by (nodeId, attempt, cacheKey) as RFC 0041 §C keys them; the same call made
+    again in the same attempt gets the next recorded result (the session counts occurrences).
+    A call the original never made raises: in mock mode there is nothing honest to return.
+    """
+
+    def __init__(self, cache: ResultCache, source_run_id: str) -> None:
+        self.cache = cache
+        self.source_run_id = source_run_id
+        self._occurrences: dict[tuple[str | None, int, str], int] = {}
+
+    def _next(self, node_id: str | None, attempt: int, key: str, what: str) -> dict[str, Any]:
+        ident = (node_id, attempt, key)
+        n = self._occurrences.get(ident, 0)
+        found = self.cache.lookup(self.source_run_id, node_id, attempt, key, occurrence=n)
+        if found is None:
+            raise ReplayError(
+                f"mock replay of {self.source_run_id}: no recorded {what} for node {node_id!r}, attempt {attempt}, "
+                f"key {key[:12]}… (occurrence {n}); the replay asked for a call the original never made",
+                code="replay_cache_miss")
+        self._occurrences[ident] = n + 1
+        return found
+
+    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str) -> dict[str, Any]:
+        """``{"kind": "valid", "envelope", "usage"?}`` or ``{"kind": "refusal", "reason"?}``."""
+        return self._next(node_id, attempt, cache_key, "LLM result")
+
+    def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
+        """The tool's recorded return value for this call."""
+        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}")["result"]
+
+
+async def open_mock_session(settings: Settings, source_run_id: str) -> MockReplaySession:
+    """A :class:`MockReplaySession` over the recorded results of ``source_run_id``."""
+    return MockReplaySession(await load_result_cache(settings, source_run_id), source_run_id)

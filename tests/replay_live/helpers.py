@@ -1,0 +1,99 @@
+"""Helpers for the live replay tests: wait for a worker's output, or write a log by hand.
+
+Hand-written logs let a test put an altered record *first* at its (runId, sequence) — what
+readers keep — which a running worker would never do. The digests and snapshots written
+next to them are what an honest worker records for the *original* docs: the chain over
+the original docs and the fold of them (the same pure fold the worker calls).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+
+from processors.fold import states_by_index
+from schemas.canonical import GENESIS, chain_hash
+from streams.admin import ensure_topics
+from streams.codec import encode_record
+from streams.reader import read_run, read_topic
+from streams.settings import Settings
+from streams.topics import topic_name
+
+
+async def records_of(settings: Settings, short: str, run_id: str, field: str = "runId") -> list[dict]:
+    return [v async for _, _, _, v in read_topic(settings, short, key=run_id) if v.get(field) == run_id]
+
+
+async def digested(settings: Settings, run_id: str, n: int) -> dict[int, dict] | None:
+    """The run's digests by sequence once all ``n`` are there (else None)."""
+    found: dict[int, dict] = {}
+    for d in await records_of(settings, "digests", run_id):
+        found.setdefault(d["sequence"], d)
+    return found if len(found) >= n else None
+
+
+async def terminal_snapshot(settings: Settings, run_id: str, last_seq: int) -> dict[int, dict] | None:
+    snaps = {s["atSequence"]: s for s in await records_of(settings, "snapshots", run_id)}
+    return snaps if last_seq in snaps else None
+
+
+async def committed(settings: Settings, run_id: str, n: int):
+    run = await read_run(settings, run_id)
+    return run if len(run) >= n else None
+
+
+def chained(docs: list[dict]) -> list[dict]:
+    """CommittedEvents for ``docs`` with a correct hash chain (source fields are placeholders)."""
+    out, head = [], GENESIS
+    for i, doc in enumerate(docs):
+        h = chain_hash(head, doc)
+        out.append({"doc": copy.deepcopy(doc), "prevHash": head, "hash": h,
+                    "source": {"topic": "hand-written", "partition": 0, "offset": i, "timestampMs": 0}})
+        head = h
+    return out
+
+
+class HandLog:
+    """Writes a run's committed log, digests and snapshots straight to the topics."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+
+    async def __aenter__(self) -> "HandLog":
+        await ensure_topics(self.settings)
+        await self.producer.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.producer.stop()
+
+    async def send(self, short: str, key: str, value: dict) -> Any:
+        return await self.producer.send_and_wait(
+            topic_name(self.settings, short), key=key.encode(), value=encode_record(value))
+
+    async def log(self, records: list[dict]) -> list[tuple[int, int]]:
+        """Append CommittedEvents in order; returns (partition, offset) of each."""
+        where = []
+        for rec in records:
+            meta = await self.send("log", rec["doc"]["runId"], rec)
+            where.append((meta.partition, meta.offset))
+        return where
+
+    async def recorded(self, original_docs: list[dict], where: dict[int, tuple[int, int]],
+                       *, snapshot_at: tuple[int, ...] = ()) -> None:
+        """Digests (and snapshots at ``snapshot_at``) an honest worker records for ``original_docs``."""
+        run_id = original_docs[0]["runId"]
+        head = GENESIS
+        for doc, (state, s_hash) in zip(original_docs, states_by_index(original_docs)):
+            head = chain_hash(head, doc)
+            seq = doc["sequence"]
+            partition, offset = where.get(seq, (0, -1))
+            await self.send("digests", run_id, {"runId": run_id, "sequence": seq, "stateHash": s_hash,
+                                                 "headHash": head, "logPartition": partition, "logOffset": offset})
+            if seq in snapshot_at:
+                await self.send("snapshots", run_id, {
+                    "runId": run_id, "atSequence": seq, "logPartition": partition, "logOffset": offset,
+                    "state": state, "stateHash": s_hash, "headHash": head})
