@@ -39,6 +39,7 @@ from typing import Any, Callable, Literal, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
+from aiokafka.partitioner import murmur2
 
 from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
@@ -90,22 +91,24 @@ class _UUIDv7:
 
     def __call__(self, now_ms: int | None = None) -> str:
         ms = time.time_ns() // 1_000_000 if now_ms is None else now_ms
+        rand = int.from_bytes(os.urandom(10), "big")  # 16 bits of counter seed + 62 of rand_b
         with self._lock:
             if ms <= self._last_ms:
                 ms = self._last_ms
                 self._counter += 1
                 if self._counter > 0xFFF:  # counter exhausted: borrow the next millisecond
                     ms += 1
-                    self._counter = int.from_bytes(os.urandom(2), "big") & 0x7FF
+                    self._counter = (rand >> 64) & 0x7FF
             else:
-                self._counter = int.from_bytes(os.urandom(2), "big") & 0x7FF  # leave room to count up
+                self._counter = (rand >> 64) & 0x7FF  # seed in the lower half: leave room to count up
             self._last_ms = ms
             counter = self._counter
-        rand_b = int.from_bytes(os.urandom(8), "big") & ((1 << 62) - 1)
-        value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | rand_b
-        return str(uuid.UUID(int=value))
+        value = (ms & 0xFFFF_FFFF_FFFF) << 80 | 0x7 << 76 | counter << 64 | 0b10 << 62 | (rand & _RAND_B)
+        h = f"{value:032x}"  # str(uuid.UUID(int=...)) costs as much again; this is the same text
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+_RAND_B = (1 << 62) - 1
 uuid7 = _UUIDv7()
 
 
@@ -117,7 +120,15 @@ def uuid7_time_ms(event_id: str) -> int:
 def rfc3339_ms(ms: int) -> str:
     """``2025-01-02T03:04:05.678Z`` — UTC, millisecond precision, ``Z`` suffix."""
     seconds, millis = divmod(ms, 1000)
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
+    global _ts_cache
+    cached = _ts_cache  # one read: another thread may swap the tuple
+    if cached[0] != seconds:  # strftime is most of the cost; a host emits many events per second
+        cached = (seconds, datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S."))
+        _ts_cache = cached
+    return f"{cached[1]}{millis:03d}Z"
+
+
+_ts_cache: tuple[int, str] = (-1, "")
 
 
 def _causation_id(caused_by: str | dict | None) -> str | None:
@@ -174,8 +185,11 @@ class Publisher:
             max_batch_size=max_batch_bytes,
             max_request_size=settings.max_event_bytes + _REQUEST_OVERHEAD,
         )
-        self._pending: set[asyncio.Future] = set()
+        # (future, doc) per enqueued record; settled ones are pruned in bulk (a done-callback
+        # per record costs more than the send itself at tens of thousands of events/s).
+        self._pending: list[tuple[asyncio.Future, dict]] = []
         self._failed: list[tuple[dict, BaseException]] = []
+        self._partitions: int | None = None
         self._started = False
         self._closed = False
 
@@ -205,26 +219,43 @@ class Publisher:
 
     # -- sending --
 
-    async def send_doc(self, doc: dict) -> asyncio.Future:
+    async def partition_of(self, run_id: str) -> int:
+        """The partition the default (murmur2) partitioner picks for ``run_id`` on this topic."""
+        if self._partitions is None:
+            self._partitions = len(await self._producer.partitions_for(self.topic))
+        return (murmur2(run_id.encode()) & 0x7FFFFFFF) % self._partitions
+
+    async def send_doc(self, doc: dict, *, partition: int | None = None) -> asyncio.Future:
         """Enqueue one already-validated doc (key = runId); return its delivery future.
 
-        The future is also tracked, so ``flush`` reports its failure.
+        ``partition``, when given, must be ``partition_of(runId)`` (a run handle caches
+        it); it only saves re-hashing the key. The future is tracked, so ``flush``
+        reports its failure.
         """
         if not self._started or self._closed:
             raise InfraError("Publisher is not started (use `async with Publisher(...)`) or already closed")
         value = self._encode(doc)
         try:
-            fut = await self._producer.send(self.topic, value=value, key=doc["runId"].encode())
+            fut = await self._producer.send(self.topic, value=value, key=doc["runId"].encode(), partition=partition)
         except KafkaError as e:
             raise InfraError(f"could not enqueue event for {self.topic}: {e}") from e
-        self._pending.add(fut)
-        fut.add_done_callback(lambda f, d=doc: self._settle(f, d))
+        self._pending.append((fut, doc))
+        if len(self._pending) >= self._prune_at:
+            self._prune()
         return fut
 
-    def _settle(self, fut: asyncio.Future, doc: dict) -> None:
-        self._pending.discard(fut)
-        if not fut.cancelled() and fut.exception() is not None:
-            self._failed.append((doc, fut.exception()))
+    _prune_at = 8192
+
+    def _prune(self) -> None:
+        """Drop settled futures, remembering failures; keeps memory bounded for long-lived publishers."""
+        still = []
+        for fut, doc in self._pending:
+            if not fut.done():
+                still.append((fut, doc))
+            elif not fut.cancelled() and fut.exception() is not None:
+                self._failed.append((doc, fut.exception()))
+        self._pending = still
+        self._prune_at = max(8192, 2 * len(still))
 
     async def resend(self, docs: Iterable[dict]) -> None:
         """Re-send docs that a ``PublishError`` reported, unchanged, and wait for them."""
@@ -237,7 +268,8 @@ class Publisher:
         if self._started and not self._closed:
             await self._producer.flush()
         while self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+            await asyncio.gather(*(fut for fut, _ in self._pending), return_exceptions=True)
+            self._prune()
         if self._failed:
             failed, self._failed = self._failed, []
             first = failed[0][1]
@@ -269,7 +301,7 @@ class Run:
         self.run_id = run_id
         self.engine_version = engine_version
         self._next_sequence = start_sequence
-        self._pending: set[asyncio.Future] = set()
+        self._partition: int | None = None
         # Sequence assignment and enqueue must happen as one step, or two concurrent emits
         # could share a number or enqueue out of order.
         self._lock = asyncio.Lock()
@@ -313,11 +345,11 @@ class Run:
         async with self._lock:
             doc = self.build(type, payload, sequence=self._next_sequence, **kw)
             doc = validate_doc(doc, max_bytes=self.publisher.settings.max_event_bytes)
-            fut = await self.publisher.send_doc(doc)
+            if self._partition is None:
+                self._partition = await self.publisher.partition_of(self.run_id)
+            fut = await self.publisher.send_doc(doc, partition=self._partition)
             # Only now is the number spent: a ContractError or a refused enqueue leaves it free.
             self._next_sequence += 1
-        self._pending.add(fut)
-        fut.add_done_callback(self._pending.discard)
         return doc, fut
 
     async def emit(
@@ -346,7 +378,7 @@ class Run:
         return doc
 
     async def flush(self) -> None:
-        """Wait for this run's pending events (and, via the producer, everyone else's)."""
+        """Wait for every pending event of the publisher (this run's included); see ``Publisher.flush``."""
         await self.publisher.flush()
 
     # -- helpers for the event types the store interprets (SPEC §3) --

@@ -60,7 +60,7 @@ def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, t
         json.dumps(good[1]),                                    # 3
         "",                                                     # 4 blank: ignored
         json.dumps(doc("run-p", 3, "no.such.type", {})),        # 5 unknown_event_type
-        json.dumps(doc("run-p", 3, payload={"name": "v", "value": 2**63})),  # 6 unsafe_integer
+        json.dumps(doc("run-p", 3, payload={"name": "v", "value": 2**63 + 1})),  # 6 unsafe_integer (not a double)
         json.dumps({**doc("run-p", 3), "tenant": "x"}),         # 7 invalid_envelope
         '{"a": NaN}',                                           # 8 non_finite_number
         json.dumps(good[2]),                                    # 9
