@@ -358,6 +358,13 @@ def _release_all_at_exit() -> None:
 atexit.register(_release_all_at_exit)
 
 
+def _command_line() -> str:
+    """What to call the owner in an error message: ``agentlog worker``, ``python -c …``."""
+    argv = list(sys.argv) or ["python"]
+    head = "python -c" if argv[0] == "-c" else Path(argv[0]).name or "python"
+    return " ".join([head, *argv[1:]])[:200]
+
+
 def _open_chdb(path: str) -> _Engine:
     if path != ":memory:":
         others = [e.path for e in _REGISTRY.values() if e.path is not None and e.path != path]
@@ -389,7 +396,7 @@ def _open_chdb(path: str) -> _Engine:
     if path != ":memory:":
         eng.owner = {
             "pid": os.getpid(),
-            "cmd": " ".join([Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python", *sys.argv[1:]])[:200],
+            "cmd": _command_line(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         _write_owner(owner_file(path), eng.owner)
