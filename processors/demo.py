@@ -1,0 +1,724 @@
+"""The guided tour (``agentlog demo``): the whole store working on one realistic multi-agent run.
+
+Everything here goes through the public paths a user would take — the local stack from
+``infra``, the worker as a real background process, events published with the SDK, the
+replay verdicts the worker writes, the audit queries through the worker's HTTP endpoint —
+so a demo that passes is evidence the product works, not a simulation of it. Nothing is
+faked: a step whose machinery is missing or too slow is reported as skipped or as a
+fallback, with the reason.
+
+The story: a planner asks an LLM for a plan and dispatches two workers. worker-1 is
+dispatched, searches incidents with a tool, summarises with an LLM, completes and its
+findings are harvested into the parent; worker-2's dispatch fails. The planner's request to
+put customers' card data into the status update is refused by the model; the run completes.
+Then the run is re-derived from a mid-run offset (match), and re-executed twice as new runs
+that declare ``replayOf``: once with a changed tool output (``replay.diverged`` at the tool
+result) and once where the model refuses the summary it answered before
+(``replay.divergedAtRefusal``, error ``replay_diverged_at_refusal``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from schemas.canonical import GENESIS, chain_hash
+from schemas.errors import AgentlogError, InfraError
+from streams.settings import Settings, settings_env
+
+__all__ = [
+    "DemoSummary",
+    "WorkerHandle",
+    "ensure_stack",
+    "ensure_worker",
+    "play_run",
+    "run_demo",
+    "stop_demo",
+    "stop_worker",
+    "worker_query",
+]
+
+_REPO = Path(__file__).resolve().parent.parent
+BINDINGS = {"engineVersion": "agentlog-demo-1", "modeVersion": "planner-v3", "configVersion": "c12",
+            "policyVersion": "p4"}
+MODEL = {"provider": "anthropic", "model": "claude-sonnet-4"}
+WORKER_READY_S = 120.0
+STEP_WAIT_S = 90.0
+VERDICT_WAIT_S = 60.0
+
+Say = Callable[[str], None]
+
+
+class DemoError(AgentlogError):
+    """A demo step did not finish in its bounded wait; the message names the log to read."""
+
+    code = "demo_failed"
+
+
+@dataclass
+class DemoSummary:
+    """What the demo established; ``to_dict`` is the ``--json`` output."""
+
+    run_id: str = ""
+    events: int = 0
+    head_hash: str = ""
+    head_verified: bool = False
+    transitions: list[dict] = field(default_factory=list)
+    violations: int = 0
+    offset_replay: dict = field(default_factory=dict)
+    replays: list[dict] = field(default_factory=list)
+    queries: dict[str, dict] = field(default_factory=dict)
+    worker: dict = field(default_factory=dict)
+    broker: dict = field(default_factory=dict)
+    migrations: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------------------------
+# the stack: broker, topics, migrations
+
+
+def _reachable(bootstrap: str) -> bool:
+    host, _, port = bootstrap.split(",")[0].strip().rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=2.0).close()
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def ensure_stack(settings: Settings, say: Say) -> dict[str, Any]:
+    """Make sure a broker answers at ``settings.kafka_bootstrap`` (starting the local one if needed)."""
+    from infra.kafka import local
+
+    nodes = local.status(settings)
+    if nodes and all(n.alive for n in nodes):
+        say(f"Kafka already running at {local.bootstrap_servers(nodes)} (local stack in {local.kafka_home(settings)})")
+        return {"bootstrap": local.bootstrap_servers(nodes), "started": False, "local": True}
+    if not nodes and _reachable(settings.kafka_bootstrap):
+        say(f"Kafka answers at {settings.kafka_bootstrap} (not managed by this home; using it as is)")
+        return {"bootstrap": settings.kafka_bootstrap, "started": False, "local": False}
+    say("starting the local Apache Kafka (KRaft) — the first run fetches the jars with Maven…")
+    nodes = local.start(settings)
+    return {"bootstrap": local.bootstrap_servers(nodes), "started": any(n.started for n in nodes), "local": True}
+
+
+def _migrate(settings: Settings) -> list[str]:
+    """Apply the ClickHouse migrations without keeping the store open in this process.
+
+    chdb lets one process hold a directory, and the worker is about to be that process, so
+    the embedded store is migrated in a short-lived child; a server is migrated directly.
+    """
+    from processors.store import migrate, read_owner
+
+    if settings.clickhouse_url and not settings.clickhouse_url.startswith("chdb:"):
+        return migrate(settings)
+    if read_owner(settings):
+        return []  # a live worker owns it and migrated it when it started
+    code = ("import json; from streams.settings import load_settings; from processors.store import migrate; "
+            "print(json.dumps(migrate(load_settings())))")
+    env = {**os.environ, **settings_env(settings)}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=_REPO, capture_output=True, text=True,
+                          timeout=300, check=False)
+    if proc.returncode != 0:
+        last = [line for line in proc.stderr.splitlines() if line.strip()]
+        raise InfraError(f"ClickHouse migrations failed: {last[-1] if last else 'no output'}", code="store_error")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------------------------
+# the worker process
+
+
+@dataclass(frozen=True)
+class WorkerHandle:
+    pid: int
+    url: str
+    log: str
+    reused: bool
+
+
+def _pid_file(settings: Settings) -> Path:
+    return Path(settings.home) / "demo-worker.json"
+
+
+def _is_our_worker(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z" and b"processors" in cmdline and b"worker" in cmdline
+
+
+def _health(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url + "/health", timeout=2.0) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def _log_tail(path: Path, n: int = 8) -> str:
+    try:
+        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    return " | ".join(lines[-n:])[-600:]
+
+
+def _running_worker(settings: Settings) -> WorkerHandle | None:
+    try:
+        record = json.loads(_pid_file(settings).read_text())
+    except (OSError, ValueError):
+        return None
+    if (record.get("prefix") == settings.topic_prefix and isinstance(record.get("pid"), int)
+            and _is_our_worker(record["pid"])):
+        return WorkerHandle(record["pid"], record["url"], record["log"], reused=True)
+    return None
+
+
+def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY_S) -> WorkerHandle:
+    """Reuse the demo worker of this home, or start ``python -m processors worker --web`` in the background."""
+    running = _running_worker(settings)
+    if running is not None and _health(running.url):
+        say(f"worker already running (pid {running.pid}, {running.url})")
+        return running
+    url = f"http://127.0.0.1:{settings.web_port}"
+    if _health(url):
+        raise InfraError(f"port {settings.web_port} already serves another worker; stop it or set AGENTLOG_WEB_PORT",
+                         code="port_in_use")
+    home = Path(settings.home)
+    home.mkdir(parents=True, exist_ok=True)
+    log_path = home / "demo-worker.log"
+    env = {**os.environ, **settings_env(settings.replace(web_enabled=True)), "PYTHONUNBUFFERED": "1"}
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "processors", "worker", "--web", "--web-port", str(settings.web_port)],
+            env=env, cwd=_REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,  # outlives the demo command, like `agentlog infra up`'s broker
+        )
+    handle = WorkerHandle(proc.pid, url, str(log_path), reused=False)
+    _pid_file(settings).write_text(json.dumps({"pid": proc.pid, "url": url, "log": str(log_path),
+                                               "prefix": settings.topic_prefix}))
+    say(f"worker started (pid {proc.pid}); log {log_path}")
+    deadline = time.monotonic() + ready_s
+    while not _health(url):
+        if proc.poll() is not None:
+            _pid_file(settings).unlink(missing_ok=True)
+            raise InfraError(f"the worker exited during start-up (code {proc.returncode}); see {log_path}: "
+                             f"{_log_tail(log_path)}", code="worker_start_failed")
+        if time.monotonic() > deadline:
+            raise InfraError(f"the worker did not answer {url}/health within {ready_s:.0f}s; see {log_path}",
+                             code="worker_start_failed")
+        time.sleep(0.5)
+    return handle
+
+
+def stop_worker(settings: Settings, *, timeout_s: float = 30.0) -> int | None:
+    """Stop the demo worker of this home (SIGTERM, then SIGKILL); return its pid if one ran."""
+    running = _running_worker(settings)
+    _pid = running.pid if running else None
+    if _pid is not None:
+        os.kill(_pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout_s
+        while _is_our_worker(_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _is_our_worker(_pid):
+            os.kill(_pid, signal.SIGKILL)
+    _pid_file(settings).unlink(missing_ok=True)
+    return _pid
+
+
+def stop_demo(settings: Settings, say: Say) -> None:
+    """``--stop``: the demo worker, then the local broker of this home (an external Kafka is left alone)."""
+    from infra.kafka import local
+
+    pid = stop_worker(settings)
+    say(f"worker stopped (pid {pid})" if pid else "no demo worker was running")
+    before = local.stop(settings)
+    say("local Kafka stopped" if any(n.alive for n in before) else "no local Kafka was running in this home")
+
+
+def worker_query(settings: Settings, worker: WorkerHandle, body: dict[str, Any]) -> dict[str, Any]:
+    """A named query or read-only SQL answered by the worker that owns the store.
+
+    Goes through the store owner's advertised endpoint when there is one
+    (:func:`processors.query_server.query_via_worker`), else straight to the demo worker's port.
+    """
+    from processors.query_server import query_via_worker
+    from schemas.errors import StoreError
+
+    answer = query_via_worker(settings, body)
+    if answer is not None:
+        return answer
+    path = "/sql" if "sql" in body else "/query"
+    try:
+        try:
+            return _post(worker.url + path, body, "POST")
+        except urllib.error.HTTPError as e:
+            if e.code != 405:
+                raise
+            # Faust function pages answer GET only; the endpoint reads the body either way.
+            return _post(worker.url + path, body, "GET")
+    except urllib.error.HTTPError as e:
+        try:
+            err = json.loads(e.read()).get("error") or {}
+        except ValueError:
+            err = {}
+        raise StoreError(err.get("message") or f"{worker.url}{path} answered HTTP {e.code}",
+                         code=err.get("code") or "store_unreachable") from e
+    except (urllib.error.URLError, OSError) as e:
+        raise StoreError(f"worker query endpoint {worker.url} does not answer ({e})", code="store_unreachable") from e
+
+
+def _post(url: str, body: dict[str, Any], method: str) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode(), method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        return json.loads(resp.read())
+
+
+# ---------------------------------------------------------------------------------------------
+# the run, through the SDK
+
+
+async def play_run(pub: Any, run_id: str, *, variant: str = "original", replay_of: dict | None = None,
+                   pace: float = 1.0) -> list[dict]:
+    """Publish the demo story as run ``run_id``; return the docs sent, in sequence order.
+
+    ``variant``: ``original``; ``tool-changed`` (the incident search returns other data);
+    ``refusal`` (the model refuses worker-1's summary it answered in the original).
+    ``pace`` scales the simulated think/tool latencies (0 = as fast as possible).
+    """
+    run = pub.run(run_id, engine_version=BINDINGS["engineVersion"])
+    docs: list[dict] = []
+
+    async def emit(coro: Awaitable[dict]) -> dict:
+        doc = await coro
+        docs.append(doc)
+        return doc
+
+    async def think(seconds: float) -> None:
+        if pace > 0:
+            await asyncio.sleep(seconds * pace)
+
+    def chain(phase: str, worker: str, cause: dict, **extra: Any) -> Awaitable[dict]:
+        payload = {"phase": phase, "workerId": worker, "parentRunId": run_id, **extra}
+        return run.emit("core.workflowChain.event", payload, caused_by=cause, node_id="dispatcher")
+
+    child = f"{run_id}.worker-1"
+    started_payload: dict[str, Any] = {"bindings": dict(BINDINGS)}
+    if replay_of:
+        started_payload["replayOf"] = replay_of
+    started = await emit(run.emit("run.started", started_payload, node_id="host"))
+    goal = await emit(run.emit("variable.changed", {"name": "goal", "value": (
+        "Triage last night's checkout incidents and post a customer status update")},
+        caused_by=started, node_id="planner"))
+    plan_req = await emit(run.llm_request({**MODEL, "messages": [
+        {"role": "system", "content": "You are the planner. Split the task between worker-1 and worker-2."},
+        {"role": "user", "content": goal["payload"]["value"]}], "temperature": 0, "maxOutputTokens": 512},
+        node_id="planner", caused_by=goal))
+    await think(0.35)
+    plan = await emit(run.llm_response(plan_req, {"kind": "message", "text": (
+        "worker-1: investigate checkout incidents since 18:00; worker-2: draft the status page entry.")},
+        usage={"inputTokens": 812, "outputTokens": 143}))
+    await emit(run.usage(MODEL["provider"], MODEL["model"], 812, 143, cost_cents=0.46, node_id="planner",
+                         caused_by=plan))
+    decided = await emit(run.emit("runOrchestrator.decided", {
+        "agentId": "agent.planner", "iteration": 1,
+        "decision": {"kind": "next-worker", "nextWorkerIds": ["worker-1", "worker-2"],
+                     "outputMapping": {"worker-1": {"findings": "incidentFindings"}}}},
+        caused_by=plan, node_id="planner"))
+    began1 = await emit(chain("dispatch.began", "worker-1", decided))
+    await think(0.08)
+    ok1 = await emit(chain("dispatch.succeeded", "worker-1", began1, childRunId=child))
+    began2 = await emit(chain("dispatch.began", "worker-2", decided))
+    await think(0.25)
+    failed2 = await emit(chain("dispatch.failed", "worker-2", began2,
+                               error={"code": "worker_unavailable", "message": "worker-2 pool has no capacity"}))
+    await emit(run.emit("channel.written", {"channel": "progress", "value": "worker-2 unavailable; worker-1 continues"},
+                        caused_by=failed2, node_id="dispatcher"))
+    call = await emit(run.tool_call("incidents.search", {"service": "checkout", "since": "18:00Z"},
+                                    node_id="worker-1", caused_by=ok1))
+    await think(0.3)
+    incidents = [{"id": "INC-4211", "severity": "SEV2", "cause": "payment gateway timeouts"},
+                 {"id": "INC-4214", "severity": "SEV3", "cause": "stale cart cache"}]
+    if variant == "tool-changed":
+        incidents = [{"id": "INC-4211", "severity": "SEV1", "cause": "payment gateway outage"}]
+    ret = await emit(run.tool_result(call, {"incidents": incidents, "count": len(incidents)}))
+    sum_req = await emit(run.llm_request({**MODEL, "messages": [
+        {"role": "system", "content": "Summarise incidents for the parent run as JSON findings."},
+        {"role": "user", "content": json.dumps(ret["payload"]["result"], sort_keys=True)}], "temperature": 0},
+        node_id="worker-1", caused_by=ret))
+    await think(0.4)
+    if variant == "refusal":
+        refused = await emit(run.llm_refusal(sum_req, "The model declined to summarise incident data in this context."))
+        await emit(run.usage(MODEL["provider"], MODEL["model"], 640, 12, cost_cents=0.21, node_id="worker-1",
+                             caused_by=refused))
+        await emit(chain("child.failed", "worker-1", ok1, childRunId=child,
+                         error={"code": "model_refused", "message": "summary refused"}))
+        await emit(run.emit("run.failed", {"status": "failed", "error": {"code": "model_refused",
+                                                                         "message": "worker-1 summary refused"}},
+                            node_id="host"))
+        await run.flush()
+        return docs
+    findings = {"incidents": 2, "worst": "INC-4211", "rootCause": "payment gateway timeouts"}
+    summary = await emit(run.llm_response(sum_req, {"kind": "message", "json": findings},
+                                          usage={"inputTokens": 640, "outputTokens": 96}))
+    await emit(run.usage(MODEL["provider"], MODEL["model"], 640, 96, cost_cents=0.27, node_id="worker-1",
+                         caused_by=summary))
+    done1 = await emit(chain("child.completed", "worker-1", ok1, childRunId=child))
+    await think(0.05)
+    harvested = await emit(chain("output.harvested", "worker-1", done1, childRunId=child,
+                                 harvestedKeys=["incidentFindings"]))
+    await emit(run.emit("variable.changed", {"name": "incidentFindings", "value": findings},
+                        caused_by=harvested, node_id="planner"))
+    pii_req = await emit(run.llm_request({**MODEL, "messages": [
+        {"role": "user", "content": "Write the status update and list each affected customer's email and card number."}],
+        "temperature": 0}, node_id="planner", caused_by=harvested))
+    await think(0.2)
+    pii_refusal = await emit(run.llm_refusal(pii_req, "Refused: the request asks to disclose customers' payment card data."))
+    await emit(run.usage(MODEL["provider"], MODEL["model"], 120, 9, cost_cents=0.04, node_id="planner",
+                         caused_by=pii_refusal))
+    update = await emit(run.emit("channel.written", {"channel": "status-page", "value": (
+        "Checkout errors between 18:05 and 18:40 UTC were caused by payment gateway timeouts; resolved.")},
+        caused_by=pii_refusal, node_id="planner"))
+    await emit(run.emit("run.completed", {"status": "completed"}, caused_by=update, node_id="host"))
+    await run.flush()
+    return docs
+
+
+# ---------------------------------------------------------------------------------------------
+# reading back
+
+
+async def _until(probe: Callable[[], Awaitable[Any]], *, timeout_s: float, what: str, log: str) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = await probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise DemoError(f"timed out after {timeout_s:.0f}s waiting for {what}; see the worker log {log}")
+        await asyncio.sleep(0.5)
+
+
+async def _records(settings: Settings, short: str, key: str) -> list[tuple[int, dict]]:
+    from streams.reader import read_topic
+
+    return [(offset, value) async for _, offset, _, value in read_topic(settings, short, key=key)]
+
+
+async def _committed(settings: Settings, run_id: str, n: int) -> list[tuple[int, dict]] | None:
+    seen: dict[int, tuple[int, dict]] = {}
+    for offset, value in await _records(settings, "log", run_id):
+        doc = value.get("doc") or {}
+        if doc.get("runId") == run_id and doc.get("sequence") not in seen:
+            seen[doc["sequence"]] = (offset, value)
+    return [seen[i] for i in range(n)] if len(seen) >= n and all(i in seen for i in range(n)) else None
+
+
+async def _transitions(settings: Settings, run_id: str, n: int) -> list[dict] | None:
+    out, seen = [], set()
+    for _, t in await _records(settings, "transitions", run_id):
+        ident = (t.get("dispatchId"), t.get("phase"))
+        if t.get("parentRunId") == run_id and ident not in seen:
+            seen.add(ident)
+            out.append(t)
+    return out if len(out) >= n else None
+
+
+async def _verdict(settings: Settings, replay_run_id: str) -> dict | None:
+    for _, v in await _records(settings, "verdicts", replay_run_id):
+        if v.get("replayRunId") == replay_run_id:
+            return v
+    return None
+
+
+async def _digested(settings: Settings, run_id: str, last: int) -> bool:
+    return any(d.get("runId") == run_id and d.get("sequence") == last
+               for _, d in await _records(settings, "digests", run_id))
+
+
+# ---------------------------------------------------------------------------------------------
+# the tour
+
+
+def _index(docs: list[dict], type_: str, node: str | None = None, nth: int = 0) -> int:
+    hits = [d["sequence"] for d in docs if d["type"] == type_ and (node is None or d.get("nodeId") == node)]
+    return hits[nth]
+
+
+async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[int, dict]], log: str) -> dict:
+    try:
+        from processors.replay import replay_run
+    except ImportError as e:
+        return {"status": "skipped", "detail": f"processors.replay.replay_run is not available yet ({e})"}
+    mid = len(committed) // 2
+    offset = committed[mid][0]
+    await _until(lambda: _digested(settings, run_id, len(committed) - 1), timeout_s=STEP_WAIT_S,
+                 what="state digests of the run", log=log)
+    result = await replay_run(settings, run_id, from_offset=offset)
+    body = result.to_json_dict()
+    return {"status": result.verdict, "fromOffset": offset, "fromSeq": result.from_seq,
+            "snapshotUsed": result.snapshot_used, "compared": result.compared,
+            "headHash": result.head_hash, "firstDivergence": result.first_divergence,
+            "error": body.get("error"), "note": result.snapshot_note}
+
+
+async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name: str, variant: str,
+                       from_seq: int, expected_at: int, log: str) -> dict:
+    replay_id = f"{source[0]['runId']}.{variant}-{uuid.uuid4().hex[:4]}"
+    replay_of = {"sourceRunId": source[0]["runId"], "fromSeq": from_seq, "mode": "live"}
+    docs = await play_run(pub, replay_id, variant=variant, replay_of=replay_of, pace=0)
+    verdict_source = "worker (verdicts topic)"
+    try:
+        verdict = await _until(lambda: _verdict(settings, replay_id), timeout_s=VERDICT_WAIT_S,
+                               what=f"the worker's verdict for {replay_id}", log=log)
+    except DemoError:
+        from processors.compare import compare_runs
+
+        committed = await _until(lambda: _committed(settings, replay_id, len(docs)), timeout_s=STEP_WAIT_S,
+                                 what=f"committed log of {replay_id}", log=log)
+        result = compare_runs(source, [c["doc"] for _, c in committed], from_seq=from_seq)
+        body = result.to_json_dict()
+        verdict = {"verdict": body["verdict"], "errorCode": body["errorCode"],
+                   "firstDivergence": body["firstDivergence"], "events": body["events"]}
+        verdict_source = f"compare_runs on the exported runs (no worker verdict within {VERDICT_WAIT_S:.0f}s)"
+    first = verdict.get("firstDivergence") or {}
+    events = verdict.get("events") or []
+    return {
+        "name": name, "replayRunId": replay_id, "fromSeq": from_seq, "expectedAt": expected_at,
+        "verdict": verdict.get("verdict"), "errorCode": verdict.get("errorCode"),
+        "atSequence": first.get("atSequence"), "kind": first.get("kind"), "path": first.get("path"),
+        "expected": first.get("expected"), "actual": first.get("actual"),
+        "event": events[0]["type"] if events else None, "eventPayload": events[0].get("payload") if events else None,
+        "source": verdict_source,
+    }
+
+
+_QUERIES = ("run-timeline", "handoff-latency", "usage")
+
+
+async def _queries(settings: Settings, worker: WorkerHandle, run_id: str, n_events: int) -> dict[str, dict]:
+    loop = asyncio.get_running_loop()
+
+    async def ask(name: str) -> dict:
+        return await loop.run_in_executor(None, worker_query, settings, worker,
+                                          {"query": name, "params": {"run_id": run_id}})
+
+    async def timeline_complete() -> dict | None:
+        answer = await ask("run-timeline")
+        return answer if len(answer.get("rows", [])) >= n_events else None
+
+    out = {"run-timeline": await _until(timeline_complete, timeout_s=STEP_WAIT_S,
+                                        what="the run in ClickHouse (audit sink)", log=worker.log)}
+    for name in _QUERIES[1:]:
+        async def nonempty(name: str = name) -> dict | None:
+            answer = await ask(name)
+            return answer if answer.get("rows") else None
+
+        out[name] = await _until(nonempty, timeout_s=STEP_WAIT_S, what=f"rows from {name}", log=worker.log)
+    return out
+
+
+async def _tour(settings: Settings, worker: WorkerHandle, summary: DemoSummary, console: Console) -> None:
+    from streams.publisher import Publisher
+
+    run_id = f"demo-{uuid.uuid4().hex[:8]}"
+    summary.run_id = run_id
+    async with Publisher(settings) as pub:
+        with console.status(f"publishing run {run_id} through the SDK…"):
+            docs = await play_run(pub, run_id)
+        summary.events = len(docs)
+        console.print(f"[bold]1.[/] published [cyan]{run_id}[/]: {len(docs)} events "
+                      f"(planner LLM call, 2 dispatches, tool call, refusal, variables, channels)")
+
+        with console.status("waiting for the committed log and handoff transitions…"):
+            committed = await _until(lambda: _committed(settings, run_id, len(docs)), timeout_s=STEP_WAIT_S,
+                                     what="the committed log", log=worker.log)
+            n_transitions = sum(1 for d in docs if d["type"] == "core.workflowChain.event")
+            transitions = await _until(lambda: _transitions(settings, run_id, n_transitions),
+                                       timeout_s=STEP_WAIT_S, what="handoff transitions", log=worker.log)
+        head = GENESIS
+        for doc in docs:
+            head = chain_hash(head, doc)
+        summary.head_hash = committed[-1][1]["hash"]
+        summary.head_verified = summary.head_hash == head
+        summary.transitions = [{k: t.get(k) for k in ("workerId", "phase", "from", "to", "sequence", "timestamp",
+                                                      "harvestedKeys", "derived")} for t in transitions]
+        _print_transitions(console, transitions)
+        console.print(f"   head hash [bold]{summary.head_hash}[/] "
+                      + ("[green](recomputed from the docs sent: equal)[/]" if summary.head_verified
+                         else "[red](differs from the hash recomputed from the docs sent!)[/]"))
+
+        with console.status("re-deriving the run from a mid-run offset…"):
+            summary.offset_replay = await _offset_replay(settings, run_id, committed, worker.log)
+        _print_offset_replay(console, summary.offset_replay)
+
+        with console.status("re-executing the run twice as new runs (replayOf)…"):
+            tool_at = _index(docs, "agent.toolReturned")
+            summary.replays.append(await _host_replay(
+                settings, pub, docs, name="changed tool output", variant="tool-changed",
+                from_seq=_index(docs, "agent.toolCalled"), expected_at=tool_at, log=worker.log))
+            refusal_at = _index(docs, "agent.invocation.completed", node="worker-1")
+            summary.replays.append(await _host_replay(
+                settings, pub, docs, name="model refuses", variant="refusal",
+                from_seq=_index(docs, "agent.invocation.started", node="worker-1"), expected_at=refusal_at,
+                log=worker.log))
+        _print_replays(console, summary.replays)
+
+    with console.status("querying the audit history through the worker…"):
+        summary.queries = await _queries(settings, worker, run_id, len(docs))
+    for name, answer in summary.queries.items():
+        _print_query(console, name, answer)
+
+
+# ---------------------------------------------------------------------------------------------
+# printing
+
+
+def _print_transitions(console: Console, transitions: list[dict]) -> None:
+    table = Table(title="2. handoff transitions (read back from the transitions topic)", title_justify="left")
+    for col in ("worker", "phase", "from → to", "seq", "detail"):
+        table.add_column(col)
+    for t in sorted(transitions, key=lambda t: (t.get("sequence") is None, t.get("sequence") or 0)):
+        to = str(t.get("to"))
+        colour = "red" if to in ("failed", "cancelled") else "green" if to in ("completed", "harvested") else "cyan"
+        detail = ""
+        if t.get("harvestedKeys"):
+            detail = "harvested " + ", ".join(t["harvestedKeys"])
+        elif t.get("error"):
+            detail = str((t["error"] or {}).get("code", t["error"]))
+        table.add_row(str(t.get("workerId")), str(t.get("phase")), f"{t.get('from')} → [{colour}]{to}[/]",
+                      str(t.get("sequence")), detail)
+    console.print(table)
+
+
+def _print_offset_replay(console: Console, r: dict) -> None:
+    status = r.get("status")
+    if status == "skipped":
+        console.print(f"[bold]3.[/] offset replay [yellow]skipped[/]: {r.get('detail')}")
+        return
+    colour = "green" if status == "match" else "red"
+    line = (f"[bold]3.[/] re-derivation from log offset {r.get('fromOffset')} (sequence {r.get('fromSeq')}, "
+            f"snapshot {r.get('snapshotUsed')}): [{colour}]{status}[/] over {r.get('compared')} indexes")
+    if r.get("firstDivergence"):
+        line += f"; first divergence {r['firstDivergence']}"
+    if r.get("error"):
+        line += f"; error {r['error']}"
+    console.print(line)
+
+
+def _print_replays(console: Console, replays: list[dict]) -> None:
+    table = Table(title="4. host replays (new runs with run.started.replayOf)", title_justify="left")
+    for col in ("scenario", "verdict", "error code", "at seq (expected)", "divergence", "event", "from"):
+        table.add_column(col)
+    for r in replays:
+        colour = "green" if r["verdict"] == "match" else "red"
+        if r.get("kind") == "refusal":
+            diff = f"envelope {r.get('expected')} → {r.get('actual')}"
+        else:
+            diff = f"{r.get('kind')} {r.get('path') or ''}: {json.dumps(r.get('expected'))[:60]} → " \
+                   f"{json.dumps(r.get('actual'))[:60]}"
+        table.add_row(r["name"], f"[{colour}]{r['verdict']}[/]", str(r.get("errorCode")),
+                      f"{r.get('atSequence')} ({r.get('expectedAt')})", diff, str(r.get("event")), r["source"])
+    console.print(table)
+
+
+def _print_query(console: Console, name: str, answer: dict) -> None:
+    table = Table(title=f"5. agentlog query {name}", title_justify="left")
+    columns = answer.get("columns", [])
+    if name == "run-timeline" and {"sequence", "event_id", "causation_id", "event_time"} <= set(columns):
+        answer, columns = _compact_timeline(answer), ["seq", "time", "type", "node", "caused by", "hash"]
+    for col in columns:
+        table.add_column(col, overflow="fold", max_width=40 if col in ("event_id", "causation_id", "hash") else None)
+    for row in answer.get("rows", [])[:40]:
+        table.add_row(*["" if v is None else (str(v)[:12] + "…" if len(str(v)) > 40 else str(v)) for v in row])
+    console.print(table)
+
+
+def _compact_timeline(answer: dict) -> dict:
+    """The timeline with causation as the cause's sequence and short hashes, so it fits a terminal."""
+    cols = answer["columns"]
+    rows = [dict(zip(cols, row)) for row in answer.get("rows", [])]
+    seq_of = {r["event_id"]: r["sequence"] for r in rows}
+    out = []
+    for r in rows:
+        cause = r.get("causation_id") or ""
+        out.append([r["sequence"], str(r.get("event_time", ""))[11:23], r.get("type"), r.get("node_id"),
+                    "" if not cause else f"#{seq_of[cause]}" if cause in seq_of else cause[:13],
+                    str(r.get("hash", ""))[:12]])
+    return {"columns": ["seq", "time", "type", "node", "caused by", "hash"], "rows": out}
+
+
+def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> None:
+    r = summary.run_id
+    console.rule("where to look next")
+    for cmd, why in (
+        (f"agentlog query run-timeline --param run_id={r}", "every committed event"),
+        (f"agentlog query failures --param run_id={r}", "dispatch failures per worker"),
+        (f"agentlog query refusals", "refusal rate per model"),
+        (f"agentlog query replay-verdicts --param source_run_id={r}", "the verdicts of the two re-executions"),
+        (f"agentlog replay --run {r} --from-seq 5", "re-derive the run yourself"),
+        (f"agentlog export --run {r}", "the run as JSON lines"),
+        (f"agentlog report --run {r} --out {r}.html", "causation graph + handoff timeline as one HTML page"),
+        ("agentlog capabilities --json", "what this store can prove, checked now"),
+        (f"curl {summary.worker.get('url')}/metrics", "Prometheus metrics of the worker"),
+        ("agentlog demo --stop-only   (or: make down)", "stop the demo worker and the local broker"),
+    ):
+        console.print(f"  [cyan]{cmd}[/]  [dim]# {why}[/]")
+
+
+# ---------------------------------------------------------------------------------------------
+# entry point
+
+
+def run_demo(settings: Settings, console: Console | None = None) -> DemoSummary:
+    """Bring the stack up, play and replay the demo run, query it; return what was established.
+
+    Raises:
+        AgentlogError: a step failed or a bounded wait ran out (the message names the log).
+    """
+    console = console or Console()
+    t0 = time.monotonic()
+    summary = DemoSummary()
+
+    def say(text: str) -> None:
+        console.print(f"[dim]•[/] {text}")
+
+    console.rule("agentlog demo")
+    from streams.admin import ensure_topics_sync
+
+    summary.broker = ensure_stack(settings, say)
+    created = ensure_topics_sync(settings)
+    say(f"topics ready under prefix '{settings.topic_prefix}' ({len(created)} created)")
+    summary.migrations = _migrate(settings)
+    say(f"ClickHouse {settings.store_url}: {len(summary.migrations)} migration(s) applied")
+    worker = ensure_worker(settings, say)
+    summary.worker = asdict(worker)
+    asyncio.run(_tour(settings, worker, summary, console))
+    _print_next(console, summary, settings)
+    summary.wall_s = round(time.monotonic() - t0, 1)
+    console.print(f"[bold green]demo finished in {summary.wall_s:.1f}s[/]")
+    return summary
