@@ -526,3 +526,22 @@ class MockReplaySession:
 async def open_mock_session(settings: Settings, source_run_id: str) -> MockReplaySession:
     """A :class:`MockReplaySession` over the recorded results of ``source_run_id``."""
     return MockReplaySession(await load_result_cache(settings, source_run_id), source_run_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host replay verdicts (written by processors.replay_processor)
+
+
+async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[dict[str, Any]]:
+    """Verdict records from the verdicts topic, one per replay run (the latest), in topic order.
+
+    A redelivered comparison re-emits an identical record, so the latest per replay run is
+    the verdict; ``replay_run_id`` narrows the read to that run's partition.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    async for _, _, _, value in read_topic(settings, "verdicts", key=replay_run_id):
+        rid = value.get("replayRunId")
+        if replay_run_id is None or rid == replay_run_id:
+            latest.pop(rid, None)
+            latest[rid] = value
+    return list(latest.values())
