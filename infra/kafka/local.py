@@ -384,10 +384,10 @@ def _render_properties(settings: Settings, topo: Topology, index: int) -> str:
     )
 
 
-def _jvm_base(settings: Settings, libs: Path, index: int) -> list[str]:
+def _jvm_base(settings: Settings, libs: Path, index: int, heap: str | None = None) -> list[str]:
     return [
         _find_java(),
-        *settings.kafka_heap.split(),
+        *(heap or settings.kafka_heap).split(),
         "-XX:+UseG1GC",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
@@ -405,7 +405,8 @@ def _format_storage(settings: Settings, topo: Topology, libs: Path, index: int) 
         return
     data.mkdir(parents=True, exist_ok=True)
     cmd = [
-        *_jvm_base(settings, libs, index), STORAGE_TOOL, "format",
+        # The format tool is a short-lived CLI: a small fixed heap, whatever the broker's is.
+        *_jvm_base(settings, libs, index, heap="-Xmx256m"), STORAGE_TOOL, "format",
         "--cluster-id", topo.cluster_id, "--config", str(_properties_file(settings, index)),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -424,7 +425,9 @@ def _launch(settings: Settings, topo: Topology, libs: Path, index: int) -> int:
     props.write_text(_render_properties(settings, topo, index))
     _format_storage(settings, topo, libs, index)
     cmd = [*_jvm_base(settings, libs, index), MAIN_CLASS, str(props)]
-    with open(node_dir / "stdout.log", "ab") as out:
+    log = _log_file(settings, index)
+    _log_marks[log] = log.stat().st_size if log.exists() else 0
+    with open(node_dir / "stdout.log", "wb") as out:
         # A new session: Ctrl-C in the terminal that ran `infra up` must not kill the broker.
         proc = subprocess.Popen(
             cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -489,15 +492,30 @@ def _probe(bootstrap: str, timeout_s: float = 3.0) -> set[int]:
         return pool.submit(run).result()
 
 
-def _log_tail(path: Path) -> str:
-    try:
-        lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
-    except FileNotFoundError:
-        return "(no log written)"
-    for line in reversed(lines[-200:]):
-        if " ERROR " in line or "Exception" in line:
-            return line.strip()[:300]
-    return lines[-1].strip()[:300] if lines else "(log is empty)"
+# Size of each server.log when its node was launched: the log accumulates across starts, and a
+# start-up failure must be explained by this start's lines, not by an old run's ERROR.
+_log_marks: dict[Path, int] = {}
+
+
+def _log_tail(node_dir: Path) -> str:
+    """The line most likely to explain a failed start: this run's last ERROR, else the JVM's last word."""
+    server_log = node_dir / "server.log"
+    lines: list[str] = []
+    with contextlib.suppress(FileNotFoundError):
+        with open(server_log, "rb") as fh:
+            fh.seek(_log_marks.get(server_log, 0))
+            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    for line in reversed(lines[-300:]):
+        if " ERROR " in line or " FATAL " in line:
+            return f"{server_log}: {line.strip()[:300]}"
+    with contextlib.suppress(FileNotFoundError):
+        # JVM failures (bad heap flag, missing class) never reach log4j: they are on stdout.
+        out = [ln for ln in (node_dir / "stdout.log").read_text(errors="replace").splitlines() if ln.strip()]
+        if out:
+            return f"{node_dir / 'stdout.log'}: {out[-1].strip()[:300]}"
+    if lines:
+        return f"{server_log}: {lines[-1].strip()[:300]}"
+    return f"{server_log}: (nothing logged)"
 
 
 def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_s: float) -> None:
@@ -508,9 +526,7 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
             info = _node_info(settings, topo, index)
             if not info.alive:
                 raise InfraError(
-                    f"Kafka node {index} (port {info.port}) exited during start-up; "
-                    f"see {info.log_file}: {_log_tail(info.log_file)}"
-                    f" (also {info.node_dir / 'stdout.log'})",
+                    f"Kafka node {index} (port {info.port}) exited during start-up; see {_log_tail(info.node_dir)}",
                     code="broker_start_failed",
                 )
             if index + 1 in _probe(info.bootstrap):
@@ -519,7 +535,7 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
             info = _node_info(settings, topo, pending[0])
             raise InfraError(
                 f"Kafka node {pending[0]} (port {info.port}) did not answer metadata within "
-                f"{timeout_s:.0f}s; see {info.log_file}: {_log_tail(info.log_file)}",
+                f"{timeout_s:.0f}s; see {_log_tail(info.node_dir)}",
                 code="broker_start_failed",
             )
         if pending:
