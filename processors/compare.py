@@ -53,13 +53,13 @@ from __future__ import annotations
 import copy
 import threading
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from schemas.canonical import jcs
 from schemas.errors import ReplayError
-from schemas.stability import MISSING, format_path, get_path, parse_path, strip_volatile
+from schemas.stability import MISSING, WILDCARD, format_path, get_path, is_volatile, parse_path
 
 from processors.fold import fold, observable
 
@@ -195,46 +195,78 @@ class _Absent:
 ABSENT = _Absent()
 
 
-def first_difference(expected: Any, actual: Any, path: str = "") -> tuple[str, Any, Any] | None:
+def first_difference(
+    expected: Any,
+    actual: Any,
+    path: str = "",
+    *,
+    ignore: Callable[[str], bool] | None = None,
+    memo: dict[tuple[int, int], tuple[Any, Any]] | None = None,
+) -> tuple[str, Any, Any] | None:
     """The first path (JCS key order) where two JSON values differ, with both values there.
 
     Paths use the :mod:`schemas.stability` syntax (``payload.items[0]["a.b"]``). Equality is
     byte-equality of the JCS form, so ``1`` equals ``1.0`` but never ``True``. A list length
-    difference is reported at ``<path>.length`` after the common elements.
+    difference is reported at ``<path>.length`` after the common elements. A difference at a
+    path for which ``ignore(path)`` is true is skipped (the search goes on).
+
+    ``memo`` remembers container pairs already proven equal (holding references, so their ids
+    cannot be reused). The fold's states share every unchanged sub-object with their
+    predecessor, so with one memo per run pair each index costs what changed, not the whole state.
     """
-    found = _first_difference(expected, actual, parse_path(path) if path else ())
+    start = parse_path(path) if path else ()
+    skip = (lambda at: ignore(format_path(at))) if ignore is not None else None
+    found = _first_difference(expected, actual, start, skip, memo)
     if found is None:
         return None
     segments, e, a = found
-    if isinstance(segments, str):  # a list length
-        return segments, e, a
     return format_path(segments), e, a
 
 
-def _first_difference(expected: Any, actual: Any, at: tuple) -> tuple[Any, Any, Any] | None:
+def _first_difference(
+    expected: Any, actual: Any, at: tuple, skip: Callable[[tuple], bool] | None, memo: dict | None
+) -> tuple[tuple, Any, Any] | None:
+    if expected is actual:
+        return None
+    pair = (id(expected), id(actual))
     if isinstance(expected, dict) and isinstance(actual, dict):
-        for key in sorted(set(expected) | set(actual), key=_jcs_key_order):
+        if memo is not None and pair in memo:
+            return None
+        for key in _ordered_keys(expected.keys() | actual.keys()):
             sub = at + (key,)
-            if key not in expected:
-                return sub, ABSENT, actual[key]
-            if key not in actual:
-                return sub, expected[key], ABSENT
-            found = _first_difference(expected[key], actual[key], sub)
+            if key not in expected or key not in actual:
+                if skip is None or not skip(sub):
+                    return sub, expected.get(key, ABSENT), actual.get(key, ABSENT)
+                continue
+            found = _first_difference(expected[key], actual[key], sub, skip, memo)
             if found:
                 return found
-        return None
-    if isinstance(expected, list) and isinstance(actual, list):
+    elif isinstance(expected, list) and isinstance(actual, list):
+        if memo is not None and pair in memo:
+            return None
         for i, (e, a) in enumerate(zip(expected, actual)):
-            found = _first_difference(e, a, at + (i,))
+            found = _first_difference(e, a, at + (i,), skip, memo)
             if found:
                 return found
         if len(expected) != len(actual):
-            base = format_path(at)
-            return (f"{base}.length" if base else "length"), len(expected), len(actual)
+            sub = at + ("length",)
+            # A list whose every element is volatile (``x[*]``) has a volatile length too.
+            if skip is None or not (skip(sub) or skip(at + (WILDCARD,))):
+                return sub, len(expected), len(actual)
+    elif _same(expected, actual) or (skip is not None and skip(at)):
         return None
-    if _same(expected, actual):
-        return None
-    return at, expected, actual
+    else:
+        return at, expected, actual
+    if memo is not None:
+        memo[pair] = (expected, actual)
+    return None
+
+
+def _ordered_keys(keys: Iterable[str]) -> list[str]:
+    ordered = sorted(keys)
+    if all(key.isascii() for key in ordered):
+        return ordered  # code-point order is UTF-16 order for ASCII
+    return sorted(ordered, key=_jcs_key_order)
 
 
 def _jcs_key_order(key: str) -> list[int]:
@@ -299,6 +331,7 @@ def compare_runs(
     binding_diff = _binding_diff(orig, rep)
     obs_orig = _observables(orig)
     obs_rep = _observables(rep)
+    state_memo: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     divergences: list[Divergence] = []
     previous_state_diff: tuple[str, bytes, bytes] | None = None
@@ -311,7 +344,7 @@ def compare_runs(
         compared_through = i
         state_diff = None
         if o is not None and r is not None:
-            state_diff = first_difference(obs_orig[i], obs_rep[i])
+            state_diff = first_difference(obs_orig[i], obs_rep[i], memo=state_memo)
         id_issue = ids.observe(o, r) if o is not None and r is not None else None
         found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep)
         previous_state_diff = _diff_identity(state_diff)
@@ -397,7 +430,9 @@ def _divergence_at(
             **common,
         )
     in_suffix = i >= from_seq
-    field_diff = first_difference(_compared_view(o, in_suffix), _compared_view(r, in_suffix))
+    field_diff = first_difference(
+        _compared_view(o, in_suffix), _compared_view(r, in_suffix), ignore=_volatile_for(o_type)
+    )
     if field_diff is not None:
         path, expected, actual = field_diff
         return Divergence(
@@ -472,9 +507,11 @@ def _identity_bytes(value: Any) -> bytes:
 
 
 def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
-    # Shallow copies suffice: only top-level and payload-level keys are removed, and
-    # strip_volatile never mutates what it shares with ``doc``.
-    view = dict(strip_volatile(dict(doc)))
+    # Volatile fields are not stripped here but skipped where they differ (_volatile_for): the
+    # same judgement as comparing strip_volatile() of both sides — a difference at or beneath a
+    # volatile path never counts, a container present on one side only still does — without
+    # rewriting every event. Shallow copies suffice: only top- and payload-level keys go.
+    view = dict(doc)
     for name in _NOT_FIELD_COMPARED:
         view.pop(name, None)
     payload = view.get("payload")
@@ -491,6 +528,11 @@ def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
             if isinstance(holder, dict):
                 holder.pop(name, None)
     return view
+
+
+def _volatile_for(event_type: Any) -> Callable[[str], bool]:
+    kind = str(event_type)
+    return lambda path: is_volatile(kind, path)
 
 
 def _causation_mismatch(
