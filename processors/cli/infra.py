@@ -1,4 +1,4 @@
-"""``agentlog infra up|down|status|topics``: the local Kafka (KRaft) stack and its topics.
+"""``agentlog infra up|down|status|topics|fetch``: the local Kafka (KRaft) stack and its topics.
 
 The broker runs from Maven Central jars with the machine's Java (``infra/kafka/local.py``); its
 data, logs and PID files live under ``AGENTLOG_HOME/kafka`` and survive ``down``/``up``.
@@ -15,7 +15,7 @@ from rich.table import Table
 
 from schemas.errors import InfraError
 
-infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics.", no_args_is_help=True)
+infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics, fetch.", no_args_is_help=True)
 
 
 def _settings(port: int | None = None):
@@ -77,6 +77,19 @@ def up(
     if bootstrap.split(",")[0] != settings.kafka_bootstrap.split(",")[0] or port is not None:
         typer.echo(f"  export AGENTLOG_KAFKA_BOOTSTRAP={bootstrap}")
     typer.echo(store_message)
+
+
+@infra_app.command("fetch")
+def fetch(as_json: bool = typer.Option(False, "--json", help="Print the jar directory as JSON.")) -> None:
+    """Fetch the Kafka jars from Maven Central into the cache (no-op when already there)."""
+    from infra.kafka import local
+
+    settings = _settings()
+    libs = local.ensure_kafka_jars(settings)
+    if as_json:
+        typer.echo(json.dumps({"kafkaVersion": settings.kafka_version, "libs": str(libs)}))
+    else:
+        typer.echo(f"Kafka {settings.kafka_version} jars in {libs}")
 
 
 @infra_app.command("down")

@@ -1,0 +1,42 @@
+# agentlog: everything a newcomer runs. Needs only Python 3.11+, Java 17+, Maven 3.6+ and make.
+#   make test   the whole suite against a real Kafka broker (started from Maven jars) and chdb
+#   make demo   start the local stack and run the demo
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+AGENTLOG := $(VENV)/bin/agentlog
+# Re-install only when the dependency list changes.
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: venv kafka test demo down bench clean distclean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+kafka: venv
+	$(AGENTLOG) infra fetch
+
+test: venv kafka
+	$(PY) -m pytest -q
+
+demo: venv kafka
+	$(AGENTLOG) demo
+
+down: venv
+	$(AGENTLOG) infra down
+
+bench: venv kafka
+	$(PY) -m bench
+
+# Stops the test broker (if the tests left one) and removes caches; keeps .venv and the jar cache.
+clean:
+	-@test -x $(AGENTLOG) && AGENTLOG_HOME=$(CURDIR)/.agentlog/test-stack AGENTLOG_KAFKA_BOOTSTRAP=127.0.0.1:19192 $(AGENTLOG) infra down
+	rm -rf .agentlog/test-stack .pytest_cache .hypothesis build dist
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info
