@@ -1,0 +1,63 @@
+"""The whole demo on the real broker: a real worker process, the SDK, replay verdicts, audit queries.
+
+Expected indexes are read from the audit history (the run-timeline rows ClickHouse returns),
+not from the demo's own bookkeeping, so a demo that misplaces a divergence fails here.
+"""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+from rich.console import Console
+
+from processors.demo import run_demo, stop_worker
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_demo_end_to_end(settings):
+    demo_settings = settings.replace(web_port=_free_port())
+    try:
+        summary = run_demo(demo_settings, Console(quiet=True))
+    finally:
+        stop_worker(demo_settings)
+
+    assert summary.head_verified and len(summary.head_hash) == 64
+
+    timeline = summary.queries["run-timeline"]
+    rows = [dict(zip(timeline["columns"], row)) for row in timeline["rows"]]
+    assert [r["sequence"] for r in rows] == list(range(summary.events))
+    assert rows[-1]["hash"] == summary.head_hash
+    tool_result_at = next(r["sequence"] for r in rows if r["type"] == "agent.toolReturned")
+    answered_at = next(r["sequence"] for r in rows
+                       if r["type"] == "agent.invocation.completed" and r["node_id"] == "worker-1")
+    assert sum(r["type"] == "envelope.refusal" for r in rows) == 1
+
+    phases = sorted((t["workerId"], t["phase"]) for t in summary.transitions)
+    assert phases == sorted([("worker-1", "dispatch.began"), ("worker-1", "dispatch.succeeded"),
+                             ("worker-1", "child.completed"), ("worker-1", "output.harvested"),
+                             ("worker-2", "dispatch.began"), ("worker-2", "dispatch.failed")])
+
+    assert summary.offset_replay["status"] == "match", summary.offset_replay
+    assert 0 < summary.offset_replay["fromSeq"] < summary.events
+
+    tool, refusal = summary.replays
+    assert (tool["verdict"], tool["errorCode"], tool["atSequence"]) == ("diverged", "replay_diverged", tool_result_at)
+    assert tool["event"] == "replay.diverged" and tool["path"].startswith("payload.result")
+    assert (refusal["verdict"], refusal["errorCode"], refusal["atSequence"]) == (
+        "diverged_at_refusal", "replay_diverged_at_refusal", answered_at)
+    assert refusal["event"] == "replay.divergedAtRefusal"
+    assert (refusal["expected"], refusal["actual"]) == ("valid", "refusal")
+
+    latency = summary.queries["handoff-latency"]
+    workers = {dict(zip(latency["columns"], row))["worker_id"] for row in latency["rows"]}
+    assert workers == {"worker-1", "worker-2"}
+    usage = [dict(zip(summary.queries["usage"]["columns"], row)) for row in summary.queries["usage"]["rows"]]
+    assert [(u["run_id"], u["calls"]) for u in usage] == [(summary.run_id, 3)]
