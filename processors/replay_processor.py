@@ -16,7 +16,7 @@ log = logging.getLogger("agentlog.replay")
 
 def verdict_record(request: dict, result) -> dict:
     body = result.to_json_dict()
-    return {
+    record = {
         "replayRunId": request["replayRunId"],
         "sourceRunId": request.get("sourceRunId"),
         "mode": request.get("mode", "live"),
@@ -26,6 +26,10 @@ def verdict_record(request: dict, result) -> dict:
         "events": body["events"],
         "comparedThrough": getattr(result, "compared_through", None),
     }
+    if body.get("bindingDiff"):
+        # A what-if must say which bound versions differ (MACP §3), not only that some did.
+        record["bindingDiff"] = body["bindingDiff"]
+    return record
 
 
 async def compare_host_replay(wiring, request: dict) -> dict | None:
