@@ -44,6 +44,7 @@ from streams.settings import Settings, settings_env
 __all__ = [
     "DemoSummary",
     "WorkerHandle",
+    "demo_worker",
     "ensure_stack",
     "ensure_worker",
     "play_run",
@@ -186,7 +187,8 @@ def _log_tail(path: Path, n: int = 8) -> str:
     return " | ".join(lines[-n:])[-600:]
 
 
-def _running_worker(settings: Settings) -> WorkerHandle | None:
+def demo_worker(settings: Settings) -> WorkerHandle | None:
+    """The demo worker of this home and prefix, if its process is alive."""
     try:
         record = json.loads(_pid_file(settings).read_text())
     except (OSError, ValueError):
@@ -199,7 +201,7 @@ def _running_worker(settings: Settings) -> WorkerHandle | None:
 
 def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY_S) -> WorkerHandle:
     """Reuse the demo worker of this home, or start ``python -m processors worker --web`` in the background."""
-    running = _running_worker(settings)
+    running = demo_worker(settings)
     if running is not None and _health(running.url):
         say(f"worker already running (pid {running.pid}, {running.url})")
         return running
@@ -236,7 +238,7 @@ def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY
 
 def stop_worker(settings: Settings, *, timeout_s: float = 30.0) -> int | None:
     """Stop the demo worker of this home (SIGTERM, then SIGKILL); return its pid if one ran."""
-    running = _running_worker(settings)
+    running = demo_worker(settings)
     _pid = running.pid if running else None
     if _pid is not None:
         os.kill(_pid, signal.SIGTERM)

@@ -176,7 +176,7 @@ def _graph_svg(events: list[Mapping[str, Any]], violated: dict[str, list[str]]) 
                    f'stroke="{stroke}" stroke-width="{width}"/>')
         label = ("⚠ " if refusal or codes else "") + etype
         if etype == "core.workflowChain.event" and e.get("phase"):
-            label = f"chain {e['phase']}"
+            label = f"{e['phase']} · {e.get('worker') or '?'}"
         out.append(f'<text x="{x + 8}" y="{y + 15}" class="node-label" fill="{stroke}">{_esc(_short(label, 34))}</text>')
         out.append("</g>")
     out.append("</svg>")
@@ -308,13 +308,18 @@ def _violations_table(violations: list[Mapping[str, Any]]) -> str:
             f"{rows}</table>")
 
 
-def _normalise_events(events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _normalise_events(events: Iterable[Mapping[str, Any]],
+                      transitions: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Sorted copies; chain events get ``phase``/``worker`` from their payload or, when the events came
+    without payloads (the run-timeline query), from the transition they produced."""
+    by_event = {t.get("eventId"): t for t in transitions}
     out = []
     for e in events:
         doc = dict(e)
-        payload = doc.get("payload")
-        if doc.get("type") == "core.workflowChain.event" and isinstance(payload, Mapping):
+        if doc.get("type") == "core.workflowChain.event":
+            payload = doc.get("payload") if isinstance(doc.get("payload"), Mapping) else by_event.get(doc.get("eventId"), {})
             doc["phase"] = payload.get("phase")
+            doc["worker"] = payload.get("workerId")
         out.append(doc)
     out.sort(key=lambda d: (d.get("sequence") is None, d.get("sequence") or 0))
     return out
@@ -337,7 +342,7 @@ def render_report(
         violations: Violation records of the run; their events get a dashed ring.
         run_id, head_hash: shown in the header when given.
     """
-    docs = _normalise_events(events)
+    docs = _normalise_events(events, transitions)
     run_id = run_id or (docs[0].get("runId") if docs else None) or "(unknown run)"
     violated: dict[str, list[str]] = {}
     for v in violations:
