@@ -135,18 +135,20 @@ def _float_finite(text: str) -> float:
 
 
 def _number_from_int_literal(text: str) -> int | float:
-    # JSON has one number type. JCS writes an integral double such as 1e17 as the digits
-    # "100000000000000000"; reading those back as a Python int would turn a value we
-    # accepted into an "unsafe integer". Beyond the safe range a literal that is exactly
-    # a double is read as that double; one that is not stays an int and is refused later.
+    # JSON has one number type. JCS (and JavaScript) write a large integral double such
+    # as 6.442739046447045e16 as the digits "64427390464470450"; reading those back as a
+    # Python int would turn a value we accepted into an "unsafe integer". Beyond the safe
+    # range, a literal that is exactly the JCS spelling of a double is read as that
+    # double; any other stays an int and is refused later as unsafe.
     value = int(text)
     if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
         return value
     try:
         as_float = float(value)
-    except OverflowError:
+        spelled = rfc8785.dumps(as_float)
+    except (OverflowError, rfc8785.CanonicalizationError):
         return value
-    return as_float if as_float == value else value
+    return as_float if spelled == text.encode("ascii") else value
 
 
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -163,8 +165,8 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON the way the contract reads it: no NaN/Infinity, no duplicate keys, UTF-8.
 
-    An integer literal beyond ±(2**53 - 1) that is exactly an IEEE double (the way JCS
-    spells an integral float like ``1e17``) is read as that float, so JCS text always
+    An integer literal beyond ±(2**53 - 1) that is the JCS spelling of a double (how
+    JCS and JavaScript write an integral float like ``1e17``) is read as that float, so JCS text always
     reads back to a value with the same JCS bytes; any other such literal stays an int
     and is refused as ``unsafe_integer`` by :func:`check_json_safe`.
 

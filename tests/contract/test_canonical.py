@@ -122,9 +122,12 @@ def test_integral_doubles_beyond_2_53_read_back_as_doubles():
     back = loads_strict(jcs({"x": 1e17}))
     assert back == {"x": 1e17} and isinstance(back["x"], float)
     check_json_safe(back)
-    # A literal that is not exactly a double stays an int, and is refused.
-    odd = loads_strict(b'{"x": 9007199254740993}')
-    assert odd["x"] == 9007199254740993
-    with pytest.raises(EventRejected) as info:
-        check_json_safe(odd)
-    assert info.value.code == "unsafe_integer"
+    # Shortest round-trip digits, not the exact binary value: still the same double.
+    assert loads_strict(jcs(6.442739046447045e16)) == 6.442739046447045e16
+    # A literal that is not how JCS spells a double stays an int, and is refused.
+    for literal in (b"9007199254740993", b"1152921504606846976", b"-99999999999999999999999"):
+        odd = loads_strict(b'{"x": ' + literal + b"}")
+        assert odd["x"] == int(literal)
+        with pytest.raises(EventRejected) as info:
+            check_json_safe(odd)
+        assert info.value.code == "unsafe_integer"
