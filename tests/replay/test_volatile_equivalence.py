@@ -22,7 +22,7 @@ values = st.recursive(
 payloads = st.dictionaries(st.sampled_from(KEYS), values, max_size=5)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.sampled_from(TYPES), payloads, payloads)
 def test_lazy_skip_equals_strip_then_compare(event_type: str, a: dict, b: dict) -> None:
     doc_a = {"type": event_type, "payload": a}
