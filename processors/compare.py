@@ -69,11 +69,13 @@ __all__ = [
     "ComparisonResult",
     "Divergence",
     "DivergenceKind",
+    "MINTED_ID_FIELDS",
     "REPLAY_COUNTERS",
     "ReplayCounters",
     "Verdict",
     "compare_outcome",
     "compare_runs",
+    "first_difference",
     "record",
 ]
 
