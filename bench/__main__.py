@@ -107,8 +107,13 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             console.print(f"[bold]bench {name}[/] …")
             t0 = time.perf_counter()
-            module = importlib.import_module(f"bench.bench_{name}")
-            result = module.run(ctx)
+            try:
+                module = importlib.import_module(f"bench.bench_{name}")
+                result = module.run(ctx)
+            except Exception as e:  # one broken benchmark must not hide the others' figures
+                console.print_exception(max_frames=5)
+                result = {"error": f"{type(e).__name__}: {e}", "ours": None, "baseline": None,
+                          "unit": "", "goal_ratio": None}
             result["wall_s"] = round(time.perf_counter() - t0, 2)
             results[name] = result
     finally:
@@ -121,6 +126,9 @@ def main(argv: list[str] | None = None) -> int:
     for col in ("name", "ours", "baseline", "unit", "ratio", "goal", "met"):
         table.add_column(col, justify="right" if col not in ("name", "unit") else "left")
     for name, r in results.items():
+        if "error" in r:
+            table.add_row(name, "-", "-", "", "-", "-", f"[red]error[/]: {r['error'][:60]}")
+            continue
         ratio = r["ours"] / r["baseline"] if r.get("baseline") else None
         r["ratio"] = ratio
         met = ratio is not None and ratio >= r["goal_ratio"]
@@ -139,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
               "results": results}
     out.write_text(json.dumps(record, indent=2, default=str) + "\n")
     console.print(f"results → {out}")
-    return 0
+    return 1 if any("error" in r for r in results.values()) else 0
 
 
 if __name__ == "__main__":
