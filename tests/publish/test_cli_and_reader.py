@@ -177,3 +177,32 @@ def test_reader_dedups_by_run_and_sequence(settings: Settings) -> None:
 
     tail = asyncio.run(read_run(settings, "run-d", from_offset=3))
     assert [i["doc"]["sequence"] for i in tail] == [1, 2]
+
+
+def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> None:
+    from streams.reader import offset_for_time, partition_for
+
+    async def scenario() -> tuple[list[int], int, int, int]:
+        await ensure_topics(settings)
+        part = partition_for(settings, "run-t")
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all")
+        await producer.start()
+        try:
+            offsets = []
+            for seq, ts in enumerate((1_700_000_001_000, 1_700_000_002_000, 1_700_000_003_000)):
+                meta = await producer.send_and_wait(
+                    topic_name(settings, "ingest"), encode_avro(doc("run-t", seq)), key=b"run-t", timestamp_ms=ts
+                )
+                assert meta.partition == part
+                offsets.append(meta.offset)
+        finally:
+            await producer.stop()
+        between = await offset_for_time(settings, "ingest", part, 1_700_000_001_500)
+        exact = await offset_for_time(settings, "ingest", part, 1_700_000_003_000)
+        after = await offset_for_time(settings, "ingest", part, 1_800_000_000_000)
+        return offsets, between, exact, after
+
+    offsets, between, exact, after = asyncio.run(scenario())
+    assert between == offsets[1]
+    assert exact == offsets[2]
+    assert after == offsets[2] + 1  # nothing that late: the end offset, so a read from it yields nothing
