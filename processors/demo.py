@@ -493,7 +493,7 @@ async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name
     replay_id = f"{source[0]['runId']}.{variant}-{uuid.uuid4().hex[:4]}"
     replay_of = {"sourceRunId": source[0]["runId"], "fromSeq": from_seq, "mode": "live"}
     docs = await play_run(pub, replay_id, variant=variant, replay_of=replay_of, pace=0)
-    verdict_source = "worker (verdicts topic)"
+    verdict_source = "worker verdict"
     try:
         verdict = await _until(lambda: _verdict(settings, replay_id), timeout_s=VERDICT_WAIT_S,
                                what=f"the worker's verdict for {replay_id}", log=log)
@@ -506,7 +506,7 @@ async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name
         body = result.to_json_dict()
         verdict = {"verdict": body["verdict"], "errorCode": body["errorCode"],
                    "firstDivergence": body["firstDivergence"], "events": body["events"]}
-        verdict_source = f"compare_runs on the exported runs (no worker verdict within {VERDICT_WAIT_S:.0f}s)"
+        verdict_source = f"compare_runs on the exported runs (no worker verdict in {VERDICT_WAIT_S:.0f}s)"
     first = verdict.get("firstDivergence") or {}
     events = verdict.get("events") or []
     return {
@@ -634,18 +634,21 @@ def _print_offset_replay(console: Console, r: dict) -> None:
 
 def _print_replays(console: Console, replays: list[dict]) -> None:
     table = Table(title="4. host replays (new runs with run.started.replayOf)", title_justify="left")
-    for col in ("scenario", "verdict", "error code", "at seq (expected)", "divergence", "event", "from"):
-        table.add_column(col)
+    for col in ("scenario", "verdict", "error code", "at seq (expected)", "from"):
+        table.add_column(col, no_wrap=col != "from")
     for r in replays:
         colour = "green" if r["verdict"] == "match" else "red"
+        table.add_row(r["name"], f"[{colour}]{r['verdict']}[/]", str(r.get("errorCode")),
+                      f"{r.get('atSequence')} ({r.get('expectedAt')})", r["source"])
+    console.print(table)
+    for r in replays:
         if r.get("kind") == "refusal":
             diff = f"envelope {r.get('expected')} → {r.get('actual')}"
         else:
-            diff = f"{r.get('kind')} {r.get('path') or ''}: {json.dumps(r.get('expected'))[:60]} → " \
-                   f"{json.dumps(r.get('actual'))[:60]}"
-        table.add_row(r["name"], f"[{colour}]{r['verdict']}[/]", str(r.get("errorCode")),
-                      f"{r.get('atSequence')} ({r.get('expectedAt')})", diff, str(r.get("event")), r["source"])
-    console.print(table)
+            diff = (f"{r.get('kind')} at {r.get('path') or '(event)'}: {json.dumps(r.get('expected'))[:70]} → "
+                    f"{json.dumps(r.get('actual'))[:70]}")
+        console.print(f"   {r['name']}: [bold]{r.get('event')}[/] {json.dumps(r.get('eventPayload'))[:150]}")
+        console.print(f"      field diff: {diff}")
 
 
 def _print_query(console: Console, name: str, answer: dict) -> None:
@@ -687,7 +690,7 @@ def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> N
         (f"agentlog report --run {r} --out {r}.html", "causation graph + handoff timeline as one HTML page"),
         ("agentlog capabilities --json", "what this store can prove, checked now"),
         (f"curl {summary.worker.get('url')}/metrics", "Prometheus metrics of the worker"),
-        ("agentlog demo --stop-only   (or: make down)", "stop the demo worker and the local broker"),
+        ("agentlog demo --stop-only", "stop the demo worker and the local broker (make down: the broker)"),
     ):
         console.print(f"  [cyan]{cmd}[/]  [dim]# {why}[/]")
 
