@@ -26,6 +26,7 @@ __all__ = [
     "check_json_safe",
     "doc_hash",
     "jcs",
+    "jcs_size_bound",
     "loads_strict",
     "sha256_hex",
 ]
@@ -67,6 +68,55 @@ def chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
     return sha256_hex(prev_hash.encode("ascii") + jcs(doc))
 
 
+# Upper bounds on JCS output: a character costs at most 6 bytes (``\\u001f``), a number
+# at most 25 (``-2.2250738585072014e-308``), ``false`` 5.
+_MAX_CHAR_BYTES = 6
+_MAX_NUMBER_BYTES = 25
+
+
+def jcs_size_bound(obj: Any) -> int | None:
+    """An upper bound on ``len(jcs(obj))``, or ``None`` when ``obj`` is not plainly JSON-safe.
+
+    One pass, no allocation per value: lets the per-event size check skip the
+    (much slower) exact canonicalisation for every event that is clearly small.
+    ``None`` also covers tuples, subclasses and other types the slow path judges.
+    """
+    stack = [obj]
+    pop = stack.pop
+    push = stack.append
+    lo, hi = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
+    isfinite = math.isfinite
+    size = 0
+    while stack:
+        value = pop()
+        cls = type(value)
+        if cls is str:
+            size += 2 + _MAX_CHAR_BYTES * len(value)
+        elif cls is dict:
+            size += 2 + len(value)  # braces, and ':' / ',' per member
+            for k, v in value.items():
+                if type(k) is not str:
+                    return None
+                size += 2 + _MAX_CHAR_BYTES * len(k)
+                push(v)
+        elif cls is list:
+            size += 2 + len(value)
+            stack.extend(value)
+        elif cls is bool or value is None:
+            size += 5
+        elif cls is int:
+            if not lo <= value <= hi:
+                return None
+            size += _MAX_NUMBER_BYTES
+        elif cls is float:
+            if not isfinite(value):
+                return None
+            size += _MAX_NUMBER_BYTES
+        else:
+            return None
+    return size
+
+
 def check_json_safe(obj: Any, path: str = "$") -> None:
     """Refuse values that do not survive a trip through every JSON implementation.
 
@@ -77,50 +127,39 @@ def check_json_safe(obj: Any, path: str = "$") -> None:
         EventRejected: ``unsafe_integer``, ``non_finite_number`` or
             ``invalid_payload`` (non-JSON type, non-string key), naming the path.
     """
+    if jcs_size_bound(obj) is not None:
+        return
     stack: list[tuple[Any, str]] = [(obj, path)]
     pop = stack.pop
     push = stack.append
     while stack:
         value, where = pop()
-        cls = type(value)
-        if cls is str or cls is bool or value is None:
+        if isinstance(value, bool) or isinstance(value, str) or value is None:
             continue
-        if cls is int:
+        if isinstance(value, int):
             if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
                 continue
             raise EventRejected(
                 "unsafe_integer",
                 f"integer at {where} is outside ±(2^53-1); send it as a string",
             )
-        if cls is float:
+        if isinstance(value, float):
             if math.isfinite(value):
                 continue
             raise EventRejected(
                 "non_finite_number", f"number at {where} is {value!r}; JSON has no NaN/Infinity"
             )
-        if cls is dict:
+        if isinstance(value, dict):
             for k, v in value.items():
-                if type(k) is not str:
+                if not isinstance(k, str):
                     raise EventRejected("invalid_payload", f"object key {k!r} at {where} is not a string")
                 push((v, f"{where}.{k}"))
             continue
-        if cls is list or cls is tuple:
+        if isinstance(value, list | tuple):
             for i, v in enumerate(value):
                 push((v, f"{where}[{i}]"))
             continue
-        # Subclasses (IntEnum, OrderedDict, str subclasses) are rare: treat them by their JSON kind.
-        if isinstance(value, bool) or isinstance(value, str):
-            continue
-        if isinstance(value, int):
-            push((int(value), where))
-            continue
-        if isinstance(value, float):
-            push((float(value), where))
-            continue
-        if isinstance(value, dict):
-            push((dict(value), where))
-            continue
-        raise EventRejected("invalid_payload", f"value at {where} has non-JSON type {cls.__name__}")
+        raise EventRejected("invalid_payload", f"value at {where} has non-JSON type {type(value).__name__}")
 
 
 def _reject_constant(name: str) -> Any:

@@ -14,14 +14,13 @@ JSON safety (``unsafe_integer`` / ``non_finite_number``) → size (``oversize``)
 
 from __future__ import annotations
 
-import json
 import re
 from datetime import date
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.canonical import check_json_safe, jcs
+from schemas.canonical import check_json_safe, jcs, jcs_size_bound
 from schemas.errors import EventRejected
 from schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
 from schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
@@ -55,12 +54,6 @@ _RFC3339 = re.compile(
     r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))",
     re.ASCII,
 )
-
-# A compact ``json.dumps`` length differs from the JCS length only in how numbers are
-# spelt (JCS writes 1e20 as 21 digits: at most ~4x the Python spelling); below a quarter
-# of the limit the exact (slower) JCS length cannot exceed it.
-_SIZE_FAST_FACTOR = 4
-
 
 def is_rfc3339(value: str) -> bool:
     """True when ``value`` is an RFC 3339 date-time with in-range fields (leap second allowed)."""
@@ -147,18 +140,6 @@ def validate_payload(event_type: str, payload: Any) -> BaseModel | None:
         raise EventRejected("invalid_payload", f"{event_type}: {_summarise(e)}") from e
 
 
-def _check_size(doc: dict[str, Any], max_bytes: int) -> None:
-    try:
-        rough = len(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
-    except (UnicodeEncodeError, ValueError, TypeError):
-        rough = max_bytes  # unusual content: fall through to the exact length
-    if rough * _SIZE_FAST_FACTOR <= max_bytes:
-        return
-    size = len(jcs(doc))
-    if size > max_bytes:
-        raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
-
-
 def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, Any]:
     """Accept one RunEventDoc or say exactly why not.
 
@@ -173,7 +154,12 @@ def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
     event_type = doc["type"]
     if event_type not in RUN_EVENT_TYPES:
         raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
-    check_json_safe(doc)
-    _check_size(doc, max_bytes)
+    bound = jcs_size_bound(doc)
+    if bound is None:
+        check_json_safe(doc)  # raises, naming the path (or passes on exotic-but-safe types)
+    if bound is None or bound > max_bytes:
+        size = len(jcs(doc))
+        if size > max_bytes:
+            raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
     validate_payload(event_type, doc["payload"])
     return doc

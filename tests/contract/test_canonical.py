@@ -131,3 +131,20 @@ def test_integral_doubles_beyond_2_53_read_back_as_doubles():
         with pytest.raises(EventRejected) as info:
             check_json_safe(odd)
         assert info.value.code == "unsafe_integer"
+
+
+@given(json_values | st.text(alphabet=st.characters(max_codepoint=0x1FFFF, exclude_categories=["Cs"])))
+def test_size_bound_is_an_upper_bound(value):
+    from schemas.canonical import jcs_size_bound
+
+    bound = jcs_size_bound(value)
+    assert bound is not None and bound >= len(jcs(value))
+
+
+def test_size_bound_worst_cases():
+    from schemas.canonical import jcs_size_bound
+
+    for value in ["\x1f" * 10, "\U0001F600" * 10, -2.2250738585072014e-308, 5e-324, -MAX_SAFE_INTEGER, [[]], {"": {}}]:
+        assert jcs_size_bound(value) >= len(jcs(value)), value
+    assert jcs_size_bound({"a": float("nan")}) is None
+    assert jcs_size_bound((1, 2)) is None
