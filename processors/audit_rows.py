@@ -12,6 +12,7 @@ data, one list per column, ready for ``client.insert(..., column_oriented=True)`
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -36,6 +37,7 @@ __all__ = [
 
 Columns = tuple[tuple[str, ...], list[list[Any]]]
 
+_PLAIN = re.compile('[^"\\\\\x00-\x1f\ud800-\udfff]*')
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 COLUMNS: dict[str, tuple[str, ...]] = {
@@ -117,6 +119,40 @@ def _source(rec: Mapping[str, Any]) -> Mapping[str, Any]:
     return rec.get("source") or {}
 
 
+def _utf16_key(key: str) -> bytes:
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def _scalar_jcs(value: Any) -> str:
+    """JCS of an envelope field (ids, type, timestamp, sequence) without the generic walk.
+
+    A string with nothing to escape is itself between quotes; an int in the safe range
+    is its decimal digits. Anything else takes the RFC 8785 path.
+    """
+    if isinstance(value, str):
+        if _PLAIN.fullmatch(value):
+            return f'"{value}"'
+    elif isinstance(value, int) and not isinstance(value, bool) and abs(value) <= 2**53 - 1:
+        return str(value)
+    return jcs(value).decode("utf-8")
+
+
+def _payload_and_doc(doc: Mapping[str, Any]) -> tuple[str, str]:
+    """JCS of the payload and of the whole doc, canonicalising the payload once.
+
+    RFC 8785 serialises an object as its members sorted by UTF-16 code units,
+    ``"key":value`` joined by commas, so the doc's bytes can be assembled around
+    the payload's instead of walking the payload a second time (it is most of the
+    doc, and pure-Python JCS is the sink's main CPU cost).
+    """
+    payload = _json(doc.get("payload", {}))
+    parts = []
+    for key in sorted(doc, key=_utf16_key):
+        value = payload if key == "payload" else _scalar_jcs(doc[key])
+        parts.append(f"{_scalar_jcs(key)}:{value}")
+    return payload, "{" + ",".join(parts) + "}"
+
+
 def committed_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     """CommittedEvent → ``events``."""
 
@@ -138,8 +174,7 @@ def committed_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
             int(src.get("offset", -1)),
             rec["hash"],
             rec["prevHash"],
-            _json(doc.get("payload", {})),
-            _json(doc),
+            *_payload_and_doc(doc),
         )
 
     return _columnar("events", (row(r) for r in records))

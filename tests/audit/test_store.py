@@ -219,3 +219,19 @@ def test_cli_opens_the_directory_when_no_worker_owns_it(tmp_path):
                          capture_output=True, text=True, env=_env(AGENTLOG_CLICKHOUSE_URL=url), cwd=REPO)
     assert cli.returncode == 0, cli.stderr
     assert {r[0] for r in json.loads(cli.stdout)["rows"]} == {"worker-b", "worker-c"}
+
+
+def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
+    """The doc column is the hash-chain preimage: an auditor re-hashes it, so it must be RFC 8785 to the byte."""
+    from schemas.canonical import chain_hash, jcs
+
+    odd = {"eventId": 'e"\\\n\x01\x7f€😀', "runId": "r\u2028", "type": "t", "sequence": 2**53 - 1,
+           "timestamp": "2025-01-01T00:00:00Z", "nodeId": "ü", "causationId": "a\\b",
+           "payload": {"f": 1.0, "g": 1e21, "😀": 1, "\ue000": 2, "s": "\u0007"}}
+    recs = audit_batches()["committed"] + [{"doc": odd, "prevHash": "0" * 64, "hash": chain_hash("0" * 64, odd),
+                                            "source": {}}]
+    names, cols = committed_rows(recs)
+    docs, payloads = cols[names.index("doc")], cols[names.index("payload")]
+    assert docs == [jcs(r["doc"]).decode() for r in recs]
+    assert payloads == [jcs(r["doc"]["payload"]).decode() for r in recs]
+    assert chain_hash("0" * 64, json.loads(docs[-1])) == recs[-1]["hash"]
