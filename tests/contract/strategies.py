@@ -5,11 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from schemas.canonical import MAX_SAFE_INTEGER
 from schemas.events import RUN_EVENT_TYPE_LIST
 from schemas.payloads import PAYLOAD_MODELS
+
+#: No wall-clock limits: the suite shares the machine with a Kafka broker and other sessions.
+contract_settings = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 OPAQUE_TYPES = [t for t in RUN_EVENT_TYPE_LIST if t not in PAYLOAD_MODELS]
 

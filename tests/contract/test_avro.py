@@ -12,12 +12,13 @@ from schemas.avro import PARSED_SCHEMA, SCHEMA_ID, decode_avro, encode_avro
 from schemas.canonical import jcs
 from schemas.errors import EventRejected
 from schemas.validate import validate_doc
-from tests.contract.strategies import valid_docs
+from tests.contract.strategies import contract_settings, valid_docs
 
 DOC = {"eventId": "e1", "runId": "r1", "type": "variable.changed", "payload": {"name": "x", "value": [1, 2.5, "é"]},
        "timestamp": "2025-01-01T00:00:00Z", "sequence": 3}
 
 
+@contract_settings
 @given(valid_docs())
 def test_round_trip_identity(doc):
     back = decode_avro(encode_avro(doc))

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request
 from schemas.errors import CacheKeyError, ContractError
+from tests.contract.strategies import contract_settings
 
 VECTORS_FILE = Path("/work/shared/reference/openwop/conformance/vectors/semantic-request-digest-v2.json")
 VECTORS = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
@@ -83,6 +84,7 @@ def test_transport_fields_never_change_the_key(recipe, field):
     assert cache_key({**req, field: NON_KEY[field]}, recipe) == cache_key(req, recipe)
 
 
+@contract_settings
 @given(st.sets(st.sampled_from(sorted(NON_KEY))))
 def test_any_combination_of_transport_fields_keeps_the_key(fields):
     req = dict(BASE, **{f: NON_KEY[f] for f in fields})

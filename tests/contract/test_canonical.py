@@ -21,7 +21,7 @@ from schemas.canonical import (
     sha256_hex,
 )
 from schemas.errors import ContractError, EventRejected
-from tests.contract.strategies import json_values, valid_docs
+from tests.contract.strategies import contract_settings, json_values, valid_docs
 
 
 def _shuffled(value):
@@ -49,12 +49,14 @@ def test_chain_hash_is_prev_hex_then_jcs():
     assert sha256_hex(b"") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 
+@contract_settings
 @given(json_values, st.randoms())
 def test_canonical_form_ignores_key_order(value, rnd):
     random.seed(rnd.random())
     assert jcs(_shuffled(value)) == jcs(value)
 
 
+@contract_settings
 @given(valid_docs())
 def test_json_round_trip_identity(doc):
     text = json.dumps(doc, ensure_ascii=False)
@@ -133,6 +135,7 @@ def test_integral_doubles_beyond_2_53_read_back_as_doubles():
         assert info.value.code == "unsafe_integer"
 
 
+@contract_settings
 @given(json_values | st.text(alphabet=st.characters(max_codepoint=0x1FFFF, exclude_categories=["Cs"])))
 def test_size_bound_is_an_upper_bound(value):
     from schemas.canonical import jcs_size_bound

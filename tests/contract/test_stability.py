@@ -23,7 +23,7 @@ from schemas.stability import (
     strip_volatile,
     volatile_paths,
 )
-from tests.contract.strategies import json_values, valid_docs
+from tests.contract.strategies import contract_settings, json_values, valid_docs
 
 AOS = Path("/work/shared/reference/aos/backend/app/schemas/examples/structured_outcome_replayable.json")
 
@@ -95,6 +95,7 @@ def test_observable_values_are_never_searched_for_volatile_keys():
     assert not is_volatile("variable.changed", "payload.value.timestamp")
 
 
+@contract_settings
 @given(valid_docs())
 def test_strip_volatile_never_mutates_and_is_idempotent(doc):
     before = copy.deepcopy(doc)
@@ -106,6 +107,7 @@ def test_strip_volatile_never_mutates_and_is_idempotent(doc):
     assert stripped["sequence"] == doc["sequence"] and stripped["type"] == doc["type"]
 
 
+@contract_settings
 @given(json_values)
 def test_iter_paths_leaves_read_back(value):
     for path, leaf in iter_paths(value, "payload"):

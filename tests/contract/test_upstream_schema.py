@@ -13,7 +13,7 @@ from jsonschema import Draft202012Validator
 from schemas.errors import EventRejected
 from schemas.events import RUN_EVENT_TYPE_LIST
 from schemas.validate import validate_doc
-from tests.contract.strategies import valid_docs
+from tests.contract.strategies import contract_settings, valid_docs
 
 UPSTREAM = Path("/work/shared/reference/openwop/schemas/run-event.schema.json")
 SCHEMA = json.loads(UPSTREAM.read_text(encoding="utf-8"))
@@ -29,6 +29,7 @@ def test_bundled_event_types_equal_upstream_enum():
     assert list(RUN_EVENT_TYPE_LIST) == SCHEMA["$defs"]["RunEventType"]["enum"]
 
 
+@contract_settings
 @given(valid_docs())
 def test_accepted_docs_validate_upstream(doc):
     validate_doc(doc)
@@ -57,6 +58,7 @@ def _mutations(doc: dict) -> list[dict]:
     return out
 
 
+@contract_settings
 @given(valid_docs())
 def test_upstream_rejections_are_our_rejections(doc):
     for bad in _mutations(doc):
@@ -66,6 +68,7 @@ def test_upstream_rejections_are_our_rejections(doc):
         assert info.value.code in {"invalid_envelope", "unknown_event_type"}
 
 
+@contract_settings
 @given(st.sampled_from(RUN_EVENT_TYPE_LIST))
 def test_every_upstream_type_is_accepted_by_type(event_type):
     doc = {"eventId": "e", "runId": "r", "type": event_type, "payload": {}, "timestamp": "2025-01-01T00:00:00Z", "sequence": 0}

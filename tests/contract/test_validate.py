@@ -12,7 +12,7 @@ from schemas.canonical import MAX_SAFE_INTEGER, jcs
 from schemas.errors import EventRejected
 from schemas.events import RUN_EVENT_TYPES
 from schemas.validate import REJECTION_CODES, is_rfc3339, validate_doc
-from tests.contract.strategies import valid_docs
+from tests.contract.strategies import contract_settings, valid_docs
 
 BASE = {
     "eventId": "e-1",
@@ -44,6 +44,7 @@ def _code(doc, **kw):
     return info.value.code
 
 
+@contract_settings
 @given(valid_docs())
 def test_valid_docs_pass_unchanged(doc):
     before = copy.deepcopy(doc)
@@ -126,6 +127,7 @@ def test_json_safety(doc, code):
     assert _code(doc) == code
 
 
+@contract_settings
 @given(valid_docs(), st.integers(min_value=1, max_value=3000))
 def test_oversize_iff_canonical_bytes_exceed_limit(doc, limit):
     size = len(jcs(doc))
@@ -148,12 +150,14 @@ def test_default_limit_is_one_mebibyte():
     assert _code(big) == "oversize"
 
 
+@contract_settings
 @given(valid_docs(), st.sampled_from(["eventId", "runId", "type", "payload", "timestamp", "sequence"]))
 def test_dropping_any_required_field_is_invalid_envelope(doc, field):
     del doc[field]
     assert _code(doc) == "invalid_envelope"
 
 
+@contract_settings
 @given(valid_docs(), st.text(min_size=1).filter(lambda k: k not in BASE and k not in
        {"nodeId", "schemaVersion", "engineVersion", "causationId"}))
 def test_any_unknown_envelope_field_is_invalid_envelope(doc, field):
@@ -173,3 +177,11 @@ def test_payload_error_is_one_line_and_names_the_field():
 def test_reason_precedence_envelope_before_payload():
     doc = _with(extra=1, payload={"value": float("nan")})
     assert _code(doc) == "invalid_envelope"
+
+
+@contract_settings
+@given(valid_docs())
+def test_typed_envelope_model_round_trips(doc):
+    from schemas.events import RunEventDoc
+
+    assert RunEventDoc.model_validate(doc).to_doc() == doc
