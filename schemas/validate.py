@@ -25,7 +25,15 @@ from schemas.errors import EventRejected
 from schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
 from schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
 
-__all__ = ["DEFAULT_MAX_BYTES", "EventRejected", "REJECTION_CODES", "is_rfc3339", "validate_doc", "validate_payload"]
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "EventRejected",
+    "REJECTION_CODES",
+    "RUN_EVENT_TYPES",
+    "is_rfc3339",
+    "validate_doc",
+    "validate_payload",
+]
 
 #: Largest accepted ``len(jcs(doc))``: Kafka's default ``max.message.bytes`` is 1 MiB.
 DEFAULT_MAX_BYTES = 1_048_576
