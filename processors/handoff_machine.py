@@ -274,7 +274,9 @@ def check_chain_event(state: dict[str, Any], event: Mapping[str, Any], mode: str
         return draft.done()
 
     # The host speaks for this worker under its latest decision: auto mode stops deriving it.
-    draft.sub("hostChain")[worker] = state["lastDecision"].get(worker)
+    decided = state["lastDecision"].get(worker)
+    if worker not in state["hostChain"] or state["hostChain"][worker] != decided:
+        draft.sub("hostChain")[worker] = decided
     if phase == "dispatch.began":
         _check_began(draft, state, event, worker)
     else:
@@ -308,7 +310,6 @@ def _check_began(draft: _Draft, state: dict[str, Any], event: Mapping[str, Any],
         "decidedEventId": decided_event_id,
         "derived": False,
     }
-    draft.sub("chainEvents")[event_id] = event_id
     draft.sub("lastDispatch")[worker] = event_id
     draft.outputs.append(
         _transition(
@@ -330,7 +331,11 @@ def _check_later_phase(
 ) -> None:
     cause = event.get("causationId")
     handoffs = state["handoffs"]
-    dispatch_id = state["chainEvents"].get(cause) if cause is not None else None
+    # A began's eventId is its dispatchId, so only later phases need the chainEvents index.
+    if cause in handoffs and not handoffs[cause]["derived"]:
+        dispatch_id = cause
+    else:
+        dispatch_id = state["chainEvents"].get(cause) if cause is not None else None
     if dispatch_id is not None and handoffs[dispatch_id]["workerId"] != worker:
         dispatch_id = None  # causation points into another worker's machine: not ours
     if dispatch_id is None:
