@@ -45,6 +45,8 @@ __all__ = [
     "bootstrap_servers",
     "ensure_kafka_jars",
     "kafka_cache_dir",
+    "kafka_home",
+    "port_free",
     "start",
     "start_node",
     "status",
@@ -211,6 +213,7 @@ def _find_java() -> str:
 
 
 def kafka_home(settings: Settings) -> Path:
+    """The directory holding this home's Kafka topology, node data, logs and PID files."""
     return Path(settings.home).resolve() / "kafka"
 
 
@@ -325,7 +328,8 @@ def _node_info(settings: Settings, topo: Topology, index: int, *, started: bool 
     )
 
 
-def _port_free(port: int) -> bool:
+def port_free(port: int) -> bool:
+    """True if nothing listens on 127.0.0.1:``port`` (tests use it to pick ports for extra stacks)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -360,7 +364,7 @@ def _who_listens(port: int) -> str:
 
 def _check_ports(ports: list[int]) -> None:
     for port in ports:
-        if not _port_free(port):
+        if not port_free(port):
             who = _who_listens(port)
             raise InfraError(
                 f"port {HOST}:{port} is already in use{' by ' + who if who else ''}; "

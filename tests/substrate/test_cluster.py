@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 def _free_base_port(count: int) -> int:
     for _ in range(200):
         base = random.randint(30_000, 59_000)
-        if all(local._port_free(p) for p in range(base, base + count)):
+        if all(local.port_free(p) for p in range(base, base + count)):
             return base
     raise RuntimeError("no free port range on 127.0.0.1")
 

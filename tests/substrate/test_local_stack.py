@@ -28,7 +28,7 @@ def _free_port_pair() -> int:
     """A port P with P and P+1 both free (client and controller port of a one-node stack)."""
     for _ in range(200):
         port = random.randint(30_000, 59_000)
-        if all(local._port_free(p) for p in (port, port + 1)):
+        if all(local.port_free(p) for p in (port, port + 1)):
             return port
     raise RuntimeError("no two adjacent free ports on 127.0.0.1")
 
@@ -92,7 +92,7 @@ def test_up_is_idempotent_down_leaves_no_process_and_data_survives(tmp_path: Pat
         assert f"pid {pid}" in down.stdout
         assert not _process_exists(pid)
         assert not (tmp_path / "kafka" / "node-0" / "kafka.pid").exists()
-        assert local._port_free(port) and local._port_free(port + 1)
+        assert local.port_free(port) and local.port_free(port + 1)
         stopped = _cli(tmp_path, port, "infra", "status")
         assert stopped.returncode == 1
 
