@@ -15,7 +15,7 @@ JSON safety (``unsafe_integer`` / ``non_finite_number``) → size (``oversize``)
 from __future__ import annotations
 
 import re
-from datetime import date
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -57,25 +57,24 @@ REJECTION_CODES: frozenset[str] = frozenset(
     }
 )
 
-# RFC 3339 §5.6 date-time (what JSON Schema's "date-time" format means). Ranges are checked below.
+# RFC 3339 §5.6 date-time (what JSON Schema's "date-time" format means): the shape here,
+# the ranges (month, day of month, hour, ...) by ``datetime.fromisoformat`` (C, fast).
 _RFC3339 = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.\d+)?(?:[Zz]|[+-](\d{2}):(\d{2}))",
+    r"\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:(\d{2})(?:\.\d+)?(?:[Zz]|[+-]\d{2}:([0-5]\d))",
     re.ASCII,
 )
+
 
 def is_rfc3339(value: str) -> bool:
     """True when ``value`` is an RFC 3339 date-time with in-range fields (leap second allowed)."""
     m = _RFC3339.fullmatch(value)
     if m is None:
         return False
-    year, month, day, hour, minute, second, off_h, off_m = m.groups()
+    if m.group(1) == "60":  # leap second: fromisoformat has no :60, the rest must still be valid
+        value = value[: m.start(1)] + "59" + value[m.end(1) :]
     try:
-        date(int(year), int(month), int(day))
+        datetime.fromisoformat(value.upper())
     except ValueError:
-        return False
-    if int(hour) > 23 or int(minute) > 59 or int(second) > 60:
-        return False
-    if off_h is not None and (int(off_h) > 23 or int(off_m) > 59):
         return False
     return True
 

@@ -185,3 +185,13 @@ def test_typed_envelope_model_round_trips(doc):
     from schemas.events import RunEventDoc
 
     assert RunEventDoc.model_validate(doc).to_doc() == doc
+
+
+@pytest.mark.parametrize(
+    "ts",
+    ["2025-02-30T00:00:00Z", "2023-02-29T00:00:00Z", "2025-13-01T00:00:00Z", "2025-12-01T06:61:00Z",
+     "2025-12-01T06:30:61Z", "2025-12-01T06:30:00+24:00", "2025-12-01T06:30:00+05:60", "2025-12-01",
+     "2025-12-01T06:30Z", "20251201T063000Z", "2025-12-01T06:30:00.Z", "２０２５-12-01T06:30:00Z"],
+)
+def test_rfc3339_rejects(ts):
+    assert not is_rfc3339(ts)
