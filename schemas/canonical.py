@@ -43,13 +43,55 @@ def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def _plain_json(obj: Any) -> bool:
+    """True when ``json.dumps(sort_keys=True)`` is already the JCS form of ``obj``.
+
+    That holds for exact JSON types with no floats (Python and ECMAScript spell
+    floats differently), safe integers, and ASCII object keys (Python sorts keys
+    by code point, JCS by UTF-16 code unit; the two agree on ASCII). String
+    escaping is the same in both (short forms for \\b \\t \\n \\f \\r, lowercase
+    ``\\u00xx`` for other controls, nothing else escaped).
+    """
+    stack = [obj]
+    pop = stack.pop
+    push = stack.append
+    lo, hi = -MAX_SAFE_INTEGER, MAX_SAFE_INTEGER
+    while stack:
+        value = pop()
+        cls = type(value)
+        if cls is str or cls is bool or value is None:
+            continue
+        if cls is dict:
+            for k, v in value.items():
+                if type(k) is not str or not k.isascii():
+                    return False
+                push(v)
+        elif cls is list:
+            stack.extend(value)
+        elif cls is int:
+            if not lo <= value <= hi:
+                return False
+        else:
+            return False
+    return True
+
+
 def jcs(obj: Any) -> bytes:
     """RFC 8785 canonical UTF-8 bytes of ``obj``.
+
+    Values without floats or non-ASCII keys (most events) are serialised by the C
+    ``json`` encoder, which yields the same bytes as the reference ``rfc8785``
+    package several times faster; everything else goes through ``rfc8785``.
 
     Raises:
         EventRejected: ``unsafe_integer`` / ``non_finite_number`` naming the JSON path,
             or ``invalid_payload`` for values JSON cannot carry (lone surrogates, sets, ...).
     """
+    if _plain_json(obj):
+        try:
+            return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            pass  # a lone surrogate: let the reference path report it
     try:
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, UnicodeEncodeError, TypeError, ValueError) as e:

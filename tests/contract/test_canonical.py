@@ -7,7 +7,7 @@ import json
 import random
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.canonical import (
@@ -151,3 +151,51 @@ def test_size_bound_worst_cases():
         assert jcs_size_bound(value) >= len(jcs(value)), value
     assert jcs_size_bound({"a": float("nan")}) is None
     assert jcs_size_bound((1, 2)) is None
+
+
+_any_text = st.text(alphabet=st.characters(max_codepoint=0x10FFFF, exclude_categories=["Cs"]), max_size=12)
+_wide_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER)
+    | st.floats(allow_nan=False, allow_infinity=False) | _any_text
+    | st.sampled_from(["\x00\x1f\x7f\b\f\n\r\t\"\\/", "\u2028\u2029", "\ufeff\uffff", "\U0001F600"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_any_text | st.sampled_from(["\ue000", "\U00010000", "a", "\x7f"]), inner, max_size=5),
+    max_leaves=25,
+)
+
+
+@contract_settings
+@given(_wide_json)
+def test_jcs_is_byte_identical_to_reference_rfc8785(value):
+    import rfc8785
+
+    assert jcs(value) == rfc8785.dumps(value)
+
+
+def test_jcs_key_order_is_utf16_code_units():
+    # U+E000 sorts after U+10000 in UTF-16 (0xD800...) but before it by code point.
+    assert jcs({"\ue000": 1, "\U00010000": 2}) == '{"\U00010000":2,"\ue000":1}'.encode()
+
+
+def test_jcs_refuses_lone_surrogates():
+    with pytest.raises(EventRejected):
+        jcs({"a": "\ud800"})
+
+
+_fast_path_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) | _any_text
+    | st.sampled_from(["\x00\x1f\x7f\b\f\n\r\t\"\\/", "\u2028\u2029", "\ufeff\uffff", "\U0001F600é"]),
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(st.text(alphabet=st.characters(max_codepoint=0x7F), max_size=6), inner, max_size=5),
+    max_leaves=25,
+)
+
+
+@settings(contract_settings, max_examples=500)
+@given(_fast_path_json)
+def test_fast_path_values_match_reference(value):
+    import rfc8785
+
+    from schemas.canonical import _plain_json
+
+    assert _plain_json(value)
+    assert jcs(value) == rfc8785.dumps(value)
