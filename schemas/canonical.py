@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from typing import Any
 
 import rfc8785
@@ -215,6 +216,9 @@ def _float_finite(text: str) -> float:
     return value
 
 
+_LONG_DIGITS = re.compile(r"\d{16}")
+
+
 def _number_from_int_literal(text: str) -> int | float:
     # JSON has one number type. JCS (and JavaScript) write a large integral double such
     # as 6.442739046447045e16 as the digits "64427390464470450"; reading those back as a
@@ -262,7 +266,8 @@ def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
             data,
             parse_constant=_reject_constant,
             parse_float=_float_finite,
-            parse_int=_number_from_int_literal,
+            # Only a run of 16+ digits can be beyond 2**53 - 1: skip the per-int hook otherwise.
+            parse_int=_number_from_int_literal if _LONG_DIGITS.search(data) else None,
             object_pairs_hook=_unique_pairs,
         )
     except EventRejected:
