@@ -145,14 +145,11 @@ def test_maven_missing(tmp_path: Path) -> None:
     assert result.stderr.startswith("error[maven_failed]:") and "mvn" in result.stderr
 
 
-def test_maven_failure_names_the_cause(tmp_path: Path) -> None:
+def test_maven_failure_names_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings(home=tmp_path, kafka_version="0.0.0-no-such-release")
-    os.environ["AGENTLOG_KAFKA_CACHE"] = str(tmp_path / "cache")
-    try:
-        with pytest.raises(InfraError) as err:
-            local.ensure_kafka_jars(settings)
-    finally:
-        del os.environ["AGENTLOG_KAFKA_CACHE"]
+    monkeypatch.setenv("AGENTLOG_KAFKA_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(InfraError) as err:
+        local.ensure_kafka_jars(settings)
     assert err.value.code == "maven_failed"
     assert "0.0.0-no-such-release" in str(err.value)
     assert not (tmp_path / "cache" / "libs").exists()
