@@ -70,6 +70,7 @@ def _broker_urls(bootstrap: str) -> list[str]:
 
 def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
     """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
+    (settings.home / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
         broker=_broker_urls(settings.kafka_bootstrap),

@@ -33,6 +33,16 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
+        self._collectors: list = []
+
+    def add_collector(self, collect) -> None:
+        """Register ``collect() -> iterable of (name, labels: dict, value)``, added to the stored series at render.
+
+        Other modules keep their own counters (the comparison engine's per-aspect
+        counts); a collector sums them into the same series instead of copying
+        them, so two sources of one series never overwrite each other.
+        """
+        self._collectors.append(collect)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
         key = tuple(sorted(labels.items()))
@@ -54,10 +64,16 @@ class Metrics:
     def render(self) -> str:
         lines: list[str] = []
         with self._lock:
-            for name in sorted(set(_HELP) | set(self._values)):
+            values = {name: dict(series) for name, series in self._values.items()}
+        for collect in self._collectors:
+            for name, labels, value in collect():
+                key = tuple(sorted(labels.items()))
+                series = values.setdefault(name, {})
+                series[key] = series.get(key, 0.0) + value
+        for name in sorted(set(_HELP) | set(values)):
                 lines.append(f"# HELP {name} {_HELP.get(name, name)}")
                 lines.append(f"# TYPE {name} {'gauge' if name in _GAUGES else 'counter'}")
-                for labels, value in sorted(self._values.get(name, {}).items()):
+                for labels, value in sorted(values.get(name, {}).items()):
                     if labels:
                         text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
                         lines.append(f"{name}{{{text}}} {value:g}")

@@ -1,8 +1,9 @@
 """The worker's HTTP endpoints (Faust web): Prometheus metrics and audit queries.
 
 The worker owns the embedded chdb directory, so it is also the process that
-answers queries for it; ``agentlog query``/``sql`` find it through the store's
-owner file.
+answers queries for it: once the web server listens, the worker advertises
+``http://127.0.0.1:<port>`` in the store's owner file, which is where
+``agentlog query``/``sql`` in another process look for it.
 """
 
 from __future__ import annotations
@@ -10,56 +11,64 @@ from __future__ import annotations
 import asyncio
 import json
 
+from faust.web import View
+
+
+def _replay_series():
+    """The comparison engine's per-aspect counts, as metric series (summed with re-derivation's)."""
+    from processors.compare import REPLAY_COUNTERS
+
+    snap = REPLAY_COUNTERS.snapshot()
+    for outcome in ("match", "mismatch"):
+        for aspect, n in snap[outcome].items():
+            yield f"replay_behavior_{outcome}_total", {"aspect": aspect}, float(n)
+
 
 def install(wiring) -> None:
     from processors.metrics import METRICS
 
     app = wiring.app
+    METRICS.add_collector(_replay_series)
 
-    @app.page("/metrics")
-    async def metrics(web, request):
-        _refresh_replay_counters()
-        return web.text(METRICS.render(), content_type="text/plain; version=0.0.4")
-
-    @app.page("/health")
-    async def health(web, request):
-        return web.json({"ok": True, "worker": wiring.settings.worker_id})
-
-    async def _query(web, request):
+    async def answer(view: View, request, body: dict):
         from processors.query_server import handle_query_request
 
         if wiring.store is None:
-            return web.json({"error": {"code": "no_store", "message": "this worker runs without the audit sink"}}, status=503)
-        try:
-            body = json.loads(await request.text() or "{}")
-        except ValueError:
-            return web.json({"error": {"code": "bad_request", "message": "body is not JSON"}}, status=400)
+            return view.json({"error": {"code": "no_store", "message": "this worker runs without the audit sink"}},
+                             status=503)
         loop = asyncio.get_running_loop()
         status, payload = await loop.run_in_executor(None, handle_query_request, wiring.store, body)
-        return web.json(payload, status=status)
+        return view.json(payload, status=status)
+
+    async def body_of(view: View, request):
+        try:
+            return json.loads(await request.text() or "{}"), None
+        except ValueError:
+            return None, view.json({"error": {"code": "bad_request", "message": "body is not JSON"}}, status=400)
+
+    @app.page("/metrics")
+    class Metrics(View):
+        async def get(self, request):
+            return self.text(METRICS.render(), content_type="text/plain; version=0.0.4")
+
+    @app.page("/health")
+    class Health(View):
+        async def get(self, request):
+            return self.json({"ok": True, "worker": wiring.settings.worker_id})
 
     @app.page("/query")
-    async def query(web, request):
-        return await _query(web, request)
+    class Query(View):
+        async def post(self, request):
+            body, error = await body_of(self, request)
+            return error or await answer(self, request, body)
 
     @app.page("/sql")
-    async def sql(web, request):
-        return await _query(web, request)
+    class Sql(View):
+        async def post(self, request):
+            body, error = await body_of(self, request)
+            return error or await answer(self, request, body)
 
-
-def _refresh_replay_counters() -> None:
-    """Mirror the comparison engine's per-aspect counters into the registry."""
-    from processors.metrics import METRICS
-
-    try:
-        from processors.compare import ReplayCounters  # noqa: F401
-        from processors import compare
-    except ImportError:
-        return
-    counters = getattr(compare, "COUNTERS", None)
-    snapshot = getattr(counters, "snapshot", None)
-    if snapshot is None:
-        return
-    for aspect, (match, mismatch) in snapshot().items():
-        METRICS.set("replay_behavior_match_total", match, aspect=aspect)
-        METRICS.set("replay_behavior_mismatch_total", mismatch, aspect=aspect)
+    @app.task
+    async def advertise():
+        if wiring.store is not None:
+            wiring.store.set_query_url(f"http://127.0.0.1:{wiring.settings.web_port}")
