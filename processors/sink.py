@@ -57,14 +57,34 @@ async def insert_with_retry(sink: BlockingSink, kind: str, records: list[dict], 
             delay = min(delay * 2, 10.0)
 
 
+def _open_owned(settings, migrate, open_store, *, wait_s: float = 60.0):
+    """Open (and migrate) the store, waiting out a short-lived opener such as a CLI query.
+
+    chdb lets one process own a directory; a user's ``agentlog query`` run while
+    no worker owned it holds the lock for a moment. A worker that died on that
+    would be absurd, so it retries; a long-lived owner still ends in one clear error.
+    """
+    from schemas.errors import StoreError
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            migrate(settings)
+            return open_store(settings)
+        except StoreError as e:
+            if e.code not in {"store_locked", "store_unavailable", "store_busy"} or time.monotonic() > deadline:
+                raise
+            log.warning("audit store busy (%s); retrying", e)
+            time.sleep(1.0)
+
+
 def install(wiring) -> None:
     from processors.metrics import METRICS
     from processors.store import migrate, open_store
     from streams.codec import decode_record
 
     settings = wiring.settings
-    migrate(settings)
-    wiring.store = open_store(settings)
+    wiring.store = _open_owned(settings, migrate, open_store)
     sink = BlockingSink(wiring.store)
 
     def make_agent(short: str, kind: str) -> None:
