@@ -26,8 +26,9 @@ test: venv kafka
 demo: venv kafka
 	$(AGENTLOG) demo
 
+# Stops the demo worker and the local broker (data is kept; `agentlog infra down --purge` deletes it).
 down: venv
-	$(AGENTLOG) infra down
+	$(AGENTLOG) demo --stop-only
 
 bench: venv kafka
 	$(PY) -m bench
