@@ -168,3 +168,31 @@ async def _rejections_for(settings, run_id: str, n: int):
 
 async def _violations_for(settings, run_id: str):
     return [v for v in await _records(settings, "violations") if v["runId"] == run_id] or None
+
+
+def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worker):
+    """A non-Python host (Debian's kcat, librdkafka) publishing plain JSON lines."""
+    import json
+    import shutil
+    import subprocess
+
+    from streams.topics import topic_name
+
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed (apt-get install -y kcat)")
+    run_id = f"kcat-{uuid.uuid4().hex[:8]}"
+    docs = realistic_run(run_id, mode="check")
+    lines = "".join(f"{run_id}\t{json.dumps(d)}\n" for d in docs)
+    proc = subprocess.run(
+        ["kcat", "-P", "-b", settings.kafka_bootstrap, "-t", topic_name(settings, "ingest"), "-K", "\t",
+         "-X", "topic.partitioner=murmur2_random"],
+        input=lines.encode(), capture_output=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr.decode()
+
+    async def scenario():
+        committed = await wait_until(
+            lambda: _committed_if(settings, run_id, len(docs)), what="committed log", worker=worker)
+        assert [c["doc"] for c in committed] == docs
+        assert committed[-1]["hash"] == _expected_head(docs)
+
+    asyncio.run(scenario())
