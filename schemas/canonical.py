@@ -17,6 +17,8 @@ import re
 from typing import Any
 
 import rfc8785
+from json.encoder import c_make_encoder as _c_make_encoder
+from json.encoder import encode_basestring as _encode_basestring
 
 from schemas.errors import EventRejected
 
@@ -29,7 +31,10 @@ __all__ = [
     "jcs",
     "jcs_size_bound",
     "loads_strict",
+    "canonical_leaf",
+    "reference_jcs",
     "sha256_hex",
+    "utf16_key",
 ]
 
 #: ``prevHash`` of a run's first event (sequence 0).
@@ -47,11 +52,13 @@ def sha256_hex(data: bytes) -> str:
 def _plain_json(obj: Any) -> bool:
     """True when ``json.dumps(sort_keys=True)`` is already the JCS form of ``obj``.
 
-    That holds for exact JSON types with no floats (Python and ECMAScript spell
-    floats differently), safe integers, and ASCII object keys (Python sorts keys
-    by code point, JCS by UTF-16 code unit; the two agree on ASCII). String
-    escaping is the same in both (short forms for \\b \\t \\n \\f \\r, lowercase
-    ``\\u00xx`` for other controls, nothing else escaped).
+    That holds for exact JSON types whose every piece Python spells as ECMAScript does:
+    safe integers; floats that ``repr`` writes in plain decimal with a fraction (non-integral,
+    1e-4 <= |f| < 1e16 — the shortest round-trip digits are the same in both languages, only
+    ``2.0`` vs ``2`` and the exponent forms differ); object keys below U+D800 (Python sorts
+    keys by code point, JCS by UTF-16 code unit; the two orders differ only where a
+    supplementary character meets U+E000-U+FFFF). String escaping is the same in both (short
+    forms for \\b \\t \\n \\f \\r, lowercase ``\\u00xx`` for other controls, nothing else escaped).
     """
     stack = [obj]
     pop = stack.pop
@@ -64,7 +71,7 @@ def _plain_json(obj: Any) -> bool:
             continue
         if cls is dict:
             for k, v in value.items():
-                if type(k) is not str or not k.isascii():
+                if type(k) is not str or not (k.isascii() or max(k) < "\ud800"):
                     return False
                 push(v)
         elif cls is list:
@@ -72,17 +79,42 @@ def _plain_json(obj: Any) -> bool:
         elif cls is int:
             if not lo <= value <= hi:
                 return False
+        elif cls is float:
+            # NaN fails the comparison, infinities the upper bound.
+            if not 1e-4 <= abs(value) < 1e16 or value.is_integer():
+                return False
         else:
             return False
     return True
 
 
+# One C encoder built once (``json.dumps`` builds one per call, which is a third of its cost on
+# a small event): sorted keys, no whitespace, no ASCII escaping, no cycle markers (JSON values
+# from a decoder have no cycles; a cyclic value still fails, as RecursionError).
+if _c_make_encoder is not None:
+    _ENCODER = _c_make_encoder(None, None, _encode_basestring, None, ":", ",", True, False, True)
+
+    def _DUMPS(obj: Any) -> str:
+        return "".join(_ENCODER(obj, 0))
+else:  # pragma: no cover - CPython always has the C accelerator
+    _DUMPS = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+_JSON_STRING = _encode_basestring
+_LITERALS = {True: b"true", False: b"false"}
+
+
+class _NotFast(Exception):
+    """A value the composed fast path leaves to the reference encoder (which also reports errors)."""
+
+
 def jcs(obj: Any) -> bytes:
     """RFC 8785 canonical UTF-8 bytes of ``obj``.
 
-    Values without floats or non-ASCII keys (most events) are serialised by the C
-    ``json`` encoder, which yields the same bytes as the reference ``rfc8785``
-    package several times faster; everything else goes through ``rfc8785``.
+    Values the C ``json`` encoder already spells canonically (see :func:`_plain_json`;
+    most events) are serialised by it. Other exact JSON values are composed from canonical
+    leaves (:func:`canonical_leaf`) in UTF-16 key order, which JCS is by definition.
+    Anything else (tuples, subclasses, lone surrogates, unsafe numbers) goes through the
+    reference ``rfc8785`` package, which also produces the errors. All three give the
+    reference bytes; the contract tests check them against ``rfc8785`` on generated values.
 
     Raises:
         EventRejected: ``unsafe_integer`` / ``non_finite_number`` naming the JSON path,
@@ -90,15 +122,97 @@ def jcs(obj: Any) -> bytes:
     """
     if _plain_json(obj):
         try:
-            return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+            return _DUMPS(obj).encode("utf-8")
         except UnicodeEncodeError:
             pass  # a lone surrogate: let the reference path report it
+    else:
+        try:
+            return _compose(obj)
+        except (_NotFast, RecursionError):
+            pass
+    return reference_jcs(obj)
+
+
+def reference_jcs(obj: Any) -> bytes:
+    """:func:`jcs` through the reference ``rfc8785`` package only: the yardstick fast paths are checked against.
+
+    Raises:
+        EventRejected: as :func:`jcs`.
+    """
     try:
         return rfc8785.dumps(obj)
     except (rfc8785.CanonicalizationError, UnicodeEncodeError, TypeError, ValueError) as e:
         # Re-walk to say *where*; the walk raises the precise, path-naming error.
         check_json_safe(obj)
         raise EventRejected("invalid_payload", f"value cannot be canonicalised (RFC 8785): {e}") from e
+
+
+def utf16_key(key: str) -> bytes:
+    """Sort key of an object member name (RFC 8785 §3.2.3: UTF-16 code units; big-endian bytes compare the same)."""
+    return key.encode("utf-16-be", "surrogatepass")
+
+
+def canonical_leaf(value: Any) -> bytes:
+    """JCS bytes of a scalar (or an object key), skipping the general path for the common kinds.
+
+    RFC 8785 escapes exactly what ``json`` does with ``ensure_ascii=False`` (quote, backslash,
+    and U+0000-U+001F as the short escapes or lowercase 4-hex-digit ones) and writes safe
+    integers in plain decimal and non-integral floats in 1e-4..1e16 as ``repr`` does;
+    everything else (other floats, unsafe integers, lone surrogates, containers) goes
+    through :func:`jcs`, which also raises the contract's errors.
+    """
+    kind = type(value)
+    if kind is str:
+        try:
+            return _JSON_STRING(value).encode("utf-8")
+        except UnicodeEncodeError:
+            return reference_jcs(value)
+    if kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+        return str(value).encode("ascii")
+    if kind is bool:
+        return _LITERALS[value]
+    if value is None:
+        return b"null"
+    if kind is float and 1e-4 <= abs(value) < 1e16 and not value.is_integer():
+        return repr(value).encode("ascii")
+    return jcs(value)
+
+
+def _compose(obj: Any) -> bytes:
+    """JCS of an exact JSON value, containers composed from canonical leaves; :class:`_NotFast` otherwise."""
+    kind = type(obj)
+    if kind is dict:
+        for k in obj:
+            if type(k) is not str:
+                raise _NotFast
+        keys = sorted(obj) if all(k.isascii() for k in obj) else sorted(obj, key=utf16_key)
+        return b"{" + b",".join([_compose_leaf(k) + b":" + _compose(obj[k]) for k in keys]) + b"}"
+    if kind is list:
+        return b"[" + b",".join([_compose(v) for v in obj]) + b"]"
+    return _compose_leaf(obj)
+
+
+def _compose_leaf(value: Any) -> bytes:
+    kind = type(value)
+    if kind is str:
+        try:
+            return _JSON_STRING(value).encode("utf-8")
+        except UnicodeEncodeError:
+            raise _NotFast from None
+    if kind is int:
+        if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
+            return str(value).encode("ascii")
+        raise _NotFast
+    if kind is bool:
+        return _LITERALS[value]
+    if value is None:
+        return b"null"
+    if kind is float:
+        if 1e-4 <= abs(value) < 1e16 and not value.is_integer():
+            return repr(value).encode("ascii")
+        if math.isfinite(value):
+            return rfc8785.dumps(value)  # exponent forms, integral and tiny floats: the reference spelling
+    raise _NotFast
 
 
 def doc_hash(doc: Any) -> str:

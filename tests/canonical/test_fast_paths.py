@@ -1,0 +1,152 @@
+"""The fast canonical encoders give the reference bytes: every one is checked against ``rfc8785.dumps``.
+
+The hash chain and state hashes are SHA-256 over RFC 8785 bytes, so a fast path that
+differs by one byte on some value would silently fork every hash after it. These tests
+generate JSON values aimed at the places the fast paths make assumptions: float spelling
+(repr vs ECMAScript: integral floats, exponents, the 1e-4/1e16 edges, subnormals, -0.0),
+key order (code point vs UTF-16: non-BMP and U+E000-U+FFFF keys), escapes and nesting.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+
+import pytest
+import rfc8785
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.canonical import (
+    GENESIS,
+    MAX_SAFE_INTEGER,
+    _compose,
+    _plain_json,
+    canonical_leaf,
+    chain_hash,
+    jcs,
+    reference_jcs,
+    sha256_hex,
+)
+from schemas.errors import EventRejected
+
+_settings = settings(max_examples=400, deadline=None)
+
+_edge_floats = st.sampled_from([
+    0.0, -0.0, 1e-4, -1e-4, 0.00009999999999999999, 1e-7, 1e-6, 1.5e-7, 1e16, 9999999999999998.0,
+    1e16 - 2, 1e21, 1e20, 123456789012345680000.0, 5e-324, -5e-324, 2.2250738585072014e-308,
+    1.7976931348623157e308, 0.1, 0.5, 1.0, 2.0, -3.0, 1 / 3, 4.35, 0.000123, 1e-5, 12345.6789,
+])
+_bits_floats = st.integers(0, 2**64 - 1).map(lambda b: struct.unpack("<d", struct.pack("<Q", b))[0]).filter(math.isfinite)
+_floats = st.floats(allow_nan=False, allow_infinity=False) | _edge_floats | _bits_floats
+_text = st.text(alphabet=st.characters(max_codepoint=0x10FFFF, exclude_categories=["Cs"]), max_size=8)
+_keys = _text | st.sampled_from(["", "a", "A", "é", "\u20ac", "\ud7ff", "\ue000", "\uffff", "\U00010000",
+                                  "\U0001f600", "a\U0001f600", "a\ue000", "\x7f", "\x00"])
+_scalars = (st.none() | st.booleans() | st.integers(-MAX_SAFE_INTEGER, MAX_SAFE_INTEGER) | _floats | _text
+            | st.sampled_from(["\x00\x1f\x7f\b\f\n\r\t\"\\/", "\u2028\u2029", "\ufeff\uffff", "\U0001F600é"]))
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(_keys, inner, max_size=6),
+    max_leaves=40,
+)
+
+
+@_settings
+@given(_values)
+def test_jcs_equals_reference(value):
+    assert jcs(value) == rfc8785.dumps(value)
+
+
+@_settings
+@given(_values)
+def test_composed_path_equals_reference(value):
+    assert _compose(value) == rfc8785.dumps(value)
+
+
+@_settings
+@given(_values)
+def test_plain_json_is_only_claimed_when_the_c_encoder_is_canonical(value):
+    import json
+
+    if _plain_json(value):
+        assert json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() \
+            == rfc8785.dumps(value)
+
+
+@_settings
+@given(_scalars | _keys)
+def test_canonical_leaf_equals_reference(value):
+    assert canonical_leaf(value) == rfc8785.dumps(value)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_floats)
+def test_every_float_spelling_equals_reference(value):
+    assert jcs(value) == rfc8785.dumps(value)
+    assert jcs([value]) == rfc8785.dumps([value])
+    assert jcs({"k": value, "\U0001f600": value}) == rfc8785.dumps({"k": value, "\U0001f600": value})
+
+
+def test_floats_that_python_and_ecmascript_spell_differently():
+    # Found by hand, not by the code under test: ECMAScript writes these without ".0" or with
+    # a decimal expansion / signed exponent without zero padding.
+    assert jcs(2.0) == b"2"
+    assert jcs(-0.0) == b"0"
+    assert jcs(1e16) == b"10000000000000000"
+    assert jcs(1e21) == b"1e+21"
+    assert jcs(1e-5) == b"0.00001"
+    assert jcs(1e-7) == b"1e-7"
+    assert jcs({"a": [1.5, 2.0, 1e-7]}) == b'{"a":[1.5,2,1e-7]}'
+
+
+def test_key_order_is_utf16_on_every_path():
+    value = {"\ue000": 1, "\U00010000": 2, "b": 0.5, "a": [1.0]}
+    expected = rfc8785.dumps(value)
+    assert expected.index("\U00010000".encode()) < expected.index("\ue000".encode())
+    assert jcs(value) == _compose(value) == expected
+    assert not _plain_json(value)
+
+
+def test_non_ascii_bmp_keys_stay_on_the_c_encoder():
+    value = {"é": 1, "z": 2, "\u20ac": [0.25]}
+    assert _plain_json(value)
+    assert jcs(value) == rfc8785.dumps(value)
+
+
+@pytest.mark.parametrize("bad, code", [
+    ({"a": float("nan")}, "non_finite_number"),
+    ([float("inf")], "non_finite_number"),
+    ({"a": 2**53}, "unsafe_integer"),
+    ({"a": [1.5, -(2**60)]}, "unsafe_integer"),
+    ({"a": "\ud800"}, None),
+    ({"\udc00": 1.5}, None),
+    ({1: 2}, "invalid_payload"),
+    ({"a": {1, 2}}, "invalid_payload"),
+])
+def test_errors_are_the_reference_errors(bad, code):
+    with pytest.raises(EventRejected) as got:
+        jcs(bad)
+    with pytest.raises(EventRejected) as ref:
+        reference_jcs(bad)
+    assert got.value.code == ref.value.code
+    if code is not None:
+        assert got.value.code == code
+
+
+def test_tuples_and_subclasses_take_the_reference_path():
+    import enum
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    for value in [(1, 2.5), {"a": (1,)}, {"c": Color.RED}, [True, 1]]:
+        assert jcs(value) == rfc8785.dumps(value)
+
+
+@_settings
+@given(st.dictionaries(_keys, _values, max_size=5), st.text(alphabet="0123456789abcdef", min_size=64, max_size=64))
+def test_chain_hash_equals_reference(payload, prev):
+    doc = {"eventId": "e", "runId": "r", "type": "variable.changed", "payload": payload, "sequence": 0,
+           "timestamp": "2025-01-01T00:00:00.000Z"}
+    for p in (GENESIS, prev):
+        assert chain_hash(p, doc) == sha256_hex(p.encode("ascii") + rfc8785.dumps(doc))
