@@ -64,6 +64,36 @@ async def await_all(futures: list) -> None:
         await fut
 
 
+class Batch:
+    """One ``take_events`` batch: outputs go out at once, table writes wait for their acks.
+
+    The one place the module docstring's rule lives: :meth:`commit` awaits every
+    output the batch sent, and only then writes the table keys the batch changed
+    (to the partition of the record that changed them). Reads see the batch's own
+    pending writes first, so later events of the batch build on earlier ones.
+    """
+
+    def __init__(self, wiring: "Wiring") -> None:
+        self.wiring = wiring
+        self._futures: list = []
+        self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
+
+    def get(self, table: str, key: str) -> Any:
+        hit = self._writes.get((table, key))
+        return hit[1] if hit is not None else lookup(self.wiring.tables[table], key)
+
+    def set(self, table: str, partition: int, key: str, value: Any) -> None:
+        self._writes[(table, key)] = (partition, value)
+
+    async def send(self, short: str, key: str | None, value: bytes) -> None:
+        self._futures.append(await self.wiring.send(short, key, value))
+
+    async def commit(self) -> None:
+        await await_all(self._futures)
+        for (table, key), (partition, value) in self._writes.items():
+            put(self.wiring.tables[table], partition, key, value)
+
+
 def _broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
 

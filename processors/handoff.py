@@ -39,31 +39,25 @@ def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
 
 
 def install(wiring) -> None:
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
-
-    links_table = wiring.tables["links"]
 
     @wiring.app.agent(wiring.topics["handoff-links"], name="handoff", concurrency=1)
     async def handoff(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            pending: dict[str, tuple[int, dict]] = {}
-            futures = []
+            batch = Batch(wiring)
             for event in events:
                 msg = event.message
                 try:
                     message = decode_record(event.value)
                     child = (msg.key or b"").decode("utf-8")
-                    current = pending[child][1] if child in pending else lookup(links_table, child)
-                    new, transitions = join(current, message)
+                    new, transitions = join(batch.get("links", child), message)
                 except Exception:
                     log.exception("bad handoff-links record %s/%s", msg.partition, msg.offset)
                     continue
                 for t in transitions:
-                    futures.append(await wiring.send("transitions", t["parentRunId"], encode_record(t)))
+                    await batch.send("transitions", t["parentRunId"], encode_record(t))
                     METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
-                pending[child] = (msg.partition, new)
-            await await_all(futures)
-            for key, (partition, value) in pending.items():
-                put(links_table, partition, key, value)
+                batch.set("links", msg.partition, child, new)
+            await batch.commit()

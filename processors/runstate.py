@@ -89,27 +89,24 @@ def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
 
 def install(wiring, *, replay: bool = True) -> None:
     """Register the run-state agent on the committed log."""
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
     settings = wiring.settings
-    runs_table = wiring.tables["runs"]
 
     @wiring.app.agent(wiring.topics["log"], name="runstate", concurrency=1)
     async def runstate(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            pending: dict[str, tuple[int, dict]] = {}
-            futures = []
+            batch = Batch(wiring)
             finished_replays: list[dict] = []
             for event in events:
                 msg = event.message
                 try:
                     committed = decode_record(event.value)
                     run_id = committed["doc"]["runId"]
-                    current = pending[run_id][1] if run_id in pending else lookup(runs_table, run_id)
-                    new, sends = step(current, committed, partition=msg.partition, offset=msg.offset,
-                                      snapshot_every=settings.snapshot_every,
+                    new, sends = step(batch.get("runs", run_id), committed, partition=msg.partition,
+                                      offset=msg.offset, snapshot_every=settings.snapshot_every,
                                       handoff_mode=settings.handoff_mode)
                 except Exception:  # never die on one record; the sequencer already validated it
                     log.exception("cannot fold log record %s/%s", msg.partition, msg.offset)
@@ -117,15 +114,13 @@ def install(wiring, *, replay: bool = True) -> None:
                 if new is None:
                     continue
                 for short, key, value in sends:
-                    futures.append(await wiring.send(short, key, encode_record(value)))
+                    await batch.send(short, key, encode_record(value))
                     _count(METRICS, short, value)
-                pending[run_id] = (msg.partition, new)
+                batch.set("runs", msg.partition, run_id, new)
                 replay_of = (new["state"] or {}).get("replayOf")
                 if replay and replay_of and committed["doc"]["type"] in TERMINAL_TYPES:
                     finished_replays.append({"replayRunId": run_id, **replay_of})
-            await await_all(futures)
-            for key, (partition, value) in pending.items():
-                put(runs_table, partition, key, value)
+            await batch.commit()
             for request in finished_replays:
                 from processors.replay_processor import compare_host_replay
 

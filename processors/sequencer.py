@@ -133,7 +133,7 @@ def install(wiring) -> None:
     """Register the sequencer agent: ingest → committed log | rejections."""
     import logging
 
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, await_all, lookup, put
+    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
     from processors.metrics import METRICS
     from schemas.errors import ContractError
     from streams.codec import decode_ingest, encode_record
@@ -141,15 +141,11 @@ def install(wiring) -> None:
 
     log = logging.getLogger("agentlog.sequencer")
     settings = wiring.settings
-    heads_table = wiring.tables["heads"]
-    index_table = wiring.tables["index"]
 
     @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
     async def sequencer(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            heads: dict[str, tuple[int, dict]] = {}
-            index: dict[str, tuple[int, list]] = {}
-            futures = []
+            batch = Batch(wiring)
             for event in events:
                 msg = event.message
                 raw = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
@@ -161,21 +157,19 @@ def install(wiring) -> None:
                 except ContractError as e:
                     code = getattr(e, "code", "decode_error")
                     detail = getattr(e, "detail", None) or str(e)
-                    futures.append(await _reject(wiring, code, detail, raw, source, doc))
+                    await _reject(batch, code, detail, raw, source, doc)
                     METRICS.inc("agentlog_events_rejected_total", reason=code)
                     continue
                 except Exception as e:  # a processor never dies on one bad record
                     log.exception("unexpected error decoding %s", source)
-                    futures.append(await _reject(wiring, "decode_error", f"{type(e).__name__}: {e}", raw, source, None))
+                    await _reject(batch, "decode_error", f"{type(e).__name__}: {e}", raw, source, None)
                     METRICS.inc("agentlog_events_rejected_total", reason="decode_error")
                     continue
                 run_id = doc["runId"]
-                head = heads[run_id][1] if run_id in heads else lookup(heads_table, run_id)
+                head = batch.get("heads", run_id)
 
                 def find(event_id: str, _run=run_id):
-                    key = _run + INDEX_SEP + event_id
-                    hit = index.get(key)
-                    return hit[1] if hit is not None else lookup(index_table, key)
+                    return batch.get("index", _run + INDEX_SEP + event_id)
 
                 try:
                     decision = decide(head, find, doc, source)
@@ -183,27 +177,23 @@ def install(wiring) -> None:
                     log.exception("unexpected error sequencing %s", source)
                     decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
                 if isinstance(decision, Accepted):
-                    futures.append(await wiring.send("log", run_id, encode_record(decision.committed)))
-                    heads[run_id] = (msg.partition, decision.head)
+                    await batch.send("log", run_id, encode_record(decision.committed))
+                    batch.set("heads", msg.partition, run_id, decision.head)
                     event_id, entry = decision.index_entry
-                    index[run_id + INDEX_SEP + event_id] = (msg.partition, entry)
+                    batch.set("index", msg.partition, run_id + INDEX_SEP + event_id, entry)
                     METRICS.inc("agentlog_events_accepted_total")
                 elif isinstance(decision, Redelivered):
                     METRICS.inc("agentlog_redelivered_total")
                 else:
-                    futures.append(await _reject(wiring, decision.reason, decision.detail, raw, source, doc))
+                    await _reject(batch, decision.reason, decision.detail, raw, source, doc)
                     METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
                     if decision.reason == "duplicate_event_id":
                         METRICS.inc("agentlog_duplicates_dropped_total")
-            await await_all(futures)
-            for key, (partition, value) in index.items():
-                put(index_table, partition, key, value)
-            for key, (partition, value) in heads.items():
-                put(heads_table, partition, key, value)
+            await batch.commit()
 
 
-async def _reject(wiring, reason: str, detail: str, raw: bytes, source: Source, doc):
+async def _reject(batch, reason: str, detail: str, raw: bytes, source: Source, doc) -> None:
     from streams.codec import encode_record
 
     record = rejection_record(reason, detail, raw, source, doc if isinstance(doc, dict) else None)
-    return await wiring.send("rejections", record["runId"], encode_record(record))
+    await batch.send("rejections", record["runId"], encode_record(record))
