@@ -26,7 +26,6 @@ sequence 0 instead and says so (``snapshot_used`` is ``None``).
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -35,7 +34,8 @@ from typing import Any, Literal
 from processors.compare import ABSENT, first_difference
 from processors.fold import fold, state_hash
 from processors.result_cache import ResultCache, tool_cache_key
-from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash, jcs, sha256_hex
+from processors.statehash import StateHasher
+from schemas.canonical import GENESIS, canonical_leaf, chain_hash, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from streams.reader import partition_for, read_run, read_topic
 from streams.settings import Settings
@@ -202,110 +202,20 @@ async def _record_at(settings: Settings, run_id: str, partition: int, offset: in
 # State hashing at every index
 
 
-class _StateHasher:
-    """``state_hash`` for consecutive fold states, re-serialising only what an event changed.
-
-    JCS is compositional: an object's canonical bytes are its members' canonical bytes in
-    UTF-16 key order, an array's its elements' in order. The fold is copy-on-write, so a value
-    that is the *same object* as in an earlier state has the same bytes; those are reused
-    instead of walking the whole state at every index (the reference ``state_hash`` costs
-    O(state) per event). Leaves still go through :func:`schemas.canonical.jcs`, so the bytes
-    are the reference bytes. The cache holds a reference to every value it describes (a live
-    object's id cannot be reused) and is pruned to what the current state reaches whenever it
-    has grown well past that. A mismatch against a recorded digest is always re-checked with
-    the reference ``state_hash`` before it is reported.
-    """
-
-    def __init__(self) -> None:
-        self._cache: dict[int, tuple[Any, bytes]] = {}
-        self._limit = 10_000
-
-    def __call__(self, state: Mapping[str, Any]) -> str:
-        data = self._bytes(state)
-        if len(self._cache) > self._limit:
-            self._prune(state)
-        return sha256_hex(data)
-
-    def _bytes(self, obj: Any) -> bytes:
-        ident = id(obj)
-        hit = self._cache.get(ident)
-        if hit is not None and hit[0] is obj:
-            return hit[1]
-        kind = type(obj)
-        if kind is dict:
-            members = [self._bytes(k) + b":" + self._bytes(obj[k]) for k in sorted(obj, key=_utf16)]
-            data = b"{" + b",".join(members) + b"}"
-        elif kind is list:
-            data = b"[" + b",".join([self._bytes(v) for v in obj]) + b"]"
-        else:  # leaves and keys: strings and numbers are shared between states too
-            data = _leaf(obj)
-        self._cache[ident] = (obj, data)
-        return data
-
-    def _prune(self, state: Mapping[str, Any]) -> None:
-        keep: dict[int, tuple[Any, bytes]] = {}
-        stack: list[Any] = [state]
-        while stack:
-            obj = stack.pop()
-            ident = id(obj)
-            hit = self._cache.get(ident)
-            if ident in keep or hit is None or hit[0] is not obj:
-                continue
-            keep[ident] = hit
-            if type(obj) is dict:
-                stack.extend(obj.keys())
-                stack.extend(obj.values())
-            elif type(obj) is list:
-                stack.extend(obj)
-        self._cache = keep
-        self._limit = 2 * len(keep) + 10_000
+# One incremental hasher for the live digests and for re-derivation (processors.statehash);
+# the underscored names stay importable for the tests that check them against the reference.
+_StateHasher = StateHasher
+_leaf = canonical_leaf
+_chain_hash = chain_hash
 
 
-_JSON_STRING = json.JSONEncoder(ensure_ascii=False).encode
-_LITERALS = {True: b"true", False: b"false"}
+def _reference_chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
+    """``chain_hash`` through the reference ``rfc8785`` encoder: what a reported divergence rests on."""
+    return sha256_hex(prev_hash.encode("ascii") + reference_jcs(doc))
 
 
-def _leaf(value: Any) -> bytes:
-    """JCS bytes of a scalar; strings and safe integers skip the (slow, pure-Python) general path.
-
-    RFC 8785 escapes exactly what ``json`` does with ``ensure_ascii=False`` (quote, backslash,
-    and U+0000-U+001F as the short escapes or lowercase 4-hex-digit ones) and writes safe
-    integers in plain decimal; everything else (floats, unsafe integers, lone surrogates) goes
-    through :func:`schemas.canonical.jcs`, which also raises the contract's errors.
-    """
-    kind = type(value)
-    if kind is str:
-        try:
-            return _JSON_STRING(value).encode("utf-8")
-        except UnicodeEncodeError:
-            return jcs(value)
-    if kind is int and -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:
-        return str(value).encode("ascii")
-    if kind is bool:
-        return _LITERALS[value]
-    if value is None:
-        return b"null"
-    return jcs(value)
-
-
-def _canonical(obj: Any) -> bytes:
-    """JCS bytes of a fresh value (a log record's doc): containers composed, leaves by :func:`_leaf`."""
-    kind = type(obj)
-    if kind is dict:
-        return b"{" + b",".join([_leaf(k) + b":" + _canonical(obj[k]) for k in sorted(obj, key=_utf16)]) + b"}"
-    if kind is list:
-        return b"[" + b",".join([_canonical(v) for v in obj]) + b"]"
-    return _leaf(obj)
-
-
-def _chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
-    """:func:`schemas.canonical.chain_hash` through :func:`_canonical`; mismatches are re-checked with the reference."""
-    return sha256_hex(prev_hash.encode("ascii") + _canonical(doc))
-
-
-def _utf16(key: str) -> bytes:
-    # RFC 8785 §3.2.3: keys sort by UTF-16 code units; big-endian bytes compare the same way.
-    return key.encode("utf-16-be", "surrogatepass")
+def _reference_state_hash(state: Mapping[str, Any]) -> str:
+    return sha256_hex(reference_jcs(state))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -325,7 +235,7 @@ class _Walk:
         self.digests = digests
         self.snapshots = snapshots
         self.handoff_mode = handoff_mode
-        self.hasher = _StateHasher()
+        self.hasher = StateHasher()
         self.last_digest = max(digests) if digests else -1
         self.seen: dict[int, tuple[int, str, str]] = {}  # seq -> (offset, prevHash, recomputed head)
         self.divergences: list[dict[str, Any]] = []
@@ -372,7 +282,7 @@ class _Walk:
         digest = self.digests.get(seq)
         expected_head = _chain_hash(self.head, doc)
         if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
-            expected_head = chain_hash(self.head, doc)  # a divergence is only ever reported from the reference hash
+            expected_head = _reference_chain_hash(self.head, doc)  # a divergence is only ever reported from the reference hash
         found: dict[str, Any] | None = None
         if prev_claimed != self.head:
             found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
@@ -388,7 +298,7 @@ class _Walk:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
             s_hash = self.hasher(self.state)
             if digest is not None and s_hash != digest.get("stateHash"):
-                s_hash = state_hash(self.state)  # a divergence is only ever reported from the reference hash
+                s_hash = _reference_state_hash(self.state)  # a divergence is only ever reported from the reference hash
         if digest is None:
             if seq <= self.last_digest and found is None:
                 found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,

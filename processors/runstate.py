@@ -10,11 +10,41 @@ from __future__ import annotations
 
 import logging
 
-from schemas.canonical import GENESIS, chain_hash
+from processors.statehash import StateHasher
+from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
 
 log = logging.getLogger("agentlog.runstate")
 
 TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+# Incremental state hashers of recently stepped runs, least recently used first. A memo, not
+# state: a run without one (new process, evicted) gets a fresh hasher and the same hash; it
+# lives beside the Faust table because it holds object identities, which do not survive a changelog.
+_HASHERS: dict[str, StateHasher] = {}
+_MAX_HASHERS = 1024
+_HASHER_SLACK = 2_000
+
+
+def _state_hash(run_id: str, state: dict, *, verify: bool) -> str:
+    """``fold.state_hash(state)`` in time proportional to what the last event changed.
+
+    With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
+    is checked against a full :func:`jcs` of the state; a difference means a state was
+    mutated after it was hashed (the fold is copy-on-write, states are read-only), so the
+    run's cache is dropped and the full hash is used.
+    """
+    hasher = _HASHERS.pop(run_id, None) or StateHasher(slack=_HASHER_SLACK)
+    _HASHERS[run_id] = hasher
+    if len(_HASHERS) > _MAX_HASHERS:
+        del _HASHERS[next(iter(_HASHERS))]
+    data = hasher.canonical(state)
+    if verify:
+        full = jcs(state)
+        if full != data:
+            log.error("incremental state hash of run %s disagreed with the full hash; cache dropped", run_id)
+            del _HASHERS[run_id]
+            data = full
+    return sha256_hex(data)
 
 
 def snapshot_record(run_id: str, state: dict, state_hash: str, head_hash: str, sequence: int,
@@ -37,7 +67,7 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     Returns the run's new table record (None when the event is a duplicate to skip)
     and the records to send as ``(topic short name, key, value)``.
     """
-    from processors.fold import fold, state_hash
+    from processors.fold import fold
 
     doc = committed["doc"]
     run_id = doc["runId"]
@@ -68,13 +98,14 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     if doc["type"] in TERMINAL_TYPES:
         sends.append(("handoff-links", run_id, {"kind": "child-terminal", "event": doc}))
     head = expected_hash
-    s_hash = state_hash(state)
+    since = rec["since"] + 1
+    snapshot = since >= snapshot_every or doc["type"] in TERMINAL_TYPES
+    s_hash = _state_hash(run_id, state, verify=snapshot)
     sends.append(("digests", run_id, {
         "runId": run_id, "sequence": seq, "stateHash": s_hash, "headHash": head,
         "logPartition": partition, "logOffset": offset,
     }))
-    since = rec["since"] + 1
-    if since >= snapshot_every or doc["type"] in TERMINAL_TYPES:
+    if snapshot:
         sends.append(("snapshots", run_id, snapshot_record(run_id, state, s_hash, head, seq, partition, offset)))
         since = 0
     return {"state": state, "next": seq + 1, "head": head, "since": since}, sends
