@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
     args = parser.parse_args(argv)
     console = Console()
+    load_at_start = os.getloadavg()  # a shared machine: figures mean little without it
     names = _discover(args.only)
     try:
         settings, started = _broker(console)
@@ -142,11 +143,14 @@ def main(argv: list[str] | None = None) -> int:
 
     RESULTS.mkdir(exist_ok=True)
     now = dt.datetime.now(dt.timezone.utc)
-    out = RESULTS / f"{now:%Y-%m-%d}.json"
+    # One file per run (several runs a day must not overwrite each other), plus latest.json.
+    out = RESULTS / f"{now:%Y-%m-%d-%H%M%S}.json"
     record = {"at": now.isoformat(), "quick": args.quick, "argv": sys.argv[1:], "machine": _machine(settings),
-              "results": results}
-    out.write_text(json.dumps(record, indent=2, default=str) + "\n")
-    console.print(f"results → {out}")
+              "load_average": {"start": load_at_start, "end": os.getloadavg()}, "results": results}
+    text = json.dumps(record, indent=2, default=str) + "\n"
+    out.write_text(text)
+    (RESULTS / "latest.json").write_text(text)
+    console.print(f"results → {out} (and {RESULTS / 'latest.json'})")
     return 1 if any("error" in r for r in results.values()) else 0
 
 
