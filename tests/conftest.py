@@ -25,7 +25,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 TEST_STACK_HOME = REPO / ".agentlog" / "test-stack"
-TEST_STACK_PORT = 19192
+# AGENTLOG_TEST_KAFKA_PORT moves it, e.g. to run a second checkout's suite beside a running one.
+TEST_STACK_PORT = int(os.environ.get("AGENTLOG_TEST_KAFKA_PORT", "19192"))
 KAFKA_TEST_TIMEOUT_S = 900
 _STARTED_BY_TESTS = "started-by-pytest"
 
