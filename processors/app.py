@@ -9,6 +9,16 @@ redelivered record would then look "already done" and its outputs would be lost.
 Outputs-then-tables makes every crash window a redelivery of records whose
 outputs are byte-identical, and readers dedup by (runId, sequence) or position.
 
+Table writes are awaited too, before the batch's records are acknowledged: Faust's
+own pre-commit flush can miss a changelog record that is between its send buffer
+and the client (``ProducerBuffer`` pops it, then blocks while the client's buffer
+is full), so a SIGKILL could leave a committed source offset whose table write
+never reached the broker — the next record of that run then looks like a gap.
+Tables are made durable one after another in :data:`TABLE_ORDER`: the
+sequencer's eventId index before its heads, so a head never runs ahead of the
+index it is checked against (a head behind the index is repaired by
+:func:`processors.sequencer.decide` on redelivery).
+
 Changelog records are written to the *source record's* partition explicitly
 (:func:`put`), so table partitions stay co-partitioned with the topics by runId.
 """
@@ -44,14 +54,27 @@ class Wiring:
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable)."""
         return await self.topics[short].send(
-            key=key.encode("utf-8") if key is not None else None, value=value
+            key=key.encode("utf-8") if key is not None else None, value=value, force=True
         )
 
 
-def put(table: Any, partition: int, key: str, value: Any) -> None:
-    """Set a table key and send its changelog record to ``partition`` (the source record's)."""
+async def put(table: Any, partition: int, key: str, value: Any) -> Any:
+    """Set a table key and send its changelog record to ``partition`` (the source record's).
+
+    Returns the changelog record's delivery future; await it to know the write is durable.
+    Sent straight to the producer (``force``: never attached to the current event, never
+    through Faust's send buffer, which is only drained at commit time under load).
+    """
     table.data[key] = value
-    table.send_changelog(partition, key, value)
+    return await table.changelog_topic.send(
+        key=key, value=value, partition=partition,
+        key_serializer=table.key_serializer, value_serializer=table.value_serializer,
+        callback=table._on_changelog_sent, force=True,
+    )
+
+
+#: Order in which a batch's table writes are made durable (tables not named go last).
+TABLE_ORDER = ("index", "heads", "runs", "links")
 
 
 def lookup(table: Any, key: str) -> Any:
@@ -90,8 +113,13 @@ class Batch:
 
     async def commit(self) -> None:
         await await_all(self._futures)
+        by_table: dict[str, list[tuple[str, int, Any]]] = {}
         for (table, key), (partition, value) in self._writes.items():
-            put(self.wiring.tables[table], partition, key, value)
+            by_table.setdefault(table, []).append((key, partition, value))
+        rank = {name: i for i, name in enumerate(TABLE_ORDER)}
+        for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
+            target = self.wiring.tables[table]
+            await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
 
 
 def _broker_urls(bootstrap: str) -> list[str]:

@@ -43,9 +43,14 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Redelivered:
-    """The very same source record was already committed: nothing to append."""
+    """The very same source record was already committed: nothing to append.
+
+    ``head`` is set when the run's head is behind that commit (a crash made the
+    index durable but not the head): the head it should have, from the index entry.
+    """
 
     sequence: int
+    head: dict | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +74,8 @@ def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) ->
     seen = lookup(event_id)
     if seen is not None:
         if seen[2] == source.partition and seen[3] == source.offset:
-            return Redelivered(sequence=seen[0])
+            behind = head is None or head["next"] <= seen[0]
+            return Redelivered(sequence=seen[0], head={"next": seen[0] + 1, "hash": seen[1]} if behind else None)
         return Rejected(
             "duplicate_event_id",
             f"eventId {event_id} is already committed at sequence {seen[0]} of run {doc['runId']}",
@@ -183,6 +189,8 @@ def install(wiring) -> None:
                     batch.set("index", msg.partition, run_id + INDEX_SEP + event_id, entry)
                     METRICS.inc("agentlog_events_accepted_total")
                 elif isinstance(decision, Redelivered):
+                    if decision.head is not None:
+                        batch.set("heads", msg.partition, run_id, decision.head)
                     METRICS.inc("agentlog_redelivered_total")
                 else:
                     await _reject(batch, decision.reason, decision.detail, raw, source, doc)

@@ -1,0 +1,56 @@
+"""Pure checks of the crash windows the fault suite found in the sequencer's tables (no broker).
+
+A SIGKILL between the index's changelog write and the head's leaves an index entry for a
+committed record and a head that is behind it; the redelivered record must move the head
+on, or the run's next event is rejected as a gap and everything after it is lost.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from processors.sequencer import Accepted, Redelivered, Source, decide
+from schemas.canonical import GENESIS, chain_hash
+
+pytestmark = [pytest.mark.faults]
+
+
+def _doc(seq: int) -> dict:
+    return {"eventId": f"r:{seq}", "runId": "r", "type": "variable.changed",
+            "payload": {"name": "x", "value": seq}, "timestamp": "2025-01-15T10:00:00.000Z", "sequence": seq}
+
+
+def test_redelivery_repairs_a_head_left_behind_by_a_crash():
+    index: dict[str, list] = {}
+    live = durable = None
+    for seq in range(3):
+        d = decide(live, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+        assert isinstance(d, Accepted)
+        index[d.index_entry[0]] = d.index_entry[1]
+        live = d.head
+        if seq == 0:
+            durable = d.head  # the crash: the heads of 1 and 2 never became durable, their index entries did
+    head = durable
+    assert head["next"] == 1
+    for seq in (1, 2):  # redelivered from the uncommitted offsets
+        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+        assert isinstance(d, Redelivered) and d.sequence == seq
+        assert d.head == {"next": seq + 1, "hash": index[f"r:{seq}"][1]}
+        head = d.head
+    d = decide(head, index.get, _doc(3), Source("in", 0, 13, 0))
+    assert isinstance(d, Accepted)
+    expected = GENESIS
+    for seq in range(4):
+        expected = chain_hash(expected, _doc(seq))
+    assert d.committed["hash"] == expected
+
+
+def test_redelivery_of_an_old_record_leaves_a_current_head_alone():
+    index: dict[str, list] = {}
+    head = None
+    for seq in range(3):
+        d = decide(head, index.get, _doc(seq), Source("in", 0, seq, 0))
+        index[d.index_entry[0]] = d.index_entry[1]
+        head = d.head
+    d = decide(head, index.get, _doc(1), Source("in", 0, 1, 0))
+    assert isinstance(d, Redelivered) and d.head is None
