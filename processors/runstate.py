@@ -65,7 +65,8 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     """Advance one run by one committed event; pure.
 
     Returns the run's new table record (None when the event is a duplicate to skip)
-    and the records to send as ``(topic short name, key, value)``.
+    and the records to send as ``(topic short name, key, value)``. A rewritten copy of an
+    already folded sequence returns the record unchanged and a ``hash_chain_broken`` violation.
     """
     from processors.fold import fold
 
@@ -74,6 +75,16 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
     seq = doc["sequence"]
     if seq < rec["next"]:
+        # A later copy of a (runId, sequence) already folded. A redelivery is byte-identical, so
+        # its doc still hashes to the hash it carries; a copy whose doc does not was rewritten
+        # after it was committed. (A rewrite with a recomputed hash is caught by replay, which
+        # compares the copies.)
+        carried = committed.get("hash")
+        if carried != chain_hash(str(committed.get("prevHash")), doc):
+            return rec, [("violations", run_id, _violation(
+                run_id, "hash_chain_broken",
+                f"a later copy of sequence {seq} carries hash {carried}, but its doc hashes to "
+                f"{chain_hash(str(committed.get('prevHash')), doc)}: the record was rewritten", doc))]
         return None, []  # a redelivered or duplicated log record: readers dedup by (runId, sequence)
     sends: list[tuple[str, str | None, dict]] = []
     if seq > rec["next"]:
