@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from schemas.canonical import GENESIS, chain_hash
+from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +124,9 @@ def rejection_record(
         "detail": detail,
         "runId": doc.get("runId") if isinstance(doc.get("runId"), str) else None,
         "eventId": doc.get("eventId") if isinstance(doc.get("eventId"), str) else None,
-        "sequence": seq if isinstance(seq, int) and not isinstance(seq, bool) else None,
+        # Only a JSON-safe sequence is copied: the record itself must encode (2^60 was rejected
+        # as unsafe_integer, and copying it would make the rejection unwritable).
+        "sequence": seq if type(seq) is int and -MAX_SAFE_INTEGER <= seq <= MAX_SAFE_INTEGER else None,
         "source": source.to_dict(),
         "raw": base64.b64encode(raw).decode("ascii"),
     }

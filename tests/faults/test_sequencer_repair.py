@@ -54,3 +54,13 @@ def test_redelivery_of_an_old_record_leaves_a_current_head_alone():
         head = d.head
     d = decide(head, index.get, _doc(1), Source("in", 0, 1, 0))
     assert isinstance(d, Redelivered) and d.head is None
+
+
+def test_a_rejection_of_an_unsafe_sequence_is_itself_encodable():
+    from processors.sequencer import rejection_record
+    from streams.codec import encode_record
+
+    doc = {**_doc(0), "sequence": 2 ** 60}
+    record = rejection_record("unsafe_integer", "sequence too large", b"{}", Source("in", 0, 1, 0), doc)
+    assert record["sequence"] is None and record["eventId"] == "r:0"
+    encode_record(record)  # raised EventRejected before: the sequencer agent crashed on it
