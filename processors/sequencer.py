@@ -114,22 +114,40 @@ def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) ->
 def rejection_record(
     reason: str, detail: str, raw: bytes, source: Source, doc: dict | None = None
 ) -> dict:
-    """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from."""
+    """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from.
+
+    The record must always be writable, whatever it rejects: only a JSON-safe sequence and
+    ids of a sane length are copied, and an original value over :data:`RAW_MAX_BYTES` (an
+    oversize doc grows by a third in base64, past the producer's and topic's size limit) is
+    kept as its first RAW_MAX_BYTES with ``rawTruncated``, ``rawBytes`` and ``rawSha256``.
+    """
     import base64
+    import hashlib
 
     doc = doc if isinstance(doc, dict) else {}
     seq = doc.get("sequence")
-    return {
+
+    def ident(name: str) -> str | None:
+        value = doc.get(name)
+        return value if isinstance(value, str) and 0 < len(value) <= _ID_MAX else None
+
+    record = {
         "reason": reason,
-        "detail": detail,
-        "runId": doc.get("runId") if isinstance(doc.get("runId"), str) else None,
-        "eventId": doc.get("eventId") if isinstance(doc.get("eventId"), str) else None,
-        # Only a JSON-safe sequence is copied: the record itself must encode (2^60 was rejected
-        # as unsafe_integer, and copying it would make the rejection unwritable).
+        "detail": detail[:2000],
+        "runId": ident("runId"),
+        "eventId": ident("eventId"),
         "sequence": seq if type(seq) is int and -MAX_SAFE_INTEGER <= seq <= MAX_SAFE_INTEGER else None,
         "source": source.to_dict(),
-        "raw": base64.b64encode(raw).decode("ascii"),
+        "raw": base64.b64encode(raw[:RAW_MAX_BYTES]).decode("ascii"),
     }
+    if len(raw) > RAW_MAX_BYTES:
+        record.update(rawTruncated=True, rawBytes=len(raw), rawSha256=hashlib.sha256(raw).hexdigest())
+    return record
+
+
+#: Largest original value a rejection record carries whole (see :func:`rejection_record`).
+RAW_MAX_BYTES = 256 * 1024
+_ID_MAX = 256
 
 
 # --- the Faust agent -------------------------------------------------------------------------

@@ -64,3 +64,21 @@ def test_a_rejection_of_an_unsafe_sequence_is_itself_encodable():
     record = rejection_record("unsafe_integer", "sequence too large", b"{}", Source("in", 0, 1, 0), doc)
     assert record["sequence"] is None and record["eventId"] == "r:0"
     encode_record(record)  # raised EventRejected before: the sequencer agent crashed on it
+
+
+def test_a_rejection_of_an_oversize_value_stays_small_and_says_what_it_dropped():
+    import base64
+    import hashlib
+
+    from processors.sequencer import RAW_MAX_BYTES, rejection_record
+    from streams.codec import encode_record
+
+    raw = b"{" + b"x" * (3 * RAW_MAX_BYTES)
+    record = rejection_record("oversize", "too big", raw, Source("in", 0, 1, 0), {"runId": "r" * 10_000})
+    assert len(encode_record(record)) < 2 * RAW_MAX_BYTES
+    assert base64.b64decode(record["raw"]) == raw[:RAW_MAX_BYTES]
+    assert (record["rawTruncated"], record["rawBytes"], record["rawSha256"]) == (
+        True, len(raw), hashlib.sha256(raw).hexdigest())
+    assert record["runId"] is None
+    small = rejection_record("decode_error", "x", b"abc", Source("in", 0, 2, 0))
+    assert "rawTruncated" not in small and base64.b64decode(small["raw"]) == b"abc"
