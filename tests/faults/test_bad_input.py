@@ -183,8 +183,10 @@ def _hypothesis_corpus(tag: str) -> list[Item]:
         st.text(min_size=1, max_size=12).filter(lambda k: k not in {
             *required, "nodeId", "schemaVersion", "engineVersion", "causationId"})
         .map(lambda k: ("unknown field", ("set", k, 1), {"invalid_envelope"})),
-        st.integers(min_value=2**53, max_value=2**62)
-        .map(lambda n: ("unsafe int payload", ("payload", "value", n), {"unsafe_integer"})),
+        # Odd integers above 2^53 are not doubles, so no reading of the literal is safe. (A literal
+        # such as 2^53 itself is exactly a double's JCS spelling and reads as that double: accepted.)
+        st.integers(min_value=0, max_value=2**60)
+        .map(lambda k: ("unsafe int payload", ("payload", "value", 2**53 + 2 * k + 1), {"unsafe_integer"})),
     )
 
     @hsettings(max_examples=50, deadline=None, database=None, suppress_health_check=list(HealthCheck))
@@ -268,7 +270,10 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
             return found if len({(r["source"]["partition"], r["source"]["offset"]) for r in found}) \
                 >= expected_rejections else None
 
-        found = await wait_until(rejections, timeout=180, what="every rejection", worker=worker)
+        try:
+            found = await wait_until(rejections, timeout=60, what="every rejection", worker=worker)
+        except AssertionError:  # fall through to the per-record comparison, which names what is missing
+            found = [r async for _, _, _, r in read_topic(settings, "rejections")]
         violations = [v async for _, _, _, v in read_topic(settings, "violations")]
         logs = {run_id: await read_run(settings, run_id) for run_id in good_runs}
         return found, violations, logs
