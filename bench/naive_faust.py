@@ -51,11 +51,11 @@ async def process(stream):
         msg = event.message
         doc = validate_doc(decode_ingest(event.value))
         run_id = doc["runId"]
-        d = decide(heads[run_id], lambda e: index[run_id + "\x1f" + e], doc,
+        d = decide(heads.get(run_id), lambda e: index.get(run_id + "\x1f" + e), doc,
                    Source(msg.topic, msg.partition, msg.offset, int(msg.timestamp * 1000)))
         if not isinstance(d, Accepted):
             continue
-        state, _ = fold(states[run_id], doc)
+        state, _ = fold(states.get(run_id), doc)
         key = run_id.encode()
         await log_topic.send(key=key, value=encode_record(d.committed))
         await digests.send(key=key, value=encode_record({
