@@ -87,6 +87,8 @@ def load_settings(**overrides: object) -> Settings:
         if raw is not None:
             values[f.name] = _coerce(f.name, raw, f.type)
     values.update({k: v for k, v in overrides.items() if v is not None})
+    if isinstance(values.get("home"), str):
+        values["home"] = Path(values["home"]).expanduser().resolve()
     return Settings(**values)
 
 
