@@ -1,0 +1,59 @@
+"""Broker-side observations the fault tests make without asking the worker.
+
+Progress is the committed log's end offsets; "drained" is the worker's consumer group having
+committed every record of every topic it consumes (Faust commits an offset only after every
+agent on that topic acknowledged the record, and the sink acknowledges only after its insert
+returned), so a drained group means ClickHouse holds everything.
+"""
+
+from __future__ import annotations
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+
+from streams.settings import Settings
+from streams.topics import topic_name
+
+CONSUMED = ("ingest", "log", "transitions", "violations", "rejections", "snapshots", "digests", "verdicts",
+            "handoff-links")
+
+
+class Offsets:
+    """One long-lived consumer + admin client for cheap end-offset / group-offset polling."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+                                         enable_auto_commit=False)
+        self.admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=20_000)
+        self.group = f"{settings.topic_prefix}-worker"
+
+    async def __aenter__(self) -> "Offsets":
+        await self.consumer.start()
+        await self.admin.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.consumer.stop()
+        await self.admin.close()
+
+    def _tps(self, shorts: tuple[str, ...]) -> list[TopicPartition]:
+        return [TopicPartition(topic_name(self.settings, s), p)
+                for s in shorts for p in range(self.settings.partitions)]
+
+    async def ends(self, shorts: tuple[str, ...] = ("log",)) -> dict[TopicPartition, int]:
+        return await self.consumer.end_offsets(self._tps(shorts))
+
+    async def log_end(self) -> int:
+        return sum((await self.ends(("log",))).values())
+
+    async def lag(self, shorts: tuple[str, ...] = CONSUMED) -> int:
+        """Records the worker's group has not committed yet, over every topic it consumes."""
+        ends = await self.ends(shorts)
+        committed = await self.admin.list_consumer_group_offsets(self.group, partitions=list(ends))
+        lag = 0
+        for tp, end in ends.items():
+            meta = committed.get(tp)
+            done = meta.offset if meta is not None and meta.offset >= 0 else 0
+            lag += max(0, end - done)
+        return lag
