@@ -46,7 +46,7 @@ def install(wiring) -> None:
     @wiring.app.agent(wiring.topics["handoff-links"], name="handoff", concurrency=1)
     async def handoff(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            batch = Batch(wiring)
+            batch = Batch(wiring, "handoff", len(events))
             for event in events:
                 msg = event.message
                 try:

@@ -22,6 +22,8 @@ _HELP = {
     "agentlog_sink_rows_total": "Rows inserted into ClickHouse, by table.",
     "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",
     "agentlog_sink_errors_total": "Failed ClickHouse inserts, by table (the batch is retried).",
+    "agentlog_batches_total": "Batches processed, by agent.",
+    "agentlog_batch_events_total": "Events in those batches, by agent (divide by batches for the mean batch size).",
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",

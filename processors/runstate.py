@@ -140,7 +140,7 @@ def install(wiring, *, replay: bool = True) -> None:
     @wiring.app.agent(wiring.topics["log"], name="runstate", concurrency=1)
     async def runstate(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            batch = Batch(wiring)
+            batch = Batch(wiring, "runstate", len(events))
             finished_replays: list[dict] = []
             for event in events:
                 msg = event.message

@@ -171,7 +171,7 @@ def install(wiring) -> None:
     @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
     async def sequencer(stream):
         async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
-            batch = Batch(wiring)
+            batch = Batch(wiring, "sequencer", len(events))
             for event in events:
                 msg = event.message
                 raw = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
