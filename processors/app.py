@@ -38,8 +38,6 @@ from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.worker")
 
-BATCH_MAX = 2000
-BATCH_WITHIN_S = 0.05
 
 
 @dataclass

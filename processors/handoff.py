@@ -39,13 +39,13 @@ def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
 
 
 def install(wiring) -> None:
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
+    from processors.app import Batch
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
     @wiring.app.agent(wiring.topics["handoff-links"], name="handoff", concurrency=1)
     async def handoff(stream):
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+        async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "handoff", len(events))
             for event in events:
                 msg = event.message

@@ -131,7 +131,7 @@ def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
 
 def install(wiring, *, replay: bool = True) -> None:
     """Register the run-state agent on the committed log."""
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
+    from processors.app import Batch
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
@@ -139,7 +139,7 @@ def install(wiring, *, replay: bool = True) -> None:
 
     @wiring.app.agent(wiring.topics["log"], name="runstate", concurrency=1)
     async def runstate(stream):
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+        async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "runstate", len(events))
             finished_replays: list[dict] = []
             for event in events:

@@ -159,7 +159,7 @@ def install(wiring) -> None:
     """Register the sequencer agent: ingest → committed log | rejections."""
     import logging
 
-    from processors.app import BATCH_MAX, BATCH_WITHIN_S, Batch
+    from processors.app import Batch
     from processors.metrics import METRICS
     from schemas.errors import ContractError
     from streams.codec import decode_ingest, encode_record
@@ -170,7 +170,7 @@ def install(wiring) -> None:
 
     @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
     async def sequencer(stream):
-        async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
+        async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "sequencer", len(events))
             for event in events:
                 msg = event.message

@@ -39,6 +39,10 @@ class Settings:
     max_event_bytes: int = 1_048_576
     # Processors
     snapshot_every: int = 100
+    # Processor batches: up to batch_max records, or what arrived within batch_within_s. Larger
+    # windows mean fewer acknowledgement round trips per event (throughput) at the cost of latency.
+    batch_max: int = 5000
+    batch_within_s: float = 0.2
     handoff_mode: str = "auto"  # auto | check | derive
     worker_id: str = "agentlog-worker"
     web_port: int = 6066
