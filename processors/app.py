@@ -138,6 +138,40 @@ class Batch:
             await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
 
 
+#: Table key (+ partition number) holding the next source offset an agent expects per partition;
+#: no runId can start with NUL.
+POSITION_KEY = "\x00position\x1f"
+
+
+async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> None:
+    """Hand ``msg`` to ``handle(offset, timestamp_ms, value)`` — after any records the consumer skipped.
+
+    Each agent keeps, in its own table, the next offset it expects per source
+    partition. After crash restarts, Faust's consumer was seen to skip records
+    of a partition around a rebalance (and, later, to re-read them). A skipped
+    ingest record turns every later event of its run into a ``sequence_gap``;
+    so when an offset arrives beyond the expected one, the hole is read with a
+    plain consumer and handled first. Offsets below the expected one are
+    redeliveries, which every agent already treats as done.
+    """
+    from streams.reader import fetch_range
+
+    key = POSITION_KEY + str(msg.partition)
+    expected = batch.get(table, key)
+    if expected is not None and msg.offset > expected:
+        skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
+        log.warning("%s partition %d: the consumer skipped offsets %d..%d; handling %d records first",
+                    msg.topic, msg.partition, expected, msg.offset - 1, len(skipped))
+        from processors.metrics import METRICS
+
+        METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
+        for offset, timestamp_ms, skipped_value in skipped:
+            await handle(offset, timestamp_ms, skipped_value or b"")
+    await handle(msg.offset, int((msg.timestamp or 0) * 1000), value)
+    if expected is None or msg.offset + 1 > expected:
+        batch.set(table, msg.partition, key, msg.offset + 1)
+
+
 def _broker_urls(bootstrap: str) -> list[str]:
     return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
 

@@ -38,8 +38,15 @@ def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
     return rec, transitions
 
 
+def _child_of(message: dict) -> str:
+    """The childRunId a handoff-links message is about (its Kafka key, read from the value)."""
+    if message.get("kind") == "link":
+        return message["link"]["childRunId"]
+    return message["event"]["runId"]
+
+
 def install(wiring) -> None:
-    from processors.app import Batch
+    from processors.app import Batch, in_order
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
@@ -49,15 +56,19 @@ def install(wiring) -> None:
             batch = Batch(wiring, "handoff", len(events))
             for event in events:
                 msg = event.message
-                try:
-                    message = decode_record(event.value)
-                    child = (msg.key or b"").decode("utf-8")
-                    new, transitions = join(batch.get("links", child), message)
-                except Exception:
-                    log.exception("bad handoff-links record %s/%s", msg.partition, msg.offset)
-                    continue
-                for t in transitions:
-                    await batch.send("transitions", t["parentRunId"], encode_record(t))
-                    METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
-                batch.set("links", msg.partition, child, new)
+
+                async def handle(offset: int, _ts: int, value: bytes, _p=msg.partition, _b=batch) -> None:
+                    try:
+                        message = decode_record(value)
+                        child = _child_of(message)
+                        new, transitions = join(_b.get("links", child), message)
+                    except Exception:
+                        log.exception("bad handoff-links record %s/%s", _p, offset)
+                        return
+                    for t in transitions:
+                        await _b.send("transitions", t["parentRunId"], encode_record(t))
+                        METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
+                    _b.set("links", _p, child, new)
+
+                await in_order(batch, "links", msg, event.value, handle)
             await batch.commit()

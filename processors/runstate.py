@@ -131,7 +131,7 @@ def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
 
 def install(wiring, *, replay: bool = True) -> None:
     """Register the run-state agent on the committed log."""
-    from processors.app import Batch
+    from processors.app import Batch, in_order
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
@@ -144,24 +144,29 @@ def install(wiring, *, replay: bool = True) -> None:
             finished_replays: list[dict] = []
             for event in events:
                 msg = event.message
-                try:
-                    committed = decode_record(event.value)
-                    run_id = committed["doc"]["runId"]
-                    new, sends = step(batch.get("runs", run_id), committed, partition=msg.partition,
-                                      offset=msg.offset, snapshot_every=settings.snapshot_every,
-                                      handoff_mode=settings.handoff_mode)
-                except Exception:  # never die on one record; the sequencer already validated it
-                    log.exception("cannot fold log record %s/%s", msg.partition, msg.offset)
-                    continue
-                if new is None:
-                    continue
-                for short, key, value in sends:
-                    await batch.send(short, key, encode_record(value))
-                    _count(METRICS, short, value)
-                batch.set("runs", msg.partition, run_id, new)
-                replay_of = (new["state"] or {}).get("replayOf")
-                if replay and replay_of and committed["doc"]["type"] in TERMINAL_TYPES:
-                    finished_replays.append({"replayRunId": run_id, **replay_of})
+
+                async def handle(offset: int, _ts: int, value: bytes, _p=msg.partition, _b=batch,
+                                 _done=finished_replays) -> None:
+                    try:
+                        committed = decode_record(value)
+                        run_id = committed["doc"]["runId"]
+                        new, sends = step(_b.get("runs", run_id), committed, partition=_p,
+                                          offset=offset, snapshot_every=settings.snapshot_every,
+                                          handoff_mode=settings.handoff_mode)
+                    except Exception:  # never die on one record; the sequencer already validated it
+                        log.exception("cannot fold log record %s/%s", _p, offset)
+                        return
+                    if new is None:
+                        return
+                    for short, key, out in sends:
+                        await _b.send(short, key, encode_record(out))
+                        _count(METRICS, short, out)
+                    _b.set("runs", _p, run_id, new)
+                    replay_of = (new["state"] or {}).get("replayOf")
+                    if replay and replay_of and committed["doc"]["type"] in TERMINAL_TYPES:
+                        _done.append({"replayRunId": run_id, **replay_of})
+
+                await in_order(batch, "runs", msg, event.value, handle)
             await batch.commit()
             for request in finished_replays:
                 from processors.replay_processor import compare_host_replay

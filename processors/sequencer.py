@@ -159,14 +159,57 @@ def install(wiring) -> None:
     """Register the sequencer agent: ingest → committed log | rejections."""
     import logging
 
-    from processors.app import Batch
+    from processors.app import Batch, in_order
     from processors.metrics import METRICS
     from schemas.errors import ContractError
-    from streams.codec import decode_ingest, encode_record
     from schemas.validate import validate_doc
+    from streams.codec import decode_ingest, encode_record
 
     log = logging.getLogger("agentlog.sequencer")
     settings = wiring.settings
+
+    async def handle(batch, raw: bytes, source: Source) -> None:
+        doc = None
+        try:
+            doc = decode_ingest(raw)
+            validate_doc(doc, max_bytes=settings.max_event_bytes)
+        except ContractError as e:
+            code = getattr(e, "code", "decode_error")
+            detail = getattr(e, "detail", None) or str(e)
+            await _reject(batch, code, detail, raw, source, doc)
+            METRICS.inc("agentlog_events_rejected_total", reason=code)
+            return
+        except Exception as e:  # a processor never dies on one bad record
+            log.exception("unexpected error decoding %s", source)
+            await _reject(batch, "decode_error", f"{type(e).__name__}: {e}", raw, source, None)
+            METRICS.inc("agentlog_events_rejected_total", reason="decode_error")
+            return
+        run_id = doc["runId"]
+        head = batch.get("heads", run_id)
+
+        def find(event_id: str, _run=run_id):
+            return batch.get("index", _run + INDEX_SEP + event_id)
+
+        try:
+            decision = decide(head, find, doc, source)
+        except Exception as e:
+            log.exception("unexpected error sequencing %s", source)
+            decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
+        if isinstance(decision, Accepted):
+            await batch.send("log", run_id, encode_record(decision.committed))
+            batch.set("heads", source.partition, run_id, decision.head)
+            event_id, entry = decision.index_entry
+            batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
+            METRICS.inc("agentlog_events_accepted_total")
+        elif isinstance(decision, Redelivered):
+            if decision.head is not None:
+                batch.set("heads", source.partition, run_id, decision.head)
+            METRICS.inc("agentlog_redelivered_total")
+        else:
+            await _reject(batch, decision.reason, decision.detail, raw, source, doc)
+            METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
+            if decision.reason == "duplicate_event_id":
+                METRICS.inc("agentlog_duplicates_dropped_total")
 
     @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
     async def sequencer(stream):
@@ -175,48 +218,8 @@ def install(wiring) -> None:
             for event in events:
                 msg = event.message
                 raw = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-                source = Source(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000))
-                doc = None
-                try:
-                    doc = decode_ingest(raw)
-                    validate_doc(doc, max_bytes=settings.max_event_bytes)
-                except ContractError as e:
-                    code = getattr(e, "code", "decode_error")
-                    detail = getattr(e, "detail", None) or str(e)
-                    await _reject(batch, code, detail, raw, source, doc)
-                    METRICS.inc("agentlog_events_rejected_total", reason=code)
-                    continue
-                except Exception as e:  # a processor never dies on one bad record
-                    log.exception("unexpected error decoding %s", source)
-                    await _reject(batch, "decode_error", f"{type(e).__name__}: {e}", raw, source, None)
-                    METRICS.inc("agentlog_events_rejected_total", reason="decode_error")
-                    continue
-                run_id = doc["runId"]
-                head = batch.get("heads", run_id)
-
-                def find(event_id: str, _run=run_id):
-                    return batch.get("index", _run + INDEX_SEP + event_id)
-
-                try:
-                    decision = decide(head, find, doc, source)
-                except Exception as e:
-                    log.exception("unexpected error sequencing %s", source)
-                    decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
-                if isinstance(decision, Accepted):
-                    await batch.send("log", run_id, encode_record(decision.committed))
-                    batch.set("heads", msg.partition, run_id, decision.head)
-                    event_id, entry = decision.index_entry
-                    batch.set("index", msg.partition, run_id + INDEX_SEP + event_id, entry)
-                    METRICS.inc("agentlog_events_accepted_total")
-                elif isinstance(decision, Redelivered):
-                    if decision.head is not None:
-                        batch.set("heads", msg.partition, run_id, decision.head)
-                    METRICS.inc("agentlog_redelivered_total")
-                else:
-                    await _reject(batch, decision.reason, decision.detail, raw, source, doc)
-                    METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
-                    if decision.reason == "duplicate_event_id":
-                        METRICS.inc("agentlog_duplicates_dropped_total")
+                await in_order(batch, "heads", msg, raw, lambda offset, ts, value, _m=msg, _b=batch: handle(
+                    _b, value, Source(_m.topic, _m.partition, offset, ts)))
             await batch.commit()
 
 

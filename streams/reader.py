@@ -197,3 +197,31 @@ async def offset_for_time(settings: Settings, short_name: str, partition: int, t
         raise InfraError(f"offset lookup on {topic}[{partition}] failed: {e}") from e
     finally:
         await consumer.stop()
+
+
+async def fetch_range(settings: Settings, topic: str, partition: int, start: int, stop: int) -> list[tuple[int, int, bytes]]:
+    """Raw ``(offset, timestamp_ms, value)`` of records ``start <= offset < stop`` of one partition.
+
+    Plain assign + seek, ``read_committed``; offsets that hold no record (transaction
+    markers) are simply absent. The processors use it to read a range their own
+    consumer skipped.
+    """
+    tp = TopicPartition(topic, partition)
+    consumer = _consumer(settings, "read_committed")
+    await consumer.start()
+    out: list[tuple[int, int, bytes]] = []
+    try:
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        end = min(stop, (await consumer.end_offsets([tp]))[tp])
+        while await consumer.position(tp) < end:
+            batches = await consumer.getmany(tp, timeout_ms=500)
+            for m in batches.get(tp, []):
+                if m.offset >= stop:
+                    break
+                out.append((m.offset, m.timestamp, m.value))
+    except KafkaError as e:
+        raise InfraError(f"reading {topic}[{partition}] {start}..{stop} from {settings.kafka_bootstrap} failed: {e}") from e
+    finally:
+        await consumer.stop()
+    return out
