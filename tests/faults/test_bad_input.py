@@ -274,7 +274,17 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
             found = await wait_until(rejections, timeout=60, what="every rejection", worker=worker)
         except AssertionError:  # fall through to the per-record comparison, which names what is missing
             found = [r async for _, _, _, r in read_topic(settings, "rejections")]
-        violations = [v async for _, _, _, v in read_topic(settings, "violations")]
+        want = {(i.event_id, i.violation) for i in corpus if i.violation}
+
+        async def all_violations():
+            # The run-state processor folds the log after the sequencer wrote it: wait for it too.
+            vs = [v async for _, _, _, v in read_topic(settings, "violations")]
+            return vs if want <= {(v["eventId"], v["code"]) for v in vs} else None
+
+        try:
+            violations = await wait_until(all_violations, timeout=60, what="every violation", worker=worker)
+        except AssertionError:  # fall through to the comparison below, which names what is missing
+            violations = [v async for _, _, _, v in read_topic(settings, "violations")]
         logs = {run_id: await read_run(settings, run_id) for run_id in good_runs}
         return found, violations, logs
 
