@@ -116,6 +116,7 @@ class Batch:
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self._futures: list = []
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
+        self._healed: list[tuple[str, int, int]] = []  # (topic, partition, offset) read around the consumer
 
     def get(self, table: str, key: str) -> Any:
         hit = self._writes.get((table, key))
@@ -136,9 +137,27 @@ class Batch:
         for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
             target = self.wiring.tables[table]
             await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
+        self._ack_healed()
+
+    def healed(self, topic: str, partition: int, offset: int) -> None:
+        """Note a record handled outside the consumer, to acknowledge it once the batch is durable."""
+        self._healed.append((topic, partition, offset))
+
+    def _ack_healed(self) -> None:
+        # Faust never delivered these records, so it would never acknowledge them, and its
+        # committed offset would stay below them for good (the group's lag never reaches 0).
+        # They are handled and durable now: acknowledge them as if the consumer had delivered them.
+        consumer = getattr(getattr(self.wiring, "app", None), "consumer", None)
+        if consumer is None or not self._healed:
+            return
+        from faust.types import TP, Message
+
+        for topic, partition, offset in self._healed:
+            consumer.ack(Message(topic, partition, offset, 0.0, 0, None, None, None, None, tp=TP(topic, partition)))
+        self._healed.clear()
 
 
-#: Table key (+ partition number) holding the next source offset an agent expects per partition;
+#: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
 #: no runId can start with NUL.
 POSITION_KEY = "\x00position\x1f"
 
@@ -156,7 +175,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> 
     """
     from streams.reader import fetch_range
 
-    key = POSITION_KEY + str(msg.partition)
+    key = f"{POSITION_KEY}{msg.topic}\x1f{msg.partition}"
     expected = batch.get(table, key)
     if expected is not None and msg.offset > expected:
         skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
@@ -167,6 +186,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> 
         METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
         for offset, timestamp_ms, skipped_value in skipped:
             await handle(offset, timestamp_ms, skipped_value or b"")
+            batch.healed(msg.topic, msg.partition, offset)
     await handle(msg.offset, int((msg.timestamp or 0) * 1000), value)
     if expected is None or msg.offset + 1 > expected:
         batch.set(table, msg.partition, key, msg.offset + 1)
@@ -236,6 +256,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
         "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
+        "sink-positions": table("sink-positions"),  # only in_order positions of the sink agents
     }
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables)
 

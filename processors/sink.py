@@ -79,6 +79,7 @@ def _open_owned(settings, migrate, open_store, *, wait_s: float = 60.0):
 
 
 def install(wiring) -> None:
+    from processors.app import Batch, in_order
     from processors.metrics import METRICS
     from processors.store import migrate, open_store
     from streams.codec import decode_record
@@ -90,22 +91,29 @@ def install(wiring) -> None:
     def make_agent(short: str, kind: str) -> None:
         async def agent(stream):
             async for events in stream.take_events(settings.sink_batch_rows, within=settings.sink_flush_s):
+                batch = Batch(wiring, f"sink-{short}", len(events))
                 records = []
                 oldest = None
                 for event in events:
                     msg = event.message
-                    try:
-                        record = decode_record(event.value)
-                    except Exception:
-                        log.exception("undecodable %s record %s/%s", short, msg.partition, msg.offset)
-                        continue
-                    record["_position"] = {"partition": msg.partition, "offset": msg.offset}
-                    records.append(record)
+
+                    async def handle(offset: int, _ts: int, value: bytes, _p=msg.partition) -> None:
+                        try:
+                            record = decode_record(value)
+                        except Exception:
+                            log.exception("undecodable %s record %s/%s", short, _p, offset)
+                            return
+                        record["_position"] = {"partition": _p, "offset": offset}
+                        records.append(record)
+
+                    await in_order(batch, "sink-positions", msg, event.value, handle)
                     if msg.timestamp and (oldest is None or msg.timestamp < oldest):
                         oldest = msg.timestamp
                 if not records:
+                    await batch.commit()
                     continue
                 await insert_with_retry(sink, kind, records, table=short)
+                await batch.commit()  # positions (and skipped records read around the consumer) after the insert
                 METRICS.inc("agentlog_sink_batches_total", table=short)
                 METRICS.inc("agentlog_sink_rows_total", len(records), table=short)
                 if oldest is not None:
