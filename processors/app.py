@@ -116,7 +116,7 @@ class Batch:
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self._futures: list = []
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
-        self._healed: list[tuple[str, int, int]] = []  # (topic, partition, offset) read around the consumer
+        self._positions: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, partition) -> (first offset, next)
 
     def get(self, table: str, key: str) -> Any:
         hit = self._writes.get((table, key))
@@ -137,24 +137,31 @@ class Batch:
         for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
             target = self.wiring.tables[table]
             await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
-        self._ack_healed()
+        self._ack_through_positions()
 
-    def healed(self, topic: str, partition: int, offset: int) -> None:
-        """Note a record handled outside the consumer, to acknowledge it once the batch is durable."""
-        self._healed.append((topic, partition, offset))
+    def advanced(self, topic: str, partition: int, offset: int, position: int) -> None:
+        """Note that every record of the partition below ``position`` is handled once this batch is durable."""
+        first, _ = self._positions.get((topic, partition), (offset, position))
+        self._positions[(topic, partition)] = (min(first, offset), position)
 
-    def _ack_healed(self) -> None:
-        # Faust never delivered these records, so it would never acknowledge them, and its
-        # committed offset would stay below them for good (the group's lag never reaches 0).
-        # They are handled and durable now: acknowledge them as if the consumer had delivered them.
+    def _ack_through_positions(self) -> None:
+        # Our table position, not Faust's own bookkeeping, says what is processed: every record
+        # below it is durable. After crash restarts Faust's consumer was seen to skip records
+        # (which we then read ourselves) and to skip records an earlier incarnation had already
+        # handled; it never acknowledges a record it did not deliver, so its committed offset
+        # would stay below such a hole for good. Acknowledge the whole range up to the position.
         consumer = getattr(getattr(self.wiring, "app", None), "consumer", None)
-        if consumer is None or not self._healed:
+        if consumer is None:
             return
         from faust.types import TP, Message
 
-        for topic, partition, offset in self._healed:
-            consumer.ack(Message(topic, partition, offset, 0.0, 0, None, None, None, None, tp=TP(topic, partition)))
-        self._healed.clear()
+        committed = getattr(consumer, "_committed_offset", {})
+        for (topic, partition), (first, position) in self._positions.items():
+            tp = TP(topic, partition)
+            start = committed.get(tp)
+            start = first if start is None else min(start, first)
+            for offset in range(start, position):
+                consumer.ack(Message(topic, partition, offset, 0.0, 0, None, None, None, None, tp=tp))
 
 
 #: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
@@ -186,10 +193,11 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> 
         METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
         for offset, timestamp_ms, skipped_value in skipped:
             await handle(offset, timestamp_ms, skipped_value or b"")
-            batch.healed(msg.topic, msg.partition, offset)
     await handle(msg.offset, int((msg.timestamp or 0) * 1000), value)
-    if expected is None or msg.offset + 1 > expected:
-        batch.set(table, msg.partition, key, msg.offset + 1)
+    position = msg.offset + 1 if expected is None else max(expected, msg.offset + 1)
+    if position != expected:
+        batch.set(table, msg.partition, key, position)
+    batch.advanced(msg.topic, msg.partition, msg.offset, position)
 
 
 def _broker_urls(bootstrap: str) -> list[str]:

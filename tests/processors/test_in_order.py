@@ -19,10 +19,11 @@ class _Batch:
     def __init__(self, settings) -> None:
         self.wiring = SimpleNamespace(settings=settings)
         self.tables: dict[tuple[str, str], int] = {}
-        self.healed_offsets: list[int] = []
+        self.advanced_to: dict[int, tuple[int, int]] = {}
 
-    def healed(self, topic, partition, offset):
-        self.healed_offsets.append(offset)
+    def advanced(self, topic, partition, offset, position):
+        first, _ = self.advanced_to.get(partition, (offset, position))
+        self.advanced_to[partition] = (min(first, offset), position)
 
     def get(self, table, key):
         return self.tables.get((table, key))
@@ -59,6 +60,7 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         await in_order(batch, "heads", msg(3), b"v3", handle)  # a redelivery: handled, position kept
         assert seen == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3"), (4, b"v4"), (5, b"v5"), (6, b"v6"), (3, b"v3")]
         assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 7
-        assert batch.healed_offsets == [2, 3, 4, 5]  # acknowledged for the consumer once the batch is durable
+        # Offsets 0..6 are acknowledged for the consumer once the batch is durable (the redelivered 3 too).
+        assert batch.advanced_to == {0: (0, 7)}
 
     asyncio.run(scenario())
