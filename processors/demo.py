@@ -690,7 +690,7 @@ def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> N
         (f"agentlog report --run {r} --out {r}.html", "causation graph + handoff timeline as one HTML page"),
         ("agentlog capabilities --json", "what this store can prove, checked now"),
         (f"curl {summary.worker.get('url')}/metrics", "Prometheus metrics of the worker"),
-        ("agentlog demo --stop-only", "stop the demo worker and the local broker (make down: the broker)"),
+        ("agentlog demo --stop-only", "stop the demo worker and the local broker (what make down runs)"),
     ):
         console.print(f"  [cyan]{cmd}[/]  [dim]# {why}[/]")
 
