@@ -25,7 +25,6 @@ Changelog records are written to the *source record's* partition explicitly
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -37,7 +36,6 @@ from streams.settings import Settings
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.worker")
-
 
 
 @dataclass
@@ -300,7 +298,3 @@ def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warnin
     wiring = build_app(settings, sink=sink)
     worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()
-
-
-def loop_time() -> float:
-    return asyncio.get_event_loop().time()

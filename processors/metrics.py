@@ -73,14 +73,14 @@ class Metrics:
                 series = values.setdefault(name, {})
                 series[key] = series.get(key, 0.0) + value
         for name in sorted(set(_HELP) | set(values)):
-                lines.append(f"# HELP {name} {_HELP.get(name, name)}")
-                lines.append(f"# TYPE {name} {'gauge' if name in _GAUGES else 'counter'}")
-                for labels, value in sorted(values.get(name, {}).items()):
-                    if labels:
-                        text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-                        lines.append(f"{name}{{{text}}} {value:g}")
-                    else:
-                        lines.append(f"{name} {value:g}")
+            lines.append(f"# HELP {name} {_HELP.get(name, name)}")
+            lines.append(f"# TYPE {name} {'gauge' if name in _GAUGES else 'counter'}")
+            for labels, value in sorted(values.get(name, {}).items()):
+                if labels:
+                    text = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
+                    lines.append(f"{name}{{{text}}} {value:g}")
+                else:
+                    lines.append(f"{name} {value:g}")
         return "\n".join(lines) + "\n"
 
 
