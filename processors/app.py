@@ -9,11 +9,12 @@ redelivered record would then look "already done" and its outputs would be lost.
 Outputs-then-tables makes every crash window a redelivery of records whose
 outputs are byte-identical, and readers dedup by (runId, sequence) or position.
 
-Table writes are awaited too, before the batch's records are acknowledged: Faust's
-own pre-commit flush can miss a changelog record that is between its send buffer
-and the client (``ProducerBuffer`` pops it, then blocks while the client's buffer
-is full), so a SIGKILL could leave a committed source offset whose table write
-never reached the broker — the next record of that run then looks like a gap.
+Table writes are awaited too, and only then does the batch's position become
+committable (:mod:`processors.commits`: the group commits the slowest agent's durable
+position, not Faust's ack bookkeeping). Faust's own pre-commit flush can miss a
+changelog record that is between its send buffer and the client, so committing on
+its acks could leave a committed source offset whose table write never reached the
+broker — the next record of that run would then look like a gap.
 Tables are made durable one after another in :data:`TABLE_ORDER`: the
 sequencer's eventId index before its heads, so a head never runs ahead of the
 index it is checked against (a head behind the index is repaired by
@@ -47,6 +48,7 @@ class Wiring:
     topics: dict[str, Any]
     tables: dict[str, Any]
     store: Any = None  # processors.store.Store when the sink runs in this worker
+    positions: Any = None  # processors.commits.DurablePositions: what the consumer group commits
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).
@@ -114,7 +116,9 @@ class Batch:
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self._futures: list = []
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
-        self._positions: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, partition) -> (first offset, next)
+        self._positions: dict[tuple[str, str, int], int] = {}  # (table, topic, partition) -> next offset
+        app = getattr(wiring, "app", None)
+        self._generation = getattr(app, "consumer_generation_id", None)
 
     def get(self, table: str, key: str) -> Any:
         hit = self._writes.get((table, key))
@@ -135,31 +139,17 @@ class Batch:
         for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
             target = self.wiring.tables[table]
             await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
-        self._ack_through_positions()
+        self._publish_positions()
 
-    def advanced(self, topic: str, partition: int, offset: int, position: int) -> None:
+    def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
         """Note that every record of the partition below ``position`` is handled once this batch is durable."""
-        first, _ = self._positions.get((topic, partition), (offset, position))
-        self._positions[(topic, partition)] = (min(first, offset), position)
+        self._positions[(table, topic, partition)] = position
 
-    def _ack_through_positions(self) -> None:
-        # Our table position, not Faust's own bookkeeping, says what is processed: every record
-        # below it is durable. After crash restarts Faust's consumer was seen to skip records
-        # (which we then read ourselves) and to skip records an earlier incarnation had already
-        # handled; it never acknowledges a record it did not deliver, so its committed offset
-        # would stay below such a hole for good. Acknowledge the whole range up to the position.
-        consumer = getattr(getattr(self.wiring, "app", None), "consumer", None)
-        if consumer is None:
-            return
-        from faust.types import TP, Message
-
-        committed = getattr(consumer, "_committed_offset", {})
-        for (topic, partition), (first, position) in self._positions.items():
-            tp = TP(topic, partition)
-            start = committed.get(tp)
-            start = first if start is None else min(start, first)
-            for offset in range(start, position):
-                consumer.ack(Message(topic, partition, offset, 0.0, 0, None, None, None, None, tp=tp))
+    def _publish_positions(self) -> None:
+        positions = getattr(self.wiring, "positions", None)
+        if positions is not None:
+            for (table, topic, partition), position in self._positions.items():
+                positions.advance(table, topic, partition, position, self._generation)
 
 
 #: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
@@ -195,7 +185,17 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> 
     position = msg.offset + 1 if expected is None else max(expected, msg.offset + 1)
     if position != expected:
         batch.set(table, msg.partition, key, position)
-    batch.advanced(msg.topic, msg.partition, msg.offset, position)
+    batch.advanced(table, msg.topic, msg.partition, position)
+
+
+def ordered_agent(wiring: Wiring, short: str, *, name: str, table: str):
+    """Decorator for an agent on topic ``short`` that keeps its positions in ``table`` via :func:`in_order`.
+
+    Concurrency 1 (more can commit past in-flight messages), and registered so the group
+    commits no offset of the topic before this agent has made it durable (:mod:`processors.commits`).
+    """
+    wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
+    return wiring.app.agent(wiring.topics[short], name=name, concurrency=1)
 
 
 def _broker_urls(bootstrap: str) -> list[str]:
@@ -264,7 +264,11 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
         "sink-positions": table("sink-positions"),  # only in_order positions of the sink agents
     }
-    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables)
+    from processors import commits
+
+    positions = commits.DurablePositions()
+    commits.install(app, positions)
+    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=positions)
 
     from processors import handoff, runstate, sequencer
 

@@ -46,11 +46,11 @@ def _child_of(message: dict) -> str:
 
 
 def install(wiring) -> None:
-    from processors.app import Batch, in_order
+    from processors.app import Batch, in_order, ordered_agent
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
-    @wiring.app.agent(wiring.topics["handoff-links"], name="handoff", concurrency=1)
+    @ordered_agent(wiring, "handoff-links", name="handoff", table="links")
     async def handoff(stream):
         async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "handoff", len(events))

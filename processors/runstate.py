@@ -131,13 +131,13 @@ def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
 
 def install(wiring, *, replay: bool = True) -> None:
     """Register the run-state agent on the committed log."""
-    from processors.app import Batch, in_order
+    from processors.app import Batch, in_order, ordered_agent
     from processors.metrics import METRICS
     from streams.codec import decode_record, encode_record
 
     settings = wiring.settings
 
-    @wiring.app.agent(wiring.topics["log"], name="runstate", concurrency=1)
+    @ordered_agent(wiring, "log", name="runstate", table="runs")
     async def runstate(stream):
         async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "runstate", len(events))

@@ -159,7 +159,7 @@ def install(wiring) -> None:
     """Register the sequencer agent: ingest → committed log | rejections."""
     import logging
 
-    from processors.app import Batch, in_order
+    from processors.app import Batch, in_order, ordered_agent
     from processors.metrics import METRICS
     from schemas.errors import ContractError
     from schemas.validate import validate_doc
@@ -211,7 +211,7 @@ def install(wiring) -> None:
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
-    @wiring.app.agent(wiring.topics["ingest"], name="sequencer", concurrency=1)
+    @ordered_agent(wiring, "ingest", name="sequencer", table="heads")
     async def sequencer(stream):
         async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
             batch = Batch(wiring, "sequencer", len(events))

@@ -79,7 +79,7 @@ def _open_owned(settings, migrate, open_store, *, wait_s: float = 60.0):
 
 
 def install(wiring) -> None:
-    from processors.app import Batch, in_order
+    from processors.app import Batch, in_order, ordered_agent
     from processors.metrics import METRICS
     from processors.store import migrate, open_store
     from streams.codec import decode_record
@@ -120,7 +120,7 @@ def install(wiring) -> None:
                     METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest), table=short)
 
         agent.__name__ = f"sink_{short.replace('-', '_')}"
-        wiring.app.agent(wiring.topics[short], name=f"sink-{short}", concurrency=1)(agent)
+        ordered_agent(wiring, short, name=f"sink-{short}", table="sink-positions")(agent)
 
     for short, kind in SINK_TOPICS.items():
         make_agent(short, kind)

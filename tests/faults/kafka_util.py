@@ -1,9 +1,9 @@
 """Broker-side observations the fault tests make without asking the worker.
 
 Progress is the committed log's end offsets; "drained" is the worker's consumer group having
-committed every record of every topic it consumes (Faust commits an offset only after every
-agent on that topic acknowledged the record, and the sink acknowledges only after its insert
-returned), so a drained group means ClickHouse holds everything.
+committed every record of every topic it consumes. The group commits, per partition, the lowest
+durable position of the agents reading the topic (processors/commits.py), and the sink's position
+moves only after its insert returned, so a drained group means ClickHouse holds everything.
 """
 
 from __future__ import annotations

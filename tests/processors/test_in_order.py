@@ -19,11 +19,10 @@ class _Batch:
     def __init__(self, settings) -> None:
         self.wiring = SimpleNamespace(settings=settings)
         self.tables: dict[tuple[str, str], int] = {}
-        self.advanced_to: dict[int, tuple[int, int]] = {}
+        self.advanced_to: dict[tuple[str, str, int], int] = {}
 
-    def advanced(self, topic, partition, offset, position):
-        first, _ = self.advanced_to.get(partition, (offset, position))
-        self.advanced_to[partition] = (min(first, offset), position)
+    def advanced(self, table, topic, partition, position):
+        self.advanced_to[(table, topic, partition)] = position
 
     def get(self, table, key):
         return self.tables.get((table, key))
@@ -60,7 +59,7 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         await in_order(batch, "heads", msg(3), b"v3", handle)  # a redelivery: handled, position kept
         assert seen == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3"), (4, b"v4"), (5, b"v5"), (6, b"v6"), (3, b"v3")]
         assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 7
-        # Offsets 0..6 are acknowledged for the consumer once the batch is durable (the redelivered 3 too).
-        assert batch.advanced_to == {0: (0, 7)}
+        # What the group may commit once the batch is durable: everything below 7 (the redelivery moves nothing back).
+        assert batch.advanced_to == {("heads", topic, 0): 7}
 
     asyncio.run(scenario())

@@ -1,0 +1,105 @@
+"""What the worker's consumer group commits: the slowest agent's durable position.
+
+Faust commits the highest offset below which every delivered message was
+acknowledged by every stream. That bookkeeping is wrong for us in both
+directions once the consumer has been restarted a few times:
+
+* it never commits past a record it did not deliver — and after SIGKILL
+  restarts Faust's consumer was seen to skip records (which :func:`in_order`
+  then reads around it), so the committed offset stayed below such a hole for
+  good: processing complete, consumer lag stuck (fault suite, 10 rapid kills);
+* acknowledging the hole ourselves let one agent's progress commit past
+  another agent on the same topic (the run-state processor and the audit sink
+  both read ``log``), so "the group is drained" no longer meant "ClickHouse
+  holds everything".
+
+Every agent already keeps, in its own table, the next offset it has durably
+handled per source partition (the outputs and the table write acknowledged
+by the broker). So the offset to commit for a partition is simply the minimum
+of those positions over the agents that consume its topic; the Faust
+consumer's ``_filter_committable_offsets`` is replaced by that. The committed
+offset is then only where a restarted consumer starts reading: a position
+recovered lower than it is healed by :func:`processors.app.in_order`, and a
+commit never runs ahead of any agent.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("agentlog.worker")
+
+
+class DurablePositions:
+    """Per (table, topic, partition): the next offset the agent owning the table has made durable."""
+
+    def __init__(self) -> None:
+        self._tables_by_topic: dict[str, list[str]] = {}
+        self._positions: dict[tuple[str, str, int], tuple[int, Any]] = {}
+
+    def consumes(self, topic: str, table: str) -> None:
+        """Declare that the agent keeping its positions in ``table`` reads ``topic`` (before start)."""
+        tables = self._tables_by_topic.setdefault(topic, [])
+        if table not in tables:
+            tables.append(table)
+
+    def advance(self, table: str, topic: str, partition: int, position: int, generation: Any) -> None:
+        key = (table, topic, partition)
+        held = self._positions.get(key)
+        if held is None or held[1] != generation or position > held[0]:
+            self._positions[key] = (position, generation)
+
+    def committable(self, topic: str, partition: int, generation: Any) -> int | None:
+        """The offset every agent reading ``topic`` has durably passed in this generation, if known.
+
+        Positions made durable under an earlier consumer generation do not count: the partition may
+        have been revoked in between and handled further by another worker.
+        """
+        tables = self._tables_by_topic.get(topic)
+        if not tables:
+            return None
+        offsets = []
+        for table in tables:
+            held = self._positions.get((table, topic, partition))
+            if held is None or held[1] != generation:
+                return None
+            offsets.append(held[0])
+        return min(offsets)
+
+    def offsets_to_commit(self, consumer: Any, generation: Any) -> dict:
+        """For each assigned partition, the new committable offset if it is past the committed one."""
+        out = {}
+        for tp in consumer.assignment():
+            offset = self.committable(tp.topic, tp.partition, generation)
+            if offset is None:
+                continue
+            committed = consumer._committed_offset.get(tp)
+            if committed is None or offset > committed:
+                out[tp] = offset
+            # Faust's own ack lists are not used for committing any more; keep them from growing.
+            consumer._acked.pop(tp, None)
+            consumer._acked_index.pop(tp, None)
+        return out
+
+
+def install(app: Any, positions: DurablePositions) -> None:
+    """Make ``app``'s consumer commit the agents' durable positions instead of its own ack bookkeeping.
+
+    Patched on the consumer instance when Faust creates it, so every path that commits (the
+    commit timer, ``broker_commit_every``, the commit on shutdown) goes through it.
+    """
+    new_consumer = app._new_consumer
+
+    def _new_consumer():
+        consumer = new_consumer()
+
+        def _filter_committable_offsets(_tps):
+            if app.rebalancing or getattr(app, "in_recovery", False):
+                return {}
+            return positions.offsets_to_commit(consumer, app.consumer_generation_id)
+
+        consumer._filter_committable_offsets = _filter_committable_offsets
+        return consumer
+
+    app._new_consumer = _new_consumer

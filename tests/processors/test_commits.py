@@ -1,0 +1,78 @@
+"""What the consumer group commits: the minimum of the durable positions of the agents reading a topic."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+from processors.app import build_app
+from processors.commits import DurablePositions
+
+
+
+class _TP(tuple):
+    @property
+    def topic(self):
+        return self[0]
+
+    @property
+    def partition(self):
+        return self[1]
+
+
+def _consumer(assigned, committed=None):
+    c = SimpleNamespace()
+    c.assignment = lambda: set(assigned)
+    c._committed_offset = defaultdict(lambda: None, committed or {})
+    c._acked = defaultdict(list, {tp: [1, 2, 3] for tp in assigned})
+    c._acked_index = defaultdict(set, {tp: {1, 2, 3} for tp in assigned})
+    return c
+
+
+def test_the_slowest_agent_on_a_topic_bounds_the_commit():
+    pos = DurablePositions()
+    pos.consumes("log", "runs")
+    pos.consumes("log", "sink-positions")
+    pos.advance("runs", "log", 0, 900, generation=3)
+    assert pos.committable("log", 0, 3) is None  # the sink has made nothing durable yet
+    pos.advance("sink-positions", "log", 0, 400, generation=3)
+    assert pos.committable("log", 0, 3) == 400
+    pos.advance("sink-positions", "log", 0, 950, generation=3)
+    assert pos.committable("log", 0, 3) == 900
+    assert pos.committable("log", 1, 3) is None  # another partition is independent
+    assert pos.committable("ingest", 0, 3) is None  # nobody declared reading it
+
+
+def test_positions_only_move_forward_within_a_generation_and_expire_with_it():
+    pos = DurablePositions()
+    pos.consumes("ingest", "heads")
+    pos.advance("heads", "ingest", 1, 50, generation=7)
+    pos.advance("heads", "ingest", 1, 20, generation=7)  # a late, older batch: ignored
+    assert pos.committable("ingest", 1, 7) == 50
+    # After a rebalance the partition may have been handled further elsewhere: old positions do not count.
+    assert pos.committable("ingest", 1, 8) is None
+    pos.advance("heads", "ingest", 1, 30, generation=8)
+    assert pos.committable("ingest", 1, 8) == 30
+
+
+def test_offsets_to_commit_never_move_the_committed_offset_back():
+    pos = DurablePositions()
+    pos.consumes("log", "runs")
+    a, b, c = _TP(("log", 0)), _TP(("log", 1)), _TP(("ingest", 0))
+    pos.advance("runs", "log", 0, 100, generation=1)
+    pos.advance("runs", "log", 1, 40, generation=1)
+    consumer = _consumer([a, b, c], committed={a: 60, b: 55})
+    assert pos.offsets_to_commit(consumer, 1) == {a: 100}  # b's durable 40 is behind its committed 55
+    assert a not in consumer._acked and a not in consumer._acked_index  # Faust's ack lists are not kept
+    assert consumer._acked[c] == [1, 2, 3]  # untouched where we have nothing to say
+    consumer._committed_offset[a] = 100
+    assert pos.offsets_to_commit(consumer, 1) == {}
+
+
+def test_the_worker_app_commits_through_the_positions(settings):
+    wiring = build_app(settings, sink=False, replay=False)
+    consumer = wiring.app.consumer
+    assert consumer._filter_committable_offsets.__name__ == "_filter_committable_offsets"
+    assert getattr(consumer._filter_committable_offsets, "__self__", None) is None  # ours, not Faust's method
+    topics = {wiring.topics[s].get_topic_name() for s in ("ingest", "log", "handoff-links")}
+    assert {t for t in topics if wiring.positions._tables_by_topic.get(t)} == topics
