@@ -174,8 +174,11 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle) -> 
     expected = batch.get(table, key)
     if expected is not None and msg.offset > expected:
         skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
-        log.warning("%s partition %d: the consumer skipped offsets %d..%d; handling %d records first",
-                    msg.topic, msg.partition, expected, msg.offset - 1, len(skipped))
+        consumer = getattr(getattr(batch.wiring, "app", None), "consumer", None)
+        committed = getattr(consumer, "_committed_offset", {}).get(getattr(msg, "tp", None))
+        log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
+                    "handling %d records first",
+                    msg.topic, msg.partition, expected, msg.offset - 1, table, committed, len(skipped))
         from processors.metrics import METRICS
 
         METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
