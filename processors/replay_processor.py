@@ -32,22 +32,47 @@ def verdict_record(request: dict, result) -> dict:
     return record
 
 
+def error_record(request: dict, code: str, detail: str) -> dict:
+    """A verdict that says the comparison could not be made, and why (never silence)."""
+    return {
+        "replayRunId": request["replayRunId"],
+        "sourceRunId": request.get("sourceRunId"),
+        "mode": request.get("mode", "live"),
+        "verdict": "error",
+        "errorCode": code,
+        "detail": detail,
+        "firstDivergence": None,
+        "events": [],
+        "comparedThrough": None,
+    }
+
+
 async def compare_host_replay(wiring, request: dict) -> dict | None:
-    """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``; send the verdict."""
+    """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``; send the verdict.
+
+    An operator waiting on a verdict must get one: a source run the log does not hold
+    (``replay_source_missing``) or a comparison that raised (``replay_compare_failed``)
+    yields an ``error`` verdict naming the cause, not only a line in the worker's log.
+    """
     from processors import compare
     from processors.metrics import METRICS
     from streams.codec import encode_record
     from streams.reader import read_run
 
+    source_id = request.get("sourceRunId")
     try:
-        original = [c["doc"] for c in await read_run(wiring.settings, request["sourceRunId"])]
+        original = [c["doc"] for c in await read_run(wiring.settings, source_id)] if source_id else []
         replayed = [c["doc"] for c in await read_run(wiring.settings, request["replayRunId"])]
-        result = compare.compare_runs(original, replayed, from_seq=request.get("fromSeq"))
-    except Exception:
+        if not original:
+            record = error_record(request, "replay_source_missing",
+                                  f"the committed log holds no events of source run {source_id!r}")
+        else:
+            result = compare.compare_runs(original, replayed, from_seq=request.get("fromSeq"))
+            compare.record(result)
+            record = verdict_record(request, result)
+    except Exception as e:
         log.exception("replay comparison failed for %s", request)
-        return None
-    compare.record(result)
-    record = verdict_record(request, result)
+        record = error_record(request, "replay_compare_failed", f"{type(e).__name__}: {e}")
     METRICS.inc("agentlog_replay_verdicts_total", verdict=record["verdict"])
     if request.get("mode") != "dry_run":
         fut = await wiring.send("verdicts", request["replayRunId"], encode_record(record))

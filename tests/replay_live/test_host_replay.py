@@ -118,3 +118,15 @@ def test_changed_result_refusal_and_other_bindings(settings, worker):
         assert w["bindingDiff"] == {"modeVersion": {"expected": "m1", "actual": "m2"}}
 
     asyncio.run(scenario())
+
+
+def test_a_replay_of_an_unknown_source_gets_an_error_verdict(settings, worker):
+    async def scenario():
+        ghost = f"never-published-{uuid.uuid4().hex[:6]}"
+        replay = as_replay(llm_run(ghost), replay_run_id=f"rep-ghost-{uuid.uuid4().hex[:6]}")
+        assert (await publish_docs(settings, replay, wire="avro")).accepted == len(replay)
+        v = await _verdict(settings, worker, replay[0]["runId"])
+        assert (v["verdict"], v["errorCode"], v["sourceRunId"]) == ("error", "replay_source_missing", ghost)
+        assert ghost in v["detail"] and v["events"] == [] and v["comparedThrough"] is None
+
+    asyncio.run(scenario())
