@@ -55,6 +55,14 @@ def kafka_bootstrap() -> Iterator[str]:
     users = open(kafka_dir / "users.lock", "a+")  # noqa: SIM115 - held for the whole session
     # Shared before start(): a session that is stopping the broker holds it exclusively, so we wait
     # for its stop to finish instead of reusing a broker that is about to disappear.
+    try:
+        fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass  # another session uses (or is stopping) the broker
+    else:
+        # Nobody else is here: a broker left stopped by an earlier session starts empty, not after
+        # loading every partition earlier sessions made (a minute per start once they pile up).
+        local.wipe_stopped(settings)
     fcntl.flock(users, fcntl.LOCK_SH)
     try:
         nodes = local.start(settings)

@@ -633,6 +633,30 @@ def _signal_and_wait(settings: Settings, topo: Topology, indexes: list[int], tim
         _pid_file(settings, index).unlink(missing_ok=True)
 
 
+def wipe_stopped(settings: Settings) -> bool:
+    """Delete the data and topology of a stack none of whose nodes runs; keep the lock files.
+
+    For throwaway stacks (the test broker): every session uses fresh topic prefixes, so old
+    logs only make the next start slower (a KRaft broker loads every partition it holds).
+    Returns False, touching nothing, if a node is alive.
+    """
+    home = kafka_home(settings)
+    if not home.exists():
+        return True
+    with _flock(home / ".lock"):
+        topo = _read_topology(settings)
+        if topo is not None and any(_node_info(settings, topo, i).alive for i in range(topo.nodes)):
+            return False
+        for child in home.iterdir():
+            if child.name.endswith(".lock"):
+                continue
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    return True
+
+
 def stop(settings: Settings, *, purge: bool = False, timeout_s: float = STOP_TIMEOUT_S) -> list[NodeInfo]:
     """Stop every node; data survives unless ``purge`` (which deletes ``home/kafka`` entirely).
 

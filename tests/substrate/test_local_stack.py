@@ -99,6 +99,16 @@ def test_up_is_idempotent_down_leaves_no_process_and_data_survives(tmp_path: Pat
         restarted = _cli(tmp_path, port, "infra", "up", "--no-migrate", "--json")
         assert restarted.returncode == 0, restarted.stderr
         assert asyncio.run(_produce_and_count(bootstrap, "survivor", None)) == 1
+
+        # The test fixture's fresh start: a running stack is never wiped; a stopped one loses its
+        # data and topology but keeps its lock files.
+        settings = load_settings(home=tmp_path, kafka_bootstrap=bootstrap)
+        assert local.wipe_stopped(settings) is False
+        assert (tmp_path / "kafka" / "node-0").exists()
+        assert _cli(tmp_path, port, "infra", "down").returncode == 0
+        assert local.wipe_stopped(settings) is True
+        assert not (tmp_path / "kafka" / "node-0").exists() and not (tmp_path / "kafka" / "cluster.json").exists()
+        assert (tmp_path / "kafka" / ".lock").exists()
     finally:
         _cli(tmp_path, port, "infra", "down", "--purge")
     assert not (tmp_path / "kafka" / "node-0").exists()
