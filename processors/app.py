@@ -271,6 +271,9 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
 
     positions = commits.DurablePositions()
     commits.install(app, positions)
+    from processors.metrics import METRICS
+
+    METRICS.add_collector(positions.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=positions)
 
     from processors import handoff, runstate, sequencer

@@ -67,6 +67,11 @@ class DurablePositions:
             offsets.append(held[0])
         return min(offsets)
 
+    def series(self):
+        """``agentlog_durable_position`` gauge samples, for :meth:`processors.metrics.Metrics.add_collector`."""
+        for (table, topic, partition), (position, _) in list(self._positions.items()):
+            yield "agentlog_durable_position", {"topic": topic, "partition": str(partition), "table": table}, position
+
     def offsets_to_commit(self, consumer: Any, generation: Any) -> dict:
         """For each assigned partition, the new committable offset if it is past the committed one."""
         out = {}

@@ -27,8 +27,11 @@ _HELP = {
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",
+    "agentlog_skipped_records_healed_total": "Records the consumer skipped that an agent read around it, by topic.",
+    "agentlog_durable_position": "Next source offset an agent has made durable, by topic, partition and agent table "
+                                 "(the group commits the lowest per partition; compare with the end offset for lag).",
 }
-_GAUGES = {"agentlog_sink_lag_seconds"}
+_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position"}
 
 
 class Metrics:

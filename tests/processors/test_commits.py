@@ -76,3 +76,16 @@ def test_the_worker_app_commits_through_the_positions(settings):
     assert getattr(consumer._filter_committable_offsets, "__self__", None) is None  # ours, not Faust's method
     topics = {wiring.topics[s].get_topic_name() for s in ("ingest", "log", "handoff-links")}
     assert {t for t in topics if wiring.positions._tables_by_topic.get(t)} == topics
+
+
+def test_positions_are_exported_as_a_gauge():
+    from processors.metrics import Metrics
+
+    pos = DurablePositions()
+    pos.consumes("t.log", "runs")
+    pos.advance("runs", "t.log", 1, 1234, generation=2)
+    metrics = Metrics()
+    metrics.add_collector(pos.series)
+    text = metrics.render()
+    assert "# TYPE agentlog_durable_position gauge" in text
+    assert 'agentlog_durable_position{partition="1",table="runs",topic="t.log"} 1234' in text
