@@ -301,10 +301,45 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     return wiring
 
 
-def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warning") -> None:
-    """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``)."""
+def internal_topic_specs(wiring: Wiring) -> list:
+    """Faust's own topics (table changelogs, the assignor's leader topic) as :class:`TopicSpec` s.
+
+    Created by us before Faust starts, so a missing one is waited for like ours instead of
+    crashing Faust's start-up (it declares them itself, and finds them there).
+    """
+    from streams.topics import TopicSpec
+
+    settings = wiring.settings
+    rf = settings.replication_factor
+    durable = {"min.insync.replicas": "2"} if rf >= 3 else {}  # as streams.topics does for ours
+    specs = [
+        TopicSpec(table.changelog_topic.get_topic_name(), settings.partitions,
+                  {"cleanup.policy": "compact", **durable}, rf)
+        for table in wiring.tables.values()
+    ]
+    specs.append(TopicSpec(f"{wiring.app.conf.id}-__assignor-__leader", 1, dict(durable), rf))
+    return specs
+
+
+def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warning", wait_s: float = 300.0) -> None:
+    """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``).
+
+    Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
+    unreachable broker or for enough brokers to honour the replication factor.
+    """
+    import asyncio
+
     from faust.worker import Worker
 
+    from streams.admin import ensure_topics_patiently
+    from streams.topics import catalogue
+
     wiring = build_app(settings, sink=sink)
+    loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
+    try:
+        loop.run_until_complete(
+            ensure_topics_patiently(settings, catalogue(settings) + internal_topic_specs(wiring), wait_s=wait_s))
+    finally:
+        loop.close()
     worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
     worker.execute_from_commandline()

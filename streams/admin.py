@@ -8,6 +8,8 @@ defaults (auto-created topics get one partition and finite retention).
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
@@ -17,6 +19,8 @@ from streams.settings import Settings
 from streams.topics import TopicSpec, catalogue
 
 _TOPIC_ALREADY_EXISTS = 36
+_INVALID_REPLICATION_FACTOR = 38
+log = logging.getLogger("agentlog.admin")
 # How long to wait for a newly created topic's partitions to get leaders; creation is async in KRaft.
 _LEADER_WAIT_S = 30.0
 
@@ -24,7 +28,8 @@ _LEADER_WAIT_S = 30.0
 def _unreachable(settings: Settings, e: BaseException) -> InfraError:
     return InfraError(
         f"Kafka broker at {settings.kafka_bootstrap} is unreachable ({e}); "
-        "start it with `agentlog infra up` or set AGENTLOG_KAFKA_BOOTSTRAP"
+        "start it with `agentlog infra up` or set AGENTLOG_KAFKA_BOOTSTRAP",
+        code="kafka_unreachable",
     )
 
 
@@ -55,6 +60,12 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
                 created.append(name)
             elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
                 message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
+                if code == _INVALID_REPLICATION_FACTOR:
+                    raise InfraError(
+                        f"could not create topic {name} with replication {_replication(missing, name)}: "
+                        f"{message}; are all brokers up?",
+                        code="replication_unavailable",
+                    )
                 raise InfraError(f"could not create topic {name}: {message} (Kafka error {code})")
         await _wait_for_leaders(admin, [s.name for s in missing])
         return created
@@ -64,6 +75,37 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
         raise InfraError(f"Kafka admin request to {settings.kafka_bootstrap} failed: {e}") from e
     finally:
         await admin.close()
+
+
+def _replication(specs: list[TopicSpec], name: str) -> int:
+    return next((s.replication for s in specs if s.name == name), 0)
+
+
+#: Conditions a long-running process may wait out: they end when a broker comes (back) up.
+TRANSIENT_CODES = frozenset({"kafka_unreachable", "replication_unavailable"})
+
+
+async def ensure_topics_patiently(
+    settings: Settings, specs: list[TopicSpec] | None = None, *, wait_s: float = 300.0
+) -> list[str]:
+    """:func:`ensure_topics`, waiting up to ``wait_s`` while the broker is unreachable or too few are up.
+
+    A worker restarted while one broker of a replicated cluster is down cannot create a topic
+    it has never had (replication 3 needs 3 live brokers); dying there would need a manual
+    restart once the broker is back. It waits instead, saying why on every attempt.
+    """
+    deadline = time.monotonic() + wait_s
+    delay = 1.0
+    while True:
+        try:
+            return await ensure_topics(settings, specs)
+        except InfraError as e:
+            left = deadline - time.monotonic()
+            if e.code not in TRANSIENT_CODES or left <= 0:
+                raise
+            log.warning("waiting for Kafka (%s); retrying in %.0f s, giving up in %.0f s", e, delay, left)
+            await asyncio.sleep(min(delay, max(left, 0.1)))
+            delay = min(delay * 2, 10.0)
 
 
 async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str]) -> None:

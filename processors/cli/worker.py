@@ -13,14 +13,14 @@ def register(app: typer.Typer) -> None:
         sink: bool = typer.Option(True, "--sink/--no-sink", help="Write the audit history to ClickHouse."),
         handoff_mode: str = typer.Option(None, help="auto | check | derive (default: AGENTLOG_HANDOFF_MODE)."),
         loglevel: str = typer.Option("warning", help="Faust log level."),
+        wait: float = typer.Option(300.0, help="Seconds to wait for an unreachable broker, or for enough brokers "
+                                                "to create topics at the replication factor, before giving up."),
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink, in one process."""
         from processors.app import run_worker
-        from streams.admin import ensure_topics_sync
         from streams.settings import load_settings
 
         settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
-        ensure_topics_sync(settings)
-        run_worker(settings, sink=sink, loglevel=loglevel)
+        run_worker(settings, sink=sink, loglevel=loglevel, wait_s=wait)
