@@ -307,11 +307,11 @@ def internal_topic_specs(wiring: Wiring) -> list:
     Created by us before Faust starts, so a missing one is waited for like ours instead of
     crashing Faust's start-up (it declares them itself, and finds them there).
     """
-    from streams.topics import TopicSpec
+    from streams.topics import TopicSpec, durability_config
 
     settings = wiring.settings
     rf = settings.replication_factor
-    durable = {"min.insync.replicas": "2"} if rf >= 3 else {}  # as streams.topics does for ours
+    durable = durability_config(rf)
     specs = [
         TopicSpec(table.changelog_topic.get_topic_name(), settings.partitions,
                   {"cleanup.policy": "compact", **durable}, rf)

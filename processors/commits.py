@@ -25,10 +25,7 @@ commit never runs ahead of any agent.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
-
-log = logging.getLogger("agentlog.worker")
 
 
 class DurablePositions:

@@ -49,15 +49,20 @@ def topic_name(settings: Settings, short: str) -> str:
     return f"{settings.topic_prefix}.{short}"
 
 
+def durability_config(replication: int) -> dict[str, str]:
+    """Topic configs every replicated topic needs, ours and Faust's alike.
+
+    With 3+ replicas, acks=all must mean "on two brokers" so one broker loss loses nothing.
+    """
+    return {"min.insync.replicas": "2"} if replication >= 3 else {}
+
+
 def catalogue(settings: Settings) -> list[TopicSpec]:
     """Every agentlog topic for these settings, ready to create."""
     rf = settings.replication_factor
     specs = []
     for short, base in _TOPICS.items():
-        config = dict(base)
-        # With 3+ replicas, acks=all must mean "on two brokers" so one broker loss loses nothing.
-        if rf >= 3:
-            config["min.insync.replicas"] = "2"
+        config = {**base, **durability_config(rf)}
         specs.append(
             TopicSpec(
                 name=topic_name(settings, short),
