@@ -39,6 +39,7 @@ from streams.topics import topic_name
 from tests.faults.gen import synthetic_run
 from tests.fold.runs import realistic_run
 from tests.processors.worker_proc import WorkerProcess, wait_until
+from tests.replay_live.helpers import HandLog
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -251,12 +252,8 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
                 "type": "variable.changed", "payload": {"name": "final", "value": True}}
         last.pop("causationId", None)
         good_runs[s_id].append(last)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
-        await producer.start()
-        try:
-            await producer.send_and_wait(topic_name(settings, "ingest"), key=s_id.encode(), value=jcs(last))
-        finally:
-            await producer.stop()
+        async with HandLog(settings) as hand:  # a JCS JSON record, as a non-SDK host writes it
+            await hand.send("ingest", s_id, last)
 
         async def final_committed():
             run = await read_run(settings, s_id)

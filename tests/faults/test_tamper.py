@@ -17,16 +17,14 @@ import random
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from processors.replay import replay_run
 from streams.admin import ensure_topics
-from streams.codec import encode_record
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
-from streams.topics import topic_name
 from tests.faults.gen import synthetic_run
 from tests.processors.worker_proc import WorkerProcess, wait_until
+from tests.replay_live.helpers import HandLog
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -58,14 +56,9 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
                                   payload={"name": "forged", "value": 1})
         forged_next["doc"].pop("causationId", None)
         forged_next["prevHash"] = "f" * 64
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
-        await producer.start()
-        try:
-            topic = topic_name(settings, "log")
-            await producer.send_and_wait(topic, key=run_id.encode(), value=encode_record(rewritten))
-            await producer.send_and_wait(topic, key=run_id.encode(), value=encode_record(forged_next))
-        finally:
-            await producer.stop()
+        async with HandLog(settings) as hand:
+            await hand.send("log", run_id, rewritten)
+            await hand.send("log", run_id, forged_next)
 
         async def flagged():
             found = {(v["eventId"], v["code"]) async for _, _, _, v in read_topic(settings, "violations", key=run_id)

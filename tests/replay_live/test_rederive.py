@@ -12,16 +12,13 @@ import copy
 import uuid
 
 import pytest
-from aiokafka import AIOKafkaProducer
 
 from processors.metrics import METRICS
 from processors.replay import replay_run
 from schemas.canonical import chain_hash
 from streams.admin import ensure_topics
-from streams.codec import encode_record
 from streams.publisher import publish_docs
 from streams.reader import read_run
-from streams.topics import topic_name
 from tests.processors.worker_proc import WorkerProcess, wait_until
 from tests.replay.runs import llm_run
 from tests.replay_live.helpers import HandLog, chained, committed, digested, terminal_snapshot
@@ -93,12 +90,8 @@ def test_rewritten_copy_appended_after_the_worker_stopped_is_tampered(settings, 
         worker.stop()
         forged = copy.deepcopy(log[k])
         forged["doc"]["payload"]["value"] = 999
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
-        await producer.start()
-        try:
-            await producer.send_and_wait(topic_name(settings, "log"), key=run_id.encode(), value=encode_record(forged))
-        finally:
-            await producer.stop()
+        async with HandLog(settings) as hand:
+            await hand.send("log", run_id, forged)
         assert (await read_run(settings, run_id)).conflicts  # the reader keeps the first copy and notes this one
 
         before = METRICS.get("replay_behavior_mismatch_total", aspect="chain")
