@@ -89,8 +89,8 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path) -> f
 
 
 async def _raw(settings: Settings, n: int) -> float:
-    from processors.fold import fold, state_hash
-    from processors.sequencer import Accepted, Source, decide
+    from processors.core.fold import fold, state_hash
+    from processors.core.sequencing import Accepted, Source, decide
     from schemas.validate import validate_doc
     from streams.codec import decode_ingest, encode_record
 

@@ -29,9 +29,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from processors.audit_rows import committed_rows
-from processors.queries import run_named
-from processors.store import Store, migrate, open_store
+from processors.audit.rows import committed_rows
+from processors.audit.queries import run_named
+from processors.audit.store import Store, open_store
+from processors.audit.migrations import migrate
 from schemas.canonical import GENESIS, chain_hash
 
 PER_RUN = 1_000

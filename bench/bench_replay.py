@@ -1,4 +1,4 @@
-"""Replay-verify throughput: ``processors.replay.replay_run`` from an offset vs a raw aiokafka read.
+"""Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
 
 Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
 worker`` process builds its committed log, digests and snapshots; the worker is stopped
@@ -26,7 +26,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from bench import BenchContext
-from processors.replay import replay_run
+from processors.replay.rederive import replay_run
 from schemas.errors import InfraError
 from streams.admin import ensure_topics
 from streams.codec import decode_record

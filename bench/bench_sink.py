@@ -73,8 +73,9 @@ async def _read_batches(settings: Settings, batch: int):
 
 
 def run(ctx: BenchContext) -> dict:
-    from processors.audit_rows import rows_for
-    from processors.store import migrate, open_store
+    from processors.audit.rows import rows_for
+    from processors.audit.store import open_store
+    from processors.audit.migrations import migrate
 
     n = 20_000 if ctx.quick else 200_000
     settings = ctx.settings.replace(topic_prefix=f"benchsink{uuid.uuid4().hex[:6]}", partitions=4, replication_factor=1)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import faust
 
-from processors.fold import fold, state_hash
-from processors.sequencer import Accepted, Source, decide
+from processors.core.fold import fold, state_hash
+from processors.core.sequencing import Accepted, Source, decide
 from schemas.validate import validate_doc
 from streams.codec import decode_ingest, encode_record
 from streams.settings import load_settings

@@ -18,6 +18,7 @@ from aiokafka.partitioner import murmur2
 
 from schemas.errors import AgentlogError, InfraError
 from streams.codec import decode_ingest, decode_record
+from streams.internals import load_topic_metadata
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -56,7 +57,7 @@ def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
 
 async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings) -> list[int]:
     # A group-less consumer tracks no topics, so its metadata knows no partitions until told.
-    await consumer._client.add_topic(topic)
+    await load_topic_metadata(consumer, topic)
     parts = consumer.partitions_for_topic(topic)
     if not parts:
         raise InfraError(f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`")

@@ -8,7 +8,7 @@ handle positioned at ``fromSeq``; the host then re-executes from there.
 
 In ``mock`` mode the host must not call the model or the tool but take the result R recorded;
 that lookup needs the observable-result cache, which lives with the processors
-(``processors.replay.MockReplaySession``) — ``streams`` never imports ``processors``.
+(``processors.replay.mock.MockReplaySession``) — ``streams`` never imports ``processors``.
 """
 
 from __future__ import annotations

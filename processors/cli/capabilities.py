@@ -104,7 +104,7 @@ def _llm_tool_run(run_id: str, *, tool_result: Any = "42", refuse: bool = False)
 
 
 def _check_handoff() -> Check:
-    from processors.fold import fold_all
+    from processors.core.fold import fold_all
 
     run = _handoff_run("cap-h")
     _, outputs = fold_all(run, handoff_mode="check")
@@ -122,7 +122,7 @@ def _check_handoff() -> Check:
 
 
 def _check_replay() -> Check:
-    from processors.compare import compare_runs
+    from processors.replay.compare import compare_runs
 
     original = _llm_tool_run("cap-o")
     same = compare_runs(original, _llm_tool_run("cap-r"))
@@ -134,7 +134,7 @@ def _check_replay() -> Check:
 
 
 def _check_refusal() -> Check:
-    from processors.compare import compare_runs
+    from processors.replay.compare import compare_runs
 
     valid, refused = _llm_tool_run("cap-v"), _llm_tool_run("cap-f", refuse=True)
     results = [compare_runs(valid, refused), compare_runs(refused, valid)]

@@ -1,6 +1,6 @@
 """``agentlog compare``: judge a replay against its source run from two exported logs, offline.
 
-The same engine the replay processor runs (:func:`processors.compare.compare_runs`), fed from
+The same engine the replay processor runs (:func:`processors.replay.compare.compare_runs`), fed from
 JSONL files, so an operator can re-check a verdict — or a test can pin one — without a broker.
 Exit codes follow SPEC §7: 0 match, 1 any divergence (``diverged``, ``diverged_at_refusal``,
 ``what-if``), 2 the comparison could not run.
@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from processors.compare import ComparisonResult, Divergence, compare_runs
+from processors.replay.compare import ComparisonResult, Divergence, compare_runs
 from schemas.canonical import loads_strict
 from schemas.errors import AgentlogError, ReplayError
 

@@ -1,4 +1,4 @@
-"""``agentlog demo``: the guided tour on the real local stack (logic in :mod:`processors.demo`)."""
+"""``agentlog demo``: the guided tour on the real local stack (logic in :mod:`processors.demo.tour`)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ def register(app: typer.Typer) -> None:
         """Bring up Kafka + worker, publish a multi-agent run, replay it three ways, query it."""
         from rich.console import Console
 
-        from processors.demo import run_demo, stop_demo
+        from processors.demo.tour import run_demo, stop_demo
         from schemas.errors import AgentlogError
         from streams.settings import load_settings
 

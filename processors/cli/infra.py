@@ -42,9 +42,9 @@ def _nodes_table(nodes: list, title: str) -> Table:
 def _migrate(settings) -> tuple[str, list[str]]:
     """Apply ClickHouse migrations if the store module provides them; say plainly when it does not."""
     try:
-        from processors.store import migrate
+        from processors.audit.migrations import migrate
     except ImportError as e:
-        return f"ClickHouse migrations skipped: processors.store.migrate is not available ({e})", []
+        return f"ClickHouse migrations skipped: processors.audit.migrations.migrate is not available ({e})", []
     applied = migrate(settings)
     return f"ClickHouse ready at {settings.store_url} ({len(applied)} migration(s) applied)", list(applied)
 

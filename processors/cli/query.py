@@ -31,9 +31,10 @@ def _parse_params(items: list[str]) -> dict[str, str]:
 
 def _execute(body: dict[str, Any]) -> dict[str, Any]:
     """Run through the owning worker if there is one, else against the store directly."""
-    from processors.query_server import query_via_worker, result_to_json
-    from processors.queries import run_named, run_sql
-    from processors.store import migrate, open_store
+    from processors.audit.server import query_via_worker, result_to_json
+    from processors.audit.queries import run_named, run_sql
+    from processors.audit.store import open_store
+    from processors.audit.migrations import migrate
     from streams.settings import load_settings
 
     settings = load_settings()
@@ -83,7 +84,7 @@ def query_command(
     list_: bool = typer.Option(False, "--list", help="List the named queries and their parameters."),
 ) -> None:
     """Run a named audit query (run-timeline, causation-chain, handoff-latency, failures, refusals, usage, …)."""
-    from processors.queries import NAMED_QUERIES
+    from processors.audit.queries import NAMED_QUERIES
 
     if list_ or not name:
         specs = [q.spec() for q in NAMED_QUERIES.values()]

@@ -2,7 +2,7 @@
 
 ``replay`` re-reads the committed log from the nearest snapshot, refolds it with the live
 fold and checks every index against the recorded digests and the hash chain
-(:func:`processors.replay.replay_run`). Exit codes follow SPEC §7: 0 match, 1 divergence,
+(:func:`processors.replay.rederive.replay_run`). Exit codes follow SPEC §7: 0 match, 1 divergence,
 2 the replay could not run. When the run is itself a host replay, its host-replay verdict is
 shown too, so a ``what-if`` (other bound versions, MACP §3) is never mistaken for a match.
 """
@@ -84,7 +84,8 @@ def _print_human(console: Console, result, host: dict[str, Any] | None) -> None:
 
 
 async def _run_replay(settings, run: str, from_offset, from_seq, collect_all, progress):
-    from processors.replay import host_verdicts, replay_run
+    from processors.replay.rederive import replay_run
+    from processors.replay.host import host_verdicts
 
     result = await replay_run(settings, run, from_offset=from_offset, from_seq=from_seq,
                               collect_all=collect_all, progress=progress)
@@ -139,7 +140,7 @@ def verdicts_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of verdict records."),
 ) -> None:
     """Host-replay verdicts (RFC 0041 §C) recorded on the verdicts topic."""
-    from processors.replay import host_verdicts
+    from processors.replay.host import host_verdicts
 
     verdicts = asyncio.run(host_verdicts(load_settings(), run))
     if as_json:

@@ -20,7 +20,7 @@ from schemas.errors import StoreError
 
 
 def _from_store(settings: Any, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
-    from processors.store import open_store
+    from processors.audit.store import open_store
 
     with open_store(settings) as store:
         params = {"run_id": run_id}
@@ -48,10 +48,10 @@ async def _topic(settings: Any, short: str, run_id: str, field: str) -> list[dic
 
 
 def _via_worker(settings: Any, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
-    from processors.demo import demo_worker, worker_query
+    from processors.demo.tour import demo_worker, worker_query
 
     worker = demo_worker(settings)
-    from processors.query_server import query_via_worker
+    from processors.audit.server import query_via_worker
 
     body = {"query": "run-timeline", "params": {"run_id": run_id}}
     answer = query_via_worker(settings, body) if worker is None else worker_query(settings, worker, body)
@@ -75,7 +75,7 @@ def _via_worker(settings: Any, run_id: str) -> tuple[list[dict], list[dict], lis
 
 def fetch_report_records(settings: Any, run_id: str) -> tuple[list[dict], list[dict], list[dict], str, str]:
     """``(events, transitions, violations, head_hash, source)`` of ``run_id`` from the audit history."""
-    from processors.store import read_owner
+    from processors.audit.store import read_owner
 
     if read_owner(settings) is None:
         events, transitions, violations, head = _from_store(settings, run_id)
@@ -97,7 +97,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = typer.Option(False, "--json", help="Print what was written as JSON."),
     ) -> None:
         """A self-contained HTML page: causation graph (events, causationId edges) and handoff timeline."""
-        from processors.report import render_report
+        from processors.audit.report import render_report
         from streams.settings import load_settings
 
         settings = load_settings()

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
                                                 "to create topics at the replication factor, before giving up."),
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink, in one process."""
-        from processors.app import run_worker
+        from processors.worker.app import run_worker
         from streams.settings import load_settings
 
         settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode)

@@ -41,7 +41,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 @pytest.fixture
 def store(store_url: str):
     """A migrated, empty store (closed after the test so the next test may open another chdb dir)."""
-    from processors.store import migrate, open_store
+    from processors.audit.store import open_store
+    from processors.audit.migrations import migrate
 
     s = open_store(store_url)
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors.queries import NAMED_QUERIES, AuditQueries, run_named, run_sql
+from processors.audit.queries import NAMED_QUERIES, AuditQueries, run_named, run_sql
 from schemas.errors import StoreError
 from tests.audit.data import audit_batches
 from tests.fold.runs import realistic_run

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit_rows import COLUMNS, committed_rows, rows_for
-from processors.query_server import handle_query_request, query_via_worker
-from processors.store import migrate, open_store, owner_file, read_owner
+from processors.audit.rows import COLUMNS, committed_rows, rows_for
+from processors.audit.server import handle_query_request, query_via_worker
+from processors.audit.store import open_store, owner_file, read_owner
+from processors.audit.migrations import migrate
 from schemas.errors import StoreError
 from tests.audit.data import audit_batches
 
@@ -24,7 +25,8 @@ CLI = [sys.executable, "-c", "from processors.cli import main; main()"]
 
 HOLDER = """
 import sys, time
-from processors.store import open_store, migrate
+from processors.audit.store import open_store
+from processors.audit.migrations import migrate
 s = open_store(sys.argv[1]); migrate(s)
 print("ready", flush=True)
 sys.stdin.readline()
@@ -239,7 +241,7 @@ def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
 
 def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
     """The cluster variant cannot run without Keeper here, so check it with ClickHouse's own parser."""
-    from processors.store import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, _statements
+    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, _statements
 
     cluster = [s for f in sorted(CLUSTER_MIGRATIONS_DIR.glob("*.sql")) for s in _statements(f.read_text())]
     for stmt in cluster:

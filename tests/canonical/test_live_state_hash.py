@@ -8,9 +8,9 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import processors.runstate as runstate
-from processors.fold import fold
-from processors.statehash import StateHasher
+import processors.core.runstate as runstate
+from processors.core.fold import fold
+from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, sha256_hex
 from tests.canonical.test_fast_paths import _keys, _values
 from tests.fold.runs import child_runs, realistic_run

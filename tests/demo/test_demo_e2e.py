@@ -11,7 +11,7 @@ import socket
 import pytest
 from rich.console import Console
 
-from processors.demo import run_demo, stop_worker
+from processors.demo.tour import run_demo, stop_worker
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 

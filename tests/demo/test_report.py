@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.fold import fold_all
-from processors.report import render_report
+from processors.core.fold import fold_all
+from processors.audit.report import render_report
 from tests.demo.pngcheck import distinct_colours
 from tests.fold.runs import realistic_run
 

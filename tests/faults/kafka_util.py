@@ -2,7 +2,7 @@
 
 Progress is the committed log's end offsets; "drained" is the worker's consumer group having
 committed every record of every topic it consumes. The group commits, per partition, the lowest
-durable position of the agents reading the topic (processors/commits.py), and the sink's position
+durable position of the agents reading the topic (processors/worker/positions.py), and the sink's position
 moves only after its insert returned, so a drained group means ClickHouse holds everything.
 """
 

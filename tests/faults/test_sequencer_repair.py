@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors.sequencer import Accepted, Redelivered, Source, decide
+from processors.core.sequencing import Accepted, Redelivered, Source, decide
 from schemas.canonical import GENESIS, chain_hash
 
 pytestmark = [pytest.mark.faults]
@@ -57,7 +57,7 @@ def test_redelivery_of_an_old_record_leaves_a_current_head_alone():
 
 
 def test_a_rejection_of_an_unsafe_sequence_is_itself_encodable():
-    from processors.sequencer import rejection_record
+    from processors.core.sequencing import rejection_record
     from streams.codec import encode_record
 
     doc = {**_doc(0), "sequence": 2 ** 60}
@@ -70,7 +70,7 @@ def test_a_rejection_of_an_oversize_value_stays_small_and_says_what_it_dropped()
     import base64
     import hashlib
 
-    from processors.sequencer import RAW_MAX_BYTES, rejection_record
+    from processors.core.sequencing import RAW_MAX_BYTES, rejection_record
     from streams.codec import encode_record
 
     raw = b"{" + b"x" * (3 * RAW_MAX_BYTES)

@@ -18,7 +18,7 @@ import uuid
 
 import pytest
 
-from processors.replay import replay_run
+from processors.replay.rederive import replay_run
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic

@@ -26,8 +26,8 @@ from collections import Counter
 
 import pytest
 
-from processors.fold import fold_all, state_hash
-from processors.store import open_store
+from processors.core.fold import fold_all, state_hash
+from processors.audit.store import open_store
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import read_run, read_topic
@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.ma
 # The issue asks for >= 50k events and >= 10 kills; both are the defaults. Kills follow random log
 # thresholds with no minimum gap, so some land a fraction of a second after the previous restart,
 # while the group is still rebalancing or recovering its tables (the case that once stalled the
-# group's commits; see processors/commits.py). AGENTLOG_FAULT_MIN_KILL_GAP_S spaces them out.
+# group's commits; see processors/worker/positions.py). AGENTLOG_FAULT_MIN_KILL_GAP_S spaces them out.
 DEFAULT_EVENTS = 50_000
 EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", DEFAULT_EVENTS))
 PER_RUN = 100

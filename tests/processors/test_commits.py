@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections import defaultdict
 from types import SimpleNamespace
 
-from processors.app import build_app
-from processors.commits import DurablePositions
+from processors.worker.app import build_app
+from processors.worker.positions import DurablePositions
 
 
 

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from processors.fold import fold_all, state_hash
+from processors.core.fold import fold_all, state_hash
 from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.app import POSITION_KEY, in_order
+from processors.worker.batch import POSITION_KEY, in_order
 from streams.admin import ensure_topics
 from streams.topics import topic_name
 
@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.kafka]
 
 class _Batch:
     def __init__(self, settings) -> None:
-        self.wiring = SimpleNamespace(settings=settings)
+        self.wiring = SimpleNamespace(settings=settings, app=SimpleNamespace(consumer=None))
         self.tables: dict[tuple[str, str], int] = {}
         self.advanced_to: dict[tuple[str, str, int], int] = {}
 
@@ -47,8 +47,8 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         batch = _Batch(settings)
         seen: list[tuple[int, bytes]] = []
 
-        async def handle(offset, _ts, value):
-            seen.append((offset, value))
+        async def handle(_batch, record):
+            seen.append((record.offset, record.value))
 
         def msg(offset):
             return SimpleNamespace(topic=topic, partition=0, offset=offset, timestamp=1.0)

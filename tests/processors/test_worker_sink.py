@@ -47,7 +47,7 @@ def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
     worker = WorkerProcess(settings, sink=True, web=True).start()
     try:
         async def scenario():
-            from processors.store import read_owner
+            from processors.audit.store import read_owner
 
             async def owned():
                 owner = read_owner(settings)

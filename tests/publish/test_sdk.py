@@ -13,6 +13,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import ContractError, EventRejected
 from streams.codec import decode_ingest
+from streams.internals import load_topic_metadata
 from streams.publisher import Publisher, SyncPublisher
 from streams.reader import partition_for, read_run, read_topic
 from streams.settings import Settings
@@ -42,7 +43,7 @@ async def raw_records(settings: Settings) -> list[tuple[int, bytes | None, bytes
     consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        await consumer._client.add_topic(topic)
+        await load_topic_metadata(consumer, topic)
         tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)

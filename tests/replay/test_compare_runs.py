@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from processors.compare import (
+from processors.replay.compare import (
     ASPECTS,
     ComparisonResult,
     ReplayCounters,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from processors.compare import compare_outcome
+from processors.replay.compare import compare_outcome
 from schemas.errors import ReplayError
 from schemas.stability import WILDCARD, parse_path
 from tests.replay.runs import changed

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import json
 
-from processors.result_cache import ResultCache, tool_cache_key
+from processors.core.result_cache import ResultCache, tool_cache_key
 from schemas.canonical import jcs, sha256_hex
 from tests.replay.runs import ENVELOPE, REQUEST, TOOL_ARGS, TOOL_RESULT, index_of, llm_run
 

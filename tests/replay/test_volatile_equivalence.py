@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.compare import first_difference
+from processors.replay.compare import first_difference
 from schemas.canonical import jcs
 from schemas.stability import is_volatile, strip_volatile
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from processors.fold import states_by_index
+from processors.core.fold import states_by_index
 from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.codec import encode_record

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from processors.replay import host_verdicts
+from processors.replay.host import host_verdicts
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import partition_for

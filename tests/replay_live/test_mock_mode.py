@@ -15,7 +15,9 @@ from typing import Any
 
 import pytest
 
-from processors.replay import MockReplaySession, host_verdicts, open_mock_session
+from processors.replay.mock import MockReplaySession, open_mock_session
+
+from processors.replay.host import host_verdicts
 from schemas.errors import ReplayError
 from streams.admin import ensure_topics
 from streams.publisher import Publisher

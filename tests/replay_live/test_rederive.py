@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from processors.metrics import METRICS
-from processors.replay import replay_run
+from processors.replay.rederive import replay_run
 from schemas.canonical import chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs

@@ -6,8 +6,8 @@ import copy
 
 from hypothesis import given, settings as hsettings, strategies as st
 
-from processors.fold import fold, state_hash, states_by_index
-from processors.replay import _StateHasher
+from processors.core.fold import fold, state_hash, states_by_index
+from processors.core.statehash import StateHasher as _StateHasher
 from tests.fold.runs import child_runs, realistic_run
 from tests.replay.runs import llm_run
 
@@ -47,14 +47,14 @@ def test_equals_reference_for_arbitrary_values_and_keys(steps):
 @given(st.one_of(st.text(), st.integers(-(2**53) + 1, 2**53 - 1), st.booleans(), st.none(),
                  st.floats(allow_nan=False, allow_infinity=False)))
 def test_leaf_bytes_are_jcs_bytes(value):
-    from processors.replay import _leaf
+    from schemas.canonical import canonical_leaf as _leaf
     from schemas.canonical import jcs
 
     assert _leaf(value) == jcs(value)
 
 
 def test_leaf_bytes_for_escapes_and_non_bmp():
-    from processors.replay import _leaf
+    from schemas.canonical import canonical_leaf as _leaf
     from schemas.canonical import jcs
 
     for text in ["\x00\x01\x1f\x7f", "\b\t\n\f\r", '"\\/', "\u2028\u2029", "é€😀", "\ue000"]:
@@ -64,7 +64,7 @@ def test_leaf_bytes_for_escapes_and_non_bmp():
 @hsettings(max_examples=100, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
 def test_fast_chain_hash_equals_reference(payload):
-    from processors.replay import _chain_hash
+    from schemas.canonical import chain_hash as _chain_hash
     from schemas.canonical import GENESIS, chain_hash
 
     doc = {"eventId": "e", "runId": "r", "type": "variable.changed", "payload": payload, "sequence": 0}

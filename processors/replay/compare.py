@@ -4,7 +4,7 @@ One engine serves both replay jobs of SPEC §7 (re-derivation and host replay, R
 It is pure — lists of RunEventDocs in, a frozen :class:`ComparisonResult` out — so the
 replay processor, the CLI and the tests all get the same verdict from the same bytes.
 State is never interpreted here: observable state at each index comes from
-:mod:`processors.fold`, the one fold the live processors use.
+:mod:`processors.core.fold`, the one fold the live processors use.
 
 How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults to the replay's
 ``run.started.payload.replayOf.fromSeq``, else 0). At each index the checks run in this order and
@@ -61,7 +61,7 @@ from schemas.canonical import jcs
 from schemas.errors import ReplayError
 from schemas.stability import MISSING, WILDCARD, format_path, get_path, is_volatile, parse_path
 
-from processors.fold import fold, observable
+from processors.core.fold import fold, observable
 
 __all__ = [
     "ASPECTS",

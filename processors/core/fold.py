@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from processors.handoff_machine import (
+from processors.core.handoff import (
     CHAIN_EVENT,
     HANDOFF_MODES,
     HandoffError,

@@ -10,7 +10,7 @@ its ``dispatch.began`` (host-emitted or derived). Two ways in:
   host would have emitted, with deterministic eventIds so a refold or a replay
   produces the same bytes.
 
-The state pieces live in the run state (see ``processors.fold``) so the machine
+The state pieces live in the run state (see ``processors.core.fold``) so the machine
 is rebuilt by the same fold everywhere; nothing here does I/O or reads a clock.
 The child's outcome lives in another run (another partition), so the fold of
 the parent cannot see it: a succeeded derived dispatch yields a ``link`` output,
@@ -526,3 +526,33 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
             )
         )
     return out
+
+
+# --- derive mode: join a dispatch with its child run's outcome (handoff-links topic) ---
+
+
+def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
+    """Fold one handoff-links message into the child's join record; pure.
+
+    Returns the new record and the derived transitions (empty until both sides are known).
+    """
+    rec = dict(record or {"link": None, "terminal": None, "done": False})
+    if message.get("kind") == "link":
+        rec["link"] = message["link"]
+    elif message.get("kind") == "child-terminal":
+        rec["terminal"] = message["event"]
+    if rec["done"] or rec["link"] is None or rec["terminal"] is None:
+        return rec, []
+    rec["done"] = True
+    transitions = [
+        {k: v for k, v in t.items() if k != "kind"}
+        for t in derive_child_outcome(rec["link"], rec["terminal"])
+    ]
+    return rec, transitions
+
+
+def child_of(message: dict) -> str:
+    """The childRunId a handoff-links message is about (its Kafka key, read from the value)."""
+    if message.get("kind") == "link":
+        return message["link"]["childRunId"]
+    return message["event"]["runId"]

@@ -3,7 +3,7 @@
 Re-derivation answers "does the committed log still produce what we recorded?": start from
 the nearest snapshot at or before the requested point, re-read the committed log with a plain
 consumer (assign + seek, read_committed, via :mod:`streams.reader`), refold with
-:func:`processors.fold.fold` — the very function the live processor ran — and at every index
+:func:`processors.core.fold.fold` — the very function the live processor ran — and at every index
 check three things against what was recorded:
 
 * the hash chain itself: ``prevHash`` is the previous record's hash and
@@ -31,24 +31,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from processors.compare import ABSENT, first_difference
-from processors.fold import fold, state_hash
-from processors.result_cache import ResultCache, tool_cache_key
-from processors.statehash import StateHasher
-from schemas.canonical import GENESIS, canonical_leaf, chain_hash, reference_jcs, sha256_hex
+from processors.replay.compare import ABSENT, first_difference
+from processors.core.fold import fold, state_hash
+from processors.core.statehash import StateHasher
+from schemas.canonical import GENESIS, chain_hash, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
-from streams.reader import partition_for, read_run, read_topic
+from streams.reader import partition_for, read_topic
 from streams.settings import Settings
 
 log = logging.getLogger("agentlog.rederive")
 
-__all__ = [
-    "MockReplaySession",
-    "RederivationResult",
-    "load_result_cache",
-    "open_mock_session",
-    "replay_run",
-]
+__all__ = ["RederivationResult", "record_metrics", "replay_run"]
 
 RederivationVerdict = Literal["match", "diverged", "error"]
 DivergenceKind = Literal["state", "head", "tampered", "missing", "extra"]
@@ -202,13 +195,6 @@ async def _record_at(settings: Settings, run_id: str, partition: int, offset: in
 # State hashing at every index
 
 
-# One incremental hasher for the live digests and for re-derivation (processors.statehash);
-# the underscored names stay importable for the tests that check them against the reference.
-_StateHasher = StateHasher
-_leaf = canonical_leaf
-_chain_hash = chain_hash
-
-
 def _reference_chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
     """``chain_hash`` through the reference ``rfc8785`` encoder: what a reported divergence rests on."""
     return sha256_hex(prev_hash.encode("ascii") + reference_jcs(doc))
@@ -280,7 +266,7 @@ class _Walk:
     def _index(self, seq: int, offset: int, committed: dict, doc: dict) -> None:
         prev_claimed = committed.get("prevHash")
         digest = self.digests.get(seq)
-        expected_head = _chain_hash(self.head, doc)
+        expected_head = chain_hash(self.head, doc)
         if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
             expected_head = _reference_chain_hash(self.head, doc)  # a divergence is only ever reported from the reference hash
         found: dict[str, Any] | None = None
@@ -499,78 +485,3 @@ def record_metrics(result: RederivationResult) -> None:
             METRICS.inc("replay_behavior_mismatch_total", aspect=aspect)
         elif exhaustive:
             METRICS.inc("replay_behavior_match_total", aspect=aspect)
-
-
-# ---------------------------------------------------------------------------------------------
-# Mock mode (RFC 0041 §C): the recorded observable results for a replaying host
-
-
-async def load_result_cache(settings: Settings, source_run_id: str) -> ResultCache:
-    """The observable-result cache of a recorded run, read back from its committed log.
-
-    Raises:
-        ReplayError: the run has no committed events.
-    """
-    committed = await read_run(settings, source_run_id)
-    if not committed:
-        raise ReplayError(f"run {source_run_id} has no committed events in {settings.topic_prefix}.log; "
-                          "nothing to replay in mock mode")
-    return ResultCache.from_events([c["doc"] for c in committed])
-
-
-class MockReplaySession:
-    """What a host replaying ``source_run_id`` in mock mode asks instead of the model or the tool.
-
-    Lookups are by (nodeId, attempt, cacheKey) as RFC 0041 §C keys them; the same call made
-    again in the same attempt gets the next recorded result (the session counts occurrences).
-    A call the original never made raises: in mock mode there is nothing honest to return.
-    """
-
-    def __init__(self, cache: ResultCache, source_run_id: str) -> None:
-        self.cache = cache
-        self.source_run_id = source_run_id
-        self._occurrences: dict[tuple[str | None, int, str], int] = {}
-
-    def _next(self, node_id: str | None, attempt: int, key: str, what: str) -> dict[str, Any]:
-        ident = (node_id, attempt, key)
-        n = self._occurrences.get(ident, 0)
-        found = self.cache.lookup(self.source_run_id, node_id, attempt, key, occurrence=n)
-        if found is None:
-            raise ReplayError(
-                f"mock replay of {self.source_run_id}: no recorded {what} for node {node_id!r}, attempt {attempt}, "
-                f"key {key[:12]}… (occurrence {n}); the replay asked for a call the original never made",
-                code="replay_cache_miss")
-        self._occurrences[ident] = n + 1
-        return found
-
-    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str) -> dict[str, Any]:
-        """``{"kind": "valid", "envelope", "usage"?}`` or ``{"kind": "refusal", "reason"?}``."""
-        return self._next(node_id, attempt, cache_key, "LLM result")
-
-    def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
-        """The tool's recorded return value for this call."""
-        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}")["result"]
-
-
-async def open_mock_session(settings: Settings, source_run_id: str) -> MockReplaySession:
-    """A :class:`MockReplaySession` over the recorded results of ``source_run_id``."""
-    return MockReplaySession(await load_result_cache(settings, source_run_id), source_run_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# Host replay verdicts (written by processors.replay_processor)
-
-
-async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[dict[str, Any]]:
-    """Verdict records from the verdicts topic, one per replay run (the latest), in topic order.
-
-    A redelivered comparison re-emits an identical record, so the latest per replay run is
-    the verdict; ``replay_run_id`` narrows the read to that run's partition.
-    """
-    latest: dict[str, dict[str, Any]] = {}
-    async for _, _, _, value in read_topic(settings, "verdicts", key=replay_run_id):
-        rid = value.get("replayRunId")
-        if replay_run_id is None or rid == replay_run_id:
-            latest.pop(rid, None)
-            latest[rid] = value
-    return list(latest.values())

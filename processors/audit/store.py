@@ -24,7 +24,6 @@ the owner's ``queryUrl`` instead.
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import os
 import re
@@ -40,17 +39,14 @@ from urllib.parse import urlsplit, urlunsplit
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError as _CCError
 
-from processors.audit_rows import rows_for
+from processors.audit.rows import rows_for
 from schemas.errors import StoreError
 from streams.settings import Settings
 
 __all__ = [
-    "MIGRATIONS_DIR",
-    "CLUSTER_MIGRATIONS_DIR",
     "ClickHouseError",
     "QueryResult",
     "Store",
-    "migrate",
     "open_store",
     "owner_file",
     "read_owner",
@@ -58,11 +54,6 @@ __all__ = [
     "store_url",
 ]
 
-_INFRA = Path(__file__).resolve().parent.parent / "infra" / "clickhouse"
-MIGRATIONS_DIR = _INFRA / "migrations"
-CLUSTER_MIGRATIONS_DIR = _INFRA / "cluster"
-_BOOTSTRAP = "schema_migrations.sql"
-_MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
 
 
 class ClickHouseError(StoreError):
@@ -435,64 +426,3 @@ def open_store(settings_or_url: Settings | str) -> Store:
             _REGISTRY[key] = eng
         eng.refs += 1
     return Store(eng, url)
-
-
-# -- migrations --------------------------------------------------------------------------------
-def _statements(sql: str) -> list[str]:
-    """Split a migration into statements. Migrations keep ``--`` and ``;`` out of string literals."""
-    no_comments = re.sub(r"--[^\n]*", "", sql)
-    return [s.strip() for s in no_comments.split(";") if s.strip()]
-
-
-def _migration_files(directory: Path) -> list[tuple[int, str, Path]]:
-    out = []
-    for p in sorted(directory.glob("*.sql")):
-        m = _MIGRATION_NAME.match(p.name)
-        if m:
-            out.append((int(m.group(1)), p.stem, p))
-    versions = [v for v, _, _ in out]
-    if len(versions) != len(set(versions)):
-        raise StoreError(f"two migrations share a version number in {directory}", code="migration_conflict")
-    return out
-
-
-def migrate(target: Store | Settings | str, *, directory: Path | str | None = None) -> list[str]:
-    """Apply the versioned SQL migrations not yet recorded in ``schema_migrations``, in order.
-
-    Idempotent: a second call applies nothing and returns ``[]``. Every DDL uses
-    ``IF NOT EXISTS``, so a crash between a statement and its ledger row is repaired
-    by running again. ``directory`` selects a variant (``CLUSTER_MIGRATIONS_DIR``).
-
-    Returns:
-        Names of the migrations applied by this call (``["0001_audit_tables", ...]``).
-
-    Raises:
-        StoreError: ``migration_drift`` when an applied migration's file changed
-            (add a new migration instead of editing an applied one).
-    """
-    directory = Path(directory) if directory is not None else MIGRATIONS_DIR
-    store = target if isinstance(target, Store) else open_store(target)
-    try:
-        for stmt in _statements((directory / _BOOTSTRAP).read_text("utf-8")):
-            store.command(stmt)
-        applied = {int(v): c for v, c in store.query("SELECT version, checksum FROM schema_migrations FINAL").rows}
-        done: list[str] = []
-        for version, name, path in _migration_files(directory):
-            text = path.read_text("utf-8")
-            checksum = hashlib.sha256(text.encode("utf-8")).hexdigest()
-            if version in applied:
-                if applied[version] != checksum:
-                    raise StoreError(
-                        f"migration {name} was applied with different contents; never edit an applied "
-                        f"migration, add {version + 1:04d}_<change>.sql instead",
-                        code="migration_drift",
-                    )
-                continue
-            for stmt in _statements(text):
-                store.command(stmt)
-            store.insert("schema_migrations", [[version, name, checksum]], ["version", "name", "checksum"])
-            done.append(name)
-        return done
-    finally:
-        if store is not target:
-            store.close()

@@ -1,16 +1,18 @@
-"""Run state processor: committed log → fold → transitions, violations, digests, snapshots.
+"""The run-state step: one committed event → the run's new table record and the records to send.
 
-It calls the one pure fold (:mod:`processors.fold`) — the same function replay
+It calls the one pure fold (:mod:`processors.core.fold`) — the same function replay
 uses — and turns its outputs into records. It also re-checks the hash chain of
 what it reads, so a record rewritten in the log is flagged where it is consumed,
-not only when someone thinks to replay.
+not only when someone thinks to replay. The Faust agent around it is
+:mod:`processors.worker.runstate`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from processors.statehash import StateHasher
+from processors.core.fold import fold
+from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
 
 log = logging.getLogger("agentlog.runstate")
@@ -68,8 +70,6 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     and the records to send as ``(topic short name, key, value)``. A rewritten copy of an
     already folded sequence returns the record unchanged and a ``hash_chain_broken`` violation.
     """
-    from processors.fold import fold
-
     doc = committed["doc"]
     run_id = doc["runId"]
     rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
@@ -127,58 +127,3 @@ def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
         "runId": run_id, "code": code, "detail": detail, "eventId": doc.get("eventId"),
         "sequence": doc.get("sequence"), "workerId": None, "phase": None, "dispatchId": None,
     }
-
-
-def install(wiring, *, replay: bool = True) -> None:
-    """Register the run-state agent on the committed log."""
-    from processors.app import Batch, in_order, ordered_agent
-    from processors.metrics import METRICS
-    from streams.codec import decode_record, encode_record
-
-    settings = wiring.settings
-
-    @ordered_agent(wiring, "log", name="runstate", table="runs")
-    async def runstate(stream):
-        async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
-            batch = Batch(wiring, "runstate", len(events))
-            finished_replays: list[dict] = []
-            for event in events:
-                msg = event.message
-
-                async def handle(offset: int, _ts: int, value: bytes, _p=msg.partition, _b=batch,
-                                 _done=finished_replays) -> None:
-                    try:
-                        committed = decode_record(value)
-                        run_id = committed["doc"]["runId"]
-                        new, sends = step(_b.get("runs", run_id), committed, partition=_p,
-                                          offset=offset, snapshot_every=settings.snapshot_every,
-                                          handoff_mode=settings.handoff_mode)
-                    except Exception:  # never die on one record; the sequencer already validated it
-                        log.exception("cannot fold log record %s/%s", _p, offset)
-                        return
-                    if new is None:
-                        return
-                    for short, key, out in sends:
-                        await _b.send(short, key, encode_record(out))
-                        _count(METRICS, short, out)
-                    _b.set("runs", _p, run_id, new)
-                    replay_of = (new["state"] or {}).get("replayOf")
-                    if replay and replay_of and committed["doc"]["type"] in TERMINAL_TYPES:
-                        _done.append({"replayRunId": run_id, **replay_of})
-
-                await in_order(batch, "runs", msg, event.value, handle)
-            await batch.commit()
-            for request in finished_replays:
-                from processors.replay_processor import compare_host_replay
-
-                await compare_host_replay(wiring, request)
-
-
-def _count(metrics, short: str, value: dict) -> None:
-    if short == "transitions":
-        metrics.inc("agentlog_handoff_transitions_total", phase=value.get("phase", "?"),
-                    derived=str(bool(value.get("derived"))).lower())
-    elif short == "violations":
-        metrics.inc("agentlog_violations_total", code=value.get("code", "?"))
-    elif short == "snapshots":
-        metrics.inc("agentlog_snapshots_total")

@@ -1,7 +1,8 @@
 """Host replay comparison (RFC 0041 §C): a run that declares ``replayOf`` is
-compared with its source when it reaches a terminal status.
+compared with its source when it reaches a terminal status (the worker's run-state
+agent asks, :mod:`processors.worker.runstate`, and sends the verdict).
 
-The comparison itself is :func:`processors.compare.compare_runs` — the same
+The comparison itself is :func:`processors.replay.compare.compare_runs` — the same
 engine as ``agentlog compare`` — fed with both runs as read back from the
 committed log (deduplicated by sequence). ``dry_run`` replays are compared and
 counted but emit no verdict record.
@@ -10,6 +11,13 @@ counted but emit no verdict record.
 from __future__ import annotations
 
 import logging
+from typing import Any
+
+from processors.metrics import METRICS
+from processors.replay.compare import compare_runs
+from processors.replay.compare import record as record_counters
+from streams.reader import read_run, read_topic
+from streams.settings import Settings
 
 log = logging.getLogger("agentlog.replay")
 
@@ -47,34 +55,42 @@ def error_record(request: dict, code: str, detail: str) -> dict:
     }
 
 
-async def compare_host_replay(wiring, request: dict) -> dict | None:
-    """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``; send the verdict.
+async def host_replay_verdict(settings: Settings, request: dict) -> dict:
+    """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
     An operator waiting on a verdict must get one: a source run the log does not hold
     (``replay_source_missing``) or a comparison that raised (``replay_compare_failed``)
     yields an ``error`` verdict naming the cause, not only a line in the worker's log.
+    Whether to send it (``dry_run`` does not) is the caller's choice.
     """
-    from processors import compare
-    from processors.metrics import METRICS
-    from streams.codec import encode_record
-    from streams.reader import read_run
-
     source_id = request.get("sourceRunId")
     try:
-        original = [c["doc"] for c in await read_run(wiring.settings, source_id)] if source_id else []
-        replayed = [c["doc"] for c in await read_run(wiring.settings, request["replayRunId"])]
+        original = [c["doc"] for c in await read_run(settings, source_id)] if source_id else []
+        replayed = [c["doc"] for c in await read_run(settings, request["replayRunId"])]
         if not original:
             record = error_record(request, "replay_source_missing",
                                   f"the committed log holds no events of source run {source_id!r}")
         else:
-            result = compare.compare_runs(original, replayed, from_seq=request.get("fromSeq"))
-            compare.record(result)
+            result = compare_runs(original, replayed, from_seq=request.get("fromSeq"))
+            record_counters(result)
             record = verdict_record(request, result)
     except Exception as e:
         log.exception("replay comparison failed for %s", request)
         record = error_record(request, "replay_compare_failed", f"{type(e).__name__}: {e}")
     METRICS.inc("agentlog_replay_verdicts_total", verdict=record["verdict"])
-    if request.get("mode") != "dry_run":
-        fut = await wiring.send("verdicts", request["replayRunId"], encode_record(record))
-        await fut
     return record
+
+
+async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[dict[str, Any]]:
+    """Verdict records from the verdicts topic, one per replay run (the latest), in topic order.
+
+    A redelivered comparison re-emits an identical record, so the latest per replay run is
+    the verdict; ``replay_run_id`` narrows the read to that run's partition.
+    """
+    latest: dict[str, dict[str, Any]] = {}
+    async for _, _, _, value in read_topic(settings, "verdicts", key=replay_run_id):
+        rid = value.get("replayRunId")
+        if replay_run_id is None or rid == replay_run_id:
+            latest.pop(rid, None)
+            latest[rid] = value
+    return list(latest.values())

@@ -2,7 +2,7 @@
 
 Both readers of a run's states hash them at every index: the live run-state processor
 (one digest per committed event) and re-derivation (checking each recorded digest).
-The reference ``processors.fold.state_hash`` canonicalises the whole state each time,
+The reference ``processors.core.fold.state_hash`` canonicalises the whole state each time,
 which is quadratic over a long run; this is the one incremental implementation both use.
 
 JCS is compositional: an object's canonical bytes are its members' canonical bytes in

@@ -21,8 +21,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from processors.queries import run_named, run_sql
-from processors.store import QueryResult, Store, read_owner
+from processors.audit.queries import run_named, run_sql
+from processors.audit.store import QueryResult, Store, read_owner
 from schemas.errors import AgentlogError, StoreError
 from streams.settings import Settings
 

@@ -54,7 +54,7 @@ __all__ = [
     "worker_query",
 ]
 
-_REPO = Path(__file__).resolve().parent.parent
+_REPO = Path(__file__).resolve().parents[2]
 BINDINGS = {"engineVersion": "agentlog-demo-1", "modeVersion": "planner-v3", "configVersion": "c12",
             "policyVersion": "p4"}
 MODEL = {"provider": "anthropic", "model": "claude-sonnet-4"}
@@ -129,13 +129,14 @@ def _migrate(settings: Settings) -> list[str]:
     chdb lets one process hold a directory, and the worker is about to be that process, so
     the embedded store is migrated in a short-lived child; a server is migrated directly.
     """
-    from processors.store import migrate, read_owner
+    from processors.audit.store import read_owner
+    from processors.audit.migrations import migrate
 
     if settings.clickhouse_url and not settings.clickhouse_url.startswith("chdb:"):
         return migrate(settings)
     if read_owner(settings):
         return []  # a live worker owns it and migrated it when it started
-    code = ("import json; from streams.settings import load_settings; from processors.store import migrate; "
+    code = ("import json; from streams.settings import load_settings; from processors.audit.migrations import migrate; "
             "print(json.dumps(migrate(load_settings())))")
     env = {**os.environ, **settings_env(settings)}
     proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=_REPO, capture_output=True, text=True,
@@ -265,9 +266,9 @@ def worker_query(settings: Settings, worker: WorkerHandle, body: dict[str, Any])
     """A named query or read-only SQL answered by the worker that owns the store.
 
     Goes through the store owner's advertised endpoint when there is one
-    (:func:`processors.query_server.query_via_worker`), else straight to the demo worker's port.
+    (:func:`processors.audit.server.query_via_worker`), else straight to the demo worker's port.
     """
-    from processors.query_server import query_via_worker
+    from processors.audit.server import query_via_worker
     from schemas.errors import StoreError
 
     answer = query_via_worker(settings, body)
@@ -473,9 +474,9 @@ def _index(docs: list[dict], type_: str, node: str | None = None, nth: int = 0) 
 
 async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[int, dict]], log: str) -> dict:
     try:
-        from processors.replay import replay_run
+        from processors.replay.rederive import replay_run
     except ImportError as e:
-        return {"status": "skipped", "detail": f"processors.replay.replay_run is not available yet ({e})"}
+        return {"status": "skipped", "detail": f"processors.replay.rederive.replay_run is not available yet ({e})"}
     mid = len(committed) // 2
     offset = committed[mid][0]
     await _until(lambda: _digested(settings, run_id, len(committed) - 1), timeout_s=STEP_WAIT_S,
@@ -498,7 +499,7 @@ async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name
         verdict = await _until(lambda: _verdict(settings, replay_id), timeout_s=VERDICT_WAIT_S,
                                what=f"the worker's verdict for {replay_id}", log=log)
     except DemoError:
-        from processors.compare import compare_runs
+        from processors.replay.compare import compare_runs
 
         committed = await _until(lambda: _committed(settings, replay_id, len(docs)), timeout_s=STEP_WAIT_S,
                                  what=f"committed log of {replay_id}", log=log)
@@ -683,7 +684,7 @@ def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> N
     for cmd, why in (
         (f"agentlog query run-timeline --param run_id={r}", "every committed event"),
         (f"agentlog query failures --param run_id={r}", "dispatch failures per worker"),
-        (f"agentlog query refusals", "refusal rate per model"),
+        ("agentlog query refusals", "refusal rate per model"),
         (f"agentlog query replay-verdicts --param source_run_id={r}", "the verdicts of the two re-executions"),
         (f"agentlog replay --run {r} --from-seq 5", "re-derive the run yourself"),
         (f"agentlog export --run {r}", "the run as JSON lines"),

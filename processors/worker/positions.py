@@ -19,13 +19,15 @@ by the broker). So the offset to commit for a partition is simply the minimum
 of those positions over the agents that consume its topic; the Faust
 consumer's ``_filter_committable_offsets`` is replaced by that. The committed
 offset is then only where a restarted consumer starts reading: a position
-recovered lower than it is healed by :func:`processors.app.in_order`, and a
+recovered lower than it is healed by :func:`processors.worker.batch.in_order`, and a
 commit never runs ahead of any agent.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from streams import internals
 
 
 class DurablePositions:
@@ -76,32 +78,26 @@ class DurablePositions:
             offset = self.committable(tp.topic, tp.partition, generation)
             if offset is None:
                 continue
-            committed = consumer._committed_offset.get(tp)
+            committed = internals.committed_offset(consumer, tp)
             if committed is None or offset > committed:
                 out[tp] = offset
-            # Faust's own ack lists are not used for committing any more; keep them from growing.
-            consumer._acked.pop(tp, None)
-            consumer._acked_index.pop(tp, None)
+            internals.forget_acks(consumer, tp)
         return out
 
 
 def install(app: Any, positions: DurablePositions) -> None:
     """Make ``app``'s consumer commit the agents' durable positions instead of its own ack bookkeeping.
 
-    Patched on the consumer instance when Faust creates it, so every path that commits (the
-    commit timer, ``broker_commit_every``, the commit on shutdown) goes through it.
+    Nothing is committed while Faust rebalances or recovers tables: positions from before
+    the rebalance may describe partitions this worker no longer holds.
     """
-    new_consumer = app._new_consumer
 
-    def _new_consumer():
-        consumer = new_consumer()
-
-        def _filter_committable_offsets(_tps):
+    def make_filter(consumer: Any):
+        def committable(_tps: Any) -> dict:
             if app.rebalancing or getattr(app, "in_recovery", False):
                 return {}
             return positions.offsets_to_commit(consumer, app.consumer_generation_id)
 
-        consumer._filter_committable_offsets = _filter_committable_offsets
-        return consumer
+        return committable
 
-    app._new_consumer = _new_consumer
+    internals.replace_commit_filter(app, make_filter)

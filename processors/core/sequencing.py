@@ -10,6 +10,8 @@ decision, byte for byte — that is what makes at-least-once redelivery safe.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from dataclasses import dataclass
 from typing import Callable
 
@@ -121,9 +123,6 @@ def rejection_record(
     oversize doc grows by a third in base64, past the producer's and topic's size limit) is
     kept as its first RAW_MAX_BYTES with ``rawTruncated``, ``rawBytes`` and ``rawSha256``.
     """
-    import base64
-    import hashlib
-
     doc = doc if isinstance(doc, dict) else {}
     seq = doc.get("sequence")
 
@@ -148,83 +147,3 @@ def rejection_record(
 #: Largest original value a rejection record carries whole (see :func:`rejection_record`).
 RAW_MAX_BYTES = 256 * 1024
 _ID_MAX = 256
-
-
-# --- the Faust agent -------------------------------------------------------------------------
-
-INDEX_SEP = "\x1f"
-
-
-def install(wiring) -> None:
-    """Register the sequencer agent: ingest → committed log | rejections."""
-    import logging
-
-    from processors.app import Batch, in_order, ordered_agent
-    from processors.metrics import METRICS
-    from schemas.errors import ContractError
-    from schemas.validate import validate_doc
-    from streams.codec import decode_ingest, encode_record
-
-    log = logging.getLogger("agentlog.sequencer")
-    settings = wiring.settings
-
-    async def handle(batch, raw: bytes, source: Source) -> None:
-        doc = None
-        try:
-            doc = decode_ingest(raw)
-            validate_doc(doc, max_bytes=settings.max_event_bytes)
-        except ContractError as e:
-            code = getattr(e, "code", "decode_error")
-            detail = getattr(e, "detail", None) or str(e)
-            await _reject(batch, code, detail, raw, source, doc)
-            METRICS.inc("agentlog_events_rejected_total", reason=code)
-            return
-        except Exception as e:  # a processor never dies on one bad record
-            log.exception("unexpected error decoding %s", source)
-            await _reject(batch, "decode_error", f"{type(e).__name__}: {e}", raw, source, None)
-            METRICS.inc("agentlog_events_rejected_total", reason="decode_error")
-            return
-        run_id = doc["runId"]
-        head = batch.get("heads", run_id)
-
-        def find(event_id: str, _run=run_id):
-            return batch.get("index", _run + INDEX_SEP + event_id)
-
-        try:
-            decision = decide(head, find, doc, source)
-        except Exception as e:
-            log.exception("unexpected error sequencing %s", source)
-            decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
-        if isinstance(decision, Accepted):
-            await batch.send("log", run_id, encode_record(decision.committed))
-            batch.set("heads", source.partition, run_id, decision.head)
-            event_id, entry = decision.index_entry
-            batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
-            METRICS.inc("agentlog_events_accepted_total")
-        elif isinstance(decision, Redelivered):
-            if decision.head is not None:
-                batch.set("heads", source.partition, run_id, decision.head)
-            METRICS.inc("agentlog_redelivered_total")
-        else:
-            await _reject(batch, decision.reason, decision.detail, raw, source, doc)
-            METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
-            if decision.reason == "duplicate_event_id":
-                METRICS.inc("agentlog_duplicates_dropped_total")
-
-    @ordered_agent(wiring, "ingest", name="sequencer", table="heads")
-    async def sequencer(stream):
-        async for events in stream.take_events(wiring.settings.batch_max, within=wiring.settings.batch_within_s):
-            batch = Batch(wiring, "sequencer", len(events))
-            for event in events:
-                msg = event.message
-                raw = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-                await in_order(batch, "heads", msg, raw, lambda offset, ts, value, _m=msg, _b=batch: handle(
-                    _b, value, Source(_m.topic, _m.partition, offset, ts)))
-            await batch.commit()
-
-
-async def _reject(batch, reason: str, detail: str, raw: bytes, source: Source, doc) -> None:
-    from streams.codec import encode_record
-
-    record = rejection_record(reason, detail, raw, source, doc if isinstance(doc, dict) else None)
-    await batch.send("rejections", record["runId"], encode_record(record))

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from processors.store import QueryResult, Store
+from processors.audit.store import QueryResult, Store
 from schemas.errors import StoreError
 
 __all__ = [

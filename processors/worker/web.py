@@ -13,26 +13,26 @@ import json
 
 from faust.web import View
 
+from processors.audit.server import handle_query_request
+from processors.metrics import METRICS
+from processors.replay.compare import REPLAY_COUNTERS
+from processors.worker.wiring import Wiring
+
 
 def _replay_series():
     """The comparison engine's per-aspect counts, as metric series (summed with re-derivation's)."""
-    from processors.compare import REPLAY_COUNTERS
-
     snap = REPLAY_COUNTERS.snapshot()
     for outcome in ("match", "mismatch"):
         for aspect, n in snap[outcome].items():
             yield f"replay_behavior_{outcome}_total", {"aspect": aspect}, float(n)
 
 
-def install(wiring) -> None:
-    from processors.metrics import METRICS
-
+def install(wiring: Wiring) -> None:
+    """Serve ``/metrics``, ``/health``, ``/query`` and ``/sql`` on the app's web server."""
     app = wiring.app
     METRICS.add_collector(_replay_series)
 
     async def answer(view: View, request, body: dict):
-        from processors.query_server import handle_query_request
-
         if wiring.store is None:
             return view.json({"error": {"code": "no_store", "message": "this worker runs without the audit sink"}},
                              status=503)

@@ -1,0 +1,18 @@
+"""The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report."""
+
+from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, migrate, open_owned
+from processors.audit.queries import NAMED_QUERIES, run_named, run_sql
+from processors.audit.report import render_report
+from processors.audit.server import handle_query_request, query_via_worker
+from processors.audit.store import QueryResult, Store, open_store, read_owner
+
+__all__ = [
+    # store
+    "QueryResult", "Store", "open_store", "read_owner",
+    # migrations
+    "CLUSTER_MIGRATIONS_DIR", "MIGRATIONS_DIR", "migrate", "open_owned",
+    # queries
+    "NAMED_QUERIES", "handle_query_request", "query_via_worker", "run_named", "run_sql",
+    # report
+    "render_report",
+]

@@ -1,0 +1,26 @@
+"""The pure core: one fold, the handoff machine, the sequencing decision, the run-state step.
+
+Nothing in this package does I/O or imports Kafka, ClickHouse or Faust
+(``tests/unit/core/test_purity.py`` enforces it), so the live worker, replay and the
+tests run the very same code, byte for byte.
+"""
+
+from processors.core.fold import FoldError, fold, fold_all, initial_state, observable, state_hash, states_by_index
+from processors.core.handoff import HandoffError, derive_child_outcome, join
+from processors.core.result_cache import ResultCache, tool_cache_key
+from processors.core.runstate import TERMINAL_TYPES, step
+from processors.core.sequencing import Accepted, Decision, Redelivered, Rejected, Source, decide, rejection_record
+from processors.core.statehash import StateHasher
+
+__all__ = [
+    # fold
+    "FoldError", "fold", "fold_all", "initial_state", "observable", "state_hash", "states_by_index",
+    # handoff machine
+    "HandoffError", "derive_child_outcome", "join",
+    # sequencing
+    "Accepted", "Decision", "Redelivered", "Rejected", "Source", "decide", "rejection_record",
+    # run state
+    "TERMINAL_TYPES", "StateHasher", "step",
+    # observable-result cache
+    "ResultCache", "tool_cache_key",
+]

@@ -1,0 +1,68 @@
+"""Mock mode (RFC 0041 §C): the recorded observable results for a replaying host.
+
+A host replaying a run in mock mode asks the session instead of the model or the
+tool, and gets what the original run observed, keyed as RFC 0041 §C keys it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from processors.core.result_cache import ResultCache, tool_cache_key
+from schemas.errors import ReplayError
+from streams.reader import read_run
+from streams.settings import Settings
+
+__all__ = ["MockReplaySession", "load_result_cache", "open_mock_session"]
+
+
+async def load_result_cache(settings: Settings, source_run_id: str) -> ResultCache:
+    """The observable-result cache of a recorded run, read back from its committed log.
+
+    Raises:
+        ReplayError: the run has no committed events.
+    """
+    committed = await read_run(settings, source_run_id)
+    if not committed:
+        raise ReplayError(f"run {source_run_id} has no committed events in {settings.topic_prefix}.log; "
+                          "nothing to replay in mock mode")
+    return ResultCache.from_events([c["doc"] for c in committed])
+
+
+class MockReplaySession:
+    """What a host replaying ``source_run_id`` in mock mode asks instead of the model or the tool.
+
+    Lookups are by (nodeId, attempt, cacheKey) as RFC 0041 §C keys them; the same call made
+    again in the same attempt gets the next recorded result (the session counts occurrences).
+    A call the original never made raises: in mock mode there is nothing honest to return.
+    """
+
+    def __init__(self, cache: ResultCache, source_run_id: str) -> None:
+        self.cache = cache
+        self.source_run_id = source_run_id
+        self._occurrences: dict[tuple[str | None, int, str], int] = {}
+
+    def _next(self, node_id: str | None, attempt: int, key: str, what: str) -> dict[str, Any]:
+        ident = (node_id, attempt, key)
+        n = self._occurrences.get(ident, 0)
+        found = self.cache.lookup(self.source_run_id, node_id, attempt, key, occurrence=n)
+        if found is None:
+            raise ReplayError(
+                f"mock replay of {self.source_run_id}: no recorded {what} for node {node_id!r}, attempt {attempt}, "
+                f"key {key[:12]}… (occurrence {n}); the replay asked for a call the original never made",
+                code="replay_cache_miss")
+        self._occurrences[ident] = n + 1
+        return found
+
+    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str) -> dict[str, Any]:
+        """``{"kind": "valid", "envelope", "usage"?}`` or ``{"kind": "refusal", "reason"?}``."""
+        return self._next(node_id, attempt, cache_key, "LLM result")
+
+    def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
+        """The tool's recorded return value for this call."""
+        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}")["result"]
+
+
+async def open_mock_session(settings: Settings, source_run_id: str) -> MockReplaySession:
+    """A :class:`MockReplaySession` over the recorded results of ``source_run_id``."""
+    return MockReplaySession(await load_result_cache(settings, source_run_id), source_run_id)

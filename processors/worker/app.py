@@ -1,0 +1,161 @@
+"""The worker's Faust application: topics, tables and agents wired together.
+
+Which agent does what:
+
+==============  ====================  ==========================================  ===============
+agent           reads                 writes                                      table
+==============  ====================  ==========================================  ===============
+sequencer       ingest                log, rejections                             heads, index
+runstate        log                   transitions, violations, digests,           runs
+                                      snapshots, handoff-links, verdicts
+handoff         handoff-links         transitions (derive mode)                   links
+sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
+==============  ====================  ==========================================  ===============
+
+Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
+acknowledged before table writes, positions committed only once both are durable).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import faust
+from faust.worker import Worker
+
+from processors.metrics import METRICS
+from processors.worker import handoff, positions, runstate, sequencer, web
+from processors.worker import sink as audit_sink
+from processors.worker.wiring import Wiring
+from streams.admin import ensure_topics_patiently
+from streams.settings import Settings
+from streams.topics import TopicSpec, catalogue, durability_config, topic_name
+
+log = logging.getLogger("agentlog.worker")
+
+
+def _broker_urls(bootstrap: str) -> list[str]:
+    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
+
+
+def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
+    """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
+    (settings.home / "faust").mkdir(parents=True, exist_ok=True)
+    app = faust.App(
+        f"{settings.topic_prefix}-worker",
+        broker=_broker_urls(settings.kafka_bootstrap),
+        store="memory://",
+        processing_guarantee="at_least_once",
+        autodiscover=False,
+        datadir=str(settings.home / "faust"),
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        table_standby_replicas=0,
+        broker_session_timeout=settings.session_timeout_s,
+        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
+        broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        # Faust's default 16 KiB producer batch makes a 300-event batch of outputs a dozen
+        # sequential produce requests per partition; 1 MiB batches with a 5 ms linger send it in one.
+        producer_max_batch_size=1 << 20,
+        producer_linger=0.005,
+        web_enabled=settings.web_enabled,
+        web_port=settings.web_port,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+        stream_wait_empty=False,
+        # Table keys/values as JSON: str keys come back as str after changelog recovery
+        # (the topics below set raw bytes explicitly).
+        key_serializer="json",
+        value_serializer="json",
+    )
+    topics = {
+        short: app.topic(
+            topic_name(settings, short),
+            key_type=bytes,
+            value_type=bytes,
+            key_serializer="raw",
+            value_serializer="raw",
+            partitions=settings.partitions,
+        )
+        for short in (
+            "ingest", "log", "transitions", "violations", "rejections",
+            "snapshots", "digests", "verdicts", "handoff-links",
+        )
+    }
+
+    def table(name: str) -> Any:
+        return app.Table(
+            name,
+            default=None,
+            partitions=settings.partitions,
+        )
+
+    tables = {
+        "heads": table("seq-heads"),  # runId -> {"next", "hash"}
+        "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
+        "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
+        "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
+        "sink-positions": table("sink-positions"),  # only in_order positions of the sink agents
+    }
+    durable = positions.DurablePositions()
+    positions.install(app, durable)
+    METRICS.add_collector(durable.series)
+    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable)
+
+    sequencer.install(wiring)
+    runstate.install(wiring, replay=replay)
+    handoff.install(wiring)
+    if sink:
+        audit_sink.install(wiring)
+
+    @app.task
+    async def quiet_client_loggers():
+        # A profile of the worker showed ~10 DEBUG log records built per event by the Kafka client
+        # stack (about 10% of CPU) although nothing prints them; cap those loggers at INFO.
+        level = max(logging.getLogger().getEffectiveLevel(), logging.INFO)
+        for name in ("aiokafka", "faust", "mode"):
+            logging.getLogger(name).setLevel(level)
+
+    if settings.web_enabled:
+        web.install(wiring)
+    return wiring
+
+
+def internal_topic_specs(wiring: Wiring) -> list:
+    """Faust's own topics (table changelogs, the assignor's leader topic) as :class:`TopicSpec` s.
+
+    Created by us before Faust starts, so a missing one is waited for like ours instead of
+    crashing Faust's start-up (it declares them itself, and finds them there).
+    """
+    settings = wiring.settings
+    rf = settings.replication_factor
+    durable = durability_config(rf)
+    specs = [
+        TopicSpec(table.changelog_topic.get_topic_name(), settings.partitions,
+                  {"cleanup.policy": "compact", **durable}, rf)
+        for table in wiring.tables.values()
+    ]
+    specs.append(TopicSpec(f"{wiring.app.conf.id}-__assignor-__leader", 1, dict(durable), rf))
+    return specs
+
+
+def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warning", wait_s: float = 300.0) -> None:
+    """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``).
+
+    Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
+    unreachable broker or for enough brokers to honour the replication factor.
+    """
+    wiring = build_app(settings, sink=sink)
+    loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
+    try:
+        loop.run_until_complete(
+            ensure_topics_patiently(settings, catalogue(settings) + internal_topic_specs(wiring), wait_s=wait_s))
+    finally:
+        loop.close()
+    worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker.execute_from_commandline()

@@ -1,0 +1,216 @@
+"""The one loop every agent runs: take a batch, heal skipped offsets, send outputs, then write tables.
+
+Every agent consumes with concurrency 1 (more can commit past in-flight messages)
+and ``take_events`` batches, and every batch follows the same order: compute
+outputs with pure functions, send them, **wait for the broker to acknowledge
+them**, and only then write the tables. Faust sends table changelog records
+immediately (not at commit), so writing the table first would let a crash leave
+a table that is ahead of its outputs; a redelivered record would then look
+"already done" and its outputs would be lost. Outputs-then-tables makes every
+crash window a redelivery of records whose outputs are byte-identical, and
+readers dedup by (runId, sequence) or position.
+
+Table writes are awaited too, and only then does the batch's position become
+committable (:mod:`processors.worker.positions`: the group commits the slowest
+agent's durable position, not Faust's ack bookkeeping). Faust's own pre-commit
+flush can miss a changelog record that is between its send buffer and the
+client, so committing on its acks could leave a committed source offset whose
+table write never reached the broker — the next record of that run would then
+look like a gap. Tables are made durable one after another in
+:data:`TABLE_ORDER`: the sequencer's eventId index before its heads, so a head
+never runs ahead of the index it is checked against (a head behind the index is
+repaired by :func:`processors.core.sequencing.decide` on redelivery).
+
+Changelog records are written to the *source record's* partition explicitly
+(:func:`put`), so table partitions stay co-partitioned with the topics by runId.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from processors.metrics import METRICS
+from processors.worker.wiring import Wiring
+from streams import internals
+from streams.reader import fetch_range
+
+log = logging.getLogger("agentlog.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceRecord:
+    """One record an agent handles: where it was read and its raw value."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp_ms: int
+    value: bytes
+
+
+async def put(table: Any, partition: int, key: str, value: Any) -> Any:
+    """Set a table key and send its changelog record to ``partition`` (the source record's).
+
+    Returns the changelog record's delivery future; await it to know the write is durable.
+    Sent straight to the app's producer: never attached to the current event, never through
+    Faust's send buffer (drained only at commit time under load), and without the per-record
+    overhead of ``Topic.send``. The memory store keeps no persisted offsets, so Faust's
+    changelog-sent callback has nothing to record.
+    """
+    table.data[key] = value
+    return await table.app.producer.send(
+        table.changelog_topic.get_topic_name(), _json_bytes(key), _json_bytes(value), partition, None, None,
+    )
+
+
+def _json_bytes(obj: Any) -> bytes:
+    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does)."""
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+#: Order in which a batch's table writes are made durable (tables not named go last).
+TABLE_ORDER = ("index", "heads", "runs", "links")
+
+
+async def await_all(futures: list) -> None:
+    """Wait until every sent record is acknowledged by the broker (acks=all)."""
+    for fut in futures:
+        await fut
+
+
+class Batch:
+    """One ``take_events`` batch: outputs go out at once, table writes wait for their acks.
+
+    The one place the module docstring's rule lives: :meth:`commit` awaits every
+    output the batch sent, and only then writes the table keys the batch changed
+    (to the partition of the record that changed them). Reads see the batch's own
+    pending writes first, so later events of the batch build on earlier ones.
+    ``collected`` is the agent's own per-batch scratch list (what its hooks act on).
+    """
+
+    def __init__(self, wiring: Wiring, agent: str = "", size: int = 0) -> None:
+        self.wiring = wiring
+        if agent:
+            METRICS.inc("agentlog_batches_total", agent=agent)
+            METRICS.inc("agentlog_batch_events_total", size, agent=agent)
+        self.collected: list[Any] = []
+        self._futures: list = []
+        self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
+        self._positions: dict[tuple[str, str, int], int] = {}  # (table, topic, partition) -> next offset
+        self._generation = wiring.app.consumer_generation_id
+
+    def get(self, table: str, key: str) -> Any:
+        hit = self._writes.get((table, key))
+        return hit[1] if hit is not None else self.wiring.tables[table].data.get(key)
+
+    def set(self, table: str, partition: int, key: str, value: Any) -> None:
+        self._writes[(table, key)] = (partition, value)
+
+    async def send(self, short: str, key: str | None, value: bytes) -> None:
+        self._futures.append(await self.wiring.send(short, key, value))
+
+    async def commit(self) -> None:
+        await await_all(self._futures)
+        by_table: dict[str, list[tuple[str, int, Any]]] = {}
+        for (table, key), (partition, value) in self._writes.items():
+            by_table.setdefault(table, []).append((key, partition, value))
+        rank = {name: i for i, name in enumerate(TABLE_ORDER)}
+        for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
+            target = self.wiring.tables[table]
+            await await_all([await put(target, partition, key, value) for key, partition, value in by_table[table]])
+        self._publish_positions()
+
+    def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
+        """Note that every record of the partition below ``position`` is handled once this batch is durable."""
+        self._positions[(table, topic, partition)] = position
+
+    def _publish_positions(self) -> None:
+        positions = self.wiring.positions
+        if positions is not None:
+            for (table, topic, partition), position in self._positions.items():
+                positions.advance(table, topic, partition, position, self._generation)
+
+
+#: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
+#: no runId can start with NUL.
+POSITION_KEY = "\x00position\x1f"
+
+Handler = Callable[[Batch, SourceRecord], Awaitable[None]]
+Hook = Callable[[Batch], Awaitable[None]]
+
+
+async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Handler) -> None:
+    """Hand ``msg`` to ``handle(batch, record)`` — after any records the consumer skipped.
+
+    Each agent keeps, in its own table, the next offset it expects per source
+    partition. After crash restarts, Faust's consumer was seen to skip records
+    of a partition around a rebalance (and, later, to re-read them). A skipped
+    ingest record turns every later event of its run into a ``sequence_gap``;
+    so when an offset arrives beyond the expected one, the hole is read with a
+    plain consumer and handled first. Offsets below the expected one are
+    redeliveries, which every agent already treats as done.
+    """
+    key = f"{POSITION_KEY}{msg.topic}\x1f{msg.partition}"
+    expected = batch.get(table, key)
+    if expected is not None and msg.offset > expected:
+        skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
+        consumer = batch.wiring.app.consumer
+        committed = internals.committed_offset(consumer, msg.tp) if consumer is not None else None
+        log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
+                    "handling %d records first",
+                    msg.topic, msg.partition, expected, msg.offset - 1, table, committed, len(skipped))
+        METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
+        for offset, timestamp_ms, skipped_value in skipped:
+            await handle(batch, SourceRecord(msg.topic, msg.partition, offset, timestamp_ms, skipped_value or b""))
+    await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000), value))
+    position = msg.offset + 1 if expected is None else max(expected, msg.offset + 1)
+    if position != expected:
+        batch.set(table, msg.partition, key, position)
+    batch.advanced(table, msg.topic, msg.partition, position)
+
+
+def batched_agent(
+    wiring: Wiring,
+    short: str,
+    *,
+    name: str,
+    table: str,
+    handle: Handler,
+    before_commit: Hook | None = None,
+    after_commit: Hook | None = None,
+    max_events: int | None = None,
+    within_s: float | None = None,
+) -> None:
+    """Register an agent on topic ``short``: every batch runs ``handle`` per record, in offset order.
+
+    The loop is the module docstring's order: each record (and any the consumer skipped
+    before it, :func:`in_order`) goes to ``handle``, which sends outputs and stages table
+    writes on the batch; ``before_commit`` runs once the records are handled (the sink
+    inserts there); :meth:`Batch.commit` makes outputs, then tables, then positions durable;
+    ``after_commit`` runs last (work that must see the batch durable, e.g. replay verdicts).
+    Concurrency 1, and registered so the group commits no offset of the topic before this
+    agent has made it durable (:mod:`processors.worker.positions`).
+    """
+    settings = wiring.settings
+    max_events = max_events or settings.batch_max
+    within_s = settings.batch_within_s if within_s is None else within_s
+    wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
+
+    async def agent(stream: Any) -> None:
+        async for events in stream.take_events(max_events, within=within_s):
+            batch = Batch(wiring, name, len(events))
+            for event in events:
+                value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+                await in_order(batch, table, event.message, value, handle)
+            if before_commit is not None:
+                await before_commit(batch)
+            await batch.commit()
+            if after_commit is not None:
+                await after_commit(batch)
+
+    agent.__name__ = name.replace("-", "_")
+    wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

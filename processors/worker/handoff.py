@@ -1,0 +1,40 @@
+"""The handoff agent, derive mode: join a dispatch with its child run's outcome.
+
+A parent run's ``node.dispatched`` and the child run's terminal ``run.*`` event
+live in two runs, so (keyed by runId) usually on two partitions. Both are
+re-keyed by childRunId onto the ``handoff-links`` topic, where one partition
+sees both, whichever comes first; the pure :func:`processors.core.handoff.join`
+then yields the ``child.*`` / ``output.harvested`` transitions. Check mode needs
+none of this: the fold checks host-emitted transitions inside the parent run.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from processors.core.handoff import child_of, join
+from processors.metrics import METRICS
+from processors.worker.batch import Batch, SourceRecord, batched_agent
+from processors.worker.wiring import Wiring
+from streams.codec import decode_record, encode_record
+
+log = logging.getLogger("agentlog.handoff")
+
+
+def install(wiring: Wiring) -> None:
+    """Register the handoff agent on ``handoff-links``."""
+
+    async def handle(batch: Batch, record: SourceRecord) -> None:
+        try:
+            message = decode_record(record.value)
+            child = child_of(message)
+            new, transitions = join(batch.get("links", child), message)
+        except Exception:
+            log.exception("bad handoff-links record %s/%s", record.partition, record.offset)
+            return
+        for t in transitions:
+            await batch.send("transitions", t["parentRunId"], encode_record(t))
+            METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
+        batch.set("links", record.partition, child, new)
+
+    batched_agent(wiring, "handoff-links", name="handoff", table="links", handle=handle)
