@@ -31,7 +31,7 @@ down: venv
 	$(AGENTLOG) demo --stop-only
 
 bench: venv kafka
-	$(PY) -m bench
+	$(PY) -m tests.bench
 
 # Stops the test broker (if the tests left one) and removes caches; keeps .venv and the jar cache.
 clean:

@@ -86,7 +86,7 @@ def _record_body(record: dict[str, Any]) -> bytes | None:
     """The Avro binary of the one fixed record schema, written directly (the per-call cost of
     ``fastavro.schemaless_writer`` is half of encoding an event); ``None`` when a field is not
     exactly its schema type, so fastavro decides (and words the error). Byte-identical to
-    fastavro for every record it accepts (tests/canonical/test_avro_fast.py)."""
+    fastavro for every record it accepts (tests/unit/schemas/test_avro_fast.py)."""
     parts: list[bytes] = []
     try:
         for name in _STRINGS:

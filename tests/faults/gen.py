@@ -10,7 +10,7 @@ import random
 from typing import Any
 
 from schemas.canonical import GENESIS, chain_hash
-from tests.fold.runs import child_runs, realistic_run
+from tests.unit.core.runs import child_runs, realistic_run
 
 _BASE_MS = 1_736_935_200_000  # 2025-01-15T10:00:00Z
 
@@ -59,7 +59,7 @@ def synthetic_run(run_id: str, n: int, rng: random.Random) -> list[dict[str, Any
 
 
 def realistic_family(run_id: str) -> list[list[dict[str, Any]]]:
-    """A planner run in check mode plus its child runs (the handoff story of tests/fold/runs.py)."""
+    """A planner run in check mode plus its child runs (the handoff story of tests/unit/core/runs.py)."""
     return [realistic_run(run_id, mode="check"), *child_runs(run_id).values()]
 
 

@@ -37,9 +37,9 @@ from streams.admin import ensure_topics
 from streams.reader import read_run, read_topic
 from streams.topics import topic_name
 from tests.faults.gen import synthetic_run
-from tests.fold.runs import realistic_run
-from tests.processors.worker_proc import WorkerProcess, wait_until
-from tests.replay_live.helpers import HandLog
+from tests.unit.core.runs import realistic_run
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.integration.replay.helpers import HandLog
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(900)]
 

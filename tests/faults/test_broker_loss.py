@@ -23,7 +23,7 @@ from streams.reader import read_topic
 from streams.settings import load_settings
 from tests.faults.gen import chain_of
 from tests.faults.kafka_util import Offsets
-from tests.processors.worker_proc import WorkerProcess, wait_until
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow,
               pytest.mark.timeout(900)]

@@ -1,4 +1,4 @@
-"""Query safety, compactly, so the fault report covers it (tests/audit has the full matrix).
+"""Query safety, compactly, so the fault report covers it (tests/unit/audit has the full matrix).
 
 Injection through named-query parameters finds nothing and changes nothing; every write,
 DDL, multi-statement or settings escape through ``run_sql`` is refused with ``read_only``;
@@ -13,7 +13,7 @@ from processors.audit.queries import run_named, run_sql
 from processors.audit.store import open_store
 from processors.audit.migrations import migrate
 from schemas.errors import StoreError
-from tests.audit.data import audit_batches
+from tests.unit.audit.data import audit_batches
 
 pytestmark = [pytest.mark.faults]
 

@@ -11,7 +11,7 @@ Afterwards, against oracles computed here from the published docs alone:
 * nothing was rejected and nothing was flagged.
 
 Size: ``AGENTLOG_FAULT_EVENTS`` events (default below), 100 per synthetic run, plus realistic
-handoff families (planner + children) from tests/fold/runs.py; ``AGENTLOG_FAULT_KILLS`` SIGKILLs
+handoff families (planner + children) from tests/unit/core/runs.py; ``AGENTLOG_FAULT_KILLS`` SIGKILLs
 (default 10); ``AGENTLOG_FAULT_SEED`` picks the interleaving and the kill points.
 """
 
@@ -33,7 +33,7 @@ from streams.publisher import Publisher
 from streams.reader import read_run, read_topic
 from tests.faults.gen import chain_of, interleave, realistic_family, synthetic_run
 from tests.faults.kafka_util import Offsets
-from tests.processors.worker_proc import WorkerProcess, wait_until
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1800)]
 

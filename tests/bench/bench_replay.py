@@ -1,0 +1,172 @@
+"""Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
+
+Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
+worker`` process builds its committed log, digests and snapshots; the worker is stopped
+before measuring. Ours: re-derive the run from the log offset of its middle event — load the
+nearest snapshot, re-read the log from there, refold, check the hash chain and compare state
+and head hash with the digest at every index; the whole call is timed (digest and snapshot
+reads included). Baseline: the same records (same partition, from the same offset to the
+end) read with a plain aiokafka consumer with the same settings (no group, assign + seek,
+read_committed) and only decoded with the same strict JSON decoder. Rate = events verified
+(or read) per second of wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from tests.bench import BenchContext
+from processors.replay.rederive import replay_run
+from schemas.errors import InfraError
+from streams.admin import ensure_topics
+from streams.codec import decode_record
+from streams.publisher import Publisher
+from streams.reader import read_topic
+from streams.settings import Settings, settings_env
+from streams.topics import topic_name
+
+REPO = Path(__file__).resolve().parents[2]
+VARIABLES = 20  # distinct variable names: the state stays the size of a real run's, not of N
+
+
+def _event(i: int) -> tuple[str, dict]:
+    """A realistic mix: mostly variable updates, some usage records and channel writes."""
+    if i % 100 == 0:
+        return "channel.written", {"channel": "progress", "value": {"step": i, "note": "checkpoint"}}
+    if i % 10 == 0:
+        return "provider.usage", {"provider": "anthropic", "model": "claude-x", "inputTokens": 800 + i % 97,
+                                  "outputTokens": 90 + i % 13}
+    return "variable.changed", {"name": f"var{i % VARIABLES}", "value": {"step": i, "score": i % 1000,
+                                                                         "note": "observation " * 4}}
+
+
+async def _publish(settings: Settings, run_id: str, n: int) -> None:
+    async with Publisher(settings, wire="avro") as pub:
+        run = pub.run(run_id)
+        await run.emit("run.started", {"bindings": {"engineVersion": "1.4.0"}}, node_id="start")
+        for i in range(1, n - 1):
+            type_, payload = _event(i)
+            await run.emit(type_, payload, node_id=f"node{i % 5}")
+        await run.emit("run.completed", {"status": "completed"}, node_id="end")
+
+
+async def _terminal_snapshot(settings: Settings, run_id: str, last: int) -> bool:
+    async for _, _, _, value in read_topic(settings, "snapshots", key=run_id):
+        if value.get("runId") == run_id and value.get("atSequence") == last:
+            return True
+    return False
+
+
+def _worker(settings: Settings) -> subprocess.Popen:
+    settings.home.mkdir(parents=True, exist_ok=True)
+    log = open(settings.home / "bench-replay-worker.log", "a")  # noqa: SIM115 - owned by the child
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
+                             "--no-sink", "--no-web"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+
+
+async def _build(settings: Settings, run_id: str, n: int, timeout_s: float) -> None:
+    await ensure_topics(settings)
+    proc = _worker(settings)
+    try:
+        await _publish(settings, run_id, n)
+        deadline = time.monotonic() + timeout_s
+        while not await _terminal_snapshot(settings, run_id, n - 1):
+            if proc.poll() is not None:
+                raise InfraError(f"the worker exited ({proc.returncode}); see {settings.home}/bench-replay-worker.log")
+            if time.monotonic() > deadline:
+                raise InfraError(f"the worker did not fold {n} events within {timeout_s:.0f}s")
+            await asyncio.sleep(1.0)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=30)
+
+
+async def _middle_offset(settings: Settings, run_id: str, seq: int) -> tuple[int, int]:
+    async for _, _, _, value in read_topic(settings, "digests", key=run_id):
+        if value.get("runId") == run_id and value.get("sequence") == seq:
+            return value["logPartition"], value["logOffset"]
+    raise InfraError(f"no digest for sequence {seq} of {run_id}")
+
+
+async def _raw(settings: Settings, partition: int, start: int) -> tuple[float, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", isolation_level="read_committed",
+                                client_id="agentlog-reader")
+    t0 = time.perf_counter()
+    await consumer.start()
+    try:
+        tp = TopicPartition(topic_name(settings, "log"), partition)
+        consumer.assign([tp])
+        consumer.seek(tp, start)
+        end = (await consumer.end_offsets([tp]))[tp]
+        count = 0
+        while await consumer.position(tp) < end:
+            for messages in (await consumer.getmany(tp, timeout_ms=500)).values():
+                for m in messages:
+                    decode_record(m.value)
+                    count += 1
+    finally:
+        await consumer.stop()
+    return count / (time.perf_counter() - t0), count
+
+
+async def _ours(settings: Settings, run_id: str, offset: int) -> tuple[float, dict]:
+    t0 = time.perf_counter()
+    result = await replay_run(settings, run_id, from_offset=offset)
+    elapsed = time.perf_counter() - t0
+    if result.verdict != "match":
+        raise InfraError(f"bench replay did not match: {result.first_divergence}")
+    return (result.compared + result.undigested) / elapsed, result.to_json_dict()
+
+
+def run(ctx: BenchContext) -> dict:
+    n = 2_000 if ctx.quick else 20_000
+    rounds = 1 if ctx.quick else 3
+    snapshot_every = 100
+    tag = uuid.uuid4().hex[:8]
+    settings = ctx.settings.replace(topic_prefix=f"bench-{tag}-replay", partitions=4, snapshot_every=snapshot_every,
+                                    home=ctx.settings.home / f"bench-replay-{tag}")
+    run_id = f"bench-replay-{tag}"
+    t0 = time.perf_counter()
+    asyncio.run(_build(settings, run_id, n, timeout_s=max(300.0, n / 20)))
+    build_s = time.perf_counter() - t0
+    partition, middle = asyncio.run(_middle_offset(settings, run_id, n // 2))
+    ours, raw, result = [], [], {}
+    for _ in range(rounds):
+        rate, result = asyncio.run(_ours(settings, run_id, middle))
+        ours.append(rate)
+        # The baseline reads what the replay read: from where the replay started reading.
+        raw_rate, _ = asyncio.run(_raw(settings, partition, result["readFromOffset"]))
+        raw.append(raw_rate)
+    return {
+        "ours": statistics.median(ours),
+        "baseline": statistics.median(raw),
+        "unit": "events/s",
+        "goal_ratio": 0.5,
+        "details": {
+            "events": n,
+            "rounds": rounds,
+            "from_sequence": result.get("fromSeq"),
+            "snapshot_used": result.get("snapshotUsed"),
+            "verified_per_round": result.get("compared"),
+            "snapshot_every": snapshot_every,
+            "worker_build_s": round(build_s, 1),
+            "ours_rounds": ours,
+            "raw_rounds": raw,
+        },
+    }

@@ -1,0 +1,210 @@
+"""Re-derivation from an offset on the real broker (SPEC §7.1).
+
+Two kinds of logs: ones a real ``agentlog worker`` built (digests and snapshots written by the
+live run-state processor), and ones written by hand so that an altered record is the *first*
+copy of its (runId, sequence) — the copy every reader keeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+
+import pytest
+
+from processors.metrics import METRICS
+from processors.replay.rederive import replay_run
+from schemas.canonical import chain_hash
+from streams.admin import ensure_topics
+from streams.publisher import publish_docs
+from streams.reader import read_run
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.replay.runs import llm_run
+from tests.integration.replay.helpers import HandLog, chained, committed, digested, terminal_snapshot
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
+
+SNAPSHOT_EVERY = 5
+
+
+@pytest.fixture
+def worker(settings):
+    asyncio.run(ensure_topics(settings))
+    proc = WorkerProcess(settings.replace(snapshot_every=SNAPSHOT_EVERY)).start()
+    yield proc
+    proc.stop()
+
+
+async def _publish_and_settle(settings, worker, docs):
+    run_id = docs[0]["runId"]
+    summary = await publish_docs(settings, docs, wire="avro")
+    assert summary.accepted == len(docs) and not summary.rejected
+    log = await wait_until(lambda: committed(settings, run_id, len(docs)), what="committed log", worker=worker)
+    digests = await wait_until(lambda: digested(settings, run_id, len(docs)), what="digests", worker=worker)
+    snaps = await wait_until(lambda: terminal_snapshot(settings, run_id, len(docs) - 1),
+                             what="terminal snapshot", worker=worker)
+    return log, digests, snaps
+
+
+def test_worker_built_log_replays_to_match_from_any_start(settings, worker):
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    docs = llm_run(run_id)
+
+    async def scenario():
+        log, digests, snaps = await _publish_and_settle(settings, worker, docs)
+        head = log[-1]["hash"]
+
+        whole = await replay_run(settings, run_id, from_seq=0)
+        assert whole.verdict == "match", whole.first_divergence
+        assert whole.snapshot_used is None and whole.compared == len(docs)
+        assert whole.head_hash == head and whole.last_sequence == len(docs) - 1
+
+        middle = len(docs) // 2 + 1
+        progress = []
+        by_offset = await replay_run(settings, run_id, from_offset=digests[middle]["logOffset"],
+                                     progress=lambda done, total: progress.append((done, total)))
+        expected_snapshot = max(s for s in snaps if s < middle)
+        assert by_offset.verdict == "match", by_offset.first_divergence
+        assert by_offset.from_seq == middle
+        assert by_offset.snapshot_used == expected_snapshot
+        assert by_offset.read_from_offset == digests[expected_snapshot]["logOffset"] + 1
+        assert by_offset.compared == len(docs) - expected_snapshot - 1
+        assert by_offset.head_hash == head
+        assert progress and progress[-1][0] == by_offset.compared
+
+        early = await replay_run(settings, run_id, from_seq=min(snaps))  # no snapshot strictly before it
+        assert early.verdict == "match" and early.snapshot_used is None and early.compared == len(docs)
+        assert early.bindings == docs[0]["payload"]["bindings"]
+
+    asyncio.run(scenario())
+
+
+def test_rewritten_copy_appended_after_the_worker_stopped_is_tampered(settings, worker):
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    docs = llm_run(run_id)
+    k = 10  # variable.changed searchHits
+
+    async def scenario():
+        log, digests, _ = await _publish_and_settle(settings, worker, docs)
+        worker.stop()
+        forged = copy.deepcopy(log[k])
+        forged["doc"]["payload"]["value"] = 999
+        async with HandLog(settings) as hand:
+            await hand.send("log", run_id, forged)
+        assert (await read_run(settings, run_id)).conflicts  # the reader keeps the first copy and notes this one
+
+        before = METRICS.get("replay_behavior_mismatch_total", aspect="chain")
+        result = await replay_run(settings, run_id, from_seq=0)
+        assert result.verdict == "diverged"
+        d = result.first_divergence
+        assert (d["atSequence"], d["kind"]) == (k, "tampered")
+        assert (d["path"], d["expected"], d["actual"]) == ("doc.payload.value", 3, 999)
+        assert d["logOffset"] > digests[len(docs) - 1]["logOffset"]
+        assert METRICS.get("replay_behavior_mismatch_total", aspect="chain") == before + 1
+
+        # Started after k from a snapshot, the copy is still judged — against the recorded digest.
+        late = await replay_run(settings, run_id, from_seq=len(docs) - 2)
+        assert late.snapshot_used is not None and late.snapshot_used > k
+        assert (late.first_divergence["atSequence"], late.first_divergence["kind"]) == (k, "tampered")
+
+    asyncio.run(scenario())
+
+
+# --- hand-written logs: the altered record comes first ------------------------------------------------
+
+
+def _altered(docs: list[dict], k: int, value) -> list[dict]:
+    out = copy.deepcopy(docs)
+    out[k]["payload"]["value"] = value
+    return out
+
+
+def test_first_copy_altered_is_tampered_at_its_index(settings):
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    docs = llm_run(run_id)
+    k = 10
+
+    async def scenario():
+        records = chained(docs)
+        records[k]["doc"]["payload"]["value"] = 4  # hashes left as committed: the doc no longer matches them
+        async with HandLog(settings) as hand:
+            where = await hand.log(records)
+            await hand.recorded(docs, dict(enumerate(where)))
+        assert not (await read_run(settings, run_id)).conflicts  # nothing a dedup would notice
+
+        result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
+        assert result.verdict == "diverged"
+        d = result.first_divergence
+        assert (d["atSequence"], d["kind"], d["path"]) == (k, "tampered", "hash")
+        assert d["actual"] == records[k]["hash"] and d["expected"] == chain_hash(records[k - 1]["hash"], records[k]["doc"])
+        assert d["logOffset"] == where[k][1]
+        # The altered value also changes the state from k on; collect-all reports that stretch once.
+        assert [(x["atSequence"], x["kind"]) for x in result.divergences] == [(k, "tampered")]
+
+    asyncio.run(scenario())
+
+
+def test_consistently_rewritten_chain_is_caught_by_the_digests_with_a_field_diff(settings):
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    docs = llm_run(run_id)
+    k = 10
+
+    async def scenario():
+        forged = _altered(docs, k, 7)
+        async with HandLog(settings) as hand:
+            where = await hand.log(chained(forged))  # a self-consistent chain over the forged docs
+            await hand.recorded(docs, dict(enumerate(where)), snapshot_at=(4, k, len(docs) - 1))
+        result = await replay_run(settings, run_id, from_seq=0)
+        d = result.first_divergence
+        assert (d["atSequence"], d["kind"]) == (k, "state")
+        assert (d["path"], d["expected"], d["actual"]) == ("state.variables.searchHits", 3, 7)
+
+        # A rewrite that does not touch the state (usage numbers) shows up as the head hash.
+        usage_k = 11
+        forged_usage = copy.deepcopy(docs)
+        forged_usage[usage_k]["payload"]["costCents"] = 0
+        other = settings.replace(topic_prefix=settings.topic_prefix + "u")
+        async with HandLog(other) as hand:
+            where = await hand.log(chained(forged_usage))
+            await hand.recorded(docs, dict(enumerate(where)))
+        usage = await replay_run(other, run_id, from_seq=0)
+        assert (usage.first_divergence["atSequence"], usage.first_divergence["kind"]) == (usage_k, "head")
+
+    asyncio.run(scenario())
+
+
+def test_missing_records_are_reported(settings):
+    run_id = f"run-{uuid.uuid4().hex[:8]}"
+    docs = llm_run(run_id)
+    k = 6
+
+    async def scenario():
+        records = chained(docs)
+        async with HandLog(settings) as hand:
+            where = await hand.log(records[:k] + records[k + 1:-2])  # a hole at k, and the tail lost
+            offsets = {r["doc"]["sequence"]: w for r, w in zip(records[:k] + records[k + 1:-2], where)}
+            await hand.recorded(docs, offsets)
+        result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
+        kinds = [(d["atSequence"], d["kind"]) for d in result.divergences]
+        assert kinds == [(k, "missing"), (len(docs) - 2, "missing")]
+        assert result.verdict == "diverged"
+
+        tail = settings.replace(topic_prefix=settings.topic_prefix + "t")
+        async with HandLog(tail) as hand:
+            where = await hand.log(records[:-2])
+            await hand.recorded(docs, dict(enumerate(where)))
+        truncated = await replay_run(tail, run_id, from_seq=0)
+        d = truncated.first_divergence
+        assert (d["atSequence"], d["kind"]) == (len(docs) - 2, "missing")
+
+    asyncio.run(scenario())
+
+
+def test_unknown_run_is_an_error_not_a_match(settings):
+    async def scenario():
+        await ensure_topics(settings)
+        return await replay_run(settings, "no-such-run", from_seq=0)
+
+    result = asyncio.run(scenario())
+    assert result.verdict == "error" and result.error["code"] == "replay_error"

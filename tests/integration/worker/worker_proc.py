@@ -1,0 +1,74 @@
+"""Run ``agentlog worker`` as a real child process, so tests can SIGKILL it."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from streams.settings import Settings, settings_env
+
+
+class WorkerProcess:
+    def __init__(self, settings: Settings, *, sink: bool = False, web: bool = False, log_name: str = "worker") -> None:
+        self.settings = settings
+        self.sink = sink
+        self.web = web
+        self.log_path = Path(settings.home) / f"{log_name}.log"
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    def start(self) -> "WorkerProcess":
+        Path(self.settings.home).mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
+        args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
+                "--sink" if self.sink else "--no-sink", "--web" if self.web else "--no-web"]
+        self.starts += 1
+        log = open(self.log_path, "a")
+        log.write(f"\n===== start #{self.starts} at {time.time():.3f}\n")
+        log.flush()
+        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                     cwd=Path(__file__).resolve().parents[3])
+        return self
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.alive():
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+
+async def wait_until(predicate, *, timeout: float = 120.0, interval: float = 0.5, what: str = "condition", worker=None):
+    """Poll an async predicate until it returns a truthy value; fail with the worker log on timeout."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = await predicate()
+        if last:
+            return last
+        if worker is not None and not worker.alive():
+            raise AssertionError(f"worker died while waiting for {what}:\n{worker.log_tail()}")
+        await asyncio.sleep(interval)
+    tail = worker.log_tail() if worker is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last={last!r})\n{tail}")

@@ -1,0 +1,260 @@
+"""Store lifecycle: migrations, one owner per chdb directory, the worker query endpoint, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from processors.audit.rows import COLUMNS, committed_rows, rows_for
+from processors.audit.server import handle_query_request, query_via_worker
+from processors.audit.store import open_store, owner_file, read_owner
+from processors.audit.migrations import migrate
+from schemas.errors import StoreError
+from tests.unit.audit.data import audit_batches
+
+pytestmark = pytest.mark.timeout(180)
+REPO = Path(__file__).resolve().parents[3]
+CLI = [sys.executable, "-c", "from processors.cli import main; main()"]
+
+HOLDER = """
+import sys, time
+from processors.audit.store import open_store
+from processors.audit.migrations import migrate
+s = open_store(sys.argv[1]); migrate(s)
+print("ready", flush=True)
+sys.stdin.readline()
+s.close()
+"""
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
+    env["PYTHONPATH"] = str(REPO)
+    env.update(extra)
+    return env
+
+
+def test_migrate_is_idempotent_and_recorded(store_url):
+    first = migrate(store_url)
+    assert first and first[0] == "0001_audit_tables"
+    assert migrate(store_url) == []
+    with open_store(store_url) as s:
+        ledger = s.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version").rows
+        tables = {r[0] for r in s.query("SHOW TABLES").rows}
+    assert ledger == [(1, "0001_audit_tables")]
+    assert set(COLUMNS) <= tables
+
+
+def test_migrate_refuses_an_edited_migration(tmp_path):
+    mig = tmp_path / "mig"
+    mig.mkdir()
+    (mig / "schema_migrations.sql").write_text(
+        (REPO / "infra/clickhouse/migrations/schema_migrations.sql").read_text())
+    (mig / "0001_t.sql").write_text("CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = MergeTree ORDER BY a;")
+    url = f"chdb://{tmp_path / 'ch'}"
+    assert migrate(url, directory=mig) == ["0001_t"]
+    (mig / "0001_t.sql").write_text("CREATE TABLE IF NOT EXISTS t (a UInt16) ENGINE = MergeTree ORDER BY a;")
+    with pytest.raises(StoreError) as e:
+        migrate(url, directory=mig)
+    assert e.value.code == "migration_drift"
+
+
+def test_columns_match_the_ddl(store):
+    for table, names in COLUMNS.items():
+        ddl = [r[0] for r in store.query(f"DESCRIBE TABLE {table}").rows]
+        assert set(names) <= set(ddl), table
+
+
+def test_rows_are_deterministic_and_strip_transport_keys():
+    recs = audit_batches()["committed"]
+    assert committed_rows(recs) == committed_rows([dict(r) for r in recs])
+    verdict = audit_batches()["verdict"][0]
+    _, names, a = rows_for("verdict", [verdict])
+    _, _, b = rows_for("verdict", [{**verdict, "_position": {"partition": 3, "offset": 9}}])
+    assert a == b  # the sink's Kafka position never changes a row or its dedup key
+    with pytest.raises(StoreError) as e:
+        rows_for("nonsense", [])
+    assert e.value.code == "unknown_record_kind"
+    with pytest.raises(StoreError) as e:
+        rows_for("committed", [{"doc": {}}])
+    assert e.value.code == "bad_record"
+
+
+def test_one_process_shares_one_client_per_directory(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    a, b = open_store(url), open_store(url + "/")  # two spellings of one directory
+    try:
+        assert a.client is b.client
+        other = f"chdb://{tmp_path / 'other'}"
+        with pytest.raises(StoreError) as e:
+            open_store(other)
+        assert e.value.code == "store_busy"
+        a.close()
+        assert b.query("SELECT 1").rows == [(1,)]  # still open: b holds a reference
+    finally:
+        a.close()
+        b.close()
+    assert not owner_file(tmp_path / "ch").exists()
+    with open_store(f"chdb://{tmp_path / 'other'}") as c:  # released: another directory may open now
+        assert c.query("SELECT 2").rows == [(2,)]
+
+
+def test_second_process_gets_store_locked_naming_the_owner(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True, env=_env(), cwd=REPO)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        assert read_owner(url)["pid"] == holder.pid
+        with pytest.raises(StoreError) as e:
+            open_store(url)
+        assert e.value.code == "store_locked"
+        msg = str(e.value)
+        assert f"pid {holder.pid}" in msg and "\n" not in msg and "endpoint" in msg
+        # the CLI says the same in one line, exit 2
+        cli = subprocess.run([*CLI, "sql", "SELECT 1"], capture_output=True,
+                             text=True, env=_env(AGENTLOG_CLICKHOUSE_URL=url), cwd=REPO)
+        assert cli.returncode == 2, cli.stderr
+        assert cli.stderr.startswith("error[store_locked]:") and str(holder.pid) in cli.stderr
+    finally:
+        holder.communicate("\n", timeout=60)
+    assert read_owner(url) is None  # the owner file goes when the owner closes
+    with open_store(url) as s:  # and the directory is free again
+        assert s.query("SELECT count() FROM schema_migrations").rows[0][0] >= 1
+
+
+def test_stale_owner_file_is_taken_over(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    owner_file(tmp_path / "ch").write_text(json.dumps({"pid": int(dead.stdout), "cmd": "crashed worker"}))
+    with open_store(url) as s:
+        assert read_owner(url)["pid"] == os.getpid()
+        assert s.query("SELECT 1").rows == [(1,)]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    store = None
+
+    def do_POST(self):  # noqa: N802 - http.server API
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        status, payload = handle_query_request(self.store, body)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def serving_store(loaded_store):
+    """The loaded store behind an HTTP endpoint, advertised in its owner file like the worker does."""
+    handler = type("H", (_Handler,), {"store": loaded_store})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    loaded_store.set_query_url(f"http://127.0.0.1:{server.server_address[1]}")
+    try:
+        yield loaded_store
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_handle_query_request_shapes(loaded_store):
+    status, out = handle_query_request(loaded_store, {"query": "usage", "params": {"run_id": "run-1"}})
+    assert status == 200 and out["columns"][0] == "run_id" and out["rows"][0][:3] == ["run-1", "anthropic", "claude-x"]
+    status, out = handle_query_request(loaded_store, {"query": "run-timeline", "params": {"run_id": "run-1"}})
+    assert status == 200 and out["rows"][0][1] == "2025-01-15T10:00:00"
+    json.dumps(out)  # everything JSON-serialisable
+    assert handle_query_request(loaded_store, {"sql": "DROP TABLE events"})[1]["error"]["code"] == "read_only"
+    assert handle_query_request(loaded_store, {"query": "nope"})[0] == 400
+    assert handle_query_request(loaded_store, {"nothing": 1})[1]["error"]["code"] == "bad_request"
+    assert handle_query_request(loaded_store, {"query": "usage", "params": ["x"]})[1]["error"]["code"] == "bad_request"
+
+
+def test_query_via_worker_and_cli_through_the_owner(serving_store):
+    url = serving_store.url
+    out = query_via_worker(url, {"query": "rejections", "params": {"run_id": "run-1"}})
+    assert out["rows"] == [["sequence_gap", 2, 1, "2025-01-15T10:00:00.100000", "2025-01-15T10:00:00.101000"]]
+    with pytest.raises(StoreError) as e:
+        query_via_worker(url, {"sql": "ALTER TABLE events DELETE WHERE 1"})
+    assert e.value.code == "read_only"
+    # another process cannot open the directory, so the CLI goes through the endpoint
+    env = _env(AGENTLOG_CLICKHOUSE_URL=url)
+    cli = subprocess.run([*CLI, "query", "usage", "--param", "run_id=run-llm",
+                          "--json"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert cli.returncode == 0, cli.stderr
+    got = json.loads(cli.stdout)
+    assert sorted(r[2] for r in got["rows"]) == ["claude-x", "gpt-y", "m-small"]
+    bad = subprocess.run([*CLI, "sql", "DROP TABLE events"],
+                         capture_output=True, text=True, env=env, cwd=REPO)
+    assert bad.returncode == 2 and bad.stderr.startswith("error[read_only]:")
+    csv_out = subprocess.run([*CLI, "query", "run-timeline", "-p", "run_id=run-1",
+                              "--csv"], capture_output=True, text=True, env=env, cwd=REPO)
+    assert csv_out.returncode == 0, csv_out.stderr
+    lines = csv_out.stdout.strip().splitlines()
+    assert lines[0].startswith("sequence,event_time,type") and len(lines) == 21
+
+
+def test_query_via_worker_without_owner_is_none(tmp_path):
+    assert query_via_worker(f"chdb://{tmp_path / 'nobody'}", {"sql": "SELECT 1"}) is None
+
+
+def test_cli_opens_the_directory_when_no_worker_owns_it(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    with open_store(url) as s:
+        migrate(s)
+        for kind, records in audit_batches().items():
+            s.insert_records(kind, records)
+    cli = subprocess.run([*CLI, "query", "failures", "--json"],
+                         capture_output=True, text=True, env=_env(AGENTLOG_CLICKHOUSE_URL=url), cwd=REPO)
+    assert cli.returncode == 0, cli.stderr
+    assert {r[0] for r in json.loads(cli.stdout)["rows"]} == {"worker-b", "worker-c"}
+
+
+def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
+    """The doc column is the hash-chain preimage: an auditor re-hashes it, so it must be RFC 8785 to the byte."""
+    from schemas.canonical import chain_hash, jcs
+
+    odd = {"eventId": 'e"\\\n\x01\x7f€😀', "runId": "r\u2028", "type": "t", "sequence": 2**53 - 1,
+           "timestamp": "2025-01-01T00:00:00Z", "nodeId": "ü", "causationId": "a\\b",
+           "payload": {"f": 1.0, "g": 1e21, "😀": 1, "\ue000": 2, "s": "\u0007"}}
+    recs = audit_batches()["committed"] + [{"doc": odd, "prevHash": "0" * 64, "hash": chain_hash("0" * 64, odd),
+                                            "source": {}}]
+    names, cols = committed_rows(recs)
+    docs, payloads = cols[names.index("doc")], cols[names.index("payload")]
+    assert docs == [jcs(r["doc"]).decode() for r in recs]
+    assert payloads == [jcs(r["doc"]["payload"]).decode() for r in recs]
+    assert chain_hash("0" * 64, json.loads(docs[-1])) == recs[-1]["hash"]
+
+
+def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
+    """The cluster variant cannot run without Keeper here, so check it with ClickHouse's own parser."""
+    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, _statements
+
+    cluster = [s for f in sorted(CLUSTER_MIGRATIONS_DIR.glob("*.sql")) for s in _statements(f.read_text())]
+    for stmt in cluster:
+        store.query("SELECT formatQuery({q:String})", {"q": stmt})  # raises on a syntax error
+    single = _statements((MIGRATIONS_DIR / "0001_audit_tables.sql").read_text())
+    for stmt in single:
+        name = stmt.split("EXISTS", 1)[1].split()[0]
+        local = next(s for s in cluster if f"EXISTS {name}_local ON CLUSTER" in s)
+        def columns(ddl: str) -> str:
+            return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+
+        assert columns(local) == columns(stmt)
+        assert f"ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
+        assert stmt.split("ORDER BY")[1].split() == local.split("ORDER BY")[1].split()
+        assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
+                   for s in cluster)
