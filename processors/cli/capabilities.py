@@ -30,16 +30,14 @@ from typing import Any
 
 import typer
 
+from schemas.upstream import UPSTREAM_DIR
+
 __all__ = ["Check", "VECTORS_ENV", "capability_document", "find_vectors", "run_checks"]
 
 VECTORS_ENV = "AGENTLOG_CACHE_KEY_VECTORS"
 _VECTORS_NAME = "semantic-request-digest-v2.json"
-_REPO = Path(__file__).resolve().parents[2]
-# Where the vector file may be: bundled beside the schemas, or the workspace's reference copy.
-_VECTOR_CANDIDATES = (
-    _REPO / "schemas" / "vectors" / _VECTORS_NAME,
-    _REPO.parent / "shared" / "reference" / "openwop" / "conformance" / "vectors" / _VECTORS_NAME,
-)
+# The copy bundled with the package (schemas/upstream, with its source and sha256).
+_VECTOR_CANDIDATES = (UPSTREAM_DIR / "openwop" / "conformance" / "vectors" / _VECTORS_NAME,)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash
+from schemas.errors import ContractError
+from schemas.validate import validate_doc
+from streams.codec import decode_ingest
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +114,44 @@ def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) ->
         head={"next": sequence + 1, "hash": digest},
         index_entry=(event_id, [sequence, digest, source.partition, source.offset]),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """What :func:`sequence` decoded, beside its decision.
+
+    ``doc`` is None when the record did not decode; ``unexpected`` holds an error no
+    contract check anticipated (a bug to log with its traceback, not a reason code).
+    """
+
+    doc: dict | None
+    decision: Decision
+    unexpected: Exception | None = None
+
+
+def sequence(raw: bytes, head_of: Callable[[str], dict | None], lookup_of: Callable[[str], IndexLookup],
+             source: Source, *, max_bytes: int) -> Decoded:
+    """Decode, validate and decide one ingest record: every reason a record is refused, in one place.
+
+    ``head_of(runId)`` is the run's head, ``lookup_of(runId)`` its eventId index lookup. A
+    record that does not decode or breaks the contract is ``Rejected`` with the contract's
+    code (``bad_magic``, ``decode_error``, ``invalid_envelope``, ``oversize``, …); a valid doc
+    gets :func:`decide`'s decision. Never raises for a bad record: an unexpected error in
+    decoding is a ``decode_error``, in deciding an ``invalid_envelope``, with its type and message.
+    """
+    doc = None
+    try:
+        doc = decode_ingest(raw)
+        validate_doc(doc, max_bytes=max_bytes)
+    except ContractError as e:
+        return Decoded(doc, Rejected(e.code, getattr(e, "detail", None) or str(e)))
+    except Exception as e:  # a processor never dies on one bad record
+        return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}"), e)
+    run_id = doc["runId"]
+    try:
+        return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source))
+    except Exception as e:
+        return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}"), e)
 
 
 def rejection_record(

@@ -1,21 +1,19 @@
 """The sequencer agent: ingest → committed log | rejections.
 
-The single writer of the committed log per partition (SPEC §4). The decision is
-:func:`processors.core.sequencing.decide`; this agent only decodes, asks, and
-sends what the decision says.
+The single writer of the committed log per partition (SPEC §4). What to do with a
+record is :func:`processors.core.sequencing.sequence` (decode, validate, decide);
+this agent only asks and sends what the decision says.
 """
 
 from __future__ import annotations
 
 import logging
 
-from processors.core.sequencing import Accepted, Redelivered, Rejected, Source, decide, rejection_record
+from processors.core.sequencing import Accepted, Redelivered, Source, rejection_record, sequence
 from processors.metrics import METRICS
 from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
-from schemas.errors import ContractError
-from schemas.validate import validate_doc
-from streams.codec import decode_ingest, encode_record
+from streams.codec import encode_record
 
 log = logging.getLogger("agentlog.sequencer")
 
@@ -28,30 +26,18 @@ def install(wiring: Wiring) -> None:
     max_bytes = wiring.settings.max_event_bytes
 
     async def handle(batch: Batch, record: SourceRecord) -> None:
-        raw = record.value
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
-        doc = None
-        try:
-            doc = decode_ingest(raw)
-            validate_doc(doc, max_bytes=max_bytes)
-        except ContractError as e:
-            await _reject(batch, e.code, getattr(e, "detail", None) or str(e), raw, source, doc)
-            return
-        except Exception as e:  # a processor never dies on one bad record
-            log.exception("unexpected error decoding %s", source)
-            await _reject(batch, "decode_error", f"{type(e).__name__}: {e}", raw, source, None)
-            return
-        run_id = doc["runId"]
 
-        def find(event_id: str) -> list | None:
-            return batch.get("index", run_id + INDEX_SEP + event_id)
+        def lookup_of(run_id: str):
+            return lambda event_id: batch.get("index", run_id + INDEX_SEP + event_id)
 
-        try:
-            decision = decide(batch.get("heads", run_id), find, doc, source)
-        except Exception as e:
-            log.exception("unexpected error sequencing %s", source)
-            decision = Rejected("invalid_envelope", f"{type(e).__name__}: {e}")
+        decoded = sequence(record.value, lambda run_id: batch.get("heads", run_id), lookup_of, source,
+                           max_bytes=max_bytes)
+        decision, doc = decoded.decision, decoded.doc
+        if decoded.unexpected is not None:
+            log.error("unexpected error on %s", source, exc_info=decoded.unexpected)
         if isinstance(decision, Accepted):
+            run_id = decision.committed["doc"]["runId"]
             await batch.send("log", run_id, encode_record(decision.committed))
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
@@ -59,17 +45,14 @@ def install(wiring: Wiring) -> None:
             METRICS.inc("agentlog_events_accepted_total")
         elif isinstance(decision, Redelivered):
             if decision.head is not None:
-                batch.set("heads", source.partition, run_id, decision.head)
+                assert doc is not None  # a redelivery was decoded
+                batch.set("heads", source.partition, doc["runId"], decision.head)
             METRICS.inc("agentlog_redelivered_total")
         else:
-            await _reject(batch, decision.reason, decision.detail, raw, source, doc)
+            rec = rejection_record(decision.reason, decision.detail, record.value, source, doc)
+            await batch.send("rejections", rec["runId"], encode_record(rec))
+            METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
     batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle)
-
-
-async def _reject(batch: Batch, reason: str, detail: str, raw: bytes, source: Source, doc: object) -> None:
-    record = rejection_record(reason, detail, raw, source, doc if isinstance(doc, dict) else None)
-    await batch.send("rejections", record["runId"], encode_record(record))
-    METRICS.inc("agentlog_events_rejected_total", reason=reason)

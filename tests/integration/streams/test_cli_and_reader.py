@@ -21,10 +21,11 @@ from streams.publisher import Publisher
 from streams.reader import read_run
 from streams.settings import Settings
 from streams.topics import topic_name
+from schemas.upstream import upstream_file
 
 pytestmark = pytest.mark.kafka
 
-UPSTREAM_SCHEMA = Path("/work/shared/reference/openwop/schemas/run-event.schema.json")
+UPSTREAM_SCHEMA = upstream_file("openwop/schemas/run-event.schema.json")
 AGENTLOG = [sys.executable, "-c", "from processors.cli import main; main()"]
 
 

@@ -18,10 +18,11 @@ from streams.publisher import Publisher, SyncPublisher
 from streams.reader import partition_for, read_run, read_topic
 from streams.settings import Settings
 from streams.topics import topic_name
+from schemas.upstream import upstream_file
 
 pytestmark = pytest.mark.kafka
 
-UPSTREAM_SCHEMA = Path("/work/shared/reference/openwop/schemas/run-event.schema.json")
+UPSTREAM_SCHEMA = upstream_file("openwop/schemas/run-event.schema.json")
 
 REQUEST = {
     "provider": "openai",

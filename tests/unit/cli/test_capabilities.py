@@ -11,8 +11,9 @@ from typer.testing import CliRunner
 
 from processors.cli import app
 from processors.cli.capabilities import Check, capability_document, run_checks
+from schemas.upstream import upstream_file
 
-REFERENCE = Path("/work/shared/reference/openwop")
+REFERENCE = upstream_file("openwop/schemas/run-event.schema.json").parents[1]
 EXCERPT = REFERENCE / "schemas" / "capabilities.multiAgent.EXCERPT.json"
 VECTORS = REFERENCE / "conformance" / "vectors" / "semantic-request-digest-v2.json"
 

@@ -13,8 +13,9 @@ from processors.replay.compare import compare_outcome
 from schemas.errors import ReplayError
 from schemas.stability import WILDCARD, parse_path
 from tests.unit.replay.runs import changed
+from schemas.upstream import UPSTREAM_DIR
 
-REFERENCE = Path(os.environ.get("AGENTLOG_REFERENCE", Path(__file__).resolve().parents[4] / "shared" / "reference"))
+REFERENCE = UPSTREAM_DIR
 FIXTURE = REFERENCE / "aos/backend/app/schemas/examples/structured_outcome_replayable.json"
 
 

@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request
 from schemas.errors import CacheKeyError, ContractError
 from tests.unit.schemas.strategies import contract_settings
+from schemas.upstream import upstream_file
 
-VECTORS_FILE = Path("/work/shared/reference/openwop/conformance/vectors/semantic-request-digest-v2.json")
+VECTORS_FILE = upstream_file("openwop/conformance/vectors/semantic-request-digest-v2.json")
 VECTORS = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))
 BY_ID = {v["id"]: v for v in VECTORS["vectors"]}
 

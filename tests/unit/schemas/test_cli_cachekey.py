@@ -9,8 +9,9 @@ from typer.testing import CliRunner
 
 from processors.cli import app
 from schemas.errors import CacheKeyError
+from schemas.upstream import upstream_file
 
-VECTORS = json.loads(Path("/work/shared/reference/openwop/conformance/vectors/semantic-request-digest-v2.json").read_text())
+VECTORS = json.loads(upstream_file("openwop/conformance/vectors/semantic-request-digest-v2.json").read_text())
 MINIMAL = next(v for v in VECTORS["vectors"] if v["id"] == "minimal")
 runner = CliRunner()
 

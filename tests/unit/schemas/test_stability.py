@@ -24,8 +24,9 @@ from schemas.stability import (
     volatile_paths,
 )
 from tests.unit.schemas.strategies import contract_settings, json_values, valid_docs
+from schemas.upstream import upstream_file
 
-AOS = Path("/work/shared/reference/aos/backend/app/schemas/examples/structured_outcome_replayable.json")
+AOS = upstream_file("aos/backend/app/schemas/examples/structured_outcome_replayable.json")
 
 
 def _failed(**payload_changes):

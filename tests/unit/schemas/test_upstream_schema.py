@@ -14,8 +14,9 @@ from schemas.errors import EventRejected
 from schemas.events import RUN_EVENT_TYPE_LIST
 from schemas.validate import validate_doc
 from tests.unit.schemas.strategies import contract_settings, valid_docs
+from schemas.upstream import upstream_file
 
-UPSTREAM = Path("/work/shared/reference/openwop/schemas/run-event.schema.json")
+UPSTREAM = upstream_file("openwop/schemas/run-event.schema.json")
 SCHEMA = json.loads(UPSTREAM.read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 
