@@ -1,0 +1,72 @@
+"""Every Faust/aiokafka internal that ``streams.internals`` touches still exists on the installed versions.
+
+Fails loudly on an upgrade that renames or removes one (raise the upper bounds in
+pyproject.toml only once this passes on the new version). No broker: objects are built, never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+
+import faust
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from faust.transport.consumer import Consumer
+
+from streams import internals
+
+
+def _app() -> faust.App:
+    return faust.App("internals-check", broker="kafka://127.0.0.1:1", store="memory://", autodiscover=False)
+
+
+def test_faust_app_internals_exist():
+    app = _app()
+    for name in internals.FAUST_APP_INTERNALS:
+        assert callable(getattr(app, name, None)), f"faust.App.{name} is gone"
+
+
+def test_faust_consumer_internals_exist_and_commits_go_through_the_filter():
+    consumer = _app().consumer
+    for name in internals.FAUST_CONSUMER_INTERNALS:
+        assert hasattr(consumer, name), f"Faust's consumer has no {name}"
+    # Every commit path must still ask the filter what to commit, or replacing it changes nothing.
+    assert "self._filter_committable_offsets(" in inspect.getsource(Consumer)
+    tp = TopicPartition("t", 0)
+    consumer._committed_offset[tp] = 41
+    consumer._acked[tp].append(1)
+    consumer._acked_index[tp].add(1)
+    assert internals.committed_offset(consumer, tp) == 41
+    internals.forget_acks(consumer, tp)
+    assert tp not in consumer._acked and tp not in consumer._acked_index
+
+
+def test_the_commit_filter_is_replaced_per_consumer_instance():
+    app = _app()
+    asked = []
+
+    def make_filter(consumer):
+        def committable(tps):
+            asked.append((consumer, list(tps)))
+            return {"tp": 7}
+
+        return committable
+
+    internals.replace_commit_filter(app, make_filter)
+    consumer = app.consumer
+    assert consumer._filter_committable_offsets(["x"]) == {"tp": 7}
+    assert asked == [(consumer, ["x"])]
+    assert _app().consumer._filter_committable_offsets.__func__ is Consumer._filter_committable_offsets
+
+
+def test_aiokafka_consumer_client_can_add_a_topic():
+    async def scenario():
+        consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+        for name in internals.AIOKAFKA_CONSUMER_INTERNALS:
+            assert hasattr(consumer, name), f"AIOKafkaConsumer has no {name}"
+        client = consumer._client
+        for name in internals.AIOKAFKA_CLIENT_INTERNALS:
+            assert callable(getattr(client, name, None)), f"aiokafka client has no {name}"
+
+    asyncio.run(scenario())
+
