@@ -30,6 +30,8 @@ class Settings:
     kafka_bootstrap: str = "127.0.0.1:19092"
     kafka_version: str = "4.1.1"
     kafka_heap: str = "-Xms256m -Xmx1g"
+    # Where the Kafka jars are cached (default: ~/.cache/agentlog/kafka-<version>), shared by checkouts
+    kafka_cache: str = ""
     topic_prefix: str = "agentlog"
     partitions: int = 4
     replication_factor: int = 1

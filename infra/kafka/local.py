@@ -37,6 +37,8 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from aiokafka.admin import AIOKafkaAdminClient
+
 from schemas.errors import InfraError
 from streams.settings import Settings
 
@@ -124,14 +126,9 @@ def bootstrap_servers(nodes: list[NodeInfo]) -> str:
 
 
 def kafka_cache_dir(settings: Settings) -> Path:
-    """Where the jars live: outside git, shared by every checkout and every test home.
-
-    ``Settings`` has no field for it (yet), so ``AGENTLOG_KAFKA_CACHE`` is read here; a
-    ``kafka_cache`` field on ``Settings``, if one is added, wins.
-    """
-    configured = getattr(settings, "kafka_cache", None) or os.environ.get("AGENTLOG_KAFKA_CACHE")
-    if configured:
-        return Path(configured).expanduser().resolve()
+    """Where the jars live: outside git, shared by every checkout and every test home (``AGENTLOG_KAFKA_CACHE``)."""
+    if settings.kafka_cache:
+        return Path(settings.kafka_cache).expanduser().resolve()
     return Path.home() / ".cache" / "agentlog" / f"kafka-{settings.kafka_version}"
 
 
@@ -457,8 +454,6 @@ def _new_cluster_id() -> str:
 
 
 async def _registered_brokers(bootstrap: str, timeout_s: float) -> set[int]:
-    from aiokafka.admin import AIOKafkaAdminClient  # heavy import, only when probing
-
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
     try:
         await asyncio.wait_for(admin.start(), timeout_s)

@@ -110,7 +110,7 @@ class QueryResult:
     def to_dataframe(self) -> Any:
         """A pandas DataFrame (pandas is optional; StoreError ``no_pandas`` without it)."""
         try:
-            import pandas as pd
+            import pandas as pd  # optional dependency: imported only by the caller that asks for a DataFrame
         except ImportError as e:
             raise StoreError("pandas is not installed; pip install pandas", code="no_pandas") from e
         return pd.DataFrame.from_records(self.rows, columns=list(self.columns))

@@ -155,9 +155,8 @@ def test_maven_missing(tmp_path: Path) -> None:
     assert result.stderr.startswith("error[maven_failed]:") and "mvn" in result.stderr
 
 
-def test_maven_failure_names_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = load_settings(home=tmp_path, kafka_version="0.0.0-no-such-release")
-    monkeypatch.setenv("AGENTLOG_KAFKA_CACHE", str(tmp_path / "cache"))
+def test_maven_failure_names_the_cause(tmp_path: Path) -> None:
+    settings = load_settings(home=tmp_path, kafka_version="0.0.0-no-such-release", kafka_cache=str(tmp_path / "cache"))
     with pytest.raises(InfraError) as err:
         local.ensure_kafka_jars(settings)
     assert err.value.code == "maven_failed"
