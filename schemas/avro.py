@@ -15,7 +15,7 @@ import io
 import json
 import struct
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import fastavro
 
@@ -106,7 +106,7 @@ def _record_body(record: dict[str, Any]) -> bytes | None:
                 parts.append(b"\x00")
             elif type(value) is not kind:
                 return None
-            elif kind is str:
+            elif isinstance(value, str):
                 data = value.encode("utf-8")
                 parts.append(b"\x02" + _zigzag(len(data)))
                 parts.append(data)
@@ -139,7 +139,7 @@ def decode_avro(data: bytes | bytearray | memoryview) -> dict[str, Any]:
     body = io.BytesIO(data)
     body.seek(_HEADER.size)
     try:
-        record = fastavro.schemaless_reader(body, PARSED_SCHEMA, None)
+        record = cast(dict[str, Any], fastavro.schemaless_reader(body, PARSED_SCHEMA, None))
     except (EOFError, ValueError, IndexError, UnicodeDecodeError, struct.error) as e:
         raise EventRejected("decode_error", f"Avro body is truncated or corrupt: {e!r}") from e
     if body.tell() != len(data):

@@ -14,10 +14,11 @@ import hashlib
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 import rfc8785
-from json.encoder import c_make_encoder as _c_make_encoder
+from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]  # the C accelerator
 from json.encoder import encode_basestring as _encode_basestring
 
 from schemas.errors import EventRejected
@@ -91,10 +92,11 @@ def _plain_json(obj: Any) -> bool:
 # One C encoder built once (``json.dumps`` builds one per call, which is a third of its cost on
 # a small event): sorted keys, no whitespace, no ASCII escaping, no cycle markers (JSON values
 # from a decoder have no cycles; a cyclic value still fails, as RecursionError).
+_DUMPS: Callable[[Any], str]
 if _c_make_encoder is not None:
     _ENCODER = _c_make_encoder(None, None, _encode_basestring, None, ":", ",", True, False, True)
 
-    def _DUMPS(obj: Any) -> str:
+    def _DUMPS(obj: Any) -> str:  # noqa: N802 - a function in the place of a constant's name
         return "".join(_ENCODER(obj, 0))
 else:  # pragma: no cover - CPython always has the C accelerator
     _DUMPS = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode

@@ -174,7 +174,7 @@ def format_path(segments: tuple[Segment, ...] | list[Segment]) -> str:
     """Inverse of :func:`parse_path`."""
     out: list[str] = []
     for seg in segments:
-        if seg is WILDCARD:
+        if isinstance(seg, _Wildcard):
             out.append("[*]")
         elif isinstance(seg, int):
             out.append(f"[{seg}]")
@@ -263,24 +263,28 @@ def is_volatile(event_type: str, path: str) -> bool:
 def _without(obj: Any, segments: tuple[Segment, ...]) -> Any:
     """``obj`` minus what ``segments`` points at; untouched branches are shared, never mutated."""
     head, rest = segments[0], segments[1:]
-    if head is WILDCARD or isinstance(head, int):
+    if isinstance(head, (_Wildcard, int)):
         if not isinstance(obj, list):
             return obj
-        indexes = range(len(obj)) if head is WILDCARD else [head] if 0 <= head < len(obj) else []
+        indexes: range | list[int]
+        if isinstance(head, _Wildcard):
+            indexes = range(len(obj))
+        else:
+            indexes = [head] if 0 <= head < len(obj) else []
         if not rest:
             return [v for i, v in enumerate(obj) if i not in indexes]
-        copy = list(obj)
+        items = list(obj)
         for i in indexes:
-            copy[i] = _without(copy[i], rest)
-        return copy
+            items[i] = _without(items[i], rest)
+        return items
     if not isinstance(obj, dict) or head not in obj:
         return obj
-    copy = dict(obj)
+    fields = dict(obj)
     if rest:
-        copy[head] = _without(obj[head], rest)
+        fields[head] = _without(obj[head], rest)
     else:
-        del copy[head]
-    return copy
+        del fields[head]
+    return fields
 
 
 def strip_volatile(doc: dict[str, Any]) -> dict[str, Any]:
@@ -288,7 +292,7 @@ def strip_volatile(doc: dict[str, Any]) -> dict[str, Any]:
 
     Never mutates ``doc``; unchanged sub-objects are shared with it.
     """
-    out: Any = doc
+    out: dict[str, Any] = doc
     for pattern in volatile_paths(str(doc.get("type", ""))):
         out = _without(out, parse_path(pattern))
     return out
