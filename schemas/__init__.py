@@ -1,4 +1,4 @@
-"""The event contract: envelope, payload models, canonical bytes, hashes, cache key, wire format.
+"""The event contract: envelope, payload models, canonical bytes, hashes, cache key, wire format, topic records.
 
 Nothing here does I/O (the bundled ``.avsc`` is read once at import). Everything
 public is re-exported here; the submodules are the place to read *why*.
@@ -28,6 +28,25 @@ from schemas.errors import (
 )
 from schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
 from schemas.payloads import PAYLOAD_MODELS
+from schemas.records import (
+    CommittedEvent,
+    RecordSource,
+    Rejection,
+    RunSnapshot,
+    StateDigest,
+    Transition,
+    Verdict,
+    VerdictKind,
+    Violation,
+    committed_event,
+    record_source,
+    rejection,
+    run_snapshot,
+    state_digest,
+    transition,
+    verdict,
+    violation,
+)
 from schemas.stability import (
     VOLATILE_ENVELOPE_FIELDS,
     get_path,
@@ -66,6 +85,24 @@ __all__ = [
     "REQUIRED_FIELDS",
     "RUN_EVENT_TYPES",
     "RunEventDoc",
+    # internal topic records (CONTRACT.md shapes and their builders)
+    "CommittedEvent",
+    "RecordSource",
+    "Rejection",
+    "RunSnapshot",
+    "StateDigest",
+    "Transition",
+    "Verdict",
+    "VerdictKind",
+    "Violation",
+    "committed_event",
+    "record_source",
+    "rejection",
+    "run_snapshot",
+    "state_digest",
+    "transition",
+    "verdict",
+    "violation",
     # validation
     "DEFAULT_MAX_BYTES",
     "REJECTION_CODES",

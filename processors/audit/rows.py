@@ -1,4 +1,4 @@
-"""Map internal records (CONTRACT.md shapes, as dicts) to ClickHouse rows.
+"""Map internal records (the :mod:`schemas.records` shapes) to ClickHouse rows.
 
 Pure functions, no I/O: the sink and the tests share them, and a row is a
 deterministic function of its record so a redelivered batch produces
@@ -18,6 +18,7 @@ from typing import Any
 
 from schemas.canonical import jcs, sha256_hex
 from schemas.errors import StoreError
+from schemas.records import CommittedEvent, Rejection, RunSnapshot, StateDigest, Transition, Verdict, Violation
 
 __all__ = [
     "COLUMNS",
@@ -35,6 +36,8 @@ __all__ = [
 ]
 
 Columns = tuple[tuple[str, ...], list[list[Any]]]
+#: A ``*_rows`` function; the record type follows from the kind, which is only known at run time.
+RowMapper = Callable[[Iterable[Any]], Columns]
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -115,7 +118,7 @@ def _columnar(table: str, rows: Iterable[tuple[Any, ...]]) -> Columns:
     return names, cols
 
 
-def _source(rec: Mapping[str, Any]) -> Mapping[str, Any]:
+def _source(rec: CommittedEvent | Rejection) -> Mapping[str, Any]:
     return rec.get("source") or {}
 
 
@@ -135,10 +138,10 @@ def _payload_and_doc(doc: Mapping[str, Any]) -> tuple[str, str]:
     return text, envelope.replace('"payload":0', '"payload":' + text, 1)
 
 
-def committed_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def committed_rows(records: Iterable[CommittedEvent]) -> Columns:
     """CommittedEvent → ``events``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: CommittedEvent) -> tuple[Any, ...]:
         doc = rec["doc"]
         src = _source(rec)
         ts_ms = src.get("timestampMs")
@@ -170,10 +173,10 @@ def _error_code(error: Any) -> str:
     return str(error)
 
 
-def transition_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def transition_rows(records: Iterable[Transition]) -> Columns:
     """Transition → ``transitions``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: Transition) -> tuple[Any, ...]:
         seq = rec.get("sequence")
         return (
             rec["parentRunId"],
@@ -197,10 +200,10 @@ def transition_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     return _columnar("transitions", (row(r) for r in records))
 
 
-def violation_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def violation_rows(records: Iterable[Violation]) -> Columns:
     """Violation → ``violations``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: Violation) -> tuple[Any, ...]:
         return (
             rec["runId"],
             int(rec.get("sequence") or 0),
@@ -216,10 +219,10 @@ def violation_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     return _columnar("violations", (row(r) for r in records))
 
 
-def rejection_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def rejection_rows(records: Iterable[Rejection]) -> Columns:
     """Rejection → ``rejections``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: Rejection) -> tuple[Any, ...]:
         src = _source(rec)
         seq = rec.get("sequence")
         ts_ms = src.get("timestampMs")
@@ -240,10 +243,10 @@ def rejection_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     return _columnar("rejections", (row(r) for r in records))
 
 
-def snapshot_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def snapshot_rows(records: Iterable[RunSnapshot]) -> Columns:
     """RunSnapshot → ``snapshots``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: RunSnapshot) -> tuple[Any, ...]:
         return (
             rec["runId"],
             int(rec["atSequence"]),
@@ -257,10 +260,10 @@ def snapshot_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     return _columnar("snapshots", (row(r) for r in records))
 
 
-def digest_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def digest_rows(records: Iterable[StateDigest]) -> Columns:
     """StateDigest → ``state_digests``."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: StateDigest) -> tuple[Any, ...]:
         return (
             rec["runId"],
             int(rec["sequence"]),
@@ -273,10 +276,10 @@ def digest_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
     return _columnar("state_digests", (row(r) for r in records))
 
 
-def verdict_rows(records: Iterable[Mapping[str, Any]]) -> Columns:
+def verdict_rows(records: Iterable[Verdict]) -> Columns:
     """Verdict → ``replay_verdicts``; the key includes the verdict's content hash."""
 
-    def row(rec: Mapping[str, Any]) -> tuple[Any, ...]:
+    def row(rec: Verdict) -> tuple[Any, ...]:
         doc = _record_doc(rec)
         return (
             _s(rec.get("sourceRunId")),
@@ -314,7 +317,7 @@ TABLE_FOR_KIND: dict[str, str] = {
     "verdicts": "replay_verdicts",
 }
 
-ROWS_FOR_TABLE: dict[str, Callable[[Iterable[Mapping[str, Any]]], Columns]] = {
+ROWS_FOR_TABLE: dict[str, RowMapper] = {
     "events": committed_rows,
     "transitions": transition_rows,
     "violations": violation_rows,
@@ -324,7 +327,7 @@ ROWS_FOR_TABLE: dict[str, Callable[[Iterable[Mapping[str, Any]]], Columns]] = {
     "replay_verdicts": verdict_rows,
 }
 
-ROWS_FOR_KIND: dict[str, Callable[[Iterable[Mapping[str, Any]]], Columns]] = {
+ROWS_FOR_KIND: dict[str, RowMapper] = {
     kind: ROWS_FOR_TABLE[table] for kind, table in TABLE_FOR_KIND.items()
 }
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from schemas.errors import AgentlogError
+from schemas.records import Transition, transition, violation
 
 __all__ = [
     "CHAIN_EVENT",
@@ -131,55 +132,23 @@ def _violation(
     dispatch_id: str | None = None,
 ) -> None:
     """Report a violation as a value and flag the run (the flag is part of the state)."""
-    draft.outputs.append(
-        {
-            "kind": "violation",
-            "runId": event.get("runId"),
-            "code": code,
-            "detail": detail,
-            "eventId": event.get("eventId"),
-            "sequence": event.get("sequence"),
-            "workerId": worker_id,
-            "phase": phase,
-            "dispatchId": dispatch_id,
-        }
-    )
+    draft.outputs.append({
+        "kind": "violation",
+        **violation(
+            run_id=event.get("runId"), code=code, detail=detail, event_id=event.get("eventId"),
+            sequence=event.get("sequence"), worker_id=worker_id, phase=phase, dispatch_id=dispatch_id,
+        ),
+    })
     draft.sub("flags").append({"code": code, "eventId": event.get("eventId"), "sequence": event.get("sequence")})
 
 
-def _transition(
-    *,
-    parent_run_id: str,
-    worker_id: str,
-    dispatch_id: str,
-    child_run_id: str | None,
-    phase: str,
-    event_id: str,
-    causation_id: str | None,
-    sequence: int | None,
-    derived: bool,
-    timestamp: Any,
-    harvested_keys: list[str] | None = None,
-    error: Any = None,
-) -> dict[str, Any]:
+def _transition(phase: str, **fields: Any) -> dict[str, Any]:
+    """The fold output for one transition of ``phase``; its from/to are the phase's row of :data:`PHASES`.
+
+    ``fields`` are :func:`schemas.records.transition`'s other arguments.
+    """
     row = PHASES[phase]
-    return {
-        "kind": "transition",
-        "parentRunId": parent_run_id,
-        "workerId": worker_id,
-        "dispatchId": dispatch_id,
-        "childRunId": child_run_id,
-        "phase": phase,
-        "from": row.source,
-        "to": row.target,
-        "eventId": event_id,
-        "causationId": causation_id,
-        "sequence": sequence,
-        "derived": derived,
-        "timestamp": timestamp,
-        "harvestedKeys": harvested_keys,
-        "error": error,
-    }
+    return {"kind": "transition", **transition(phase=phase, from_state=row.source, to_state=row.target, **fields)}
 
 
 def _payload(event: Mapping[str, Any]) -> dict[str, Any]:
@@ -531,10 +500,11 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
 # --- derive mode: join a dispatch with its child run's outcome (handoff-links topic) ---
 
 
-def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
+def join(record: dict | None, message: dict) -> tuple[dict, list[Transition]]:
     """Fold one handoff-links message into the child's join record; pure.
 
-    Returns the new record and the derived transitions (empty until both sides are known).
+    Returns the new record and the derived transitions, without the fold's ``kind`` tag, as
+    the transitions topic holds them (empty until both sides are known).
     """
     rec = dict(record or {"link": None, "terminal": None, "done": False})
     if message.get("kind") == "link":
@@ -545,7 +515,7 @@ def join(record: dict | None, message: dict) -> tuple[dict, list[dict]]:
         return rec, []
     rec["done"] = True
     transitions = [
-        {k: v for k, v in t.items() if k != "kind"}
+        cast(Transition, {k: v for k, v in t.items() if k != "kind"})
         for t in derive_child_outcome(rec["link"], rec["terminal"])
     ]
     return rec, transitions

@@ -10,10 +10,13 @@ not only when someone thinks to replay. The Faust agent around it is
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 from processors.core.fold import fold
 from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
+from schemas.records import CommittedEvent, Violation, run_snapshot, state_digest, violation
 
 log = logging.getLogger("agentlog.runstate")
 
@@ -49,21 +52,12 @@ def _state_hash(run_id: str, state: dict, *, verify: bool) -> str:
     return sha256_hex(data)
 
 
-def snapshot_record(run_id: str, state: dict, state_hash: str, head_hash: str, sequence: int,
-                    partition: int, offset: int) -> dict:
-    return {
-        "runId": run_id,
-        "atSequence": sequence,
-        "logPartition": partition,
-        "logOffset": offset,
-        "state": state,
-        "stateHash": state_hash,
-        "headHash": head_hash,
-    }
+#: One record for the worker to send: ``(topic short name, key, value)``.
+Send = tuple[str, str | None, Mapping[str, Any]]
 
 
-def step(record: dict | None, committed: dict, *, partition: int, offset: int,
-         snapshot_every: int, handoff_mode: str) -> tuple[dict | None, list[tuple[str, str | None, dict]]]:
+def step(record: dict | None, committed: CommittedEvent, *, partition: int, offset: int,
+         snapshot_every: int, handoff_mode: str) -> tuple[dict | None, list[Send]]:
     """Advance one run by one committed event; pure.
 
     Returns the run's new table record (None when the event is a duplicate to skip)
@@ -86,7 +80,7 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
                 f"a later copy of sequence {seq} carries hash {carried}, but its doc hashes to "
                 f"{chain_hash(str(committed.get('prevHash')), doc)}: the record was rewritten", doc))]
         return None, []  # a redelivered or duplicated log record: readers dedup by (runId, sequence)
-    sends: list[tuple[str, str | None, dict]] = []
+    sends: list[Send] = []
     if seq > rec["next"]:
         sends.append(("violations", run_id, _violation(
             run_id, "log_gap", f"committed log jumps from sequence {rec['next'] - 1} to {seq}", doc)))
@@ -112,18 +106,17 @@ def step(record: dict | None, committed: dict, *, partition: int, offset: int,
     since = rec["since"] + 1
     snapshot = since >= snapshot_every or doc["type"] in TERMINAL_TYPES
     s_hash = _state_hash(run_id, state, verify=snapshot)
-    sends.append(("digests", run_id, {
-        "runId": run_id, "sequence": seq, "stateHash": s_hash, "headHash": head,
-        "logPartition": partition, "logOffset": offset,
-    }))
+    sends.append(("digests", run_id, state_digest(
+        run_id=run_id, sequence=seq, state_hash=s_hash, head_hash=head, log_partition=partition, log_offset=offset)))
     if snapshot:
-        sends.append(("snapshots", run_id, snapshot_record(run_id, state, s_hash, head, seq, partition, offset)))
+        sends.append(("snapshots", run_id, run_snapshot(
+            run_id=run_id, at_sequence=seq, log_partition=partition, log_offset=offset, state=state,
+            state_hash=s_hash, head_hash=head)))
         since = 0
     return {"state": state, "next": seq + 1, "head": head, "since": since}, sends
 
 
-def _violation(run_id: str, code: str, detail: str, doc: dict) -> dict:
-    return {
-        "runId": run_id, "code": code, "detail": detail, "eventId": doc.get("eventId"),
-        "sequence": doc.get("sequence"), "workerId": None, "phase": None, "dispatchId": None,
-    }
+def _violation(run_id: str, code: str, detail: str, doc: Mapping[str, Any]) -> Violation:
+    """A chain-check violation: it names the committed event, and no handoff machine."""
+    return violation(run_id=run_id, code=code, detail=detail, event_id=doc.get("eventId"),
+                     sequence=doc.get("sequence"))

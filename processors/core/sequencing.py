@@ -17,6 +17,7 @@ from typing import Callable
 
 from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash
 from schemas.errors import ContractError
+from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
 from schemas.validate import validate_doc
 from streams.codec import decode_ingest
 
@@ -30,18 +31,15 @@ class Source:
     offset: int
     timestamp_ms: int
 
-    def to_dict(self) -> dict:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "offset": self.offset,
-            "timestampMs": self.timestamp_ms,
-        }
+    def to_dict(self) -> RecordSource:
+        """The ``source`` field of every record made from this position (CommittedEvent, Rejection)."""
+        return record_source(topic=self.topic, partition=self.partition, offset=self.offset,
+                             timestamp_ms=self.timestamp_ms)
 
 
 @dataclass(frozen=True, slots=True)
 class Accepted:
-    committed: dict
+    committed: CommittedEvent
     head: dict  # the run's new head: {"next": int, "hash": str}
     index_entry: tuple[str, list]  # (eventId, [sequence, hash, sourcePartition, sourceOffset])
 
@@ -108,9 +106,8 @@ def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) ->
             )
     prev_hash = head["hash"] if head else GENESIS
     digest = chain_hash(prev_hash, doc)
-    committed = {"doc": doc, "prevHash": prev_hash, "hash": digest, "source": source.to_dict()}
     return Accepted(
-        committed=committed,
+        committed=committed_event(doc=doc, prev_hash=prev_hash, hash=digest, source=source.to_dict()),
         head={"next": sequence + 1, "hash": digest},
         index_entry=(event_id, [sequence, digest, source.partition, source.offset]),
     )
@@ -156,7 +153,7 @@ def sequence(raw: bytes, head_of: Callable[[str], dict | None], lookup_of: Calla
 
 def rejection_record(
     reason: str, detail: str, raw: bytes, source: Source, doc: dict | None = None
-) -> dict:
+) -> Rejection:
     """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from.
 
     The record must always be writable, whatever it rejects: only a JSON-safe sequence and
@@ -171,18 +168,18 @@ def rejection_record(
         value = doc.get(name)
         return value if isinstance(value, str) and 0 < len(value) <= _ID_MAX else None
 
-    record = {
-        "reason": reason,
-        "detail": detail[:2000],
-        "runId": ident("runId"),
-        "eventId": ident("eventId"),
-        "sequence": seq if type(seq) is int and -MAX_SAFE_INTEGER <= seq <= MAX_SAFE_INTEGER else None,
-        "source": source.to_dict(),
-        "raw": base64.b64encode(raw[:RAW_MAX_BYTES]).decode("ascii"),
-    }
-    if len(raw) > RAW_MAX_BYTES:
-        record.update(rawTruncated=True, rawBytes=len(raw), rawSha256=hashlib.sha256(raw).hexdigest())
-    return record
+    truncated = len(raw) > RAW_MAX_BYTES
+    return rejection(
+        reason=reason,
+        detail=detail[:2000],
+        run_id=ident("runId"),
+        event_id=ident("eventId"),
+        sequence=seq if type(seq) is int and -MAX_SAFE_INTEGER <= seq <= MAX_SAFE_INTEGER else None,
+        source=source.to_dict(),
+        raw=base64.b64encode(raw[:RAW_MAX_BYTES]).decode("ascii"),
+        raw_bytes=len(raw) if truncated else None,
+        raw_sha256=hashlib.sha256(raw).hexdigest() if truncated else None,
+    )
 
 
 #: Largest original value a rejection record carries whole (see :func:`rejection_record`).

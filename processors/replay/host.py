@@ -11,51 +11,50 @@ counted but emit no verdict record.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
 from processors.metrics import METRICS
-from processors.replay.compare import compare_runs
+from processors.replay.compare import ComparisonResult, compare_runs
 from processors.replay.compare import record as record_counters
+from schemas.records import Verdict, verdict
 from streams.reader import read_run, read_topic
 from streams.settings import Settings
 
 log = logging.getLogger("agentlog.replay")
 
 
-def verdict_record(request: dict, result) -> dict:
+def verdict_record(request: dict, result: ComparisonResult) -> Verdict:
+    """The verdict of a comparison that was made: the engine's result, told about the replay run it judged."""
     body = result.to_json_dict()
-    record = {
-        "replayRunId": request["replayRunId"],
-        "sourceRunId": request.get("sourceRunId"),
-        "mode": request.get("mode", "live"),
-        "verdict": body["verdict"],
-        "errorCode": body["errorCode"],
-        "firstDivergence": body["firstDivergence"],
-        "events": body["events"],
-        "comparedThrough": getattr(result, "compared_through", None),
-    }
-    if body.get("bindingDiff"):
-        # A what-if must say which bound versions differ (MACP §3), not only that some did.
-        record["bindingDiff"] = body["bindingDiff"]
-    return record
+    return verdict(
+        replay_run_id=request["replayRunId"],
+        source_run_id=request.get("sourceRunId"),
+        mode=request.get("mode", "live"),
+        verdict=body["verdict"],
+        error_code=body["errorCode"],
+        first_divergence=body["firstDivergence"],
+        events=body["events"],
+        compared_through=result.compared_through,
+        binding_diff=body.get("bindingDiff"),
+    )
 
 
-def error_record(request: dict, code: str, detail: str) -> dict:
+def error_record(request: dict, code: str, detail: str) -> Verdict:
     """A verdict that says the comparison could not be made, and why (never silence)."""
-    return {
-        "replayRunId": request["replayRunId"],
-        "sourceRunId": request.get("sourceRunId"),
-        "mode": request.get("mode", "live"),
-        "verdict": "error",
-        "errorCode": code,
-        "detail": detail,
-        "firstDivergence": None,
-        "events": [],
-        "comparedThrough": None,
-    }
+    return verdict(
+        replay_run_id=request["replayRunId"],
+        source_run_id=request.get("sourceRunId"),
+        mode=request.get("mode", "live"),
+        verdict="error",
+        error_code=code,
+        detail=detail,
+        first_divergence=None,
+        events=[],
+        compared_through=None,
+    )
 
 
-async def host_replay_verdict(settings: Settings, request: dict) -> dict:
+async def host_replay_verdict(settings: Settings, request: dict) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
     An operator waiting on a verdict must get one: a source run the log does not hold
@@ -81,16 +80,16 @@ async def host_replay_verdict(settings: Settings, request: dict) -> dict:
     return record
 
 
-async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[dict[str, Any]]:
+async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[Verdict]:
     """Verdict records from the verdicts topic, one per replay run (the latest), in topic order.
 
     A redelivered comparison re-emits an identical record, so the latest per replay run is
     the verdict; ``replay_run_id`` narrows the read to that run's partition.
     """
-    latest: dict[str, dict[str, Any]] = {}
+    latest: dict[str, Verdict] = {}
     async for _, _, _, value in read_topic(settings, "verdicts", key=replay_run_id):
         rid = value.get("replayRunId")
         if replay_run_id is None or rid == replay_run_id:
             latest.pop(rid, None)
-            latest[rid] = value
+            latest[rid] = cast(Verdict, value)
     return list(latest.values())

@@ -8,12 +8,15 @@ verdict of every host replay that reached a terminal status in it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from typing import Any, cast
 
 from processors.core.runstate import TERMINAL_TYPES, step
 from processors.metrics import METRICS
 from processors.replay.host import host_replay_verdict
 from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
+from schemas.records import CommittedEvent
 from streams.codec import decode_record, encode_record
 
 log = logging.getLogger("agentlog.runstate")
@@ -25,7 +28,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     async def handle(batch: Batch, record: SourceRecord) -> None:
         try:
-            committed = decode_record(record.value)
+            committed = cast(CommittedEvent, decode_record(record.value))
             run_id = committed["doc"]["runId"]
             new, sends = step(batch.get("runs", run_id), committed, partition=record.partition,
                               offset=record.offset, snapshot_every=settings.snapshot_every,
@@ -52,7 +55,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     batched_agent(wiring, "log", name="runstate", table="runs", handle=handle, after_commit=verdicts)
 
 
-def _count(short: str, value: dict) -> None:
+def _count(short: str, value: Mapping[str, Any]) -> None:
     if short == "transitions":
         METRICS.inc("agentlog_handoff_transitions_total", phase=value.get("phase", "?"),
                     derived=str(bool(value.get("derived"))).lower())
