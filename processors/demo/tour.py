@@ -485,7 +485,7 @@ async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[
     body = result.to_json_dict()
     return {"status": result.verdict, "fromOffset": offset, "fromSeq": result.from_seq,
             "snapshotUsed": result.snapshot_used, "compared": result.compared,
-            "headHash": result.head_hash, "firstDivergence": result.first_divergence,
+            "headHash": result.head_hash, "firstDivergence": body["firstDivergence"],
             "error": body.get("error"), "note": result.snapshot_note}
 
 
