@@ -1,17 +1,23 @@
-"""Queries over HTTP, for a chdb store that a worker process owns.
+"""Queries over HTTP, for a chdb store that a worker process owns — and reading from any process.
 
 chdb lets one process open a directory, so while a worker runs, ``agentlog query``
 cannot open the store itself. The worker mounts :func:`handle_query_request` on its
 web endpoint (``POST /query`` and ``POST /sql``) and advertises the URL in the
 store's owner file (``Store.set_query_url``); :func:`query_via_worker` is the
-client side. Both sides speak the same JSON:
+client side: it finds the process that owns the store and asks it. Both sides speak
+the same JSON:
 
 request  ``{"query": "run-timeline", "params": {"run_id": "r1"}}`` or ``{"sql": "SELECT 1"}``
 response ``{"columns": [...], "rows": [[...], ...]}`` (200) or ``{"error": {"code", "message"}}`` (400/500)
+
+A reader that does not care who holds the store uses :func:`answer_query` (a query or SQL) or
+:func:`fetch_report_records` (what ``agentlog report`` draws): through the owning worker when
+there is one, else the store opened directly.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime as _dt
 import decimal
 import json
@@ -21,12 +27,17 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
+from processors.audit.migrations import migrate
 from processors.audit.queries import run_named, run_sql
-from processors.audit.store import QueryResult, Store, read_owner
+from processors.audit.store import QueryResult, Store, open_store, read_owner
 from schemas.errors import AgentlogError, StoreError
+from streams.reader import read_topic
 from streams.settings import Settings
 
-__all__ = ["handle_query_request", "query_via_worker", "result_to_json", "json_value"]
+__all__ = [
+    "answer_query", "fetch_report_records", "handle_query_request", "json_value", "query_via_worker",
+    "result_to_json",
+]
 
 #: Errors that are the caller's fault (bad name, bad param, write attempt): HTTP 400.
 _CLIENT_ERRORS = {"unknown_query", "bad_param", "read_only", "bad_request", "clickhouse_error"}
@@ -77,25 +88,38 @@ def handle_query_request(store: Store, body: Mapping[str, Any]) -> tuple[int, di
     return 200, result_to_json(result)
 
 
-def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeout_s: float = 60.0
-                     ) -> dict[str, Any] | None:
-    """POST ``body`` to the owning worker's query endpoint; ``None`` when no live worker owns the store.
+def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeout_s: float = 60.0,
+                     worker_url: str | None = None) -> dict[str, Any] | None:
+    """Ask the process that owns the store: POST ``body`` to its query endpoint.
+
+    The endpoint is the one the owner advertises in the store's owner file; when there is none,
+    ``worker_url`` — a worker the caller started itself and knows the address of (the demo's) —
+    is asked instead. ``None`` when no live worker owns the store and no ``worker_url`` is given.
 
     Raises:
         StoreError: the worker's own error (same code), or ``store_unreachable`` when the
-            owner advertises an endpoint that does not answer.
+            endpoint does not answer.
     """
     owner = read_owner(settings)
-    if not owner or not owner.get("queryUrl"):
+    if owner and owner.get("queryUrl"):
+        base = str(owner["queryUrl"]).rstrip("/")
+        unreachable = f"the store is owned by pid {owner.get('pid')} but its query endpoint {{url}} does not " \
+                      "answer ({error}); check that worker or stop it"
+    elif worker_url:
+        base = worker_url.rstrip("/")
+        unreachable = "worker query endpoint {url} does not answer ({error})"
+    else:
         return None
-    base = str(owner["queryUrl"]).rstrip("/")
     path = "/sql" if "sql" in body else "/query"
     url = base if base.endswith(("/query", "/sql")) else base + path
-    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method="POST",
-                                 headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            return json.loads(resp.read())
+        try:
+            return _send(url, body, "POST", timeout_s)
+        except urllib.error.HTTPError as e:
+            if e.code != 405:
+                raise
+            # Faust function pages may answer GET only; the endpoint reads the body either way.
+            return _send(url, body, "GET", timeout_s)
     except urllib.error.HTTPError as e:
         try:
             err = json.loads(e.read()).get("error") or {}
@@ -104,8 +128,106 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         raise StoreError(err.get("message") or f"worker query endpoint {url} answered HTTP {e.code}",
                          code=err.get("code") or "store_unreachable") from e
     except (urllib.error.URLError, OSError, ValueError) as e:
-        raise StoreError(
-            f"the store is owned by pid {owner.get('pid')} but its query endpoint {url} does not answer ({e}); "
-            f"check that worker or stop it",
-            code="store_unreachable",
-        ) from e
+        raise StoreError(unreachable.format(url=url, error=e), code="store_unreachable") from e
+
+
+def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float) -> dict[str, Any]:
+    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method,
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout_s) as resp:
+        return json.loads(resp.read())
+
+
+def answer_query(settings: Settings, body: Mapping[str, Any]) -> dict[str, Any]:
+    """Answer ``body`` (a named query or read-only SQL) through the owning worker if there is one,
+    else against the store opened directly.
+
+    Raises:
+        StoreError: as :func:`query_via_worker`, or the store's own (unknown query, bad param, write attempt).
+    """
+    via_worker = query_via_worker(settings, body)
+    if via_worker is not None:
+        return via_worker
+    with open_store(settings) as store:
+        if store.backend == "chdb":
+            migrate(store)  # a fresh directory answers "no rows", not "unknown table"
+        if "sql" in body:
+            result = run_sql(store, body["sql"])
+        else:
+            result = run_named(store, body["query"], body.get("params") or {})
+        return result_to_json(result)
+
+
+# ---------------------------------------------------------------------------------------------
+# The records of one run, for ``agentlog report``
+
+
+def fetch_report_records(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str, str]:
+    """``(events, transitions, violations, head_hash, source)`` of ``run_id`` from the audit history.
+
+    When this process can open the store (a server, or a chdb directory no live worker holds)
+    the records are read with bound parameters straight from the ``events``, ``transitions``
+    and ``violations`` tables. When a worker owns the chdb directory, the events come through
+    its query endpoint (named query ``run-timeline``) and the transitions and violations from
+    their Kafka topics, which hold the same records the sink wrote.
+
+    Raises:
+        StoreError: ``unknown_run`` when the history holds no event of the run; ``store_locked``
+            when a worker owns the store but advertises no query endpoint.
+    """
+    if read_owner(settings) is None:
+        events, transitions, violations, head = _report_from_store(settings, run_id)
+        source = "ClickHouse (events, transitions, violations)"
+    else:
+        events, transitions, violations, head = _report_via_worker(settings, run_id)
+        source = "worker query endpoint (run-timeline) + transitions/violations topics"
+    if not events:
+        raise StoreError(f"run {run_id} has no events in the audit history; check the run id and "
+                         "AGENTLOG_TOPIC_PREFIX / AGENTLOG_CLICKHOUSE_URL", code="unknown_run")
+    return events, transitions, violations, head, source
+
+
+def _report_from_store(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
+    with open_store(settings) as store:
+        params = {"run_id": run_id}
+        events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
+        transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
+        violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
+                                 params)
+        head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
+                           "LIMIT 1", params)
+
+    def load(result: QueryResult) -> list[dict]:
+        return [json.loads(row[0]) for row in result.rows]
+
+    return load(events), load(transitions), load(violations), head.rows[0][0] if head.rows else ""
+
+
+async def _topic_records(settings: Settings, short: str, run_id: str, field: str) -> list[dict]:
+    out, seen = [], set()
+    async for _, _, _, value in read_topic(settings, short, key=run_id):
+        ident = json.dumps(value, sort_keys=True)
+        if value.get(field) == run_id and ident not in seen:
+            seen.add(ident)
+            out.append(value)
+    return out
+
+
+def _report_via_worker(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
+    answer = query_via_worker(settings, {"query": "run-timeline", "params": {"run_id": run_id}})
+    if answer is None:
+        raise StoreError("the store is owned by a worker that advertises no query endpoint; "
+                         "run the worker with --web, or stop it and run the report again", code="store_locked")
+    rows = [dict(zip(answer["columns"], row)) for row in answer["rows"]]
+    events = []
+    for r in rows:
+        doc = {"eventId": r["event_id"], "runId": run_id, "type": r["type"], "sequence": r["sequence"],
+               "timestamp": str(r.get("event_time") or "")}
+        if r.get("node_id"):
+            doc["nodeId"] = r["node_id"]
+        if r.get("causation_id"):
+            doc["causationId"] = r["causation_id"]
+        events.append(doc)
+    transitions = asyncio.run(_topic_records(settings, "transitions", run_id, "parentRunId"))
+    violations = asyncio.run(_topic_records(settings, "violations", run_id, "runId"))
+    return events, transitions, violations, rows[-1]["hash"] if rows else ""

@@ -1,52 +1,27 @@
 """``agentlog compare``: judge a replay against its source run from two exported logs, offline.
 
 The same engine the replay processor runs (:func:`processors.replay.compare.compare_runs`), fed from
-JSONL files, so an operator can re-check a verdict — or a test can pin one — without a broker.
-Exit codes follow SPEC §7: 0 match, 1 any divergence (``diverged``, ``diverged_at_refusal``,
-``what-if``), 2 the comparison could not run.
+JSONL files (:func:`processors.replay.exported.read_jsonl`), so an operator can re-check a verdict —
+or a test can pin one — without a broker. Exit codes follow SPEC §7: 0 match, 1 any divergence
+(``diverged``, ``diverged_at_refusal``, ``what-if``), 2 the comparison could not run.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from processors.replay.compare import ComparisonResult, Divergence, compare_runs
-from schemas.canonical import loads_strict
-from schemas.errors import AgentlogError, ReplayError
+from schemas.errors import AgentlogError
+
+if TYPE_CHECKING:
+    from processors.replay import ComparisonResult, Divergence
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """RunEventDocs from a JSONL file: one per line, bare or wrapped as a CommittedEvent (``doc``).
-
-    Raises:
-        ReplayError: the file cannot be read, or a line is not a JSON object.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReplayError(f"cannot read {path}: {e}") from e
-    docs: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = loads_strict(line)
-        except AgentlogError as e:
-            raise ReplayError(f"{path}:{number}: {e}") from e
-        if isinstance(value, dict) and isinstance(value.get("doc"), dict) and "hash" in value:
-            value = value["doc"]
-        if not isinstance(value, dict):
-            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
-        docs.append(value)
-    return docs
 
 
 def _fmt(value: Any) -> str:
@@ -98,6 +73,10 @@ def compare_command(
     collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
 ) -> None:
     """Compare a replay run with its source run: verdict and first divergence."""
+    # Imported here, not at module level, so `agentlog --help` does not load the replay package.
+    from processors.replay import compare_runs
+    from processors.replay.exported import read_jsonl
+
     try:
         result = compare_runs(read_jsonl(original), read_jsonl(replay), from_seq=from_seq,
                               collect_all=collect_all)

@@ -15,6 +15,8 @@ from rich.table import Table
 
 from schemas.errors import InfraError
 
+# Each command imports infra.kafka.local (and the store, streams.admin) inside itself, so `agentlog --help`
+# stays fast.
 infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics, fetch.", no_args_is_help=True)
 
 

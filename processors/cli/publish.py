@@ -63,6 +63,7 @@ def publish(
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
 ) -> None:
     """Validate and publish ready-made RunEventDocs to the ingest topic; exit 1 if any line was rejected."""
+    # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
     from streams.publisher import publish_docs
 
     if wire not in ("avro", "json"):
@@ -113,6 +114,7 @@ def export(
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
 ) -> None:
     """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order)."""
+    # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
     from streams.reader import read_run
 
     if source not in ("log", "ingest"):

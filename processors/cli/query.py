@@ -2,7 +2,8 @@
 
 When a worker owns the embedded chdb directory (chdb allows one process per
 directory) the request goes to the worker's query endpoint; otherwise the store
-is opened directly. Tables for humans, ``--json`` / ``--csv`` for machines.
+is opened directly (:func:`processors.audit.server.answer_query`). Tables for
+humans, ``--json`` / ``--csv`` for machines.
 """
 
 from __future__ import annotations
@@ -30,25 +31,11 @@ def _parse_params(items: list[str]) -> dict[str, str]:
 
 
 def _execute(body: dict[str, Any]) -> dict[str, Any]:
-    """Run through the owning worker if there is one, else against the store directly."""
-    from processors.audit.server import query_via_worker, result_to_json
-    from processors.audit.queries import run_named, run_sql
-    from processors.audit.store import open_store
-    from processors.audit.migrations import migrate
+    # Imported here, not at module level, so `agentlog --help` does not load the audit store.
+    from processors.audit.server import answer_query
     from streams.settings import load_settings
 
-    settings = load_settings()
-    via_worker = query_via_worker(settings, body)
-    if via_worker is not None:
-        return via_worker
-    with open_store(settings) as store:
-        if store.backend == "chdb":
-            migrate(store)  # a fresh directory answers "no rows", not "unknown table"
-        if "sql" in body:
-            result = run_sql(store, body["sql"])
-        else:
-            result = run_named(store, body["query"], body.get("params") or {})
-        return result_to_json(result)
+    return answer_query(load_settings(), body)
 
 
 def _emit(payload: dict[str, Any], *, as_json: bool, as_csv: bool, title: str) -> None:
@@ -84,6 +71,7 @@ def query_command(
     list_: bool = typer.Option(False, "--list", help="List the named queries and their parameters."),
 ) -> None:
     """Run a named audit query (run-timeline, causation-chain, handoff-latency, failures, refusals, usage, …)."""
+    # Imported here, not at module level, so `agentlog --help` does not load the audit store.
     from processors.audit.queries import NAMED_QUERIES
 
     if list_ or not name:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -21,6 +21,9 @@ from rich.table import Table
 from schemas.errors import AgentlogError
 from streams.settings import load_settings
 
+if TYPE_CHECKING:
+    from processors.replay import Divergence, RederivationResult
+
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
 
@@ -28,15 +31,15 @@ def _fmt(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _print_divergence(console: Console, d: dict[str, Any], *, title: str = "first divergence") -> None:
-    console.print(f"{title} at sequence [bold]{d['atSequence']}[/]: [bold red]{d['kind']}[/]"
-                  + (f" (log offset {d['logOffset']})" if d.get("logOffset") is not None else ""))
-    if d.get("path"):
-        console.print(f"  path:     {d['path']}", markup=False)
-    console.print(f"  - recorded: {_fmt(d.get('expected'))}", markup=False, style="red")
-    console.print(f"  + replayed: {_fmt(d.get('actual'))}", markup=False, style="green")
-    if d.get("detail"):
-        console.print(f"  note:     {d['detail']}", markup=False)
+def _print_divergence(console: Console, d: Divergence, *, title: str = "first divergence") -> None:
+    console.print(f"{title} at sequence [bold]{d.at_sequence}[/]: [bold red]{d.kind}[/]"
+                  + (f" (log offset {d.log_offset})" if d.log_offset is not None else ""))
+    if d.path:
+        console.print(f"  path:     {d.path}", markup=False)
+    console.print(f"  - recorded: {_fmt(d.expected)}", markup=False, style="red")
+    console.print(f"  + replayed: {_fmt(d.actual)}", markup=False, style="green")
+    if d.detail:
+        console.print(f"  note:     {d.detail}", markup=False)
 
 
 def _print_host_verdict(console: Console, verdict: dict[str, Any]) -> None:
@@ -51,7 +54,7 @@ def _print_host_verdict(console: Console, verdict: dict[str, Any]) -> None:
             console.print(f"    {key}: {_fmt(diff.get('expected'))} → {_fmt(diff.get('actual'))}", markup=False)
 
 
-def _print_human(console: Console, result, host: dict[str, Any] | None) -> None:
+def _print_human(console: Console, result: RederivationResult, host: dict[str, Any] | None) -> None:
     style = "green" if result.verdict == "match" else "red"
     console.print(f"verdict: [bold {style}]{result.verdict}[/]  run: {result.run_id}  "
                   f"log partition {result.log_partition}")
@@ -72,8 +75,8 @@ def _print_human(console: Console, result, host: dict[str, Any] | None) -> None:
     if result.collect_all and len(result.divergences) > 1:
         table = Table("seq", "kind", "path", "recorded", "replayed", "offset", title="all divergences")
         for d in result.divergences:
-            table.add_row(str(d["atSequence"]), d["kind"], d.get("path") or "-", _fmt(d.get("expected")),
-                          _fmt(d.get("actual")), str(d.get("logOffset")))
+            table.add_row(str(d.at_sequence), d.kind, d.path or "-", _fmt(d.expected), _fmt(d.actual),
+                          str(d.log_offset))
         console.print(table)
     if result.replay_of:
         if host is None:
@@ -81,19 +84,6 @@ def _print_human(console: Console, result, host: dict[str, Any] | None) -> None:
                           "no host-replay verdict recorded yet")
         else:
             _print_host_verdict(console, host)
-
-
-async def _run_replay(settings, run: str, from_offset, from_seq, collect_all, progress):
-    from processors.replay.rederive import replay_run
-    from processors.replay.host import host_verdicts
-
-    result = await replay_run(settings, run, from_offset=from_offset, from_seq=from_seq,
-                              collect_all=collect_all, progress=progress)
-    host = None
-    if result.replay_of:
-        found = await host_verdicts(settings, run)
-        host = found[-1] if found else None
-    return result, host
 
 
 def replay_command(
@@ -105,6 +95,9 @@ def replay_command(
     collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
 ) -> None:
     """Re-derive a run from a log offset or sequence and compare with the recorded digests."""
+    # Imported here, not at module level, so `agentlog --help` does not load the replay package.
+    from processors.replay import replay_run_with_host_verdict
+
     settings = load_settings()
     console = Console(highlight=False)
     err = Console(stderr=True)
@@ -116,7 +109,9 @@ def replay_command(
             def progress(done: int, total: int | None) -> None:
                 bar.update(task, completed=done, total=total)
 
-            result, host = asyncio.run(_run_replay(settings, run, from_offset, from_seq, collect_all, progress))
+            result, host = asyncio.run(replay_run_with_host_verdict(
+                settings, run, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
+                progress=progress))
     except AgentlogError as e:
         if as_json:
             typer.echo(json.dumps({"verdict": "error", "runId": run, "error": e.to_dict()}, ensure_ascii=False))
@@ -140,7 +135,8 @@ def verdicts_command(
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of verdict records."),
 ) -> None:
     """Host-replay verdicts (RFC 0041 §C) recorded on the verdicts topic."""
-    from processors.replay.host import host_verdicts
+    # Imported here, not at module level, so `agentlog --help` does not load the replay package.
+    from processors.replay import host_verdicts
 
     verdicts = asyncio.run(host_verdicts(load_settings(), run))
     if as_json:

@@ -17,6 +17,7 @@ def register(app: typer.Typer) -> None:
                                                 "to create topics at the replication factor, before giving up."),
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink, in one process."""
+        # Imported here, not at module level, so `agentlog --help` does not load Faust.
         from processors.worker.app import run_worker
         from streams.settings import load_settings
 

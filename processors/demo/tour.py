@@ -4,8 +4,7 @@ Everything here goes through the public paths a user would take — the local st
 ``infra``, the worker as a real background process, events published with the SDK, the
 replay verdicts the worker writes, the audit queries through the worker's HTTP endpoint —
 so a demo that passes is evidence the product works, not a simulation of it. Nothing is
-faked: a step whose machinery is missing or too slow is reported as skipped or as a
-fallback, with the reason.
+faked: a step whose machinery is too slow is reported as a fallback, with the reason.
 
 The story: a planner asks an LLM for a plan and dispatches two workers. worker-1 is
 dispatched, searches incidents with a tool, summarises with an LLM, completes and its
@@ -37,8 +36,16 @@ from typing import Any, Awaitable, Callable
 from rich.console import Console
 from rich.table import Table
 
+from infra.kafka import local
+from processors.audit.migrations import migrate
+from processors.audit.server import query_via_worker
+from processors.audit.store import read_owner
+from processors.replay import compare_runs, replay_run
 from schemas.canonical import GENESIS, chain_hash
 from schemas.errors import AgentlogError, InfraError
+from streams.admin import ensure_topics_sync
+from streams.publisher import Publisher
+from streams.reader import read_topic
 from streams.settings import Settings, settings_env
 
 __all__ = [
@@ -51,7 +58,6 @@ __all__ = [
     "run_demo",
     "stop_demo",
     "stop_worker",
-    "worker_query",
 ]
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -93,6 +99,13 @@ class DemoSummary:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @property
+    def ok(self) -> bool:
+        """The tour established what it promises: the head hash recomputed, the offset replay matched,
+        and the two re-executions diverged the way they were made to (tool output, then refusal)."""
+        return (self.head_verified and self.offset_replay.get("status") == "match"
+                and [r["verdict"] for r in self.replays] == ["diverged", "diverged_at_refusal"])
+
 
 # ---------------------------------------------------------------------------------------------
 # the stack: broker, topics, migrations
@@ -109,8 +122,6 @@ def _reachable(bootstrap: str) -> bool:
 
 def ensure_stack(settings: Settings, say: Say) -> dict[str, Any]:
     """Make sure a broker answers at ``settings.kafka_bootstrap`` (starting the local one if needed)."""
-    from infra.kafka import local
-
     nodes = local.status(settings)
     if nodes and all(n.alive for n in nodes):
         say(f"Kafka already running at {local.bootstrap_servers(nodes)} (local stack in {local.kafka_home(settings)})")
@@ -129,9 +140,6 @@ def _migrate(settings: Settings) -> list[str]:
     chdb lets one process hold a directory, and the worker is about to be that process, so
     the embedded store is migrated in a short-lived child; a server is migrated directly.
     """
-    from processors.audit.store import read_owner
-    from processors.audit.migrations import migrate
-
     if settings.clickhouse_url and not settings.clickhouse_url.startswith("chdb:"):
         return migrate(settings)
     if read_owner(settings):
@@ -254,51 +262,10 @@ def stop_worker(settings: Settings, *, timeout_s: float = 30.0) -> int | None:
 
 def stop_demo(settings: Settings, say: Say) -> None:
     """``--stop``: the demo worker, then the local broker of this home (an external Kafka is left alone)."""
-    from infra.kafka import local
-
     pid = stop_worker(settings)
     say(f"worker stopped (pid {pid})" if pid else "no demo worker was running")
     before = local.stop(settings)
     say("local Kafka stopped" if any(n.alive for n in before) else "no local Kafka was running in this home")
-
-
-def worker_query(settings: Settings, worker: WorkerHandle, body: dict[str, Any]) -> dict[str, Any]:
-    """A named query or read-only SQL answered by the worker that owns the store.
-
-    Goes through the store owner's advertised endpoint when there is one
-    (:func:`processors.audit.server.query_via_worker`), else straight to the demo worker's port.
-    """
-    from processors.audit.server import query_via_worker
-    from schemas.errors import StoreError
-
-    answer = query_via_worker(settings, body)
-    if answer is not None:
-        return answer
-    path = "/sql" if "sql" in body else "/query"
-    try:
-        try:
-            return _post(worker.url + path, body, "POST")
-        except urllib.error.HTTPError as e:
-            if e.code != 405:
-                raise
-            # Faust function pages answer GET only; the endpoint reads the body either way.
-            return _post(worker.url + path, body, "GET")
-    except urllib.error.HTTPError as e:
-        try:
-            err = json.loads(e.read()).get("error") or {}
-        except ValueError:
-            err = {}
-        raise StoreError(err.get("message") or f"{worker.url}{path} answered HTTP {e.code}",
-                         code=err.get("code") or "store_unreachable") from e
-    except (urllib.error.URLError, OSError) as e:
-        raise StoreError(f"worker query endpoint {worker.url} does not answer ({e})", code="store_unreachable") from e
-
-
-def _post(url: str, body: dict[str, Any], method: str) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method=method,
-                                 headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        return json.loads(resp.read())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -427,8 +394,6 @@ async def _until(probe: Callable[[], Awaitable[Any]], *, timeout_s: float, what:
 
 
 async def _records(settings: Settings, short: str, key: str) -> list[tuple[int, dict]]:
-    from streams.reader import read_topic
-
     return [(offset, value) async for _, offset, _, value in read_topic(settings, short, key=key)]
 
 
@@ -473,10 +438,6 @@ def _index(docs: list[dict], type_: str, node: str | None = None, nth: int = 0) 
 
 
 async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[int, dict]], log: str) -> dict:
-    try:
-        from processors.replay.rederive import replay_run
-    except ImportError as e:
-        return {"status": "skipped", "detail": f"processors.replay.rederive.replay_run is not available yet ({e})"}
     mid = len(committed) // 2
     offset = committed[mid][0]
     await _until(lambda: _digested(settings, run_id, len(committed) - 1), timeout_s=STEP_WAIT_S,
@@ -485,7 +446,7 @@ async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[
     body = result.to_json_dict()
     return {"status": result.verdict, "fromOffset": offset, "fromSeq": result.from_seq,
             "snapshotUsed": result.snapshot_used, "compared": result.compared,
-            "headHash": result.head_hash, "firstDivergence": result.first_divergence,
+            "headHash": result.head_hash, "firstDivergence": body["firstDivergence"],
             "error": body.get("error"), "note": result.snapshot_note}
 
 
@@ -499,8 +460,6 @@ async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name
         verdict = await _until(lambda: _verdict(settings, replay_id), timeout_s=VERDICT_WAIT_S,
                                what=f"the worker's verdict for {replay_id}", log=log)
     except DemoError:
-        from processors.replay.compare import compare_runs
-
         committed = await _until(lambda: _committed(settings, replay_id, len(docs)), timeout_s=STEP_WAIT_S,
                                  what=f"committed log of {replay_id}", log=log)
         result = compare_runs(source, [c["doc"] for _, c in committed], from_seq=from_seq)
@@ -526,9 +485,12 @@ _QUERIES = ("run-timeline", "handoff-latency", "usage")
 async def _queries(settings: Settings, worker: WorkerHandle, run_id: str, n_events: int) -> dict[str, dict]:
     loop = asyncio.get_running_loop()
 
+    def ask_worker(body: dict[str, Any]) -> dict[str, Any]:
+        # The store's owner when it advertises its endpoint, else the worker this demo started (never None then).
+        return query_via_worker(settings, body, worker_url=worker.url) or {}
+
     async def ask(name: str) -> dict:
-        return await loop.run_in_executor(None, worker_query, settings, worker,
-                                          {"query": name, "params": {"run_id": run_id}})
+        return await loop.run_in_executor(None, ask_worker, {"query": name, "params": {"run_id": run_id}})
 
     async def timeline_complete() -> dict | None:
         answer = await ask("run-timeline")
@@ -546,8 +508,6 @@ async def _queries(settings: Settings, worker: WorkerHandle, run_id: str, n_even
 
 
 async def _tour(settings: Settings, worker: WorkerHandle, summary: DemoSummary, console: Console) -> None:
-    from streams.publisher import Publisher
-
     run_id = f"demo-{uuid.uuid4().hex[:8]}"
     summary.run_id = run_id
     async with Publisher(settings) as pub:
@@ -620,9 +580,6 @@ def _print_transitions(console: Console, transitions: list[dict]) -> None:
 
 def _print_offset_replay(console: Console, r: dict) -> None:
     status = r.get("status")
-    if status == "skipped":
-        console.print(f"[bold]3.[/] offset replay [yellow]skipped[/]: {r.get('detail')}")
-        return
     colour = "green" if status == "match" else "red"
     line = (f"[bold]3.[/] re-derivation from log offset {r.get('fromOffset')} (sequence {r.get('fromSeq')}, "
             f"snapshot {r.get('snapshotUsed')}): [{colour}]{status}[/] over {r.get('compared')} indexes")
@@ -714,8 +671,6 @@ def run_demo(settings: Settings, console: Console | None = None) -> DemoSummary:
         console.print(f"[dim]•[/] {text}")
 
     console.rule("agentlog demo")
-    from streams.admin import ensure_topics_sync
-
     summary.broker = ensure_stack(settings, say)
     created = ensure_topics_sync(settings)
     say(f"topics ready under prefix '{settings.topic_prefix}' ({len(created)} created)")

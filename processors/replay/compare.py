@@ -62,13 +62,12 @@ from schemas.errors import ReplayError
 from schemas.stability import MISSING, WILDCARD, format_path, get_path, is_volatile, parse_path
 
 from processors.core.fold import fold, observable
+from processors.replay.divergence import Divergence
 
 __all__ = [
     "ASPECTS",
     "BINDING_KEYS",
     "ComparisonResult",
-    "Divergence",
-    "DivergenceKind",
     "MINTED_ID_FIELDS",
     "REPLAY_COUNTERS",
     "ReplayCounters",
@@ -79,7 +78,6 @@ __all__ = [
     "record",
 ]
 
-DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal"]
 Verdict = Literal["match", "diverged", "diverged_at_refusal", "what-if"]
 
 #: What a replay is judged on; one label value each of the match/mismatch metrics.
@@ -110,37 +108,6 @@ _CALL_BYTES: dict[str, tuple[tuple[str, ...], ...]] = {
     VALID: (("payload", "cacheKey"), ("payload", "recipe")),
     REFUSAL: (("payload", "cacheKey"), ("payload", "recipe")),
 }
-
-
-@dataclass(frozen=True, kw_only=True)
-class Divergence:
-    """One place where the replay does not reproduce the original.
-
-    ``expected`` is the original's value, ``actual`` the replay's (``None`` when the field or
-    event is absent on that side; ``detail`` then says so). ``aspect`` is one of
-    :data:`ASPECTS`, the metric label this divergence counts under.
-    """
-
-    at_sequence: int
-    kind: DivergenceKind
-    original_event_id: str | None
-    path: str | None
-    expected: Any
-    actual: Any
-    node_id: str | None = None
-    detail: str = ""
-    aspect: str = "result"
-    event_type: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "atSequence": self.at_sequence,
-            "kind": self.kind,
-            "originalEventId": self.original_event_id,
-            "path": self.path,
-            "expected": self.expected,
-            "actual": self.actual,
-        }
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -398,18 +365,18 @@ def _divergence_at(
     if r is None:
         assert o is not None
         return Divergence(
-            at_sequence=i, kind="missing", original_event_id=o.get("eventId"), path=None,
+            engine="comparison", at_sequence=i, kind="missing", original_event_id=o.get("eventId"), path=None,
             expected=o.get("type"), actual=None, node_id=_node_id(o), aspect="type",
             event_type=o.get("type"), detail="the replay has no event at this sequence",
         )
     if o is None:
         return Divergence(
-            at_sequence=i, kind="extra", original_event_id=None, path=None,
+            engine="comparison", at_sequence=i, kind="extra", original_event_id=None, path=None,
             expected=None, actual=r.get("type"), node_id=_node_id(r), aspect="type",
             event_type=r.get("type"), detail="the original has no event at this sequence",
         )
     o_type, r_type = o.get("type"), r.get("type")
-    common = {"at_sequence": i, "original_event_id": o.get("eventId"),
+    common = {"engine": "comparison", "at_sequence": i, "original_event_id": o.get("eventId"),
               "node_id": _node_id(o) or _node_id(r), "event_type": o_type}
     if o_type != r_type and o_type in _ENVELOPE_KIND and r_type in _ENVELOPE_KIND:
         refusal = r if r_type == REFUSAL else o
@@ -718,7 +685,7 @@ def compare_outcome(
         expected, actual = _outcome_value(original, path), _outcome_value(replay, path)
         if _identity_bytes(expected) != _identity_bytes(actual):
             out.append(Divergence(
-                at_sequence=at_sequence, kind="output", original_event_id=None, path=path,
+                engine="comparison", at_sequence=at_sequence, kind="output", original_event_id=None, path=path,
                 expected=_plain(expected), actual=_plain(actual), aspect="result",
                 detail=_absence_note(expected, actual),
             ))

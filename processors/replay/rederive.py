@@ -1,4 +1,4 @@
-"""Re-derivation from an offset (SPEC §7.1) and the mock-mode session of a replaying host.
+"""Re-derivation from an offset (SPEC §7.1).
 
 Re-derivation answers "does the committed log still produce what we recorded?": start from
 the nearest snapshot at or before the requested point, re-read the committed log with a plain
@@ -28,12 +28,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from processors.replay.compare import ABSENT, first_difference
 from processors.core.fold import fold, state_hash
 from processors.core.statehash import StateHasher
+from processors.metrics import METRICS
+from processors.replay.compare import ABSENT, first_difference
+from processors.replay.divergence import Divergence, DivergenceKind
+from processors.replay.host import host_verdicts
 from schemas.canonical import GENESIS, chain_hash, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from streams.reader import partition_for, read_topic
@@ -41,10 +44,9 @@ from streams.settings import Settings
 
 log = logging.getLogger("agentlog.rederive")
 
-__all__ = ["RederivationResult", "record_metrics", "replay_run"]
+__all__ = ["RederivationResult", "record_metrics", "replay_run", "replay_run_with_host_verdict"]
 
 RederivationVerdict = Literal["match", "diverged", "error"]
-DivergenceKind = Literal["state", "head", "tampered", "missing", "extra"]
 
 #: Metric aspect each divergence kind counts under (``replay_behavior_*_total{aspect}``).
 _ASPECT = {"state": "state", "head": "head", "tampered": "chain", "missing": "chain", "extra": "chain"}
@@ -60,8 +62,9 @@ Progress = Callable[[int, int | None], None]
 class RederivationResult:
     """The outcome of one re-derivation; a divergence is a result, not an exception.
 
-    ``first_divergence`` (and each of ``divergences``) is
-    ``{atSequence, kind, path, expected, actual, logOffset, detail}``. ``compared`` counts the
+    ``first_divergence`` (and each of ``divergences``) is a :class:`Divergence` of engine
+    ``rederivation`` (JSON ``{atSequence, kind, path, expected, actual, logOffset, detail}``;
+    ``expected`` is what was recorded, ``actual`` what the log refolds to). ``compared`` counts the
     indexes checked against a recorded digest; ``undigested`` those past the last digest
     (chain-checked only). ``error`` is set with verdict ``error`` (e.g. the run has no log).
     """
@@ -71,9 +74,9 @@ class RederivationResult:
     from_seq: int | None
     snapshot_used: int | None
     compared: int
-    first_divergence: dict[str, Any] | None
+    first_divergence: Divergence | None
     head_hash: str | None
-    divergences: tuple[dict[str, Any], ...] = ()
+    divergences: tuple[Divergence, ...] = ()
     collect_all: bool = False
     last_sequence: int | None = None
     undigested: int = 0
@@ -93,7 +96,7 @@ class RederivationResult:
             "compared": self.compared,
             "undigested": self.undigested,
             "lastSequence": self.last_sequence,
-            "firstDivergence": self.first_divergence,
+            "firstDivergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "headHash": self.head_hash,
             "logPartition": self.log_partition,
             "readFromOffset": self.read_from_offset,
@@ -103,16 +106,16 @@ class RederivationResult:
         if self.snapshot_note:
             out["snapshotNote"] = self.snapshot_note
         if self.collect_all:
-            out["divergences"] = list(self.divergences)
+            out["divergences"] = [d.to_dict() for d in self.divergences]
         if self.error:
             out["error"] = self.error
         return out
 
 
 def _divergence(seq: int, kind: DivergenceKind, *, path: str | None, expected: Any, actual: Any,
-                offset: int | None, detail: str) -> dict[str, Any]:
-    return {"atSequence": seq, "kind": kind, "path": path, "expected": expected, "actual": actual,
-            "logOffset": offset, "detail": detail}
+                offset: int | None, detail: str) -> Divergence:
+    return Divergence(engine="rederivation", at_sequence=seq, kind=kind, path=path, expected=expected,
+                      actual=actual, log_offset=offset, detail=detail, aspect=_ASPECT[kind])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,7 +227,7 @@ class _Walk:
         self.hasher = StateHasher()
         self.last_digest = max(digests) if digests else -1
         self.seen: dict[int, tuple[int, str, str]] = {}  # seq -> (offset, prevHash, recomputed head)
-        self.divergences: list[dict[str, Any]] = []
+        self.divergences: list[Divergence] = []
         self.compared = 0
         self.undigested = 0
         self.events = 0
@@ -236,7 +239,7 @@ class _Walk:
     def stopped(self) -> bool:
         return bool(self.divergences) and not self.collect_all
 
-    def add(self, d: dict[str, Any]) -> None:
+    def add(self, d: Divergence) -> None:
         self.divergences.append(d)
 
     def record(self, offset: int, committed: dict) -> None:
@@ -269,7 +272,7 @@ class _Walk:
         expected_head = chain_hash(self.head, doc)
         if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
             expected_head = _reference_chain_hash(self.head, doc)  # a divergence is only ever reported from the reference hash
-        found: dict[str, Any] | None = None
+        found: Divergence | None = None
         if prev_claimed != self.head:
             found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
                                 offset=offset, detail="prevHash is not the hash of the previous record")
@@ -302,15 +305,16 @@ class _Walk:
                 found = _divergence(seq, "head", path="headHash", expected=digest.get("headHash"),
                                     actual=expected_head, offset=offset,
                                     detail="the head hash recomputed from the log differs from the recorded one")
-            if found is not None and found["kind"] == "tampered" and digest.get("headHash") != expected_head:
-                found["detail"] += "; the recorded digest confirms the doc differs from what was folded"
+            if found is not None and found.kind == "tampered" and digest.get("headHash") != expected_head:
+                found = replace(found, detail=found.detail
+                                + "; the recorded digest confirms the doc differs from what was folded")
         if found is not None:
             self.add(found)
         # Continue the chain from what the log claims, so one rewritten record is reported once.
-        self.head = committed.get("hash") if found is not None and found["kind"] == "tampered" else expected_head
+        self.head = committed.get("hash") if found is not None and found.kind == "tampered" else expected_head
         self.next_seq = seq + 1
 
-    def _state_divergence(self, seq: int, offset: int, digest: dict, s_hash: str) -> dict[str, Any]:
+    def _state_divergence(self, seq: int, offset: int, digest: dict, s_hash: str) -> Divergence:
         snap = self.snapshots.get(seq)
         if snap is not None and isinstance(snap.get("state"), dict) and snap.get("stateHash") == digest.get("stateHash"):
             diff = first_difference(snap["state"], self.state)
@@ -355,7 +359,7 @@ class _Walk:
                 detail=f"digests record sequences up to {max(beyond)} but the log ends at {self.next_seq - 1}"))
 
 
-async def _conflict_divergences(settings: Settings, run_id: str, partition: int, walk: _Walk) -> list[dict]:
+async def _conflict_divergences(settings: Settings, run_id: str, partition: int, walk: _Walk) -> list[Divergence]:
     out = []
     for seq, offset, copy in walk.conflicts:
         first = walk.seen.get(seq)
@@ -437,7 +441,7 @@ async def replay_run(
         return _error(run_id, start_seq, ReplayError(
             f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
     divergences = walk.divergences + await _conflict_divergences(settings, run_id, partition, walk)
-    divergences.sort(key=lambda d: (d["atSequence"], d["kind"] != "tampered"))
+    divergences.sort(key=lambda d: (d.at_sequence, d.kind != "tampered"))
     if not collect_all:
         divergences = divergences[:1]
     state = walk.state or {}
@@ -463,6 +467,33 @@ async def replay_run(
     return result
 
 
+async def replay_run_with_host_verdict(
+    settings: Settings,
+    run_id: str,
+    *,
+    from_offset: int | None = None,
+    from_seq: int | None = None,
+    collect_all: bool = False,
+    progress: Progress | None = None,
+) -> tuple[RederivationResult, dict[str, Any] | None]:
+    """:func:`replay_run`, and when the run is itself a host replay, its latest host-replay verdict.
+
+    A run that declares ``replayOf`` may match its own recorded digests and still be a
+    ``what-if`` of its source (other bound versions, MACP §3); showing the verdict beside the
+    re-derivation keeps the one from being read as the other. The verdict is ``None`` when the
+    run is no host replay or no verdict is recorded yet.
+
+    Raises:
+        ReplayError, InfraError: as :func:`replay_run`.
+    """
+    result = await replay_run(settings, run_id, from_offset=from_offset, from_seq=from_seq,
+                              collect_all=collect_all, progress=progress)
+    if not result.replay_of:
+        return result, None
+    found = await host_verdicts(settings, run_id)
+    return result, found[-1] if found else None
+
+
 def _error(run_id: str, start_seq: int | None, e: AgentlogError) -> RederivationResult:
     return RederivationResult(verdict="error", run_id=run_id, from_seq=start_seq, snapshot_used=None, compared=0,
                               first_divergence=None, head_hash=None, error=e.to_dict())
@@ -474,11 +505,9 @@ def record_metrics(result: RederivationResult) -> None:
     Fail-fast results count only what they established: the aspect that diverged as a mismatch,
     and nothing as a match (the rest of the run was not examined).
     """
-    from processors.metrics import METRICS
-
     if result.verdict == "error":
         return
-    mismatched = {_ASPECT[d["kind"]] for d in result.divergences}
+    mismatched = {d.aspect for d in result.divergences}
     exhaustive = result.collect_all or not mismatched
     for aspect in REDERIVATION_ASPECTS:
         if aspect in mismatched:

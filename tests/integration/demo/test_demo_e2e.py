@@ -61,3 +61,4 @@ def test_demo_end_to_end(settings):
     assert workers == {"worker-1", "worker-2"}
     usage = [dict(zip(summary.queries["usage"]["columns"], row)) for row in summary.queries["usage"]["rows"]]
     assert [(u["run_id"], u["calls"]) for u in usage] == [(summary.run_id, 3)]
+    assert summary.ok  # what `agentlog demo` exits 0 on

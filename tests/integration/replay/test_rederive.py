@@ -14,7 +14,7 @@ import uuid
 import pytest
 
 from processors.metrics import METRICS
-from processors.replay.rederive import replay_run
+from processors.replay import Divergence, replay_run
 from schemas.canonical import chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
@@ -98,15 +98,15 @@ def test_rewritten_copy_appended_after_the_worker_stopped_is_tampered(settings, 
         result = await replay_run(settings, run_id, from_seq=0)
         assert result.verdict == "diverged"
         d = result.first_divergence
-        assert (d["atSequence"], d["kind"]) == (k, "tampered")
-        assert (d["path"], d["expected"], d["actual"]) == ("doc.payload.value", 3, 999)
-        assert d["logOffset"] > digests[len(docs) - 1]["logOffset"]
+        assert (d.at_sequence, d.kind) == (k, "tampered")
+        assert (d.path, d.expected, d.actual) == ("doc.payload.value", 3, 999)
+        assert d.log_offset > digests[len(docs) - 1]["logOffset"]
         assert METRICS.get("replay_behavior_mismatch_total", aspect="chain") == before + 1
 
         # Started after k from a snapshot, the copy is still judged — against the recorded digest.
         late = await replay_run(settings, run_id, from_seq=len(docs) - 2)
         assert late.snapshot_used is not None and late.snapshot_used > k
-        assert (late.first_divergence["atSequence"], late.first_divergence["kind"]) == (k, "tampered")
+        assert (late.first_divergence.at_sequence, late.first_divergence.kind) == (k, "tampered")
 
     asyncio.run(scenario())
 
@@ -136,11 +136,16 @@ def test_first_copy_altered_is_tampered_at_its_index(settings):
         result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
         assert result.verdict == "diverged"
         d = result.first_divergence
-        assert (d["atSequence"], d["kind"], d["path"]) == (k, "tampered", "hash")
-        assert d["actual"] == records[k]["hash"] and d["expected"] == chain_hash(records[k - 1]["hash"], records[k]["doc"])
-        assert d["logOffset"] == where[k][1]
+        assert (d.at_sequence, d.kind, d.path) == (k, "tampered", "hash")
+        assert d.actual == records[k]["hash"] and d.expected == chain_hash(records[k - 1]["hash"], records[k]["doc"])
+        assert d.log_offset == where[k][1]
+        assert isinstance(d, Divergence) and result.to_json_dict()["firstDivergence"] == {
+            "atSequence": k, "kind": "tampered", "path": "hash", "expected": d.expected, "actual": records[k]["hash"],
+            "logOffset": where[k][1],
+            "detail": "hash does not match chain_hash(prevHash, doc): the doc was altered after it was committed; "
+                      "the recorded digest confirms the doc differs from what was folded"}
         # The altered value also changes the state from k on; collect-all reports that stretch once.
-        assert [(x["atSequence"], x["kind"]) for x in result.divergences] == [(k, "tampered")]
+        assert [(x.at_sequence, x.kind) for x in result.divergences] == [(k, "tampered")]
 
     asyncio.run(scenario())
 
@@ -157,8 +162,8 @@ def test_consistently_rewritten_chain_is_caught_by_the_digests_with_a_field_diff
             await hand.recorded(docs, dict(enumerate(where)), snapshot_at=(4, k, len(docs) - 1))
         result = await replay_run(settings, run_id, from_seq=0)
         d = result.first_divergence
-        assert (d["atSequence"], d["kind"]) == (k, "state")
-        assert (d["path"], d["expected"], d["actual"]) == ("state.variables.searchHits", 3, 7)
+        assert (d.at_sequence, d.kind) == (k, "state")
+        assert (d.path, d.expected, d.actual) == ("state.variables.searchHits", 3, 7)
 
         # A rewrite that does not touch the state (usage numbers) shows up as the head hash.
         usage_k = 11
@@ -169,7 +174,7 @@ def test_consistently_rewritten_chain_is_caught_by_the_digests_with_a_field_diff
             where = await hand.log(chained(forged_usage))
             await hand.recorded(docs, dict(enumerate(where)))
         usage = await replay_run(other, run_id, from_seq=0)
-        assert (usage.first_divergence["atSequence"], usage.first_divergence["kind"]) == (usage_k, "head")
+        assert (usage.first_divergence.at_sequence, usage.first_divergence.kind) == (usage_k, "head")
 
     asyncio.run(scenario())
 
@@ -186,7 +191,7 @@ def test_missing_records_are_reported(settings):
             offsets = {r["doc"]["sequence"]: w for r, w in zip(records[:k] + records[k + 1:-2], where)}
             await hand.recorded(docs, offsets)
         result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
-        kinds = [(d["atSequence"], d["kind"]) for d in result.divergences]
+        kinds = [(d.at_sequence, d.kind) for d in result.divergences]
         assert kinds == [(k, "missing"), (len(docs) - 2, "missing")]
         assert result.verdict == "diverged"
 
@@ -196,7 +201,7 @@ def test_missing_records_are_reported(settings):
             await hand.recorded(docs, dict(enumerate(where)))
         truncated = await replay_run(tail, run_id, from_seq=0)
         d = truncated.first_divergence
-        assert (d["atSequence"], d["kind"]) == (len(docs) - 2, "missing")
+        assert (d.at_sequence, d.kind) == (len(docs) - 2, "missing")
 
     asyncio.run(scenario())
 

@@ -1,16 +1,17 @@
-"""``agentlog capabilities``: the block matches the upstream excerpt's schema, and each claim follows its check."""
+"""``agentlog capabilities`` (:mod:`processors.capabilities`): the block matches the upstream excerpt's schema,
+and each claim follows its check."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
 from typer.testing import CliRunner
 
+import processors.capabilities as caps
+from processors.capabilities import Check, capability_document, run_checks
 from processors.cli import app
-from processors.cli.capabilities import Check, capability_document, run_checks
 from schemas.upstream import upstream_file
 
 REFERENCE = upstream_file("openwop/schemas/run-event.schema.json").parents[1]
@@ -64,12 +65,18 @@ def test_a_vector_that_does_not_reproduce_withdraws_the_recipe(tmp_path):
 
 
 def test_missing_vectors_withdraw_the_recipe(tmp_path, monkeypatch):
-    import processors.cli.capabilities as caps
-
-    monkeypatch.delenv(caps.VECTORS_ENV, raising=False)
     monkeypatch.setattr(caps, "_VECTOR_CANDIDATES", (tmp_path / "nope.json",))
     check = next(c for c in caps.run_checks() if c.name == "cacheKey")
     assert not check.ok and "not found" in check.detail
+
+
+@needs_reference
+def test_the_vector_file_is_not_read_from_the_environment(tmp_path, monkeypatch):
+    # Settings are read only through streams.settings.Settings; the vectors come from --vectors or the bundle.
+    monkeypatch.setenv("AGENTLOG_CACHE_KEY_VECTORS", str(VECTORS))
+    monkeypatch.setattr(caps, "_VECTOR_CANDIDATES", (tmp_path / "nope.json",))
+    assert caps.find_vectors() is None
+    assert caps.find_vectors(VECTORS) == VECTORS
 
 
 @needs_reference

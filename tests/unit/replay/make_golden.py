@@ -1,6 +1,8 @@
-"""Write the golden run pairs in ``tests/replay/golden/`` (run once; the files are checked in).
+"""Write the golden run pairs in ``tests/unit/replay/golden/`` (the files are checked in).
 
     .venv/bin/python -m tests.unit.replay.make_golden
+
+``test_goldens_current.py`` fails when the checked-in files differ from what this writes now.
 
 Each pair is a source run and a replay of it, built from :func:`tests.unit.replay.runs.llm_run` and
 changed on purpose; nothing here calls the comparison engine. The verdict each pair must get
@@ -26,9 +28,9 @@ from tests.unit.replay.runs import as_replay, index_of, llm_run, perturb_volatil
 GOLDEN = Path(__file__).with_name("golden")
 
 
-def _write(name: str, docs: list[dict]) -> None:
-    lines = "".join(json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n" for doc in docs)
-    (GOLDEN / name).write_text(lines, encoding="utf-8")
+def render(docs: list[dict]) -> bytes:
+    """One run as a golden file's bytes: one key-sorted JSON object per line, UTF-8."""
+    return "".join(json.dumps(doc, ensure_ascii=False, sort_keys=True) + "\n" for doc in docs).encode("utf-8")
 
 
 def pairs() -> dict[str, tuple[list[dict], list[dict]]]:
@@ -57,11 +59,19 @@ def pairs() -> dict[str, tuple[list[dict], list[dict]]]:
     return {"match": (original, match), "diverged": (original, diverged), "refusal": (original, refusal)}
 
 
+def golden_files() -> dict[str, bytes]:
+    """File name → bytes of every golden file, as :func:`main` writes them."""
+    out: dict[str, bytes] = {}
+    for name, (original, replay) in pairs().items():
+        out[f"{name}.original.jsonl"] = render(original)
+        out[f"{name}.replay.jsonl"] = render(replay)
+    return out
+
+
 def main() -> None:
     GOLDEN.mkdir(exist_ok=True)
-    for name, (original, replay) in pairs().items():
-        _write(f"{name}.original.jsonl", original)
-        _write(f"{name}.replay.jsonl", replay)
+    for name, data in golden_files().items():
+        (GOLDEN / name).write_bytes(data)
 
 
 if __name__ == "__main__":

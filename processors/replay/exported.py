@@ -1,0 +1,41 @@
+"""Runs exported as JSON lines (``agentlog export``), read back for an offline comparison.
+
+``agentlog compare`` judges a replay from two such files with the same engine the worker runs,
+so an operator can re-check a verdict — or a test can pin one — without a broker.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from schemas.canonical import loads_strict
+from schemas.errors import AgentlogError, ReplayError
+
+__all__ = ["read_jsonl"]
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """RunEventDocs from a JSONL file: one per line, bare or wrapped as a CommittedEvent (``doc``).
+
+    Raises:
+        ReplayError: the file cannot be read, or a line is not a JSON object.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ReplayError(f"cannot read {path}: {e}") from e
+    docs: list[dict[str, Any]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except AgentlogError as e:
+            raise ReplayError(f"{path}:{number}: {e}") from e
+        if isinstance(value, dict) and isinstance(value.get("doc"), dict) and "hash" in value:
+            value = value["doc"]
+        if not isinstance(value, dict):
+            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
+        docs.append(value)
+    return docs
