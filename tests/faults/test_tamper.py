@@ -78,7 +78,7 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
         worker.stop()
     assert result.verdict == "diverged"
     d = result.first_divergence
-    assert (d["atSequence"], d["kind"]) == (k, "tampered")
-    assert (d["path"], d["expected"], d["actual"]) == ("doc.payload.value", docs[k]["payload"]["value"], -1)
+    assert (d.at_sequence, d.kind) == (k, "tampered")
+    assert (d.path, d.expected, d.actual) == ("doc.payload.value", docs[k]["payload"]["value"], -1)
     ledger.record("tamper", sent=len(docs), accepted=len(docs), violations={"hash_chain_broken": 2},
-                  forged_records=2, replay_first_divergence=f"{d['kind']}@{d['atSequence']}")
+                  forged_records=2, replay_first_divergence=f"{d.kind}@{d.at_sequence}")
