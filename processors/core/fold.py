@@ -83,7 +83,10 @@ def initial_state(run_id: str) -> State:
 
 
 def state_hash(state: Mapping[str, Any]) -> str:
-    """``sha256(JCS(state))``: independent of dict insertion order, so a state loaded from a snapshot hashes the same."""
+    """``sha256(JCS(state))``.
+
+    Independent of dict insertion order, so a state loaded from a snapshot hashes the same.
+    """
     return sha256_hex(jcs(state))
 
 

@@ -244,7 +244,9 @@ def check_chain_event(state: State, event: Mapping[str, Any], mode: str) -> tupl
         return draft.done()
     row = PHASES.get(phase)
     if row is None:
-        _violation(draft, event, "unknown_phase", f"phase {phase!r} is not an RFC 0037 phase", worker_id=worker, phase=phase)
+        _violation(
+            draft, event, "unknown_phase", f"phase {phase!r} is not an RFC 0037 phase", worker_id=worker, phase=phase,
+        )
         return draft.done()
 
     # The host speaks for this worker under its latest decision: auto mode stops deriving it.
@@ -273,7 +275,9 @@ def _check_began(draft: _Draft, state: State, event: Mapping[str, Any], worker: 
         detail = (
             f"dispatch.began must be caused by a runOrchestrator.decided naming {worker!r}; causationId is {cause!r}"
         )
-        _violation(draft, event, "wrong_causation", detail, worker_id=worker, phase="dispatch.began", dispatch_id=event_id)
+        _violation(
+            draft, event, "wrong_causation", detail, worker_id=worker, phase="dispatch.began", dispatch_id=event_id,
+        )
         if decision is None:
             decided_event_id = state["lastDecision"].get(worker)
     draft.sub("handoffs")[event_id] = {
@@ -360,7 +364,8 @@ def _check_later_phase(
     if cause != machine["lastEventId"] and not _nonempty_str(p.get("causationHostId")):
         _violation(
             draft, event, "wrong_causation",
-            f"{phase} must be caused by the machine's previous transition {machine['lastEventId']!r}; causationId is {cause!r}",
+            f"{phase} must be caused by the machine's previous transition {machine['lastEventId']!r}; "
+            f"causationId is {cause!r}",
             worker_id=worker, phase=phase, dispatch_id=dispatch_id,
         )
 
@@ -419,7 +424,10 @@ def derive_dispatch(state: State, event: Mapping[str, Any], mode: str) -> tuple[
         return draft.done()
 
     ts = event.get("timestamp")
-    common = {"parent_run_id": parent, "worker_id": worker, "dispatch_id": began_id, "sequence": None, "derived": True, "timestamp": ts}
+    common = {
+        "parent_run_id": parent, "worker_id": worker, "dispatch_id": began_id, "sequence": None, "derived": True,
+        "timestamp": ts,
+    }
     draft.outputs.append(
         _transition(**common, child_run_id=None, phase="dispatch.began", event_id=began_id, causation_id=decided)
     )
@@ -428,13 +436,18 @@ def derive_dispatch(state: State, event: Mapping[str, Any], mode: str) -> tuple[
         failed_id = derived_event_id(parent, decided, worker, "dispatch.failed")
         error = {"code": "dispatch_failed", "message": f"child run was not created (childStatus {status!r})"}
         draft.outputs.append(
-            _transition(**common, child_run_id=None, phase="dispatch.failed", event_id=failed_id, causation_id=began_id, error=error)
+            _transition(
+                **common, child_run_id=None, phase="dispatch.failed", event_id=failed_id, causation_id=began_id,
+                error=error,
+            )
         )
         machine_state, last_id, child = "failed", failed_id, None
     else:
         ok_id = derived_event_id(parent, decided, worker, "dispatch.succeeded")
         draft.outputs.append(
-            _transition(**common, child_run_id=child_run_id, phase="dispatch.succeeded", event_id=ok_id, causation_id=began_id)
+            _transition(
+                **common, child_run_id=child_run_id, phase="dispatch.succeeded", event_id=ok_id, causation_id=began_id,
+            )
         )
         mapping = state["decisions"][decided]["outputMapping"].get(worker, {})
         draft.outputs.append(
@@ -481,7 +494,8 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
     parent, decided, worker = link["parentRunId"], link["decidedEventId"], link["workerId"]
     common = {
         "parent_run_id": parent, "worker_id": worker, "dispatch_id": link["dispatchId"],
-        "child_run_id": link["childRunId"], "sequence": None, "derived": True, "timestamp": child_event.get("timestamp"),
+        "child_run_id": link["childRunId"], "sequence": None, "derived": True,
+        "timestamp": child_event.get("timestamp"),
     }
     outcome_id = derived_event_id(parent, decided, worker, phase)
     error = None
@@ -495,7 +509,8 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
     if phase == "child.completed" and keys:
         out.append(
             _transition(
-                **common, phase="output.harvested", event_id=derived_event_id(parent, decided, worker, "output.harvested"),
+                **common, phase="output.harvested",
+                event_id=derived_event_id(parent, decided, worker, "output.harvested"),
                 causation_id=outcome_id, harvested_keys=sorted(keys),
             )
         )
