@@ -14,8 +14,15 @@ says when.
 The shapes are written in the functional ``TypedDict`` form: Transition has keys
 named ``from`` and ``to``, and Python 3.11 drops ``NotRequired`` from a class-form
 TypedDict under ``from __future__ import annotations`` (the annotation is a string
-it does not evaluate), which would declare an optional key required.
+it does not evaluate), which would declare an optional key required. Hence ruff's UP013
+(rewrite to the class form) is switched off for this file below.
+
+A Violation's ``runId``/``eventId``/``sequence`` are typed nullable: the fold reports a
+violation on whatever event it was given, and ``agentlog compare`` folds events read from a
+user's file, unvalidated. The live processors only fold validated docs, where all three are set.
 """
+
+# ruff: noqa: UP013 - the functional TypedDict form is deliberate (module docstring)
 
 from __future__ import annotations
 
@@ -93,11 +100,11 @@ Transition = TypedDict("Transition", {
 
 #: A broken rule found while folding or re-checking a run (topic ``violations``).
 Violation = TypedDict("Violation", {
-    "runId": str,
+    "runId": str | None,
     "code": str,
     "detail": str,
-    "eventId": str,
-    "sequence": int,
+    "eventId": str | None,
+    "sequence": int | None,
     "workerId": str | None,
     "phase": str | None,
     "dispatchId": str | None,
@@ -240,11 +247,11 @@ def transition(
 
 def violation(
     *,
-    run_id: str,
+    run_id: str | None,
     code: str,
     detail: str,
-    event_id: str,
-    sequence: int,
+    event_id: str | None,
+    sequence: int | None,
     worker_id: str | None = None,
     phase: str | None = None,
     dispatch_id: str | None = None,
@@ -253,6 +260,8 @@ def violation(
 
     The handoff fields stay present as null for the run-state processor's chain checks
     (``log_gap``, ``hash_chain_broken``), so every violation has one set of keys.
+    ``run_id``, ``event_id`` and ``sequence`` are the offending event's, null where that
+    event has none (only an unvalidated doc, as ``agentlog compare`` may fold, lacks them).
     """
     return {
         "runId": run_id,

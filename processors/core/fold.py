@@ -20,6 +20,8 @@ from processors.core.handoff import (
     CHAIN_EVENT,
     HANDOFF_MODES,
     HandoffError,
+    Output,
+    State,
     check_chain_event,
     derive_dispatch,
     record_decision,
@@ -55,8 +57,6 @@ class FoldError(AgentlogError):
     code = "fold_error"
 
 
-State = dict[str, Any]
-Output = dict[str, Any]
 Handler = Callable[[State, Mapping[str, Any], str], tuple[State, list[Output]]]
 
 
@@ -83,7 +83,10 @@ def initial_state(run_id: str) -> State:
 
 
 def state_hash(state: Mapping[str, Any]) -> str:
-    """``sha256(JCS(state))``: independent of dict insertion order, so a state loaded from a snapshot hashes the same."""
+    """``sha256(JCS(state))``.
+
+    Independent of dict insertion order, so a state loaded from a snapshot hashes the same.
+    """
     return sha256_hex(jcs(state))
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple, TypeGuard, cast
 
 from schemas.errors import AgentlogError
 from schemas.records import Transition, transition, violation
@@ -45,6 +45,11 @@ __all__ = [
 ]
 
 CHAIN_EVENT = "core.workflowChain.event"
+
+#: A run state (see :func:`processors.core.fold.initial_state`), read-only once returned.
+State = dict[str, Any]
+#: One fold output: ``{"kind": "transition"|"violation"|"link", ...}`` (CONTRACT.md).
+Output = dict[str, Any]
 
 #: uuid5 namespace of derived transition eventIds. Changing it changes every
 #: derived eventId ever published, so it is frozen forever.
@@ -106,9 +111,9 @@ class _Draft:
 
     __slots__ = ("state", "outputs", "_copied")
 
-    def __init__(self, base: dict[str, Any]) -> None:
+    def __init__(self, base: State) -> None:
         self.state = dict(base)
-        self.outputs: list[dict[str, Any]] = []
+        self.outputs: list[Output] = []
         self._copied: set[str] = set()
 
     def sub(self, key: str) -> Any:
@@ -117,7 +122,7 @@ class _Draft:
             self._copied.add(key)
         return self.state[key]
 
-    def done(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    def done(self) -> tuple[State, list[Output]]:
         return self.state, self.outputs
 
 
@@ -142,7 +147,7 @@ def _violation(
     draft.sub("flags").append({"code": code, "eventId": event.get("eventId"), "sequence": event.get("sequence")})
 
 
-def _transition(phase: str, **fields: Any) -> dict[str, Any]:
+def _transition(phase: str, **fields: Any) -> Output:
     """The fold output for one transition of ``phase``; its from/to are the phase's row of :data:`PHASES`.
 
     ``fields`` are :func:`schemas.records.transition`'s other arguments.
@@ -156,7 +161,7 @@ def _payload(event: Mapping[str, Any]) -> dict[str, Any]:
     return p if isinstance(p, dict) else {}
 
 
-def _nonempty_str(value: Any) -> bool:
+def _nonempty_str(value: Any) -> TypeGuard[str]:
     return isinstance(value, str) and bool(value)
 
 
@@ -190,7 +195,7 @@ def _normalize_mapping(mapping: Any, workers: list[str]) -> dict[str, dict[str, 
     return {w: flat for w in workers} if flat else {}
 
 
-def record_decision(state: dict[str, Any], event: Mapping[str, Any], mode: str) -> tuple[dict, list]:
+def record_decision(state: State, event: Mapping[str, Any], mode: str) -> tuple[State, list[Output]]:
     """Remember which workers a decision named (and their output mappings).
 
     Both modes need it: check mode verifies ``dispatch.began`` causation against it,
@@ -216,7 +221,7 @@ def record_decision(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
 # --------------------------------------------------------------------------- check mode
 
 
-def check_chain_event(state: dict[str, Any], event: Mapping[str, Any], mode: str) -> tuple[dict, list]:
+def check_chain_event(state: State, event: Mapping[str, Any], mode: str) -> tuple[State, list[Output]]:
     """Verify one host-emitted ``core.workflowChain.event`` and apply it if legal.
 
     Rules (CONTRACT.md "Handoff checking"): an illegal transition or a bad payload
@@ -239,7 +244,9 @@ def check_chain_event(state: dict[str, Any], event: Mapping[str, Any], mode: str
         return draft.done()
     row = PHASES.get(phase)
     if row is None:
-        _violation(draft, event, "unknown_phase", f"phase {phase!r} is not an RFC 0037 phase", worker_id=worker, phase=phase)
+        _violation(
+            draft, event, "unknown_phase", f"phase {phase!r} is not an RFC 0037 phase", worker_id=worker, phase=phase,
+        )
         return draft.done()
 
     # The host speaks for this worker under its latest decision: auto mode stops deriving it.
@@ -253,7 +260,7 @@ def check_chain_event(state: dict[str, Any], event: Mapping[str, Any], mode: str
     return draft.done()
 
 
-def _check_began(draft: _Draft, state: dict[str, Any], event: Mapping[str, Any], worker: str) -> None:
+def _check_began(draft: _Draft, state: State, event: Mapping[str, Any], worker: str) -> None:
     event_id = event["eventId"]
     if event_id in state["handoffs"]:
         _violation(
@@ -268,7 +275,9 @@ def _check_began(draft: _Draft, state: dict[str, Any], event: Mapping[str, Any],
         detail = (
             f"dispatch.began must be caused by a runOrchestrator.decided naming {worker!r}; causationId is {cause!r}"
         )
-        _violation(draft, event, "wrong_causation", detail, worker_id=worker, phase="dispatch.began", dispatch_id=event_id)
+        _violation(
+            draft, event, "wrong_causation", detail, worker_id=worker, phase="dispatch.began", dispatch_id=event_id,
+        )
         if decision is None:
             decided_event_id = state["lastDecision"].get(worker)
     draft.sub("handoffs")[event_id] = {
@@ -291,7 +300,7 @@ def _check_began(draft: _Draft, state: dict[str, Any], event: Mapping[str, Any],
 
 def _check_later_phase(
     draft: _Draft,
-    state: dict[str, Any],
+    state: State,
     event: Mapping[str, Any],
     p: dict[str, Any],
     phase: str,
@@ -355,7 +364,8 @@ def _check_later_phase(
     if cause != machine["lastEventId"] and not _nonempty_str(p.get("causationHostId")):
         _violation(
             draft, event, "wrong_causation",
-            f"{phase} must be caused by the machine's previous transition {machine['lastEventId']!r}; causationId is {cause!r}",
+            f"{phase} must be caused by the machine's previous transition {machine['lastEventId']!r}; "
+            f"causationId is {cause!r}",
             worker_id=worker, phase=phase, dispatch_id=dispatch_id,
         )
 
@@ -377,7 +387,7 @@ def _check_later_phase(
 # --------------------------------------------------------------------------- derive mode
 
 
-def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) -> tuple[dict, list]:
+def derive_dispatch(state: State, event: Mapping[str, Any], mode: str) -> tuple[State, list[Output]]:
     """On ``node.dispatched``, derive ``dispatch.began`` then ``dispatch.succeeded`` or ``dispatch.failed``.
 
     ``auto`` derives only while the host has emitted no chain event for this worker
@@ -414,7 +424,10 @@ def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
         return draft.done()
 
     ts = event.get("timestamp")
-    common = {"parent_run_id": parent, "worker_id": worker, "dispatch_id": began_id, "sequence": None, "derived": True, "timestamp": ts}
+    common = {
+        "parent_run_id": parent, "worker_id": worker, "dispatch_id": began_id, "sequence": None, "derived": True,
+        "timestamp": ts,
+    }
     draft.outputs.append(
         _transition(**common, child_run_id=None, phase="dispatch.began", event_id=began_id, causation_id=decided)
     )
@@ -423,13 +436,18 @@ def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
         failed_id = derived_event_id(parent, decided, worker, "dispatch.failed")
         error = {"code": "dispatch_failed", "message": f"child run was not created (childStatus {status!r})"}
         draft.outputs.append(
-            _transition(**common, child_run_id=None, phase="dispatch.failed", event_id=failed_id, causation_id=began_id, error=error)
+            _transition(
+                **common, child_run_id=None, phase="dispatch.failed", event_id=failed_id, causation_id=began_id,
+                error=error,
+            )
         )
         machine_state, last_id, child = "failed", failed_id, None
     else:
         ok_id = derived_event_id(parent, decided, worker, "dispatch.succeeded")
         draft.outputs.append(
-            _transition(**common, child_run_id=child_run_id, phase="dispatch.succeeded", event_id=ok_id, causation_id=began_id)
+            _transition(
+                **common, child_run_id=child_run_id, phase="dispatch.succeeded", event_id=ok_id, causation_id=began_id,
+            )
         )
         mapping = state["decisions"][decided]["outputMapping"].get(worker, {})
         draft.outputs.append(
@@ -456,7 +474,7 @@ def derive_dispatch(state: dict[str, Any], event: Mapping[str, Any], mode: str) 
     return draft.done()
 
 
-def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]) -> list[dict[str, Any]]:
+def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]) -> list[Output]:
     """The transitions a child's terminal ``run.*`` event completes for a derived dispatch.
 
     Returns ``[]`` for a non-terminal child event, so a joiner can pass every child
@@ -476,7 +494,8 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
     parent, decided, worker = link["parentRunId"], link["decidedEventId"], link["workerId"]
     common = {
         "parent_run_id": parent, "worker_id": worker, "dispatch_id": link["dispatchId"],
-        "child_run_id": link["childRunId"], "sequence": None, "derived": True, "timestamp": child_event.get("timestamp"),
+        "child_run_id": link["childRunId"], "sequence": None, "derived": True,
+        "timestamp": child_event.get("timestamp"),
     }
     outcome_id = derived_event_id(parent, decided, worker, phase)
     error = None
@@ -490,7 +509,8 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
     if phase == "child.completed" and keys:
         out.append(
             _transition(
-                **common, phase="output.harvested", event_id=derived_event_id(parent, decided, worker, "output.harvested"),
+                **common, phase="output.harvested",
+                event_id=derived_event_id(parent, decided, worker, "output.harvested"),
                 causation_id=outcome_id, harvested_keys=sorted(keys),
             )
         )
@@ -499,14 +519,20 @@ def derive_child_outcome(link: Mapping[str, Any], child_event: Mapping[str, Any]
 
 # --- derive mode: join a dispatch with its child run's outcome (handoff-links topic) ---
 
+#: A handoff-links message: ``{"kind": "link", "link": <link output without kind>}`` or
+#: ``{"kind": "child-terminal", "event": <the child's terminal RunEventDoc>}``, decoded from JSON.
+LinksMessage = Mapping[str, Any]
+#: A child run's join record (the ``links`` table): ``{"link", "terminal", "done"}``.
+JoinRecord = dict[str, Any]
 
-def join(record: dict | None, message: dict) -> tuple[dict, list[Transition]]:
+
+def join(record: Mapping[str, Any] | None, message: LinksMessage) -> tuple[JoinRecord, list[Transition]]:
     """Fold one handoff-links message into the child's join record; pure.
 
     Returns the new record and the derived transitions, without the fold's ``kind`` tag, as
     the transitions topic holds them (empty until both sides are known).
     """
-    rec = dict(record or {"link": None, "terminal": None, "done": False})
+    rec: JoinRecord = dict(record or {"link": None, "terminal": None, "done": False})
     if message.get("kind") == "link":
         rec["link"] = message["link"]
     elif message.get("kind") == "child-terminal":
@@ -521,8 +547,11 @@ def join(record: dict | None, message: dict) -> tuple[dict, list[Transition]]:
     return rec, transitions
 
 
-def child_of(message: dict) -> str:
+def child_of(message: LinksMessage) -> str:
     """The childRunId a handoff-links message is about (its Kafka key, read from the value)."""
-    if message.get("kind") == "link":
-        return message["link"]["childRunId"]
-    return message["event"]["runId"]
+    # Both are strings as produced: a link's childRunId passed _nonempty_str in derive_dispatch,
+    # a terminal event is a committed (validated) doc.
+    child_run_id: str = (
+        message["link"]["childRunId"] if message.get("kind") == "link" else message["event"]["runId"]
+    )
+    return child_run_id

@@ -64,7 +64,8 @@ class ResultCache:
         for doc in docs:
             kind = doc.get("type")
             node = _node_id(doc)
-            payload = doc.get("payload") if isinstance(doc.get("payload"), Mapping) else {}
+            raw_payload = doc.get("payload")
+            payload: Mapping[str, Any] = raw_payload if isinstance(raw_payload, Mapping) else {}
             attempt = retries.get(node, 0)
             if kind == "node.retried":
                 retries[node] = attempt + 1

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 from processors.core.fold import fold
+from processors.core.handoff import State
 from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
 from schemas.records import CommittedEvent, Violation, run_snapshot, state_digest, violation
@@ -30,7 +31,7 @@ _MAX_HASHERS = 1024
 _HASHER_SLACK = 2_000
 
 
-def _state_hash(run_id: str, state: dict, *, verify: bool) -> str:
+def _state_hash(run_id: str, state: State, *, verify: bool) -> str:
     """``fold.state_hash(state)`` in time proportional to what the last event changed.
 
     With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
@@ -56,8 +57,17 @@ def _state_hash(run_id: str, state: dict, *, verify: bool) -> str:
 Send = tuple[str, str | None, Mapping[str, Any]]
 
 
-def step(record: dict | None, committed: CommittedEvent, *, partition: int, offset: int,
-         snapshot_every: int, handoff_mode: str) -> tuple[dict | None, list[Send]]:
+class RunRecord(TypedDict):
+    """A run's record in the ``runs`` table, as :func:`step` writes it."""
+
+    state: State | None  # the folded state; None only before the first event
+    next: int  # the sequence expected next
+    head: str  # hash of the last committed event (GENESIS before the first)
+    since: int  # events folded since the last snapshot
+
+
+def step(record: RunRecord | None, committed: CommittedEvent, *, partition: int, offset: int,
+         snapshot_every: int, handoff_mode: str) -> tuple[RunRecord | None, list[Send]]:
     """Advance one run by one committed event; pure.
 
     Returns the run's new table record (None when the event is a duplicate to skip)

@@ -12,14 +12,28 @@ from __future__ import annotations
 
 import base64
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, TypedDict
 
 from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash
 from schemas.errors import ContractError
 from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
 from schemas.validate import validate_doc
 from streams.codec import decode_ingest
+
+
+class RunHead(TypedDict):
+    """A run's head (the ``heads`` table): the sequence expected next and the hash of its last event."""
+
+    next: int
+    hash: str
+
+
+#: A committed eventId's entry in the run's index (the ``index`` table), a JSON array:
+#: ``[sequence: int, hash: str, sourcePartition: int, sourceOffset: int]``.
+IndexEntry = list[Any]
+IndexLookup = Callable[[str], IndexEntry | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,8 +54,8 @@ class Source:
 @dataclass(frozen=True, slots=True)
 class Accepted:
     committed: CommittedEvent
-    head: dict  # the run's new head: {"next": int, "hash": str}
-    index_entry: tuple[str, list]  # (eventId, [sequence, hash, sourcePartition, sourceOffset])
+    head: RunHead  # the run's new head
+    index_entry: tuple[str, IndexEntry]  # (eventId, [sequence, hash, sourcePartition, sourceOffset])
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +67,7 @@ class Redelivered:
     """
 
     sequence: int
-    head: dict | None = None
+    head: RunHead | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,10 +77,9 @@ class Rejected:
 
 
 Decision = Accepted | Redelivered | Rejected
-IndexLookup = Callable[[str], "list | None"]
 
 
-def decide(head: dict | None, lookup: IndexLookup, doc: dict, source: Source) -> Decision:
+def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], source: Source) -> Decision:
     """Decide what to do with a validated RunEventDoc.
 
     ``head`` is ``{"next": int, "hash": str}`` or None for a new run; ``lookup(eventId)``
@@ -121,12 +134,12 @@ class Decoded:
     contract check anticipated (a bug to log with its traceback, not a reason code).
     """
 
-    doc: dict | None
+    doc: dict[str, Any] | None
     decision: Decision
     unexpected: Exception | None = None
 
 
-def sequence(raw: bytes, head_of: Callable[[str], dict | None], lookup_of: Callable[[str], IndexLookup],
+def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Callable[[str], IndexLookup],
              source: Source, *, max_bytes: int) -> Decoded:
     """Decode, validate and decide one ingest record: every reason a record is refused, in one place.
 
@@ -152,7 +165,7 @@ def sequence(raw: bytes, head_of: Callable[[str], dict | None], lookup_of: Calla
 
 
 def rejection_record(
-    reason: str, detail: str, raw: bytes, source: Source, doc: dict | None = None
+    reason: str, detail: str, raw: bytes, source: Source, doc: dict[str, Any] | None = None
 ) -> Rejection:
     """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from.
 
