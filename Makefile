@@ -8,7 +8,7 @@ AGENTLOG := $(VENV)/bin/agentlog
 # Re-install only when the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv kafka test demo down bench clean distclean
+.PHONY: venv kafka lint test unit demo down bench clean distclean
 
 venv: $(STAMP)
 
@@ -20,8 +20,17 @@ $(STAMP): pyproject.toml
 kafka: venv
 	$(AGENTLOG) infra fetch
 
-test: venv kafka
+# ruff (lint + import order) and mypy (strict on schemas/ and processors/core/), as configured in pyproject.toml.
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
+
+test: lint kafka
 	$(PY) -m pytest -q
+
+# The broker-free tier: seconds, no Kafka.
+unit: venv
+	$(PY) -m pytest -q tests/unit
 
 demo: venv kafka
 	$(AGENTLOG) demo
