@@ -56,7 +56,7 @@ class Check:
 # -- tiny built-in runs ------------------------------------------------------------------------
 
 
-def _doc(run_id: str, seq: int, type_: str, payload: Any, cause: int | None = None, node: str = "n") -> dict:
+def _doc(run_id: str, seq: int, type_: str, payload: Any, cause: int | None = None, node: str = "n") -> dict[str, Any]:
     doc = {"eventId": f"{run_id}-{seq}", "runId": run_id, "type": type_, "payload": payload,
            "timestamp": f"2025-01-01T00:00:{seq:02d}.000Z", "sequence": seq, "nodeId": node}
     if cause is not None:
@@ -64,8 +64,8 @@ def _doc(run_id: str, seq: int, type_: str, payload: Any, cause: int | None = No
     return doc
 
 
-def _handoff_run(run_id: str) -> list[dict]:
-    def chain(seq: int, phase: str, worker: str, cause: int, **extra: Any) -> dict:
+def _handoff_run(run_id: str) -> list[dict[str, Any]]:
+    def chain(seq: int, phase: str, worker: str, cause: int, **extra: Any) -> dict[str, Any]:
         return _doc(run_id, seq, "core.workflowChain.event",
                     {"phase": phase, "workerId": worker, "parentRunId": run_id, **extra}, cause)
 
@@ -83,7 +83,7 @@ def _handoff_run(run_id: str) -> list[dict]:
     ]
 
 
-def _llm_tool_run(run_id: str, *, tool_result: Any = "42", refuse: bool = False) -> list[dict]:
+def _llm_tool_run(run_id: str, *, tool_result: Any = "42", refuse: bool = False) -> list[dict[str, Any]]:
     docs = [
         _doc(run_id, 0, "run.started", {}),
         _doc(run_id, 1, "agent.toolCalled", {"callId": f"{run_id}-call", "tool": "calc", "args": {"q": "6*7"}}),

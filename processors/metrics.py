@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping
+
+#: One sample a collector adds at render: (series name, labels, value).
+Sample = tuple[str, Mapping[str, str], float]
+Collector = Callable[[], Iterable[Sample]]
 
 _HELP = {
     "agentlog_events_accepted_total": "Events appended to the committed log.",
@@ -38,9 +43,9 @@ class Metrics:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._values: dict[str, dict[tuple[tuple[str, str], ...], float]] = defaultdict(dict)
-        self._collectors: list = []
+        self._collectors: list[Collector] = []
 
-    def add_collector(self, collect) -> None:
+    def add_collector(self, collect: Collector) -> None:
         """Register ``collect() -> iterable of (name, labels: dict, value)``, added to the stored series at render.
 
         Other modules keep their own counters (the comparison engine's per-aspect
@@ -71,8 +76,8 @@ class Metrics:
         with self._lock:
             values = {name: dict(series) for name, series in self._values.items()}
         for collect in self._collectors:
-            for name, labels, value in collect():
-                key = tuple(sorted(labels.items()))
+            for name, sample_labels, value in collect():
+                key = tuple(sorted(sample_labels.items()))
                 series = values.setdefault(name, {})
                 series[key] = series.get(key, 0.0) + value
         for name in sorted(set(_HELP) | set(values)):

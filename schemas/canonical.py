@@ -15,11 +15,11 @@ import json
 import math
 import re
 from collections.abc import Callable
+from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]  # the C accelerator
+from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
 import rfc8785
-from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-defined]  # the C accelerator
-from json.encoder import encode_basestring as _encode_basestring
 
 from schemas.errors import EventRejected
 
@@ -293,7 +293,7 @@ def check_json_safe(obj: Any, path: str = "$") -> None:
     push = stack.append
     while stack:
         value, where = pop()
-        if isinstance(value, bool) or isinstance(value, str) or value is None:
+        if isinstance(value, (bool, str)) or value is None:
             continue
         if isinstance(value, int):
             if -MAX_SAFE_INTEGER <= value <= MAX_SAFE_INTEGER:

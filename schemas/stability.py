@@ -266,11 +266,9 @@ def _without(obj: Any, segments: tuple[Segment, ...]) -> Any:
     if isinstance(head, (_Wildcard, int)):
         if not isinstance(obj, list):
             return obj
-        indexes: range | list[int]
-        if isinstance(head, _Wildcard):
-            indexes = range(len(obj))
-        else:
-            indexes = [head] if 0 <= head < len(obj) else []
+        indexes: range | list[int] = (
+            range(len(obj)) if isinstance(head, _Wildcard) else [head] if 0 <= head < len(obj) else []
+        )
         if not rest:
             return [v for i, v in enumerate(obj) if i not in indexes]
         items = list(obj)

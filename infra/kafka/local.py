@@ -168,7 +168,8 @@ def ensure_kafka_jars(settings: Settings) -> Path:
         if proc.returncode != 0 or not (staging / f"kafka_2.13-{version}.jar").is_file():
             shutil.rmtree(staging, ignore_errors=True)
             raise InfraError(
-                f"Maven could not fetch org.apache.kafka:kafka_2.13:{version}: {_last_maven_error(proc.stdout + proc.stderr)}",
+                f"Maven could not fetch org.apache.kafka:kafka_2.13:{version}: "
+                f"{_last_maven_error(proc.stdout + proc.stderr)}",
                 code="maven_failed",
             )
         (staging / _COMPLETE_MARKER).write_text(
@@ -503,10 +504,9 @@ def _log_tail(node_dir: Path) -> str:
     """The line most likely to explain a failed start: this run's last ERROR, else the JVM's last word."""
     server_log = node_dir / "server.log"
     lines: list[str] = []
-    with contextlib.suppress(FileNotFoundError):
-        with open(server_log, "rb") as fh:
-            fh.seek(_log_marks.get(server_log, 0))
-            lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
+    with contextlib.suppress(FileNotFoundError), open(server_log, "rb") as fh:
+        fh.seek(_log_marks.get(server_log, 0))
+        lines = [ln for ln in fh.read().decode(errors="replace").splitlines() if ln.strip()]
     for line in reversed(lines[-300:]):
         if " ERROR " in line or " FATAL " in line:
             return f"{server_log}: {line.strip()[:300]}"

@@ -21,7 +21,7 @@ Layout choices:
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -108,14 +108,14 @@ _TOP = 40
 _LEFT = 56
 
 
-def _graph_svg(events: list[Mapping[str, Any]], violated: dict[str, list[str]]) -> str:
+def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str]]) -> str:
     lanes: list[str] = []
     for e in events:
         lane = e.get("nodeId") or "(no node)"
         if lane not in lanes:
             lanes.append(lane)
     seq_of = {e["eventId"]: e.get("sequence") for e in events}
-    pos: dict[str, tuple[float, float]] = {}
+    pos: dict[str, tuple[int, int]] = {}
     for i, e in enumerate(events):
         lane = lanes.index(e.get("nodeId") or "(no node)")
         pos[e["eventId"]] = (_LEFT + lane * _LANE_W, _TOP + i * _ROW_H)
@@ -143,12 +143,14 @@ def _graph_svg(events: list[Mapping[str, Any]], violated: dict[str, list[str]]) 
             sx, sy = x1 + 12, y1 + _BOX_H
             ex, ey = x2 + 6, y2
             if x1 == x2:  # same lane: bow out to the left so the edge does not run through boxes
-                d = f"M{x1},{y1 + _BOX_H / 2} C{x1 - 36},{y1 + _BOX_H / 2} {x2 - 36},{y2 + _BOX_H / 2} {x2},{y2 + _BOX_H / 2}"
+                d = (f"M{x1},{y1 + _BOX_H / 2} C{x1 - 36},{y1 + _BOX_H / 2} "
+                     f"{x2 - 36},{y2 + _BOX_H / 2} {x2},{y2 + _BOX_H / 2}")
             else:
                 mid = (sy + ey) / 2
                 d = f"M{sx},{sy} C{sx},{mid} {ex},{mid} {ex},{ey}"
             out.append(f'<path class="edge" data-from="{_esc(cause)}" data-to="{_esc(e["eventId"])}" d="{d}" '
-                       f'marker-end="url(#arrow)"><title>{_esc(seq_of[cause])} → {_esc(e.get("sequence"))}</title></path>')
+                       f'marker-end="url(#arrow)"><title>{_esc(seq_of[cause])} → {_esc(e.get("sequence"))}</title>'
+                       '</path>')
         else:
             out.append(f'<path class="edge-stub" data-from="{_esc(cause)}" data-to="{_esc(e["eventId"])}" '
                        f'd="M{x2 - 24},{y2 + _BOX_H / 2} L{x2},{y2 + _BOX_H / 2}" marker-end="url(#arrow)">'
@@ -159,7 +161,8 @@ def _graph_svg(events: list[Mapping[str, Any]], violated: dict[str, list[str]]) 
         refusal = etype == "envelope.refusal"
         fill, stroke = _REFUSAL if refusal else FAMILY_COLOURS[family_of(etype)]
         codes = violated.get(e["eventId"], [])
-        classes = ["node", f"fam-{family_of(etype)}"] + (["refusal"] if refusal else []) + (["violation"] if codes else [])
+        classes = (["node", f"fam-{family_of(etype)}"] + (["refusal"] if refusal else [])
+                   + (["violation"] if codes else []))
         tip = f"#{e.get('sequence')} {etype}\neventId {e['eventId']}"
         if e.get("causationId"):
             tip += f"\ncausationId {e['causationId']}"
@@ -171,13 +174,14 @@ def _graph_svg(events: list[Mapping[str, Any]], violated: dict[str, list[str]]) 
         if codes:
             out.append(f'<rect x="{x - 4}" y="{y - 4}" width="{_BOX_W + 8}" height="{_BOX_H + 8}" rx="8" '
                        f'fill="none" stroke="{_VIOLATION_RING}" stroke-width="3" stroke-dasharray="5 3"/>')
-        width = 2.5 if refusal else 1.2
+        stroke_width = 2.5 if refusal else 1.2
         out.append(f'<rect x="{x}" y="{y}" width="{_BOX_W}" height="{_BOX_H}" rx="5" fill="{fill}" '
-                   f'stroke="{stroke}" stroke-width="{width}"/>')
+                   f'stroke="{stroke}" stroke-width="{stroke_width}"/>')
         label = ("⚠ " if refusal or codes else "") + etype
         if etype == "core.workflowChain.event" and e.get("phase"):
             label = f"{e['phase']} · {e.get('worker') or '?'}"
-        out.append(f'<text x="{x + 8}" y="{y + 15}" class="node-label" fill="{stroke}">{_esc(_short(label, 34))}</text>')
+        out.append(f'<text x="{x + 8}" y="{y + 15}" class="node-label" fill="{stroke}">'
+                   f'{_esc(_short(label, 34))}</text>')
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
@@ -191,10 +195,10 @@ _TL_WIDTH = 1050
 _TL_LANE_H = 64
 
 
-def _timeline_svg(transitions: list[Mapping[str, Any]]) -> str:
+def _timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
     if not transitions:
         return '<p class="empty">No handoff transitions recorded for this run.</p>'
-    workers: list[str] = []
+    workers: list[str | None] = []  # a transition without a workerId gets a lane of its own
     for t in transitions:
         if t.get("workerId") not in workers:
             workers.append(t.get("workerId"))
@@ -215,7 +219,8 @@ def _timeline_svg(transitions: list[Mapping[str, Any]]) -> str:
            f'viewBox="0 0 {width} {height}" role="img" aria-label="handoff timeline">']
     # time axis
     axis_y = 30
-    out.append(f'<line x1="{_TL_LEFT + 40}" y1="{axis_y}" x2="{_TL_LEFT + _TL_WIDTH - 80}" y2="{axis_y}" class="axis"/>')
+    out.append(f'<line x1="{_TL_LEFT + 40}" y1="{axis_y}" x2="{_TL_LEFT + _TL_WIDTH - 80}" y2="{axis_y}" '
+               'class="axis"/>')
     if span > 0:
         for k in range(5):
             ax = _TL_LEFT + 40 + k / 4 * (_TL_WIDTH - 120)
@@ -233,7 +238,7 @@ def _timeline_svg(transitions: list[Mapping[str, Any]]) -> str:
             by_dispatch.setdefault(t.get("dispatchId"), []).append((i, t))
         cy = y + (_TL_LANE_H - 8) / 2
         for steps in by_dispatch.values():
-            for rank, ((i, t), nxt) in enumerate(zip(steps, [*steps[1:], None])):
+            for rank, ((i, t), nxt) in enumerate(zip(steps, [*steps[1:], None], strict=True)):
                 x = x_of(i, rank)
                 state = t.get("to") or _PHASE_STATE.get(str(t.get("phase")), "pending")
                 if nxt is not None:
@@ -262,14 +267,16 @@ def _timeline_svg(transitions: list[Mapping[str, Any]]) -> str:
 
 _CSS = """
 body{font:14px/1.45 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px 32px;color:#212529;background:#fff}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
+h1{font-size:22px;margin:0 0 4px} \
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
 .meta{color:#495057;font-size:13px} .meta code{font-size:12px;background:#f1f3f5;padding:1px 4px;border-radius:3px}
 .stats{display:flex;gap:12px;margin:14px 0;flex-wrap:wrap}
 .stat{border:1px solid #dee2e6;border-radius:8px;padding:8px 14px;min-width:96px}
 .stat b{display:block;font-size:20px} .stat span{color:#868e96;font-size:12px}
 .stat.bad b{color:#c92a2a}
 .legend{display:flex;gap:14px;flex-wrap:wrap;font-size:12px;margin:6px 0 10px}
-.legend i{display:inline-block;width:12px;height:12px;border-radius:3px;margin-right:4px;vertical-align:-2px;border:1px solid}
+.legend i{display:inline-block;width:12px;height:12px;border-radius:3px;margin-right:4px;vertical-align:-2px;\
+border:1px solid}
 .scroll{overflow-x:auto;border:1px solid #e9ecef;border-radius:8px;padding:8px}
 svg text{font-family:inherit}
 .lane{fill:#fbfcfd;stroke:#f1f3f5}
@@ -296,7 +303,7 @@ def _legend() -> str:
     return '<div class="legend">' + "".join(items) + "</div>"
 
 
-def _violations_table(violations: list[Mapping[str, Any]]) -> str:
+def _violations_table(violations: Sequence[Mapping[str, Any]]) -> str:
     if not violations:
         return '<p class="empty">No handoff violations: every transition was legal and correctly caused.</p>'
     rows = "".join(
@@ -317,7 +324,8 @@ def _normalise_events(events: Iterable[Mapping[str, Any]],
     for e in events:
         doc = dict(e)
         if doc.get("type") == "core.workflowChain.event":
-            payload = doc.get("payload") if isinstance(doc.get("payload"), Mapping) else by_event.get(doc.get("eventId"), {})
+            own = doc.get("payload")
+            payload: Mapping[str, Any] = own if isinstance(own, Mapping) else by_event.get(doc.get("eventId"), {})
             doc["phase"] = payload.get("phase")
             doc["worker"] = payload.get("workerId")
         out.append(doc)
@@ -326,9 +334,9 @@ def _normalise_events(events: Iterable[Mapping[str, Any]],
 
 
 def render_report(
-    events: list[dict],
-    transitions: list[dict],
-    violations: list[dict],
+    events: Sequence[Mapping[str, Any]],
+    transitions: Sequence[Mapping[str, Any]],
+    violations: Sequence[Mapping[str, Any]],
     *,
     run_id: str | None = None,
     head_hash: str | None = None,
@@ -357,7 +365,8 @@ def render_report(
         ("refusals", refusals, refusals > 0), ("violations", len(violations), bool(violations)),
     ]
     stat_html = "".join(
-        f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{_esc(label)}</span></div>' for label, n, bad in stats
+        f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{_esc(label)}</span></div>'
+        for label, n, bad in stats
     )
     first = docs[0].get("timestamp") if docs else None
     last = docs[-1].get("timestamp") if docs else None

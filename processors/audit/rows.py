@@ -281,6 +281,7 @@ def verdict_rows(records: Iterable[Verdict]) -> Columns:
 
     def row(rec: Verdict) -> tuple[Any, ...]:
         doc = _record_doc(rec)
+        compared_through = rec.get("comparedThrough")
         return (
             _s(rec.get("sourceRunId")),
             _s(rec.get("replayRunId")),
@@ -288,7 +289,7 @@ def verdict_rows(records: Iterable[Verdict]) -> Columns:
             _s(rec.get("mode")),
             _s(rec.get("verdict")),
             _s(rec.get("errorCode")),
-            int(rec.get("comparedThrough") if rec.get("comparedThrough") is not None else -1),
+            int(compared_through if compared_through is not None else -1),
             _json(rec.get("firstDivergence")),
             _json(rec.get("events") or []),
             doc,

@@ -135,7 +135,8 @@ def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float) -> d
     req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method,
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-        return json.loads(resp.read())
+        answer: dict[str, Any] = json.loads(resp.read())  # the endpoint answers a JSON object
+        return answer
 
 
 def answer_query(settings: Settings, body: Mapping[str, Any]) -> dict[str, Any]:
@@ -161,8 +162,11 @@ def answer_query(settings: Settings, body: Mapping[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------------------
 # The records of one run, for ``agentlog report``
 
+#: Records of one kind (events, transitions or violations), decoded from their JSON.
+Records = list[dict[str, Any]]
 
-def fetch_report_records(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str, str]:
+
+def fetch_report_records(settings: Settings, run_id: str) -> tuple[Records, Records, Records, str, str]:
     """``(events, transitions, violations, head_hash, source)`` of ``run_id`` from the audit history.
 
     When this process can open the store (a server, or a chdb directory no live worker holds)
@@ -187,7 +191,7 @@ def fetch_report_records(settings: Settings, run_id: str) -> tuple[list[dict], l
     return events, transitions, violations, head, source
 
 
-def _report_from_store(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
+def _report_from_store(settings: Settings, run_id: str) -> tuple[Records, Records, Records, str]:
     with open_store(settings) as store:
         params = {"run_id": run_id}
         events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
@@ -197,13 +201,13 @@ def _report_from_store(settings: Settings, run_id: str) -> tuple[list[dict], lis
         head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
                            "LIMIT 1", params)
 
-    def load(result: QueryResult) -> list[dict]:
+    def load(result: QueryResult) -> Records:
         return [json.loads(row[0]) for row in result.rows]
 
     return load(events), load(transitions), load(violations), head.rows[0][0] if head.rows else ""
 
 
-async def _topic_records(settings: Settings, short: str, run_id: str, field: str) -> list[dict]:
+async def _topic_records(settings: Settings, short: str, run_id: str, field: str) -> Records:
     out, seen = [], set()
     async for _, _, _, value in read_topic(settings, short, key=run_id):
         ident = json.dumps(value, sort_keys=True)
@@ -213,12 +217,12 @@ async def _topic_records(settings: Settings, short: str, run_id: str, field: str
     return out
 
 
-def _report_via_worker(settings: Settings, run_id: str) -> tuple[list[dict], list[dict], list[dict], str]:
+def _report_via_worker(settings: Settings, run_id: str) -> tuple[Records, Records, Records, str]:
     answer = query_via_worker(settings, {"query": "run-timeline", "params": {"run_id": run_id}})
     if answer is None:
         raise StoreError("the store is owned by a worker that advertises no query endpoint; "
                          "run the worker with --web, or stop it and run the report again", code="store_locked")
-    rows = [dict(zip(answer["columns"], row)) for row in answer["rows"]]
+    rows = [dict(zip(answer["columns"], row, strict=True)) for row in answer["rows"]]
     events = []
     for r in rows:
         doc = {"eventId": r["event_id"], "runId": run_id, "type": r["type"], "sequence": r["sequence"],

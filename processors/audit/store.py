@@ -24,6 +24,7 @@ the owner's ``queryUrl`` instead.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -313,7 +314,7 @@ class Store:
         self._closed = True
         _release(self._engine)
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -340,10 +341,8 @@ def _release_all_at_exit() -> None:
     with _REGISTRY_LOCK:
         for eng in list(_REGISTRY.values()):
             eng.refs = 1
-            try:
+            with contextlib.suppress(Exception):  # interpreter is exiting; never mask the real exit
                 _release(eng)
-            except Exception:  # noqa: BLE001 - interpreter is exiting; never mask the real exit
-                pass
 
 
 atexit.register(_release_all_at_exit)

@@ -29,9 +29,10 @@ import time
 import urllib.error
 import urllib.request
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -85,13 +86,13 @@ class DemoSummary:
     events: int = 0
     head_hash: str = ""
     head_verified: bool = False
-    transitions: list[dict] = field(default_factory=list)
+    transitions: list[dict[str, Any]] = field(default_factory=list)
     violations: int = 0
-    offset_replay: dict = field(default_factory=dict)
-    replays: list[dict] = field(default_factory=list)
-    queries: dict[str, dict] = field(default_factory=dict)
-    worker: dict = field(default_factory=dict)
-    broker: dict = field(default_factory=dict)
+    offset_replay: dict[str, Any] = field(default_factory=dict)
+    replays: list[dict[str, Any]] = field(default_factory=list)
+    queries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    worker: dict[str, Any] = field(default_factory=dict)
+    broker: dict[str, Any] = field(default_factory=dict)
     migrations: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     wall_s: float = 0.0
@@ -152,7 +153,8 @@ def _migrate(settings: Settings) -> list[str]:
     if proc.returncode != 0:
         last = [line for line in proc.stderr.splitlines() if line.strip()]
         raise InfraError(f"ClickHouse migrations failed: {last[-1] if last else 'no output'}", code="store_error")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    applied: list[str] = json.loads(proc.stdout.strip().splitlines()[-1])  # the child prints migrate()'s list
+    return applied
 
 
 # ---------------------------------------------------------------------------------------------
@@ -183,7 +185,8 @@ def _is_our_worker(pid: int) -> bool:
 def _health(url: str) -> bool:
     try:
         with urllib.request.urlopen(url + "/health", timeout=2.0) as resp:
-            return resp.status == 200
+            status: int = resp.status
+            return status == 200
     except (urllib.error.URLError, OSError, ValueError):
         return False
 
@@ -272,8 +275,8 @@ def stop_demo(settings: Settings, say: Say) -> None:
 # the run, through the SDK
 
 
-async def play_run(pub: Any, run_id: str, *, variant: str = "original", replay_of: dict | None = None,
-                   pace: float = 1.0) -> list[dict]:
+async def play_run(pub: Publisher, run_id: str, *, variant: str = "original",
+                   replay_of: dict[str, Any] | None = None, pace: float = 1.0) -> list[dict[str, Any]]:
     """Publish the demo story as run ``run_id``; return the docs sent, in sequence order.
 
     ``variant``: ``original``; ``tool-changed`` (the incident search returns other data);
@@ -281,9 +284,9 @@ async def play_run(pub: Any, run_id: str, *, variant: str = "original", replay_o
     ``pace`` scales the simulated think/tool latencies (0 = as fast as possible).
     """
     run = pub.run(run_id, engine_version=BINDINGS["engineVersion"])
-    docs: list[dict] = []
+    docs: list[dict[str, Any]] = []
 
-    async def emit(coro: Awaitable[dict]) -> dict:
+    async def emit(coro: Awaitable[dict[str, Any]]) -> dict[str, Any]:
         doc = await coro
         docs.append(doc)
         return doc
@@ -292,7 +295,7 @@ async def play_run(pub: Any, run_id: str, *, variant: str = "original", replay_o
         if pace > 0:
             await asyncio.sleep(seconds * pace)
 
-    def chain(phase: str, worker: str, cause: dict, **extra: Any) -> Awaitable[dict]:
+    def chain(phase: str, worker: str, cause: dict[str, Any], **extra: Any) -> Awaitable[dict[str, Any]]:
         payload = {"phase": phase, "workerId": worker, "parentRunId": run_id, **extra}
         return run.emit("core.workflowChain.event", payload, caused_by=cause, node_id="dispatcher")
 
@@ -364,10 +367,12 @@ async def play_run(pub: Any, run_id: str, *, variant: str = "original", replay_o
     await emit(run.emit("variable.changed", {"name": "incidentFindings", "value": findings},
                         caused_by=harvested, node_id="planner"))
     pii_req = await emit(run.llm_request({**MODEL, "messages": [
-        {"role": "user", "content": "Write the status update and list each affected customer's email and card number."}],
+        {"role": "user",
+         "content": "Write the status update and list each affected customer's email and card number."}],
         "temperature": 0}, node_id="planner", caused_by=harvested))
     await think(0.2)
-    pii_refusal = await emit(run.llm_refusal(pii_req, "Refused: the request asks to disclose customers' payment card data."))
+    pii_refusal = await emit(run.llm_refusal(
+        pii_req, "Refused: the request asks to disclose customers' payment card data."))
     await emit(run.usage(MODEL["provider"], MODEL["model"], 120, 9, cost_cents=0.04, node_id="planner",
                          caused_by=pii_refusal))
     update = await emit(run.emit("channel.written", {"channel": "status-page", "value": (
@@ -393,12 +398,12 @@ async def _until(probe: Callable[[], Awaitable[Any]], *, timeout_s: float, what:
         await asyncio.sleep(0.5)
 
 
-async def _records(settings: Settings, short: str, key: str) -> list[tuple[int, dict]]:
+async def _records(settings: Settings, short: str, key: str) -> list[tuple[int, dict[str, Any]]]:
     return [(offset, value) async for _, offset, _, value in read_topic(settings, short, key=key)]
 
 
-async def _committed(settings: Settings, run_id: str, n: int) -> list[tuple[int, dict]] | None:
-    seen: dict[int, tuple[int, dict]] = {}
+async def _committed(settings: Settings, run_id: str, n: int) -> list[tuple[int, dict[str, Any]]] | None:
+    seen: dict[int, tuple[int, dict[str, Any]]] = {}
     for offset, value in await _records(settings, "log", run_id):
         doc = value.get("doc") or {}
         if doc.get("runId") == run_id and doc.get("sequence") not in seen:
@@ -406,7 +411,7 @@ async def _committed(settings: Settings, run_id: str, n: int) -> list[tuple[int,
     return [seen[i] for i in range(n)] if len(seen) >= n and all(i in seen for i in range(n)) else None
 
 
-async def _transitions(settings: Settings, run_id: str, n: int) -> list[dict] | None:
+async def _transitions(settings: Settings, run_id: str, n: int) -> list[dict[str, Any]] | None:
     out, seen = [], set()
     for _, t in await _records(settings, "transitions", run_id):
         ident = (t.get("dispatchId"), t.get("phase"))
@@ -416,7 +421,7 @@ async def _transitions(settings: Settings, run_id: str, n: int) -> list[dict] | 
     return out if len(out) >= n else None
 
 
-async def _verdict(settings: Settings, replay_run_id: str) -> dict | None:
+async def _verdict(settings: Settings, replay_run_id: str) -> dict[str, Any] | None:
     for _, v in await _records(settings, "verdicts", replay_run_id):
         if v.get("replayRunId") == replay_run_id:
             return v
@@ -432,12 +437,14 @@ async def _digested(settings: Settings, run_id: str, last: int) -> bool:
 # the tour
 
 
-def _index(docs: list[dict], type_: str, node: str | None = None, nth: int = 0) -> int:
-    hits = [d["sequence"] for d in docs if d["type"] == type_ and (node is None or d.get("nodeId") == node)]
+def _index(docs: list[dict[str, Any]], type_: str, node: str | None = None, nth: int = 0) -> int:
+    hits: list[int] = [d["sequence"] for d in docs
+                       if d["type"] == type_ and (node is None or d.get("nodeId") == node)]
     return hits[nth]
 
 
-async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[int, dict]], log: str) -> dict:
+async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[int, dict[str, Any]]],
+                         log: str) -> dict[str, Any]:
     mid = len(committed) // 2
     offset = committed[mid][0]
     await _until(lambda: _digested(settings, run_id, len(committed) - 1), timeout_s=STEP_WAIT_S,
@@ -450,8 +457,8 @@ async def _offset_replay(settings: Settings, run_id: str, committed: list[tuple[
             "error": body.get("error"), "note": result.snapshot_note}
 
 
-async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name: str, variant: str,
-                       from_seq: int, expected_at: int, log: str) -> dict:
+async def _host_replay(settings: Settings, pub: Publisher, source: list[dict[str, Any]], *, name: str,
+                       variant: str, from_seq: int, expected_at: int, log: str) -> dict[str, Any]:
     replay_id = f"{source[0]['runId']}.{variant}-{uuid.uuid4().hex[:4]}"
     replay_of = {"sourceRunId": source[0]["runId"], "fromSeq": from_seq, "mode": "live"}
     docs = await play_run(pub, replay_id, variant=variant, replay_of=replay_of, pace=0)
@@ -482,24 +489,25 @@ async def _host_replay(settings: Settings, pub: Any, source: list[dict], *, name
 _QUERIES = ("run-timeline", "handoff-latency", "usage")
 
 
-async def _queries(settings: Settings, worker: WorkerHandle, run_id: str, n_events: int) -> dict[str, dict]:
+async def _queries(settings: Settings, worker: WorkerHandle, run_id: str,
+                   n_events: int) -> dict[str, dict[str, Any]]:
     loop = asyncio.get_running_loop()
 
     def ask_worker(body: dict[str, Any]) -> dict[str, Any]:
         # The store's owner when it advertises its endpoint, else the worker this demo started (never None then).
         return query_via_worker(settings, body, worker_url=worker.url) or {}
 
-    async def ask(name: str) -> dict:
+    async def ask(name: str) -> dict[str, Any]:
         return await loop.run_in_executor(None, ask_worker, {"query": name, "params": {"run_id": run_id}})
 
-    async def timeline_complete() -> dict | None:
+    async def timeline_complete() -> dict[str, Any] | None:
         answer = await ask("run-timeline")
         return answer if len(answer.get("rows", [])) >= n_events else None
 
     out = {"run-timeline": await _until(timeline_complete, timeout_s=STEP_WAIT_S,
                                         what="the run in ClickHouse (audit sink)", log=worker.log)}
     for name in _QUERIES[1:]:
-        async def nonempty(name: str = name) -> dict | None:
+        async def nonempty(name: str = name) -> dict[str, Any] | None:
             answer = await ask(name)
             return answer if answer.get("rows") else None
 
@@ -561,7 +569,7 @@ async def _tour(settings: Settings, worker: WorkerHandle, summary: DemoSummary, 
 # printing
 
 
-def _print_transitions(console: Console, transitions: list[dict]) -> None:
+def _print_transitions(console: Console, transitions: list[dict[str, Any]]) -> None:
     table = Table(title="2. handoff transitions (read back from the transitions topic)", title_justify="left")
     for col in ("worker", "phase", "from → to", "seq", "detail"):
         table.add_column(col)
@@ -578,7 +586,7 @@ def _print_transitions(console: Console, transitions: list[dict]) -> None:
     console.print(table)
 
 
-def _print_offset_replay(console: Console, r: dict) -> None:
+def _print_offset_replay(console: Console, r: dict[str, Any]) -> None:
     status = r.get("status")
     colour = "green" if status == "match" else "red"
     line = (f"[bold]3.[/] re-derivation from log offset {r.get('fromOffset')} (sequence {r.get('fromSeq')}, "
@@ -590,7 +598,7 @@ def _print_offset_replay(console: Console, r: dict) -> None:
     console.print(line)
 
 
-def _print_replays(console: Console, replays: list[dict]) -> None:
+def _print_replays(console: Console, replays: list[dict[str, Any]]) -> None:
     table = Table(title="4. host replays (new runs with run.started.replayOf)", title_justify="left")
     for col in ("scenario", "verdict", "error code", "at seq (expected)", "from"):
         table.add_column(col, no_wrap=col != "from")
@@ -609,7 +617,7 @@ def _print_replays(console: Console, replays: list[dict]) -> None:
         console.print(f"      field diff: {diff}")
 
 
-def _print_query(console: Console, name: str, answer: dict) -> None:
+def _print_query(console: Console, name: str, answer: dict[str, Any]) -> None:
     table = Table(title=f"5. agentlog query {name}", title_justify="left")
     columns = answer.get("columns", [])
     if name == "run-timeline" and {"sequence", "event_id", "causation_id", "event_time"} <= set(columns):
@@ -621,10 +629,10 @@ def _print_query(console: Console, name: str, answer: dict) -> None:
     console.print(table)
 
 
-def _compact_timeline(answer: dict) -> dict:
+def _compact_timeline(answer: dict[str, Any]) -> dict[str, Any]:
     """The timeline with causation as the cause's sequence and short hashes, so it fits a terminal."""
     cols = answer["columns"]
-    rows = [dict(zip(cols, row)) for row in answer.get("rows", [])]
+    rows = [dict(zip(cols, row, strict=True)) for row in answer.get("rows", [])]
     seq_of = {r["event_id"]: r["sequence"] for r in rows}
     out = []
     for r in rows:

@@ -113,8 +113,8 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     if sink:
         audit_sink.install(wiring)
 
-    @app.task
-    async def quiet_client_loggers():
+    @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
+    async def quiet_client_loggers() -> None:
         # A profile of the worker showed ~10 DEBUG log records built per event by the Kafka client
         # stack (about 10% of CPU) although nothing prints them; cap those loggers at INFO.
         level = max(logging.getLogger().getEffectiveLevel(), logging.INFO)
@@ -126,7 +126,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     return wiring
 
 
-def internal_topic_specs(wiring: Wiring) -> list:
+def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
     """Faust's own topics (table changelogs, the assignor's leader topic) as :class:`TopicSpec` s.
 
     Created by us before Faust starts, so a missing one is waited for like ours instead of

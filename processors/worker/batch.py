@@ -76,7 +76,7 @@ def _json_bytes(obj: Any) -> bytes:
 TABLE_ORDER = ("index", "heads", "runs", "links")
 
 
-async def await_all(futures: list) -> None:
+async def await_all(futures: list[Awaitable[Any]]) -> None:
     """Wait until every sent record is acknowledged by the broker (acks=all)."""
     for fut in futures:
         await fut
@@ -98,7 +98,7 @@ class Batch:
             METRICS.inc("agentlog_batches_total", agent=agent)
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self.collected: list[Any] = []
-        self._futures: list = []
+        self._futures: list[Awaitable[Any]] = []
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
         self._positions: dict[tuple[str, str, int], int] = {}  # (table, topic, partition) -> next offset
         self._generation = wiring.app.consumer_generation_id

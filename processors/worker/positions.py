@@ -25,8 +25,10 @@ commit never runs ahead of any agent.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+from processors.metrics import Sample
 from streams import internals
 
 
@@ -66,14 +68,14 @@ class DurablePositions:
             offsets.append(held[0])
         return min(offsets)
 
-    def series(self):
+    def series(self) -> Iterator[Sample]:
         """``agentlog_durable_position`` gauge samples, for :meth:`processors.metrics.Metrics.add_collector`."""
         for (table, topic, partition), (position, _) in list(self._positions.items()):
             yield "agentlog_durable_position", {"topic": topic, "partition": str(partition), "table": table}, position
 
-    def offsets_to_commit(self, consumer: Any, generation: Any) -> dict:
+    def offsets_to_commit(self, consumer: Any, generation: Any) -> dict[Any, int]:
         """For each assigned partition, the new committable offset if it is past the committed one."""
-        out = {}
+        out: dict[Any, int] = {}
         for tp in consumer.assignment():
             offset = self.committable(tp.topic, tp.partition, generation)
             if offset is None:
@@ -92,8 +94,8 @@ def install(app: Any, positions: DurablePositions) -> None:
     the rebalance may describe partitions this worker no longer holds.
     """
 
-    def make_filter(consumer: Any):
-        def committable(_tps: Any) -> dict:
+    def make_filter(consumer: Any) -> internals.CommitFilter:
+        def committable(_tps: Any) -> dict[Any, int]:
             if app.rebalancing or getattr(app, "in_recovery", False):
                 return {}
             return positions.offsets_to_commit(consumer, app.consumer_generation_id)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from processors.core.sequencing import Accepted, Redelivered, Source, rejection_record, sequence
+from processors.core.sequencing import Accepted, IndexLookup, Redelivered, Source, rejection_record, sequence
 from processors.metrics import METRICS
 from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
@@ -28,7 +28,7 @@ def install(wiring: Wiring) -> None:
     async def handle(batch: Batch, record: SourceRecord) -> None:
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
 
-        def lookup_of(run_id: str):
+        def lookup_of(run_id: str) -> IndexLookup:
             return lambda event_id: batch.get("index", run_id + INDEX_SEP + event_id)
 
         decoded = sequence(record.value, lambda run_id: batch.get("heads", run_id), lookup_of, source,

@@ -14,6 +14,7 @@ import asyncio
 import logging
 import threading
 import time
+from typing import Any
 
 from processors.audit.migrations import open_owned
 from processors.audit.store import Store
@@ -43,12 +44,12 @@ class BlockingSink:
         self.store = store
         self._lock = threading.Lock()
 
-    def insert(self, kind: str, records: list[dict]) -> None:
+    def insert(self, kind: str, records: list[dict[str, Any]]) -> None:
         with self._lock:
             self.store.insert_records(kind, records)
 
 
-async def insert_with_retry(sink: BlockingSink, kind: str, records: list[dict], *, table: str) -> None:
+async def insert_with_retry(sink: BlockingSink, kind: str, records: list[dict[str, Any]], *, table: str) -> None:
     delay = 0.5
     loop = asyncio.get_running_loop()
     while True:
