@@ -9,6 +9,9 @@ record is byte-identical to the first, and readers can compare duplicates by byt
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any, cast
+
 from schemas.avro import decode_avro, encode_avro
 from schemas.canonical import jcs, loads_strict
 from schemas.errors import EventRejected
@@ -19,7 +22,7 @@ _WHITESPACE = b" \t\r\n"
 _AVRO_MAGIC = 0x00
 
 
-def decode_ingest(value: bytes | None) -> dict:
+def decode_ingest(value: bytes | None) -> dict[str, Any]:
     """Decode one ingest record value (Avro or JSON) into a RunEventDoc dict, without validating it.
 
     Raises ``EventRejected`` with code ``bad_magic`` for binary values that are neither,
@@ -44,16 +47,17 @@ def decode_ingest(value: bytes | None) -> dict:
     raise EventRejected("bad_magic", f"first byte 0x{first:02x} is neither the Avro magic byte 0x00 nor '{{'")
 
 
-def encode_json(doc: dict) -> bytes:
+def encode_json(doc: dict[str, Any]) -> bytes:
     """A RunEventDoc as JCS JSON bytes: the form non-SDK hosts publish."""
     return jcs(doc)
 
 
-def encode_record(obj: dict) -> bytes:
+def encode_record(obj: Mapping[str, Any]) -> bytes:
     """An internal-topic record (CommittedEvent, Transition, …) as JCS JSON bytes."""
     return jcs(obj)
 
 
-def decode_record(value: bytes) -> dict:
+def decode_record(value: bytes) -> dict[str, Any]:
     """Inverse of :func:`encode_record`; strict (no NaN, no duplicate keys)."""
-    return loads_strict(value)
+    # Internal topics hold only what encode_record wrote: a JSON object.
+    return cast(dict[str, Any], loads_strict(value))

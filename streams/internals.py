@@ -36,7 +36,8 @@ async def load_topic_metadata(consumer: Any, topic: str) -> None:
 
 def committed_offset(consumer: Any, tp: Any) -> int | None:
     """The offset Faust's consumer last committed for ``tp`` (None when it has not)."""
-    return consumer._committed_offset.get(tp)
+    offset: int | None = consumer._committed_offset.get(tp)
+    return offset
 
 
 def forget_acks(consumer: Any, tp: Any) -> None:

@@ -32,10 +32,10 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable, Literal, TypeVar
+from datetime import UTC, datetime
+from typing import Any, Literal, TypeVar
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
@@ -69,7 +69,7 @@ class PublishError(AgentlogError):
 
     code = "publish_failed"
 
-    def __init__(self, message: str, failed: list[tuple[dict, BaseException]]) -> None:
+    def __init__(self, message: str, failed: list[tuple[dict[str, Any], BaseException]]) -> None:
         super().__init__(message)
         self.failed = failed
 
@@ -123,7 +123,7 @@ def rfc3339_ms(ms: int) -> str:
     global _ts_cache
     cached = _ts_cache  # one read: another thread may swap the tuple
     if cached[0] != seconds:  # strftime is most of the cost; a host emits many events per second
-        cached = (seconds, datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S."))
+        cached = (seconds, datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S."))
         _ts_cache = cached
     return f"{cached[1]}{millis:03d}Z"
 
@@ -131,11 +131,12 @@ def rfc3339_ms(ms: int) -> str:
 _ts_cache: tuple[int, str] = (-1, "")
 
 
-def _causation_id(caused_by: str | dict | None) -> str | None:
+def _causation_id(caused_by: str | dict[str, Any] | None) -> str | None:
     if caused_by is None or isinstance(caused_by, str):
         return caused_by
     try:
-        return caused_by["eventId"]
+        event_id: str = caused_by["eventId"]
+        return event_id
     except (KeyError, TypeError) as e:
         raise ContractError(
             "caused_by must be an eventId or a doc returned by emit", code="invalid_envelope"
@@ -187,8 +188,8 @@ class Publisher:
         )
         # (future, doc) per enqueued record; settled ones are pruned in bulk (a done-callback
         # per record costs more than the send itself at tens of thousands of events/s).
-        self._pending: list[tuple[asyncio.Future, dict]] = []
-        self._failed: list[tuple[dict, BaseException]] = []
+        self._pending: list[tuple[asyncio.Future[Any], dict[str, Any]]] = []
+        self._failed: list[tuple[dict[str, Any], BaseException]] = []
         self._partitions: int | None = None
         self._started = False
         self._closed = False
@@ -206,14 +207,14 @@ class Publisher:
             ) from e
         self._started = True
 
-    async def __aenter__(self) -> "Publisher":
+    async def __aenter__(self) -> Publisher:
         await self.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> "Run":
+    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> Run:
         """A handle that emits the events of ``run_id`` from ``start_sequence`` on."""
         return Run(self, run_id, start_sequence=start_sequence, engine_version=engine_version)
 
@@ -223,9 +224,10 @@ class Publisher:
         """The partition the default (murmur2) partitioner picks for ``run_id`` on this topic."""
         if self._partitions is None:
             self._partitions = len(await self._producer.partitions_for(self.topic))
-        return (murmur2(run_id.encode()) & 0x7FFFFFFF) % self._partitions
+        h: int = murmur2(run_id.encode())
+        return (h & 0x7FFFFFFF) % self._partitions
 
-    async def send_doc(self, doc: dict, *, partition: int | None = None) -> asyncio.Future:
+    async def send_doc(self, doc: dict[str, Any], *, partition: int | None = None) -> asyncio.Future[Any]:
         """Enqueue one already-validated doc (key = runId); return its delivery future.
 
         ``partition``, when given, must be ``partition_of(runId)`` (a run handle caches
@@ -236,7 +238,9 @@ class Publisher:
             raise InfraError("Publisher is not started (use `async with Publisher(...)`) or already closed")
         value = self._encode(doc)
         try:
-            fut = await self._producer.send(self.topic, value=value, key=doc["runId"].encode(), partition=partition)
+            fut: asyncio.Future[Any] = await self._producer.send(
+                self.topic, value=value, key=doc["runId"].encode(), partition=partition
+            )
         except KafkaError as e:
             raise InfraError(f"could not enqueue event for {self.topic}: {e}") from e
         self._pending.append((fut, doc))
@@ -252,12 +256,12 @@ class Publisher:
         for fut, doc in self._pending:
             if not fut.done():
                 still.append((fut, doc))
-            elif not fut.cancelled() and fut.exception() is not None:
-                self._failed.append((doc, fut.exception()))
+            elif not fut.cancelled() and (exc := fut.exception()) is not None:
+                self._failed.append((doc, exc))
         self._pending = still
         self._prune_at = max(8192, 2 * len(still))
 
-    async def resend(self, docs: Iterable[dict]) -> None:
+    async def resend(self, docs: Iterable[dict[str, Any]]) -> None:
         """Re-send docs that a ``PublishError`` reported, unchanged, and wait for them."""
         for doc in docs:
             await self.send_doc(validate_doc(doc, max_bytes=self.settings.max_event_bytes))
@@ -317,11 +321,11 @@ class Run:
         payload: Any,
         *,
         sequence: int,
-        caused_by: str | dict | None = None,
+        caused_by: str | dict[str, Any] | None = None,
         node_id: str | None = None,
         event_id: str | None = None,
         timestamp: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """The RunEventDoc ``emit`` would send at ``sequence`` (unvalidated)."""
         now_ms = time.time_ns() // 1_000_000
         doc: dict[str, Any] = {
@@ -341,7 +345,7 @@ class Run:
             doc["causationId"] = causation
         return doc
 
-    async def _enqueue(self, type: str, payload: Any, **kw: Any) -> tuple[dict, asyncio.Future]:
+    async def _enqueue(self, type: str, payload: Any, **kw: Any) -> tuple[dict[str, Any], asyncio.Future[Any]]:
         async with self._lock:
             doc = self.build(type, payload, sequence=self._next_sequence, **kw)
             doc = validate_doc(doc, max_bytes=self.publisher.settings.max_event_bytes)
@@ -357,18 +361,18 @@ class Run:
         type: str,
         payload: Any,
         *,
-        caused_by: str | dict | None = None,
+        caused_by: str | dict[str, Any] | None = None,
         node_id: str | None = None,
         event_id: str | None = None,
         timestamp: str | None = None,
-    ) -> dict:
+    ) -> dict[str, Any]:
         """Validate and enqueue one event; return the doc sent. Durable only after ``flush``."""
         doc, _ = await self._enqueue(
             type, payload, caused_by=caused_by, node_id=node_id, event_id=event_id, timestamp=timestamp
         )
         return doc
 
-    async def emit_and_wait(self, type: str, payload: Any, **kw: Any) -> dict:
+    async def emit_and_wait(self, type: str, payload: Any, **kw: Any) -> dict[str, Any]:
         """Like ``emit``, but return only after the broker acknowledged the record."""
         doc, fut = await self._enqueue(type, payload, **kw)
         try:
@@ -384,15 +388,22 @@ class Run:
     # -- helpers for the event types the store interprets (SPEC §3) --
 
     async def llm_request(
-        self, request: dict, *, node_id: str, recipe: str = "v2", caused_by: str | dict | None = None
-    ) -> dict:
+        self,
+        request: dict[str, Any],
+        *,
+        node_id: str,
+        recipe: str = "v2",
+        caused_by: str | dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``agent.invocation.started {request, cacheKey, recipe}``; pass the returned doc to ``llm_response``."""
         if recipe not in RECIPE_IDS:
             raise ContractError(f"unknown cache-key recipe {recipe!r}; known: {sorted(RECIPE_IDS)}")
         payload = {"request": request, "cacheKey": cache_key(request, recipe=recipe), "recipe": RECIPE_IDS[recipe]}
         return await self.emit("agent.invocation.started", payload, node_id=node_id, caused_by=caused_by)
 
-    async def llm_response(self, started_doc: dict, envelope: Any, usage: dict | None = None) -> dict:
+    async def llm_response(
+        self, started_doc: dict[str, Any], envelope: Any, usage: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """``agent.invocation.completed {cacheKey, envelope, usage?}`` caused by the started event."""
         payload: dict[str, Any] = {"cacheKey": started_doc["payload"]["cacheKey"], "envelope": envelope}
         if usage is not None:
@@ -401,19 +412,25 @@ class Run:
             "agent.invocation.completed", payload, caused_by=started_doc, node_id=started_doc.get("nodeId")
         )
 
-    async def llm_refusal(self, started_doc: dict, reason: str) -> dict:
+    async def llm_refusal(self, started_doc: dict[str, Any], reason: str) -> dict[str, Any]:
         """``envelope.refusal {cacheKey, reason}`` caused by the started event."""
         payload = {"cacheKey": started_doc["payload"]["cacheKey"], "reason": reason}
         return await self.emit("envelope.refusal", payload, caused_by=started_doc, node_id=started_doc.get("nodeId"))
 
     async def tool_call(
-        self, tool: str, args: Any, *, node_id: str, call_id: str | None = None, caused_by: str | dict | None = None
-    ) -> dict:
+        self,
+        tool: str,
+        args: Any,
+        *,
+        node_id: str,
+        call_id: str | None = None,
+        caused_by: str | dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``agent.toolCalled {callId, tool, args}``; pass the returned doc to ``tool_result``."""
         payload = {"callId": call_id or uuid7(), "tool": tool, "args": args}
         return await self.emit("agent.toolCalled", payload, node_id=node_id, caused_by=caused_by)
 
-    async def tool_result(self, call_doc: dict, result: Any) -> dict:
+    async def tool_result(self, call_doc: dict[str, Any], result: Any) -> dict[str, Any]:
         """``agent.toolReturned {callId, result}`` caused by the call."""
         payload = {"callId": call_doc["payload"]["callId"], "result": result}
         return await self.emit("agent.toolReturned", payload, caused_by=call_doc, node_id=call_doc.get("nodeId"))
@@ -427,8 +444,8 @@ class Run:
         cost_cents: int | float | None = None,
         *,
         node_id: str | None = None,
-        caused_by: str | dict | None = None,
-    ) -> dict:
+        caused_by: str | dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """``provider.usage {provider, model, inputTokens, outputTokens, costCents?}``."""
         payload: dict[str, Any] = {
             "provider": provider,
@@ -459,7 +476,7 @@ class PublishSummary:
     rejected: list[Reject] = field(default_factory=list)
     topic: str = ""
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "accepted": self.accepted,
             "rejected": [r.__dict__ for r in self.rejected],
@@ -469,7 +486,7 @@ class PublishSummary:
 
 async def publish_docs(
     settings: Settings,
-    docs: Iterable[dict | AgentlogError],
+    docs: Iterable[dict[str, Any] | AgentlogError],
     *,
     wire: Wire = "avro",
     on_progress: Callable[[int], None] | None = None,
@@ -528,7 +545,7 @@ class SyncPublisher:
         self._pub: Publisher = self._call(self._make(settings, options))
 
     @staticmethod
-    async def _make(settings: Settings | None, options: dict) -> Publisher:
+    async def _make(settings: Settings | None, options: dict[str, Any]) -> Publisher:
         return Publisher(settings, **options)
 
     def _call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -541,20 +558,20 @@ class SyncPublisher:
     def start(self) -> None:
         self._call(self._pub.start())
 
-    def __enter__(self) -> "SyncPublisher":
+    def __enter__(self) -> SyncPublisher:
         self.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> "SyncRun":
+    def run(self, run_id: str, *, start_sequence: int = 0, engine_version: str | None = None) -> SyncRun:
         return SyncRun(self, self._pub.run(run_id, start_sequence=start_sequence, engine_version=engine_version))
 
     def flush(self) -> None:
         self._call(self._pub.flush())
 
-    def resend(self, docs: Iterable[dict]) -> None:
+    def resend(self, docs: Iterable[dict[str, Any]]) -> None:
         self._call(self._pub.resend(list(docs)))
 
     def close(self) -> None:
@@ -581,7 +598,8 @@ class SyncRun:
     def next_sequence(self) -> int:
         return self._run.next_sequence
 
-    def __getattr__(self, name: str) -> Callable[..., Any]:
+    def __getattr__(self, name: str) -> Any:
+        # Any: also plain attributes of the Run (``engine_version``, ``publisher``), returned as they are.
         method = getattr(self._run, name)
         if name.startswith("_") or not asyncio.iscoroutinefunction(method):
             return method

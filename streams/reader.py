@@ -9,7 +9,7 @@ while producers keep writing.
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -24,7 +24,7 @@ from streams.topics import topic_name
 
 log = logging.getLogger(__name__)
 
-Record = tuple[int, int, str | None, dict]
+Record = tuple[int, int, str | None, dict[str, Any]]
 
 
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
@@ -37,10 +37,11 @@ def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partit
     """
     del topic  # every catalogue topic is created with settings.partitions
     n = partitions or settings.partitions
-    return (murmur2(run_id.encode()) & 0x7FFFFFFF) % n
+    h: int = murmur2(run_id.encode())
+    return (h & 0x7FFFFFFF) % n
 
 
-def _decoder(short_name: str) -> Callable[[bytes], dict]:
+def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
     return decode_ingest if short_name == "ingest" else decode_record
 
 
@@ -73,7 +74,7 @@ async def read_topic(
     until_end: bool = True,
     isolation_level: str = "read_committed",
     skip_undecodable: bool = False,
-) -> AsyncIterator[Record]:
+) -> AsyncGenerator[Record, None]:
     """Yield ``(partition, offset, key, value)`` from a catalogue topic.
 
     With ``key`` only that key's partition is read and other keys are skipped.
@@ -129,13 +130,13 @@ async def read_topic(
         await consumer.stop()
 
 
-class RunLog(list):
+class RunLog(list[dict[str, Any]]):
     """The events of one run in log order; ``conflicts`` lists duplicates that were *not* identical.
 
     Each conflict is ``{"runId", "sequence", "kept", "dropped"}`` (the two records).
     """
 
-    conflicts: list[dict]
+    conflicts: list[dict[str, Any]]
 
     def __init__(self) -> None:
         super().__init__()
@@ -155,7 +156,7 @@ async def read_run(
     """
     topic = topic_name(settings, short_name)
     result = RunLog()
-    seen: dict[tuple[str, int], dict[str, Any]] = {}
+    seen: dict[tuple[str, int | None], dict[str, Any]] = {}  # a doc may lack its sequence
     from_offsets = None
     if from_offset is not None:
         from_offsets = {partition_for(settings, run_id, short_name): from_offset}
@@ -191,16 +192,17 @@ async def offset_for_time(settings: Settings, short_name: str, partition: int, t
     try:
         tp = TopicPartition(topic, partition)
         found = (await consumer.offsets_for_times({tp: ts_ms}))[tp]
-        if found is not None:
-            return found.offset
-        return (await consumer.end_offsets([tp]))[tp]
+        offset: int = found.offset if found is not None else (await consumer.end_offsets([tp]))[tp]
+        return offset
     except KafkaError as e:
         raise InfraError(f"offset lookup on {topic}[{partition}] failed: {e}") from e
     finally:
         await consumer.stop()
 
 
-async def fetch_range(settings: Settings, topic: str, partition: int, start: int, stop: int) -> list[tuple[int, int, bytes]]:
+async def fetch_range(
+    settings: Settings, topic: str, partition: int, start: int, stop: int
+) -> list[tuple[int, int, bytes]]:
     """Raw ``(offset, timestamp_ms, value)`` of records ``start <= offset < stop`` of one partition.
 
     Plain assign + seek, ``read_committed``; offsets that hold no record (transaction
@@ -222,7 +224,9 @@ async def fetch_range(settings: Settings, topic: str, partition: int, start: int
                     break
                 out.append((m.offset, m.timestamp, m.value))
     except KafkaError as e:
-        raise InfraError(f"reading {topic}[{partition}] {start}..{stop} from {settings.kafka_bootstrap} failed: {e}") from e
+        raise InfraError(
+            f"reading {topic}[{partition}] {start}..{stop} from {settings.kafka_bootstrap} failed: {e}"
+        ) from e
     finally:
         await consumer.stop()
     return out

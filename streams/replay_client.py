@@ -63,7 +63,7 @@ class ReplayRun:
         """The replay's eventId for an event copied from the source prefix."""
         return self.event_ids.get(source_event_id)
 
-    async def started(self, payload: dict[str, Any], **kw: Any) -> dict:
+    async def started(self, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
         """Emit ``run.started`` with ``replayOf`` added (only when re-executing from 0)."""
         if self.run.next_sequence != 0:
             raise ReplayError("run.started was copied from the source; the replay continues from fromSeq")

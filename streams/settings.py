@@ -12,6 +12,7 @@ import dataclasses
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from schemas.errors import ConfigError
 
@@ -62,7 +63,8 @@ class Settings:
     def store_url(self) -> str:
         return self.clickhouse_url or f"chdb://{self.chdb_dir}"
 
-    def replace(self, **changes: object) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
+        # Any: each value's type is that of the field it names, which one annotation cannot say.
         return dataclasses.replace(self, **changes)
 
 
@@ -87,7 +89,8 @@ def _coerce(name: str, raw: str, typ: object) -> object:
 
 def load_settings(**overrides: object) -> Settings:
     """Settings from defaults, then ``AGENTLOG_*`` environment variables, then ``overrides``."""
-    values: dict[str, object] = {}
+    # Any: each value has the type of the field it names (_coerce picks it at run time).
+    values: dict[str, Any] = {}
     for f in fields(Settings):
         raw = os.environ.get(f"AGENTLOG_{f.name.upper()}")
         if raw is not None:

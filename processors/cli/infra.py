@@ -8,6 +8,7 @@ data, logs and PID files live under ``AGENTLOG_HOME/kafka`` and survive ``down``
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,12 +16,16 @@ from rich.table import Table
 
 from schemas.errors import InfraError
 
+if TYPE_CHECKING:
+    from infra.kafka.local import NodeInfo
+    from streams.settings import Settings
+
 # Each command imports infra.kafka.local (and the store, streams.admin) inside itself, so `agentlog --help`
 # stays fast.
 infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics, fetch.", no_args_is_help=True)
 
 
-def _settings(port: int | None = None):
+def _settings(port: int | None = None) -> Settings:
     from streams.settings import load_settings
 
     settings = load_settings()
@@ -29,7 +34,7 @@ def _settings(port: int | None = None):
     return settings
 
 
-def _nodes_table(nodes: list, title: str) -> Table:
+def _nodes_table(nodes: list[NodeInfo], title: str) -> Table:
     table = Table(title=title)
     for col in ("node", "bootstrap", "controller", "pid", "alive", "log"):
         table.add_column(col)
@@ -41,7 +46,7 @@ def _nodes_table(nodes: list, title: str) -> Table:
     return table
 
 
-def _migrate(settings) -> tuple[str, list[str]]:
+def _migrate(settings: Settings) -> tuple[str, list[str]]:
     """Apply ClickHouse migrations if the store module provides them; say plainly when it does not."""
     try:
         from processors.audit.migrations import migrate
@@ -53,8 +58,12 @@ def _migrate(settings) -> tuple[str, list[str]]:
 
 @infra_app.command("up")
 def up(
-    nodes: int = typer.Option(None, "--nodes", "-n", help="Number of broker+controller nodes (default: as before, else 1)."),
-    port: int = typer.Option(None, "--port", "-p", help="Client port of node 1 (default: port of AGENTLOG_KAFKA_BOOTSTRAP)."),
+    nodes: int | None = typer.Option(
+        None, "--nodes", "-n", help="Number of broker+controller nodes (default: as before, else 1)."
+    ),
+    port: int | None = typer.Option(
+        None, "--port", "-p", help="Client port of node 1 (default: port of AGENTLOG_KAFKA_BOOTSTRAP)."
+    ),
     migrate: bool = typer.Option(True, "--migrate/--no-migrate", help="Also apply the ClickHouse migrations."),
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
 ) -> None:
@@ -75,7 +84,10 @@ def up(
     if already:
         typer.echo(f"Kafka is already running at {bootstrap} (home {local.kafka_home(settings)})")
     else:
-        typer.echo(f"Kafka {settings.kafka_version} is up at {bootstrap} ({len(result)} node(s), home {local.kafka_home(settings)})")
+        typer.echo(
+            f"Kafka {settings.kafka_version} is up at {bootstrap} "
+            f"({len(result)} node(s), home {local.kafka_home(settings)})"
+        )
     if bootstrap.split(",")[0] != settings.kafka_bootstrap.split(",")[0] or port is not None:
         typer.echo(f"  export AGENTLOG_KAFKA_BOOTSTRAP={bootstrap}")
     typer.echo(store_message)
@@ -109,7 +121,9 @@ def down(
         typer.echo(json.dumps({"stopped": [n.to_dict() for n in stopped], "purged": purge}))
         return
     if stopped:
-        typer.echo(f"stopped {len(stopped)} Kafka node(s): " + ", ".join(f"pid {n.pid} ({n.bootstrap})" for n in stopped))
+        typer.echo(
+            f"stopped {len(stopped)} Kafka node(s): " + ", ".join(f"pid {n.pid} ({n.bootstrap})" for n in stopped)
+        )
     else:
         typer.echo(f"Kafka was not running (home {local.kafka_home(settings)})")
     if purge:

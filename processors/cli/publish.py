@@ -14,7 +14,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Optional
+from typing import IO, Any, TypedDict
 
 import typer
 from rich.console import Console
@@ -26,7 +26,7 @@ from schemas.errors import AgentlogError, ConfigError, EventRejected
 from streams.settings import load_settings
 
 
-def _parse_lines(lines: list[str]) -> Iterator[dict | AgentlogError]:
+def _parse_lines(lines: list[str]) -> Iterator[dict[str, Any] | AgentlogError]:
     """One item per non-blank line: the doc, or the error that makes it unusable."""
     for line in lines:
         try:
@@ -57,6 +57,12 @@ def _read_input(file: str) -> tuple[list[str], list[int]]:
     return lines, numbers
 
 
+class _RejectedLine(TypedDict):
+    line: int | None  # 1-based line number in the input
+    code: str
+    detail: str
+
+
 def publish(
     file: str = typer.Argument(..., help="JSONL file, one RunEventDoc per line, or '-' for stdin"),
     wire: str = typer.Option("avro", "--wire", help="ingest encoding: avro (Confluent-framed) or json"),
@@ -85,11 +91,11 @@ def publish(
             publish_docs(
                 settings,
                 _parse_lines(lines),
-                wire=wire,  # type: ignore[arg-type]
+                wire=wire,  # type: ignore[arg-type]  # str, checked to be "avro" or "json" above
                 on_progress=lambda done: progress.update(task, completed=done),
             )
         )
-    rejected = [
+    rejected: list[_RejectedLine] = [
         {"line": numbers[r.index] if 0 <= r.index < len(numbers) else None, "code": r.code, "detail": r.detail}
         for r in summary.rejected
     ]
@@ -109,7 +115,7 @@ def publish(
 
 def export(
     run: str = typer.Option(..., "--run", help="run id to export"),
-    out: Optional[Path] = typer.Option(None, "--out", help="output file (default: stdout)"),
+    out: Path | None = typer.Option(None, "--out", help="output file (default: stdout)"),
     source: str = typer.Option("log", "--source", help="log (committed, hash-chained) or ingest (raw)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
 ) -> None:

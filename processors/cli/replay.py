@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -23,8 +23,11 @@ from streams.settings import load_settings
 
 if TYPE_CHECKING:
     from processors.replay import Divergence, RederivationResult
+    from schemas.records import Verdict
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+#: Style of a host-replay verdict; anything else (``diverged``, ``error``, a record without one) is red.
+_VERDICT_STYLE: dict[str | None, str] = {"match": "green", "what-if": "yellow"}
 
 
 def _fmt(value: Any) -> str:
@@ -42,11 +45,12 @@ def _print_divergence(console: Console, d: Divergence, *, title: str = "first di
         console.print(f"  note:     {d.detail}", markup=False)
 
 
-def _print_host_verdict(console: Console, verdict: dict[str, Any]) -> None:
+def _print_host_verdict(console: Console, verdict: Verdict) -> None:
     v = verdict.get("verdict")
-    style = {"match": "green", "what-if": "yellow"}.get(v, "red")
+    style = _VERDICT_STYLE.get(v, "red")
     console.print(f"host replay of {verdict.get('sourceRunId')} (mode {verdict.get('mode')}): "
-                  f"[bold {style}]{v}[/]" + (f"  errorCode: {verdict['errorCode']}" if verdict.get("errorCode") else ""))
+                  f"[bold {style}]{v}[/]"
+                  + (f"  errorCode: {verdict['errorCode']}" if verdict.get("errorCode") else ""))
     if v == "what-if":
         console.print("[yellow]  what-if: this run bound other versions than its source (MACP §3); "
                       "its agreement is not a historical match[/]")
@@ -54,7 +58,7 @@ def _print_host_verdict(console: Console, verdict: dict[str, Any]) -> None:
             console.print(f"    {key}: {_fmt(diff.get('expected'))} → {_fmt(diff.get('actual'))}", markup=False)
 
 
-def _print_human(console: Console, result: RederivationResult, host: dict[str, Any] | None) -> None:
+def _print_human(console: Console, result: RederivationResult, host: Verdict | None) -> None:
     style = "green" if result.verdict == "match" else "red"
     console.print(f"verdict: [bold {style}]{result.verdict}[/]  run: {result.run_id}  "
                   f"log partition {result.log_partition}")
@@ -88,9 +92,9 @@ def _print_human(console: Console, result: RederivationResult, host: dict[str, A
 
 def replay_command(
     run: str = typer.Option(..., "--run", help="The run to re-derive."),
-    from_offset: Optional[int] = typer.Option(None, "--from-offset", min=0,
-                                              help="Start at this offset of the run's log partition."),
-    from_seq: Optional[int] = typer.Option(None, "--from-seq", min=0, help="Start at this sequence."),
+    from_offset: int | None = typer.Option(None, "--from-offset", min=0,
+                                           help="Start at this offset of the run's log partition."),
+    from_seq: int | None = typer.Option(None, "--from-seq", min=0, help="Start at this sequence."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
     collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
 ) -> None:
@@ -123,7 +127,7 @@ def replay_command(
         if result.replay_of:
             body["hostVerdict"] = host
         typer.echo(json.dumps(body, ensure_ascii=False, sort_keys=True))
-    elif result.verdict == "error":
+    elif result.error is not None:  # set exactly when the verdict is "error"
         typer.echo(f"error[{result.error['code']}]: {result.error['message']}", err=True)
     else:
         _print_human(console, result, host)
@@ -131,7 +135,7 @@ def replay_command(
 
 
 def verdicts_command(
-    run: Optional[str] = typer.Option(None, "--run", help="Only the verdict of this replay run."),
+    run: str | None = typer.Option(None, "--run", help="Only the verdict of this replay run."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON array of verdict records."),
 ) -> None:
     """Host-replay verdicts (RFC 0041 §C) recorded on the verdicts topic."""
@@ -150,7 +154,7 @@ def verdicts_command(
     for v in verdicts:
         d = v.get("firstDivergence")
         where = f"{d['atSequence']} {d['kind']} {d.get('path') or ''}".strip() if d else "-"
-        style = {"match": "green", "what-if": "yellow"}.get(v.get("verdict"), "red")
+        style = _VERDICT_STYLE.get(v.get("verdict"), "red")
         table.add_row(v.get("replayRunId"), v.get("sourceRunId") or "-", v.get("mode") or "-",
                       f"[{style}]{v.get('verdict')}[/]", v.get("errorCode") or "-", where,
                       str(v.get("comparedThrough")))

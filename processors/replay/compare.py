@@ -55,14 +55,13 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
-
-from schemas.canonical import jcs
-from schemas.errors import ReplayError
-from schemas.stability import MISSING, WILDCARD, format_path, get_path, is_volatile, parse_path
+from typing import Any, Literal, TypedDict
 
 from processors.core.fold import fold, observable
-from processors.replay.divergence import Divergence
+from processors.replay.divergence import Divergence, DivergenceEngine
+from schemas.canonical import jcs
+from schemas.errors import ReplayError
+from schemas.stability import MISSING, WILDCARD, Segment, format_path, get_path, is_volatile, parse_path
 
 __all__ = [
     "ASPECTS",
@@ -193,8 +192,12 @@ def first_difference(
 
 
 def _first_difference(
-    expected: Any, actual: Any, at: tuple, skip: Callable[[tuple], bool] | None, memo: dict | None
-) -> tuple[tuple, Any, Any] | None:
+    expected: Any,
+    actual: Any,
+    at: tuple[Segment, ...],
+    skip: Callable[[tuple[Segment, ...]], bool] | None,
+    memo: dict[tuple[int, int], tuple[Any, Any]] | None,
+) -> tuple[tuple[Segment, ...], Any, Any] | None:
     if expected is actual:
         return None
     pair = (id(expected), id(actual))
@@ -213,7 +216,8 @@ def _first_difference(
     elif isinstance(expected, list) and isinstance(actual, list):
         if memo is not None and pair in memo:
             return None
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        # The lengths may differ: the common elements first, then the length below.
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
             found = _first_difference(e, a, at + (i,), skip, memo)
             if found:
                 return found
@@ -251,7 +255,8 @@ def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
     if type(a) is type(b) and type(a) in _EXACT_SCALARS:
-        return a == b  # same JCS bytes exactly when equal, without serialising
+        equal: bool = a == b  # same JCS bytes exactly when equal, without serialising
+        return equal
     return jcs(a) == jcs(b)
 
 
@@ -351,6 +356,16 @@ def compare_runs(
     )
 
 
+class _Common(TypedDict):
+    """The Divergence arguments every check of one index shares."""
+
+    engine: DivergenceEngine
+    at_sequence: int
+    original_event_id: str | None
+    node_id: str | None
+    event_type: str | None
+
+
 def _divergence_at(
     i: int,
     o: Mapping[str, Any] | None,
@@ -376,8 +391,8 @@ def _divergence_at(
             event_type=r.get("type"), detail="the original has no event at this sequence",
         )
     o_type, r_type = o.get("type"), r.get("type")
-    common = {"engine": "comparison", "at_sequence": i, "original_event_id": o.get("eventId"),
-              "node_id": _node_id(o) or _node_id(r), "event_type": o_type}
+    common: _Common = {"engine": "comparison", "at_sequence": i, "original_event_id": o.get("eventId"),
+                       "node_id": _node_id(o) or _node_id(r), "event_type": o_type}
     if o_type != r_type and o_type in _ENVELOPE_KIND and r_type in _ENVELOPE_KIND:
         refusal = r if r_type == REFUSAL else o
         reason = _refusal_reason(refusal)
@@ -527,7 +542,7 @@ def _causation_mismatch(
     return expected, r_cause, f"original is caused by sequence {o_seq}; the replay by {where}"
 
 
-class _EventIndex(dict):
+class _EventIndex(dict[int, Mapping[str, Any]]):
     """Events by sequence that also know the sequence of each eventId (causation lookups)."""
 
     def __init__(self, by_sequence: Mapping[int, Mapping[str, Any]]) -> None:
@@ -600,7 +615,9 @@ def _bindings(events: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _binding_diff(orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]]) -> dict:
+def _binding_diff(
+    orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
     o, r = _bindings(orig), _bindings(rep)
     return {
         key: {"expected": o.get(key), "actual": r.get(key)}
@@ -621,8 +638,8 @@ def _refusal_reason(doc: Mapping[str, Any]) -> str | None:
     if not isinstance(payload, Mapping):
         return None
     for key in ("reason", "refusalText", "safetyCategory"):
-        if isinstance(payload.get(key), str):
-            return payload[key]
+        if isinstance(reason := payload.get(key), str):
+            return reason
     return None
 
 

@@ -11,7 +11,8 @@ counted but emit no verdict record.
 from __future__ import annotations
 
 import logging
-from typing import cast
+from collections.abc import Mapping
+from typing import Any, cast
 
 from processors.metrics import METRICS
 from processors.replay.compare import ComparisonResult, compare_runs
@@ -23,7 +24,7 @@ from streams.settings import Settings
 log = logging.getLogger("agentlog.replay")
 
 
-def verdict_record(request: dict, result: ComparisonResult) -> Verdict:
+def verdict_record(request: Mapping[str, Any], result: ComparisonResult) -> Verdict:
     """The verdict of a comparison that was made: the engine's result, told about the replay run it judged."""
     body = result.to_json_dict()
     return verdict(
@@ -39,7 +40,7 @@ def verdict_record(request: dict, result: ComparisonResult) -> Verdict:
     )
 
 
-def error_record(request: dict, code: str, detail: str) -> Verdict:
+def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
     """A verdict that says the comparison could not be made, and why (never silence)."""
     return verdict(
         replay_run_id=request["replayRunId"],
@@ -54,7 +55,7 @@ def error_record(request: dict, code: str, detail: str) -> Verdict:
     )
 
 
-async def host_replay_verdict(settings: Settings, request: dict) -> Verdict:
+async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
     An operator waiting on a verdict must get one: a source run the log does not hold
@@ -86,7 +87,7 @@ async def host_verdicts(settings: Settings, replay_run_id: str | None = None) ->
     A redelivered comparison re-emits an identical record, so the latest per replay run is
     the verdict; ``replay_run_id`` narrows the read to that run's partition.
     """
-    latest: dict[str, Verdict] = {}
+    latest: dict[str | None, Verdict] = {}  # keyed by replayRunId, which a malformed record may lack
     async for _, _, _, value in read_topic(settings, "verdicts", key=replay_run_id):
         rid = value.get("replayRunId")
         if replay_run_id is None or rid == replay_run_id:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from processors.core.fold import fold, state_hash
 from processors.core.statehash import StateHasher
@@ -39,6 +39,7 @@ from processors.replay.divergence import Divergence, DivergenceKind
 from processors.replay.host import host_verdicts
 from schemas.canonical import GENESIS, chain_hash, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
+from schemas.records import Verdict
 from streams.reader import partition_for, read_topic
 from streams.settings import Settings
 
@@ -122,25 +123,25 @@ def _divergence(seq: int, kind: DivergenceKind, *, path: str | None, expected: A
 # Recorded data: digests and snapshots
 
 
-async def _digests(settings: Settings, run_id: str) -> dict[int, dict]:
+async def _digests(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
     """Recorded per-index digests of the run, first record per sequence (redeliveries are identical)."""
-    out: dict[int, dict] = {}
+    out: dict[int, dict[str, Any]] = {}
     async for _, _, _, value in read_topic(settings, "digests", key=run_id):
         if value.get("runId") == run_id and isinstance(value.get("sequence"), int):
             out.setdefault(value["sequence"], value)
     return out
 
 
-async def _snapshots(settings: Settings, run_id: str) -> dict[int, dict]:
+async def _snapshots(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
     """Every snapshot of the run still on the compacted topic, by atSequence."""
-    out: dict[int, dict] = {}
+    out: dict[int, dict[str, Any]] = {}
     async for _, _, _, value in read_topic(settings, "snapshots", key=run_id):
         if value.get("runId") == run_id and isinstance(value.get("atSequence"), int):
             out.setdefault(value["atSequence"], value)
     return out
 
 
-def _snapshot_problem(snap: Mapping[str, Any], digests: Mapping[int, dict]) -> str | None:
+def _snapshot_problem(snap: Mapping[str, Any], digests: Mapping[int, dict[str, Any]]) -> str | None:
     """Why a snapshot cannot be a starting point (None when it can)."""
     if not isinstance(snap.get("state"), dict) or not isinstance(snap.get("logOffset"), int):
         return "malformed"
@@ -152,8 +153,8 @@ def _snapshot_problem(snap: Mapping[str, Any], digests: Mapping[int, dict]) -> s
     return None
 
 
-def _pick_snapshot(snapshots: Mapping[int, dict], digests: Mapping[int, dict],
-                   start_seq: int) -> tuple[dict | None, str | None]:
+def _pick_snapshot(snapshots: Mapping[int, dict[str, Any]], digests: Mapping[int, dict[str, Any]],
+                   start_seq: int) -> tuple[dict[str, Any] | None, str | None]:
     """The latest trustworthy snapshot strictly before ``start_seq`` (the state *before* the start)."""
     notes = []
     for at in sorted((s for s in snapshots if s < start_seq), reverse=True):
@@ -167,7 +168,7 @@ def _pick_snapshot(snapshots: Mapping[int, dict], digests: Mapping[int, dict],
 
 
 async def _first_seq_at_offset(settings: Settings, run_id: str, partition: int, offset: int,
-                               digests: Mapping[int, dict]) -> int:
+                               digests: Mapping[int, dict[str, Any]]) -> int:
     """Sequence of the run's first record at or after ``offset`` in its log partition."""
     after = [seq for seq, d in digests.items() if d.get("logOffset", -1) >= offset]
     if after:
@@ -176,15 +177,15 @@ async def _first_seq_at_offset(settings: Settings, run_id: str, partition: int, 
     try:
         async for _, _, _, value in reader:
             doc = value.get("doc")
-            if isinstance(doc, dict) and doc.get("runId") == run_id and isinstance(doc.get("sequence"), int):
-                return doc["sequence"]
+            if isinstance(doc, dict) and doc.get("runId") == run_id and isinstance(seq := doc.get("sequence"), int):
+                return seq
     finally:
         await reader.aclose()
     raise ReplayError(f"run {run_id} has no committed event at or after log offset {offset} "
                       f"(partition {partition})")
 
 
-async def _record_at(settings: Settings, run_id: str, partition: int, offset: int) -> dict | None:
+async def _record_at(settings: Settings, run_id: str, partition: int, offset: int) -> dict[str, Any] | None:
     reader = read_topic(settings, "log", key=run_id, from_offsets={partition: offset})
     try:
         async for _, got, _, value in reader:
@@ -214,8 +215,9 @@ def _reference_state_hash(state: Mapping[str, Any]) -> str:
 class _Walk:
     """Mutable state of one pass over the log; kept apart so :func:`replay_run` reads as steps."""
 
-    def __init__(self, *, state: dict | None, head: str, next_seq: int, collect_all: bool,
-                 digests: Mapping[int, dict], snapshots: Mapping[int, dict], handoff_mode: str) -> None:
+    def __init__(self, *, state: dict[str, Any] | None, head: str, next_seq: int, collect_all: bool,
+                 digests: Mapping[int, dict[str, Any]], snapshots: Mapping[int, dict[str, Any]],
+                 handoff_mode: str) -> None:
         self.state = state
         self.head = head
         self.next_seq = next_seq
@@ -226,14 +228,15 @@ class _Walk:
         self.handoff_mode = handoff_mode
         self.hasher = StateHasher()
         self.last_digest = max(digests) if digests else -1
-        self.seen: dict[int, tuple[int, str, str]] = {}  # seq -> (offset, prevHash, recomputed head)
+        # seq -> (offset, prevHash as the record claims it (absent: None), recomputed head)
+        self.seen: dict[int, tuple[int, str | None, str]] = {}
         self.divergences: list[Divergence] = []
         self.compared = 0
         self.undigested = 0
         self.events = 0
         self.state_blind = False  # after a missing record the state can no longer be refolded
         self.state_diverged = False  # the previous index already had a state divergence
-        self.conflicts: list[tuple[int, int, dict]] = []  # (seq, offset of the altered copy, copy)
+        self.conflicts: list[tuple[int, int, dict[str, Any]]] = []  # (seq, offset of the altered copy, copy)
 
     @property
     def stopped(self) -> bool:
@@ -242,9 +245,11 @@ class _Walk:
     def add(self, d: Divergence) -> None:
         self.divergences.append(d)
 
-    def record(self, offset: int, committed: dict) -> None:
+    def record(self, offset: int, committed: dict[str, Any]) -> None:
         doc = committed.get("doc")
-        seq = doc.get("sequence") if isinstance(doc, dict) else None
+        if not isinstance(doc, dict):
+            return
+        seq = doc.get("sequence")
         if type(seq) is not int:
             return
         if seq < self.next_seq:
@@ -266,12 +271,13 @@ class _Walk:
                 return
         self._index(seq, offset, committed, doc)
 
-    def _index(self, seq: int, offset: int, committed: dict, doc: dict) -> None:
+    def _index(self, seq: int, offset: int, committed: dict[str, Any], doc: dict[str, Any]) -> None:
         prev_claimed = committed.get("prevHash")
         digest = self.digests.get(seq)
         expected_head = chain_hash(self.head, doc)
         if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
-            expected_head = _reference_chain_hash(self.head, doc)  # a divergence is only ever reported from the reference hash
+            # A divergence is only ever reported from the reference hash.
+            expected_head = _reference_chain_hash(self.head, doc)
         found: Divergence | None = None
         if prev_claimed != self.head:
             found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
@@ -311,12 +317,17 @@ class _Walk:
         if found is not None:
             self.add(found)
         # Continue the chain from what the log claims, so one rewritten record is reported once.
-        self.head = committed.get("hash") if found is not None and found.kind == "tampered" else expected_head
+        # The claim is taken as it is (cast): a record without a "hash" would leave None here.
+        if found is not None and found.kind == "tampered":
+            self.head = cast(str, committed.get("hash"))
+        else:
+            self.head = expected_head
         self.next_seq = seq + 1
 
-    def _state_divergence(self, seq: int, offset: int, digest: dict, s_hash: str) -> Divergence:
+    def _state_divergence(self, seq: int, offset: int, digest: dict[str, Any], s_hash: str | None) -> Divergence:
         snap = self.snapshots.get(seq)
-        if snap is not None and isinstance(snap.get("state"), dict) and snap.get("stateHash") == digest.get("stateHash"):
+        if (snap is not None and isinstance(snap.get("state"), dict)
+                and snap.get("stateHash") == digest.get("stateHash")):
             diff = first_difference(snap["state"], self.state)
             if diff is not None:
                 path, expected, actual = diff
@@ -330,7 +341,7 @@ class _Walk:
                            detail="refolded state hash differs from the recorded digest "
                                   "(no snapshot at this index to diff fields against)")
 
-    def _duplicate(self, seq: int, offset: int, committed: dict) -> None:
+    def _duplicate(self, seq: int, offset: int, committed: dict[str, Any]) -> None:
         """A second copy of an index: identical → redelivery; different → a rewrite (``tampered``)."""
         doc = committed["doc"]
         claimed = committed.get("hash")
@@ -475,7 +486,7 @@ async def replay_run_with_host_verdict(
     from_seq: int | None = None,
     collect_all: bool = False,
     progress: Progress | None = None,
-) -> tuple[RederivationResult, dict[str, Any] | None]:
+) -> tuple[RederivationResult, Verdict | None]:
     """:func:`replay_run`, and when the run is itself a host replay, its latest host-replay verdict.
 
     A run that declares ``replayOf`` may match its own recorded digests and still be a
