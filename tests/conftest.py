@@ -38,6 +38,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(KAFKA_TEST_TIMEOUT_S))
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A test that uses the broker says so: ``-m "not kafka"`` must never start or reach one."""
+    if "kafka_bootstrap" in getattr(item, "fixturenames", ()) and not item.get_closest_marker("kafka"):
+        pytest.fail(f"{item.nodeid} uses the kafka_bootstrap fixture (directly or via `settings`) but is not "
+                    "marked kafka: add `pytestmark = pytest.mark.kafka` to its module", pytrace=False)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
     """``host:port[,host:port]`` of a real Kafka broker, shared by every test of the session."""

@@ -3,6 +3,9 @@
 At the end of the session the totals are printed in the terminal summary and written to
 ``.agentlog/fault-summary.json``, so a CI log (or a human) sees in one place that the suite
 pushed N events through crashes, broker loss and garbage and lost none.
+
+``lost`` and ``duplicated`` are counts a test made (``tests/faults/accounting.py`` counts them by
+source position); a test that does not pass them is listed as "not counted", never as zero.
 """
 
 from __future__ import annotations
@@ -26,17 +29,23 @@ class FaultLedger:
         self.violations: Counter[str] = Counter()
         self.lost = 0
         self.duplicated = 0
+        self.not_counted: list[str] = []  # tests that recorded no lost/duplicated count
         self.redelivered_absorbed = 0
         self.tests: dict[str, dict] = {}
 
     def record(self, test: str, *, sent: int = 0, accepted: int = 0, rejected: dict | None = None,
-               violations: dict | None = None, lost: int = 0, duplicated: int = 0, **extra) -> None:
+               violations: dict | None = None, lost: int | None = None, duplicated: int | None = None,
+               **extra) -> None:
+        """``lost``/``duplicated``: None (the default) means the test did not count them (listed as such
+        when it sent events)."""
         self.sent += sent
         self.accepted += accepted
         self.rejected.update(rejected or {})
         self.violations.update(violations or {})
-        self.lost += lost
-        self.duplicated += duplicated
+        if sent and (lost is None or duplicated is None):
+            self.not_counted.append(test)
+        self.lost += lost or 0
+        self.duplicated += duplicated or 0
         self.redelivered_absorbed += int(extra.get("clickhouse_duplicates_absorbed", 0))
         self.tests[test] = {"sent": sent, "accepted": accepted, "rejected": dict(rejected or {}),
                             "violations": dict(violations or {}), "lost": lost, "duplicated": duplicated, **extra}
@@ -49,6 +58,7 @@ class FaultLedger:
             "violationsByCode": dict(sorted(self.violations.items())),
             "lost": self.lost,
             "duplicated": self.duplicated,
+            "lostAndDuplicatedNotCountedBy": sorted(self.not_counted),
             "clickhouseRedeliveriesAbsorbed": self.redelivered_absorbed,
             "seconds": round(self.seconds, 1),
             "tests": self.tests,
@@ -56,6 +66,7 @@ class FaultLedger:
 
     def lines(self) -> list[str]:
         d = self.to_dict()
+        not_counted = f"  (not counted by: {', '.join(d['lostAndDuplicatedNotCountedBy'])})" if self.not_counted else ""
         out = [
             f"events sent      {d['eventsSent']}",
             f"accepted         {d['accepted']}",
@@ -63,8 +74,8 @@ class FaultLedger:
             + " ".join(f"{k}={v}" for k, v in d["rejectedByReason"].items()),
             f"violations       {sum(self.violations.values())}  "
             + " ".join(f"{k}={v}" for k, v in d["violationsByCode"].items()),
-            f"lost             {d['lost']}",
-            f"duplicated       {d['duplicated']}",
+            f"lost             {d['lost']}{not_counted}",
+            f"duplicated       {d['duplicated']}{not_counted}",
             f"CH dup rows absorbed by ReplacingMergeTree FINAL: {d['clickhouseRedeliveriesAbsorbed']}",
             f"time             {d['seconds']} s (the fault tests' own wall time)",
         ]

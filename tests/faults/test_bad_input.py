@@ -3,7 +3,8 @@
 Every bad record must come out as exactly one rejection with the reason CONTRACT.md names and
 its source (partition, offset); a legal-but-wrong handoff event is committed and flagged with
 its violation code; every good event is committed; the worker is alive at the end and still
-commits a good event produced after the whole corpus.
+commits a good event produced after the whole corpus. Lost and duplicated records are counted
+by source position over the log and the rejections (``tests/faults/accounting.py``).
 
 The hand-written corpus fixes one record per reason code. Hypothesis adds generated garbage
 (random binary, framed Avro with random bodies or unknown schema ids, '{'-prefixed junk) and
@@ -36,6 +37,7 @@ from schemas.canonical import jcs
 from streams.admin import ensure_topics
 from streams.reader import read_run, read_topic
 from streams.topics import topic_name
+from tests.faults.accounting import Landing, landing
 from tests.faults.gen import synthetic_run
 from tests.unit.core.runs import realistic_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -234,6 +236,8 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
     corpus = hand + generated
     worker = WorkerProcess(settings, sink=False, log_name="bad-input-worker").start()
 
+    sent: list[tuple[int, int]] = []  # (partition, offset) of every record produced to ingest
+
     async def scenario():
         producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
                                     max_request_size=BIG_LIMIT)
@@ -244,6 +248,7 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
                 meta = await producer.send_and_wait(topic, key=item.key.encode() if item.key else None,
                                                     value=item.value)
                 item.partition, item.offset = meta.partition, meta.offset
+                sent.append((meta.partition, meta.offset))
         finally:
             await producer.stop()
         # The last word: a good event produced after the whole corpus must be committed.
@@ -253,7 +258,8 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
         last.pop("causationId", None)
         good_runs[s_id].append(last)
         async with HandLog(settings) as hand:  # a JCS JSON record, as a non-SDK host writes it
-            await hand.send("ingest", s_id, last)
+            meta = await hand.send("ingest", s_id, last)
+        sent.append((meta.partition, meta.offset))
 
         async def final_committed():
             run = await read_run(settings, s_id)
@@ -283,13 +289,35 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
         except AssertionError:  # fall through to the comparison below, which names what is missing
             violations = [v async for _, _, _, v in read_topic(settings, "violations")]
         logs = {run_id: await read_run(settings, run_id) for run_id in good_runs}
-        return found, violations, logs
+
+        async def landed() -> Landing:
+            log = [rec async for _, _, _, rec in read_topic(settings, "log")]
+            rejected = [r async for _, _, _, r in read_topic(settings, "rejections")]
+            return landing(sent, log, rejected, topic_name(settings, "ingest"))
+
+        async def nothing_missing() -> Landing | None:
+            counted = await landed()
+            return counted if counted.lost == 0 else None
+
+        try:  # give a lagging partition a moment; what is still missing after that is lost
+            counted = await wait_until(nothing_missing, timeout=60, what="every record landed", worker=worker)
+        except AssertionError:
+            counted = await landed()
+        return found, violations, logs, counted
 
     try:
-        found, violations, logs = asyncio.run(scenario())
+        found, violations, logs, counted = asyncio.run(scenario())
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
+
+    # Counted before any other check, so the summary has this test's numbers even when one fails.
+    reason_at = {(r["source"]["partition"], r["source"]["offset"]): r["reason"] for r in found}
+    ledger.record("bad_input", sent=len(sent), accepted=counted.committed, rejected=dict(Counter(reason_at.values())),
+                  violations=Counter(c for _, c in {(v["eventId"], v["code"]) for v in violations}), lost=counted.lost,
+                  duplicated=counted.duplicated, hand_written=len(hand), hypothesis_generated=len(generated),
+                  **counted.to_extra())
+    assert (counted.lost, counted.duplicated, counted.unaccounted) == (0, 0, 0), counted
 
     by_source: dict[tuple[int, int], list[dict]] = {}
     for r in found:
@@ -329,7 +357,5 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
     assert {e for e, _ in got_violations} <= {i.event_id for i in corpus if i.violation}
     hand_reasons = {r for i in hand for r in i.expect}
     assert hand_reasons == REASONS, REASONS - hand_reasons
-    accepted = sum(len(docs) for docs in good_runs.values())
-    ledger.record("bad_input", sent=len(corpus) + 1, accepted=accepted, rejected=dict(reasons),
-                  violations=Counter(c for _, c in want_violations), lost=0, duplicated=0,
-                  hand_written=len(hand), hypothesis_generated=len(generated))
+    assert counted.committed == sum(len(docs) for docs in good_runs.values())
+    assert counted.rejected == sum(reasons.values())

@@ -2,16 +2,23 @@
 
 Expected indexes are read from the audit history (the run-timeline rows ClickHouse returns),
 not from the demo's own bookkeeping, so a demo that misplaces a divergence fails here.
+
+The host-replay verdicts must be the worker's: the tour falls back to ``compare_runs`` on the
+exported runs when no worker verdict arrives in time (``processors.demo.tour._host_replay``), which
+would hide a broken verdict path. So the test requires the tour to say "worker verdict" and reads
+each verdict back from the verdicts topic itself.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 
 import pytest
 from rich.console import Console
 
 from processors.demo.tour import run_demo, stop_worker
+from streams.reader import read_topic
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -20,6 +27,11 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+async def _worker_verdicts(settings, replay_run_id: str) -> list[dict]:
+    return [v async for _, _, _, v in read_topic(settings, "verdicts", key=replay_run_id)
+            if v.get("replayRunId") == replay_run_id]
 
 
 def test_demo_end_to_end(settings):
@@ -49,6 +61,14 @@ def test_demo_end_to_end(settings):
     assert 0 < summary.offset_replay["fromSeq"] < summary.events
 
     tool, refusal = summary.replays
+    # From the worker, not from the tour's offline fallback.
+    assert [r["source"] for r in summary.replays] == ["worker verdict", "worker verdict"], summary.replays
+    for replay, verdict, code, at in ((tool, "diverged", "replay_diverged", tool_result_at),
+                                      (refusal, "diverged_at_refusal", "replay_diverged_at_refusal", answered_at)):
+        written = asyncio.run(_worker_verdicts(demo_settings, replay["replayRunId"]))
+        assert written, f"no verdict for {replay['replayRunId']} on the worker's verdicts topic"
+        assert {(v["verdict"], v["errorCode"], (v["firstDivergence"] or {}).get("atSequence")) for v in written} == {
+            (verdict, code, at)}, written
     assert (tool["verdict"], tool["errorCode"], tool["atSequence"]) == ("diverged", "replay_diverged", tool_result_at)
     assert tool["event"] == "replay.diverged" and tool["path"].startswith("payload.result")
     assert (refusal["verdict"], refusal["errorCode"], refusal["atSequence"]) == (

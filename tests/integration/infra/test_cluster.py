@@ -16,7 +16,7 @@ import pytest
 from infra.kafka import local
 from streams.settings import load_settings
 
-pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]
 
 
 def _free_base_port(count: int) -> int:

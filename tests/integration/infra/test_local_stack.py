@@ -21,6 +21,10 @@ from infra.kafka import local
 from schemas.errors import InfraError
 from streams.settings import load_settings
 
+# Every test here runs the local-stack machinery (java, the Maven jars, a broker of its own on free
+# ports, or a start that must fail): never part of the broker-free selection.
+pytestmark = pytest.mark.kafka
+
 AGENTLOG = [sys.executable, "-m", "processors"]
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from streams.reader import read_run
 from streams.settings import Settings
 from streams.topics import topic_name
 from schemas.upstream import upstream_file
+from tests.tools import require_tool
 
 pytestmark = pytest.mark.kafka
 
@@ -126,10 +126,7 @@ def test_export_writes_upstream_valid_jcs_lines(settings: Settings, tmp_path: Pa
 
 
 def test_kcat_json_lines_decode_like_sdk_events(settings: Settings, tmp_path: Path) -> None:
-    if shutil.which("kcat") is None:
-        subprocess.run(["apt-get", "install", "-y", "kcat"], capture_output=True, timeout=300)
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed and `apt-get install -y kcat` failed (no root or no apt index)")
+    require_tool("kcat")
     asyncio.run(ensure_topics(settings))
     docs = [doc("run-k", 0, "run.started", {"bindings": {}}), doc("run-k", 1), doc("run-k", 2, causationId="run-k-e0")]
     # Plain json.dumps (not JCS), with spaces: any JSON a non-Python host writes must be accepted.

@@ -19,6 +19,7 @@ from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import require_tool
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -173,13 +174,11 @@ async def _violations_for(settings, run_id: str):
 def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worker):
     """A non-Python host (Debian's kcat, librdkafka) publishing plain JSON lines."""
     import json
-    import shutil
     import subprocess
 
     from streams.topics import topic_name
 
-    if shutil.which("kcat") is None:
-        pytest.skip("kcat is not installed (apt-get install -y kcat)")
+    require_tool("kcat")
     run_id = f"kcat-{uuid.uuid4().hex[:8]}"
     docs = realistic_run(run_id, mode="check")
     lines = "".join(f"{run_id}\t{json.dumps(d)}\n" for d in docs)

@@ -7,18 +7,17 @@ PNG shows a picture (many distinct colours), read with zlib alone.
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-import pytest
 
 from processors.core.fold import fold_all
 from processors.audit.report import render_report
 from tests.unit.audit.pngcheck import distinct_colours
 from tests.unit.core.runs import realistic_run
+from tests.tools import require_tool
 
 
 class _Svg(HTMLParser):
@@ -131,9 +130,8 @@ def test_empty_inputs_render():
     assert "No events" in page and "No handoff transitions" in page
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="chromium is not installed (apt-get install -y chromium) - screenshot check skipped")
 def test_headless_chromium_screenshot_shows_a_picture(tmp_path: Path):
+    require_tool("chromium")
     docs, _ = _run_with_refusal_and_violation()
     transitions, violations = _outputs(docs)
     html_file = tmp_path / "report.html"

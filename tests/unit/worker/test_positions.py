@@ -1,4 +1,8 @@
-"""What the consumer group commits: the minimum of the durable positions of the agents reading a topic."""
+"""What the consumer group commits: the minimum of the durable positions of the agents reading a topic.
+
+No broker: ``DurablePositions`` is plain bookkeeping, and ``build_app`` only wires a Faust app
+(it connects when started, which these tests never do).
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,7 @@ from types import SimpleNamespace
 
 from processors.worker.app import build_app
 from processors.worker.positions import DurablePositions
-
+from streams.settings import load_settings
 
 
 class _TP(tuple):
@@ -69,7 +73,10 @@ def test_offsets_to_commit_never_move_the_committed_offset_back():
     assert pos.offsets_to_commit(consumer, 1) == {}
 
 
-def test_the_worker_app_commits_through_the_positions(settings):
+def test_the_worker_app_commits_through_the_positions(tmp_path):
+    # Port 9 (discard): nothing listens there, and nothing here connects anyway.
+    settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path,
+                             clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2)
     wiring = build_app(settings, sink=False, replay=False)
     consumer = wiring.app.consumer
     assert consumer._filter_committable_offsets.__name__ == "_filter_committable_offsets"
