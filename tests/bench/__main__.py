@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 import tests.bench as bench
-from tests.bench import BenchContext
 from schemas.errors import AgentlogError
 from streams.settings import Settings, load_settings
+from tests.bench import BenchContext
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table)
 
     RESULTS.mkdir(exist_ok=True)
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     # One file per run (several runs a day must not overwrite each other), plus latest.json.
     out = RESULTS / f"{now:%Y-%m-%d-%H%M%S}.json"
     record = {"at": now.isoformat(), "quick": args.quick, "argv": sys.argv[1:], "machine": _machine(settings),

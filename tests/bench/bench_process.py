@@ -24,12 +24,12 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.bench import BenchContext
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import _partitions
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
+from tests.bench import BenchContext
 
 RUNS = 200
 REPO = Path(__file__).resolve().parents[2]

@@ -16,12 +16,12 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from tests.bench import BenchContext
 from schemas.avro import encode_avro
 from streams.admin import ensure_topics
 from streams.publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_BYTES, Publisher
 from streams.settings import Settings
 from streams.topics import topic_name
+from tests.bench import BenchContext
 
 _avg_value_bytes = 0.0
 RUNS = 64  # distinct run keys, spread over the partitions by the default partitioner
@@ -35,7 +35,7 @@ def _payload(i: int) -> dict:
 class _Clock:
     """Wall time and this process's CPU time: on a shared machine the CPU figure is the stable one."""
 
-    def __enter__(self) -> "_Clock":
+    def __enter__(self) -> _Clock:
         self.wall, self.cpu = time.perf_counter(), time.process_time()
         return self
 

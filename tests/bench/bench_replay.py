@@ -25,7 +25,6 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.bench import BenchContext
 from processors.replay.rederive import replay_run
 from schemas.errors import InfraError
 from streams.admin import ensure_topics
@@ -34,6 +33,7 @@ from streams.publisher import Publisher
 from streams.reader import read_topic
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
+from tests.bench import BenchContext
 
 REPO = Path(__file__).resolve().parents[2]
 VARIABLES = 20  # distinct variable names: the state stays the size of a real run's, not of N

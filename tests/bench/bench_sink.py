@@ -18,12 +18,12 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from tests.bench import BenchContext
 from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.settings import Settings
 from streams.topics import topic_name
+from tests.bench import BenchContext
 
 RUNS = 100
 
@@ -73,9 +73,9 @@ async def _read_batches(settings: Settings, batch: int):
 
 
 def run(ctx: BenchContext) -> dict:
+    from processors.audit.migrations import migrate
     from processors.audit.rows import rows_for
     from processors.audit.store import open_store
-    from processors.audit.migrations import migrate
 
     n = 20_000 if ctx.quick else 200_000
     settings = ctx.settings.replace(topic_prefix=f"benchsink{uuid.uuid4().hex[:6]}", partitions=4, replication_factor=1)

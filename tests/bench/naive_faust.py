@@ -51,7 +51,7 @@ async def process(stream):
         msg = event.message
         doc = validate_doc(decode_ingest(event.value))
         run_id = doc["runId"]
-        d = decide(heads.get(run_id), lambda e: index.get(run_id + "\x1f" + e), doc,
+        d = decide(heads.get(run_id), lambda e: index.get(run_id + "\x1f" + e), doc,  # noqa: B023 - called at once
                    Source(msg.topic, msg.partition, msg.offset, int(msg.timestamp * 1000)))
         if not isinstance(d, Accepted):
             continue

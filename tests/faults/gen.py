@@ -7,6 +7,7 @@ here from the published docs, and the expected state is the offline fold of the 
 from __future__ import annotations
 
 import random
+from datetime import UTC
 from typing import Any
 
 from schemas.canonical import GENESIS, chain_hash
@@ -16,10 +17,10 @@ _BASE_MS = 1_736_935_200_000  # 2025-01-15T10:00:00Z
 
 
 def _ts(ms: int) -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     seconds, millis = divmod(ms, 1000)
-    return datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
+    return datetime.fromtimestamp(seconds, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{millis:03d}Z"
 
 
 def synthetic_run(run_id: str, n: int, rng: random.Random) -> list[dict[str, Any]]:

@@ -28,7 +28,7 @@ class Offsets:
         self.admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=20_000)
         self.group = f"{settings.topic_prefix}-worker"
 
-    async def __aenter__(self) -> "Offsets":
+    async def __aenter__(self) -> Offsets:
         await self.consumer.start()
         await self.admin.start()
         return self

@@ -39,9 +39,9 @@ from streams.reader import read_run, read_topic
 from streams.topics import topic_name
 from tests.faults.accounting import Landing, landing
 from tests.faults.gen import synthetic_run
-from tests.unit.core.runs import realistic_run
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.integration.replay.helpers import HandLog
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(900)]
 

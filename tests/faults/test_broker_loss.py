@@ -131,7 +131,7 @@ def test_one_broker_down_mid_publish_loses_no_acknowledged_event(tmp_path: Path,
     for run_id, docs in acked.items():
         got = log.get(run_id, {})
         lost += sum(1 for d in docs if d["sequence"] not in got)
-        for doc, (prev, h) in zip(docs, chain_of(docs)):
+        for doc, (_prev, h) in zip(docs, chain_of(docs), strict=False):
             assert got[doc["sequence"]]["doc"] == doc and got[doc["sequence"]]["hash"] == h
     accepted = sum(len(v) for v in acked.values())
     assert lost == 0 and accepted == total

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
+from processors.audit.migrations import migrate
 from processors.audit.queries import run_named, run_sql
 from processors.audit.store import open_store
-from processors.audit.migrations import migrate
 from schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 

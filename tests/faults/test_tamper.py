@@ -23,8 +23,8 @@ from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
 from tests.faults.gen import synthetic_run
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.integration.replay.helpers import HandLog
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(600)]
 

@@ -26,8 +26,8 @@ from collections import Counter
 
 import pytest
 
-from processors.core.fold import fold_all, state_hash
 from processors.audit.store import open_store
+from processors.core.fold import fold_all, state_hash
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import read_run, read_topic
@@ -165,7 +165,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         got = log.get(run_id, {})
         lost += sum(1 for d in docs if d["sequence"] not in got)
         assert len(got) == len(docs), f"{run_id}: {len(got)} of {len(docs)} committed"
-        for doc, (prev, h) in zip(docs, chain_of(docs)):
+        for doc, (prev, h) in zip(docs, chain_of(docs), strict=False):
             rec = got[doc["sequence"]]
             assert rec["doc"] == doc and rec["prevHash"] == prev and rec["hash"] == h
         clean, _ = fold_all(docs)
@@ -192,7 +192,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     assert dup_rows == []
     assert distinct == final_rows == total
     for run_id, docs in runs.items():
-        for doc, (_, h) in zip(docs, chain_of(docs)):
+        for doc, (_, h) in zip(docs, chain_of(docs), strict=False):
             assert hashes[(run_id, doc["sequence"])] == h
     ledger.record(
         "worker_crashes", sent=total, accepted=total, lost=lost, duplicated=conflicts + len(dup_rows),

@@ -44,7 +44,7 @@ def test_demo_end_to_end(settings):
     assert summary.head_verified and len(summary.head_hash) == 64
 
     timeline = summary.queries["run-timeline"]
-    rows = [dict(zip(timeline["columns"], row)) for row in timeline["rows"]]
+    rows = [dict(zip(timeline["columns"], row, strict=False)) for row in timeline["rows"]]
     assert [r["sequence"] for r in rows] == list(range(summary.events))
     assert rows[-1]["hash"] == summary.head_hash
     tool_result_at = next(r["sequence"] for r in rows if r["type"] == "agent.toolReturned")
@@ -77,8 +77,8 @@ def test_demo_end_to_end(settings):
     assert (refusal["expected"], refusal["actual"]) == ("valid", "refusal")
 
     latency = summary.queries["handoff-latency"]
-    workers = {dict(zip(latency["columns"], row))["worker_id"] for row in latency["rows"]}
+    workers = {dict(zip(latency["columns"], row, strict=False))["worker_id"] for row in latency["rows"]}
     assert workers == {"worker-1", "worker-2"}
-    usage = [dict(zip(summary.queries["usage"]["columns"], row)) for row in summary.queries["usage"]["rows"]]
+    usage = [dict(zip(summary.queries["usage"]["columns"], row, strict=False)) for row in summary.queries["usage"]["rows"]]
     assert [(u["run_id"], u["calls"]) for u in usage] == [(summary.run_id, 3)]
     assert summary.ok  # what `agentlog demo` exits 0 on

@@ -62,7 +62,7 @@ class HandLog:
         self.settings = settings
         self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
 
-    async def __aenter__(self) -> "HandLog":
+    async def __aenter__(self) -> HandLog:
         await ensure_topics(self.settings)
         await self.producer.start()
         return self
@@ -87,7 +87,7 @@ class HandLog:
         """Digests (and snapshots at ``snapshot_at``) an honest worker records for ``original_docs``."""
         run_id = original_docs[0]["runId"]
         head = GENESIS
-        for doc, (state, s_hash) in zip(original_docs, states_by_index(original_docs)):
+        for doc, (state, s_hash) in zip(original_docs, states_by_index(original_docs), strict=False):
             head = chain_hash(head, doc)
             seq = doc["sequence"]
             partition, offset = where.get(seq, (0, -1))

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from streams.settings import Settings, settings_env
-from tests.unit.replay.runs import llm_run
 from tests.integration.replay.helpers import HandLog, chained
+from tests.unit.replay.runs import llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
 

@@ -16,9 +16,9 @@ from processors.replay.host import host_verdicts
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import partition_for
+from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import as_replay, index_of, llm_run
-from tests.integration.replay.helpers import committed
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 

@@ -15,15 +15,14 @@ from typing import Any
 
 import pytest
 
-from processors.replay.mock import MockReplaySession, open_mock_session
-
 from processors.replay.host import host_verdicts
+from processors.replay.mock import MockReplaySession, open_mock_session
 from schemas.errors import ReplayError
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.replay_client import start_replay
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.integration.replay.helpers import committed
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 

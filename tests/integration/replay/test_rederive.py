@@ -19,9 +19,9 @@ from schemas.canonical import chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run
+from tests.integration.replay.helpers import HandLog, chained, committed, digested, terminal_snapshot
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
-from tests.integration.replay.helpers import HandLog, chained, committed, digested, terminal_snapshot
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -188,7 +188,7 @@ def test_missing_records_are_reported(settings):
         records = chained(docs)
         async with HandLog(settings) as hand:
             where = await hand.log(records[:k] + records[k + 1:-2])  # a hole at k, and the tail lost
-            offsets = {r["doc"]["sequence"]: w for r, w in zip(records[:k] + records[k + 1:-2], where)}
+            offsets = {r["doc"]["sequence"]: w for r, w in zip(records[:k] + records[k + 1:-2], where, strict=False)}
             await hand.recorded(docs, offsets)
         result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
         kinds = [(d.at_sequence, d.kind) for d in result.divergences]

@@ -14,13 +14,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from schemas.avro import encode_avro
+from schemas.upstream import upstream_file
 from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.publisher import Publisher
 from streams.reader import read_run
 from streams.settings import Settings
 from streams.topics import topic_name
-from schemas.upstream import upstream_file
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.kafka
@@ -115,7 +115,7 @@ def test_export_writes_upstream_valid_jcs_lines(settings: Settings, tmp_path: Pa
     raw_lines = out.read_bytes().splitlines()
     exported = [json.loads(line) for line in raw_lines]
     assert exported == sent
-    for line, d in zip(raw_lines, exported):
+    for line, d in zip(raw_lines, exported, strict=False):
         validator.validate(d)
         # JCS: sorted keys, no whitespace, as an independent canonicaliser would write it
         assert line == json.dumps(d, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import jsonschema
 import pytest
@@ -12,13 +11,13 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import ContractError, EventRejected
+from schemas.upstream import upstream_file
 from streams.codec import decode_ingest
 from streams.internals import load_topic_metadata
 from streams.publisher import Publisher, SyncPublisher
 from streams.reader import partition_for, read_run, read_topic
 from streams.settings import Settings
 from streams.topics import topic_name
-from schemas.upstream import upstream_file
 
 pytestmark = pytest.mark.kafka
 

@@ -19,8 +19,8 @@ from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
-from tests.unit.core.runs import realistic_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -70,7 +70,7 @@ def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
             assert committed.conflicts == [], f"different records at the same (runId, sequence) in {run_id}"
             assert [c["doc"] for c in committed] == docs
             head = GENESIS
-            for c, doc in zip(committed, docs):
+            for c, doc in zip(committed, docs, strict=False):
                 assert c["prevHash"] == head
                 head = chain_hash(head, doc)
                 assert c["hash"] == head

@@ -17,9 +17,9 @@ from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
-from tests.unit.core.runs import child_runs, realistic_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import require_tool
+from tests.unit.core.runs import child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -65,7 +65,7 @@ def test_check_mode_run_commits_in_order_with_host_transitions(settings, worker)
         committed = await wait_until(
             lambda: _committed_if(settings, run_id, len(docs)), what="committed log", worker=worker)
         assert [c["doc"] for c in committed] == docs
-        for prev, cur in zip([None, *committed], committed):
+        for prev, cur in zip([None, *committed], committed, strict=False):
             assert cur["prevHash"] == (prev["hash"] if prev else GENESIS)
         assert committed[-1]["hash"] == _expected_head(docs)
 
@@ -74,7 +74,7 @@ def test_check_mode_run_commits_in_order_with_host_transitions(settings, worker)
         assert [(t["eventId"], t["phase"]) for t in transitions] == [
             (d["eventId"], d["payload"]["phase"]) for d in chain_docs]
         assert all(t["derived"] is False for t in transitions)
-        for t, d in zip(transitions, chain_docs):
+        for t, d in zip(transitions, chain_docs, strict=False):
             assert t["causationId"] == d["causationId"]
 
         snapshots = [s for s in await _records(settings, "snapshots") if s["runId"] == run_id]
@@ -110,7 +110,7 @@ def test_derive_mode_emits_upstream_chain(settings, worker):
         assert c[0]["causationId"] == decided[1]["eventId"]
         for chain in (a, b, c):
             assert all(t["derived"] for t in chain)
-            for prev, cur in zip(chain, chain[1:]):
+            for prev, cur in zip(chain, chain[1:], strict=False):
                 assert cur["causationId"] == prev["eventId"]
 
     asyncio.run(scenario())

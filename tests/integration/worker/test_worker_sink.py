@@ -21,8 +21,8 @@ import pytest
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.settings import settings_env
-from tests.unit.core.runs import realistic_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 

@@ -22,17 +22,17 @@ class WorkerProcess:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
-    def start(self) -> "WorkerProcess":
+    def start(self) -> WorkerProcess:
         Path(self.settings.home).mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
         args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
                 "--sink" if self.sink else "--no-sink", "--web" if self.web else "--no-web"]
         self.starts += 1
-        log = open(self.log_path, "a")
-        log.write(f"\n===== start #{self.starts} at {time.time():.3f}\n")
-        log.flush()
-        self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                     cwd=Path(__file__).resolve().parents[3])
+        with open(self.log_path, "a") as log:  # the child keeps its own copy of the descriptor
+            log.write(f"\n===== start #{self.starts} at {time.time():.3f}\n")
+            log.flush()
+            self.proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         cwd=Path(__file__).resolve().parents[3])
         return self
 
     def alive(self) -> bool:

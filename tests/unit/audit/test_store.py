@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from processors.audit.migrations import migrate
 from processors.audit.rows import COLUMNS, committed_rows, rows_for
 from processors.audit.server import handle_query_request, query_via_worker
 from processors.audit.store import open_store, owner_file, read_owner
-from processors.audit.migrations import migrate
 from schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 

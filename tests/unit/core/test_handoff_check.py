@@ -43,7 +43,7 @@ def test_realistic_run_exact_transitions_and_causation():
     for t in _transitions(outputs):
         assert t["derived"] is False
         assert t["parentRunId"] == RUN
-        assert t["timestamp"] == "2025-01-15T10:00:%02d.000Z" % t["sequence"]
+        assert t["timestamp"] == f"2025-01-15T10:00:{t['sequence']:02d}.000Z"
     by_phase = {(t["workerId"], t["phase"]): t for t in _transitions(outputs)}
     assert by_phase[("worker-a", "output.harvested")]["harvestedKeys"] == ["parentResult"]
     assert by_phase[("worker-a", "child.completed")]["childRunId"] == child_run_id(RUN, "a")

@@ -12,9 +12,9 @@ import processors.core.runstate as runstate
 from processors.core.fold import fold
 from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, sha256_hex
-from tests.unit.schemas.test_fast_paths import _keys, _values
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
+from tests.unit.schemas.test_fast_paths import _keys, _values
 
 
 def _reference(state) -> str:

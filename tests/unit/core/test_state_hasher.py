@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 
-from hypothesis import given, settings as hsettings, strategies as st
+from hypothesis import given
+from hypothesis import settings as hsettings
+from hypothesis import strategies as st
 
 from processors.core.fold import fold, state_hash, states_by_index
 from processors.core.statehash import StateHasher as _StateHasher
@@ -64,8 +66,8 @@ def test_leaf_bytes_for_escapes_and_non_bmp():
 @hsettings(max_examples=100, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
 def test_fast_chain_hash_equals_reference(payload):
-    from schemas.canonical import chain_hash as _chain_hash
     from schemas.canonical import GENESIS, chain_hash
+    from schemas.canonical import chain_hash as _chain_hash
 
     doc = {"eventId": "e", "runId": "r", "type": "variable.changed", "payload": payload, "sequence": 0}
     assert _chain_hash(GENESIS, doc) == chain_hash(GENESIS, doc)

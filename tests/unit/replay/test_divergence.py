@@ -13,6 +13,7 @@ import pytest
 
 from processors.replay import ComparisonResult, Divergence, DivergenceKind, RederivationResult, compare_runs
 from processors.replay.exported import read_jsonl
+
 # The walk over the committed log is re-derivation without its Kafka reads (unit tests have no
 # broker; tests/integration/replay/test_rederive.py runs the whole of replay_run on one).
 from processors.replay.rederive import _Walk

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from processors.replay.compare import compare_outcome
 from schemas.errors import ReplayError
 from schemas.stability import WILDCARD, parse_path
-from tests.unit.replay.runs import changed
 from schemas.upstream import UPSTREAM_DIR
+from tests.unit.replay.runs import changed
 
 REFERENCE = UPSTREAM_DIR
 FIXTURE = REFERENCE / "aos/backend/app/schemas/examples/structured_outcome_replayable.json"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -13,8 +12,8 @@ from hypothesis import strategies as st
 
 from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request
 from schemas.errors import CacheKeyError, ContractError
-from tests.unit.schemas.strategies import contract_settings
 from schemas.upstream import upstream_file
+from tests.unit.schemas.strategies import contract_settings
 
 VECTORS_FILE = upstream_file("openwop/conformance/vectors/semantic-request-digest-v2.json")
 VECTORS = json.loads(VECTORS_FILE.read_text(encoding="utf-8"))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -23,8 +22,8 @@ from schemas.stability import (
     strip_volatile,
     volatile_paths,
 )
-from tests.unit.schemas.strategies import contract_settings, json_values, valid_docs
 from schemas.upstream import upstream_file
+from tests.unit.schemas.strategies import contract_settings, json_values, valid_docs
 
 AOS = upstream_file("aos/backend/app/schemas/examples/structured_outcome_replayable.json")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -12,9 +11,9 @@ from jsonschema import Draft202012Validator
 
 from schemas.errors import EventRejected
 from schemas.events import RUN_EVENT_TYPE_LIST
+from schemas.upstream import upstream_file
 from schemas.validate import validate_doc
 from tests.unit.schemas.strategies import contract_settings, valid_docs
-from schemas.upstream import upstream_file
 
 UPSTREAM = upstream_file("openwop/schemas/run-event.schema.json")
 SCHEMA = json.loads(UPSTREAM.read_text(encoding="utf-8"))
