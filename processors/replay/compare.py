@@ -340,7 +340,7 @@ def compare_runs(
     reordered: list[dict[str, Any]] = []
     own_rep, own_obs = rep, obs_rep
     if alignment is not None and not alignment.identity:
-        reordered = alignment.reordered(orig)
+        reordered = alignment.reordered(orig, rep)
         rep = _EventIndex(alignment.relaid(orig, rep))
         obs_rep = _observables(rep)
     state_memo: dict[tuple[int, int], tuple[Any, Any]] = {}

@@ -82,12 +82,17 @@ class Alignment:
             out[tail + n] = {**replay[r_seq], "sequence": tail + n}
         return out
 
-    def reordered(self, original: Mapping[int, Mapping[str, Any]]) -> list[dict[str, Any]]:
-        """The paired events that sit at another index in the replay (what the interleaving moved)."""
+    def reordered(self, original: Mapping[int, Mapping[str, Any]], replay: Mapping[int, Mapping[str, Any]]
+                  ) -> list[dict[str, Any]]:
+        """The paired events that sit at another index in the replay (what the interleaving moved).
+
+        A pair of different event types is not a moved event but a divergence; it is left out.
+        """
         return [
             {"atSequence": o_seq, "replaySequence": r_seq, "lane": lane_of(original[o_seq]),
              "type": original[o_seq].get("type")}
-            for o_seq, r_seq in sorted(self.pairs.items()) if o_seq != r_seq
+            for o_seq, r_seq in sorted(self.pairs.items())
+            if o_seq != r_seq and original[o_seq].get("type") == replay[r_seq].get("type")
         ]
 
 
