@@ -192,7 +192,8 @@ class ResultCache:
                              + (f"; this key was recorded at (node, attempt) {elsewhere}" if elsewhere else ""))
             out["nearest"], out["diff"] = None, []
             return out
-        asked = {"tool": tool, "args": args} if kind == "tool" else request
+        # Without the arguments (a URL names a tool call by their digest) there is nothing to diff.
+        asked = ({"tool": tool, "args": args} if args is not None else None) if kind == "tool" else request
         scored = [(c, _request_diff(c, asked) if asked is not None else None) for c in candidates]
         nearest, diff = min(scored, key=lambda cd: len(cd[1]) if cd[1] is not None else 0)
         out["nearest"] = {k: copy.deepcopy(v) for k, v in nearest.items() if k != "argsDigest"}
