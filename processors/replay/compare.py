@@ -42,6 +42,15 @@ events) because they are the answer a what-if analysis asks for, and ``errorCode
 ``replay_diverged_at_refusal`` / ``replay_diverged`` when they exist (RFC 0041 §B requires the
 refusal failure to be visible). A what-if whose behaviour is identical has no error code.
 
+Lanes (default; ``strict=True`` turns them off): the indices above are the original's, and the
+replay is first re-laid per lane (:mod:`processors.replay.lanes`) — each replay event at the
+source sequence of the original event it pairs with in its lane — so cross-lane interleaving is
+reported in ``reordered`` instead of as a divergence, and every check above runs unchanged on
+the re-laid replay. The whole observable state is additionally compared, in the replay's own
+order, where lanes join and at the end. When the lanes change nothing the re-laid replay *is*
+the replay and the comparison is exactly the strict one. Child runs are compared by
+:mod:`processors.replay.tree` from ``child_pairs``.
+
 Fail-fast by default: stop at the first divergence. ``collect_all=True`` walks every index and
 reports at most one divergence per index; a state difference identical to the one at the
 previous index is not reported again (one changed variable would otherwise repeat at every
