@@ -77,7 +77,7 @@ class Alignment:
             r_seq = self.pairs.get(o_seq)
             if r_seq is not None:
                 out[o_seq] = {**replay[r_seq], "sequence": o_seq}
-        tail = max(max(original), max(self.pairs.values(), default=-1)) + 1
+        tail = max(original) + 1
         for n, r_seq in enumerate(self.extra):
             out[tail + n] = {**replay[r_seq], "sequence": tail + n}
         return out
