@@ -146,6 +146,8 @@ Verdict = TypedDict("Verdict", {
     "comparedThrough": int | None,
     "bindingDiff": NotRequired[dict[str, dict[str, Any]]],
     "detail": NotRequired[str],
+    "reordered": NotRequired[list[dict[str, Any]]],
+    "path": NotRequired[list[dict[str, Any]]],
 })
 
 
@@ -328,12 +330,16 @@ def verdict(
     compared_through: int | None,
     binding_diff: dict[str, dict[str, Any]] | None = None,
     detail: str | None = None,
+    reordered: list[dict[str, Any]] | None = None,
+    path: list[dict[str, Any]] | None = None,
 ) -> Verdict:
     """A Verdict, including the ``error`` verdict of a comparison that could not be made.
 
     ``bindingDiff`` is added only when some bound version differs (a what-if must say
     which, MACP §3) and ``detail`` only when given (error verdicts say why): a plain
     verdict keeps the keys it has always had, so a redelivered one stays byte-identical.
+    ``reordered`` (events a per-lane comparison found interleaved differently) and ``path``
+    (the run-tree hops to a divergence inside a child run) are likewise added only when non-empty.
     """
     record: Verdict = {
         "replayRunId": replay_run_id,
@@ -349,4 +355,8 @@ def verdict(
         record["bindingDiff"] = binding_diff
     if detail is not None:
         record["detail"] = detail
+    if reordered:
+        record["reordered"] = reordered
+    if path:
+        record["path"] = path
     return record

@@ -54,6 +54,14 @@ class Settings:
     rebalance_timeout_s: float = 10.0
     sink_batch_rows: int = 20_000
     sink_flush_s: float = 1.0
+    # Replay lanes, run trees and recorded results over HTTP (issue 15)
+    # Host-replay verdicts compare index by index (RFC 0041 conformance) instead of per lane.
+    replay_strict: bool = False
+    # How long a host-replay verdict waits for the replay's child runs to end before it gives up
+    # (and says so); the wait holds up only that verdict, never other runs' processing.
+    replay_child_wait_s: float = 10.0
+    # Finished source runs whose result caches the HTTP results endpoint keeps in memory.
+    replay_results_cached_runs: int = 16
 
     @property
     def chdb_dir(self) -> Path:

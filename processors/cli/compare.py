@@ -36,7 +36,11 @@ def _divergence_table(divergences: tuple[Divergence, ...]) -> Table:
     return table
 
 
-def _print_human(console: Console, result: ComparisonResult) -> None:
+#: How many reordered events the human report lists before summarising.
+_REORDERED_SHOWN = 20
+
+
+def _print_human(console: Console, result: ComparisonResult, unchecked: tuple[dict[str, Any], ...] = ()) -> None:
     style = {"match": "green", "what-if": "yellow"}.get(result.verdict, "red")
     line = f"verdict: [bold {style}]{result.verdict}[/]"
     if result.error_code:
@@ -48,9 +52,24 @@ def _print_human(console: Console, result: ComparisonResult) -> None:
         console.print("[yellow]bindings differ — not a historical replay:[/]")
         for key, diff in result.binding_diff.items():
             console.print(f"  {key}: {_fmt(diff['expected'])} → {_fmt(diff['actual'])}")
+    if result.reordered:
+        console.print(f"reordered across lanes (scheduling, not a divergence): {len(result.reordered)} events")
+        for r in result.reordered[:_REORDERED_SHOWN]:
+            where = f"{r['sourceRunId']} " if "sourceRunId" in r else ""
+            console.print(f"  {where}sequence {r['atSequence']} → {r['replaySequence']}  {r['type']}  "
+                          f"lane {r['lane'] or '-'}", markup=False)
+        if len(result.reordered) > _REORDERED_SHOWN:
+            console.print(f"  … {len(result.reordered) - _REORDERED_SHOWN} more (--json lists all)")
+    for hop in unchecked:
+        console.print(f"[yellow]child run {hop['sourceChildRunId']} not compared: its original log is not in "
+                      "the file[/]")
     d = result.first_divergence
     if d is None:
         return
+    if result.tree_path:
+        trail = " → ".join([str(result.tree_path[0]["sourceRunId"])] + [
+            f"{hop['worker'] or '?'} ({hop['sourceChildRunId']}, child run)" for hop in result.tree_path])
+        console.print(f"in the run tree: {trail} → sequence {d.at_sequence}", markup=False)
     console.print(f"first divergence at sequence {d.at_sequence}: [bold]{d.kind}[/]"
                   f" ({d.event_type or '-'}{', node ' + d.node_id if d.node_id else ''})")
     if d.path:
@@ -71,22 +90,38 @@ def compare_command(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
     collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
+    strict: bool = typer.Option(
+        False, "--strict", help="Compare index by index (RFC 0041 conformance) instead of per lane."
+    ),
 ) -> None:
-    """Compare a replay run with its source run: verdict and first divergence."""
+    """Compare a replay run with its source run: verdict and first divergence.
+
+    Each file may hold a whole run tree (the run first, then its child runs): dispatches are
+    followed into the child runs and the first divergence anywhere is reported with its path.
+    """
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from processors.replay import compare_runs
     from processors.replay.exported import read_jsonl
+    from processors.replay.tree import compare_tree, group_runs
 
     try:
-        result = compare_runs(read_jsonl(original), read_jsonl(replay), from_seq=from_seq,
-                              collect_all=collect_all)
+        o_root, o_runs = group_runs(read_jsonl(original))
+        r_root, r_runs = group_runs(read_jsonl(replay))
+        if not o_runs or not r_runs:
+            from schemas.errors import ReplayError
+            raise ReplayError(f"{original if not o_runs else replay} has no events; nothing to compare")
+        tree = compare_tree(o_runs, r_runs, original_root=o_root, replay_root=r_root, from_seq=from_seq,
+                            collect_all=collect_all, strict=strict)
     except AgentlogError as e:
         typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e
+    result = tree.result
     if as_json:
-        typer.echo(json.dumps(result.to_json_dict(), ensure_ascii=False, sort_keys=True))
+        body = result.to_json_dict()
+        if tree.unchecked:
+            body["unchecked"] = [dict(hop) for hop in tree.unchecked]
+        typer.echo(json.dumps(body, ensure_ascii=False, sort_keys=True))
     else:
-        _print_human(Console(highlight=False), result)
+        _print_human(Console(highlight=False), result, tree.unchecked)
     raise typer.Exit(EXIT_MATCH if result.verdict == "match" else EXIT_DIVERGED)
 
 

@@ -56,6 +56,15 @@ def _print_host_verdict(console: Console, verdict: Verdict) -> None:
                       "its agreement is not a historical match[/]")
         for key, diff in (verdict.get("bindingDiff") or {}).items():
             console.print(f"    {key}: {_fmt(diff.get('expected'))} → {_fmt(diff.get('actual'))}", markup=False)
+    if verdict.get("reordered"):
+        console.print(f"  reordered across lanes (scheduling, not a divergence): {len(verdict['reordered'])} events")
+    if verdict.get("path"):
+        trail = " → ".join([str(verdict["path"][0].get("sourceRunId"))] + [
+            f"{hop.get('worker') or '?'} ({hop.get('sourceChildRunId')}, child run)" for hop in verdict["path"]])
+        at = (verdict.get("firstDivergence") or {}).get("atSequence")
+        console.print(f"  in the run tree: {trail} → sequence {at}", markup=False)
+    if verdict.get("detail"):
+        console.print(f"  note: {verdict['detail']}", markup=False)
 
 
 def _print_human(console: Console, result: RederivationResult, host: Verdict | None) -> None:

@@ -10,6 +10,15 @@ before the call (0 for the first try), so a host that numbers attempts from 1 an
 numbers from 0 get the same keys. LLM calls are keyed by their recorded ``cacheKey`` (RFC 0041
 §A); tool calls by ``sha256(JCS({"tool", "args"}))`` (:func:`tool_cache_key`). The same call
 made twice in one attempt keeps both results, in order (``occurrence``).
+
+A miss must say *why*: the most common complaint about record/replay tools is "why did my
+request miss?". The cache therefore also keeps each recorded call's request (the LLM request
+with its recipe, or the tool name and arguments) by (runId, nodeId, attempt), and
+:meth:`ResultCache.diagnose` names the nearest recorded call for that node and attempt with a
+field-level diff of the two requests — of their cache-key *projections* for LLM calls (RFC
+0041 §A), since only projected fields change the key. Those requests are not part of
+:meth:`ResultCache.to_json` (format 1 stays as it is): a cache read back from JSON still answers
+lookups, and its misses say that no request was kept to diff against.
 """
 
 from __future__ import annotations
@@ -19,10 +28,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas.cachekey import project_request
 from schemas.canonical import jcs, sha256_hex
-from schemas.errors import ReplayError
+from schemas.errors import AgentlogError, ReplayError
+from schemas.stability import Segment, format_path
 
-__all__ = ["CacheKey", "ResultCache", "tool_cache_key"]
+__all__ = ["CacheKey", "ReplayCacheMiss", "ResultCache", "args_digest", "tool_cache_key"]
+
+#: At most this many differing fields are listed in a miss diagnosis (the first, in JCS key order).
+MAX_DIFF_FIELDS = 20
 
 #: Serialisation format version of :meth:`ResultCache.to_json`.
 FORMAT_VERSION = 1
@@ -35,6 +49,26 @@ def tool_cache_key(tool: Any, args: Any) -> str:
     return sha256_hex(jcs({"tool": tool, "args": args}))
 
 
+def args_digest(args: Any) -> str:
+    """Digest of a tool call's arguments alone, so a host in any language can name a call in a URL."""
+    return sha256_hex(jcs(args))
+
+
+class ReplayCacheMiss(ReplayError):
+    """A mock replay asked for a call the original never made; ``diagnosis`` says what it did make.
+
+    Compare the request with ``diagnosis["nearest"]``: ``diagnosis["diff"]`` lists the fields
+    that made the key differ. A replay that must make a new call cannot run in mock mode; replay
+    it live instead.
+    """
+
+    code = "replay_cache_miss"
+
+    def __init__(self, message: str, *, diagnosis: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.diagnosis = diagnosis
+
+
 @dataclass
 class ResultCache:
     """Recorded observable results by (runId, nodeId, attempt, cacheKey).
@@ -45,6 +79,7 @@ class ResultCache:
     """
 
     _entries: dict[CacheKey, list[dict[str, Any]]] = field(default_factory=dict)
+    _calls: dict[tuple[str, str | None, int], list[dict[str, Any]]] = field(default_factory=dict)
 
     @classmethod
     def from_events(cls, events: Iterable[Mapping[str, Any]]) -> ResultCache:
@@ -72,6 +107,9 @@ class ResultCache:
             elif kind == "agent.invocation.started":
                 if isinstance(payload.get("cacheKey"), str):
                     pending_llm[node] = payload["cacheKey"]
+                    self._call(run_id, node, attempt, {
+                        "kind": "llm", "cacheKey": payload["cacheKey"], "request": payload.get("request"),
+                        "recipe": payload.get("recipe")})
             elif kind in ("agent.invocation.completed", "envelope.refusal"):
                 key = payload.get("cacheKey") or pending_llm.get(node)
                 pending_llm.pop(node, None)
@@ -90,6 +128,8 @@ class ResultCache:
             elif kind == "agent.toolCalled":
                 tool, args = payload.get("tool"), payload.get("args")
                 pending_tools[payload.get("callId")] = (node, attempt, tool_cache_key(tool, args), tool)
+                self._call(run_id, node, attempt, {"kind": "tool", "cacheKey": tool_cache_key(tool, args),
+                                                   "tool": tool, "args": args, "argsDigest": args_digest(args)})
             elif kind == "agent.toolReturned":
                 call = pending_tools.pop(payload.get("callId"), None)
                 if call is None:
@@ -100,6 +140,75 @@ class ResultCache:
 
     def _add(self, key: CacheKey, result: dict[str, Any]) -> None:
         self._entries.setdefault(key, []).append(copy.deepcopy(result))
+
+    def _call(self, run_id: str, node: str | None, attempt: int, call: dict[str, Any]) -> None:
+        self._calls.setdefault((run_id, node, attempt), []).append(copy.deepcopy(call))
+
+    def tool_key(self, run_id: str, node_id: str | None, attempt: int, tool: str, digest: str) -> str | None:
+        """The cache key of the recorded call of ``tool`` whose arguments digest to ``digest`` (for URLs)."""
+        for call in self._calls.get((run_id, node_id, attempt), []):
+            if call["kind"] == "tool" and call["tool"] == tool and call["argsDigest"] == digest:
+                key: str = call["cacheKey"]
+                return key
+        return None
+
+    def diagnose(
+        self,
+        run_id: str,
+        node_id: str | None,
+        attempt: int,
+        cache_key: str | None,
+        *,
+        occurrence: int = 0,
+        request: Any = None,
+        tool: Any = None,
+        args: Any = None,
+    ) -> dict[str, Any]:
+        """Why ``lookup`` missed: the nearest recorded call for this node and attempt, and what differs.
+
+        Pass the request (``request`` for an LLM call, ``tool``/``args`` for a tool call) to get a
+        field-level ``diff``; with only a key, the nearest call is named without one.
+        Nearest is the recorded call of the same kind with the fewest differing fields, looked for
+        at the same node and attempt first, then at the node's other attempts.
+        """
+        kind = "tool" if tool is not None else "llm" if request is not None else None
+        out: dict[str, Any] = {"sourceRunId": run_id, "nodeId": node_id, "attempt": attempt, "cacheKey": cache_key,
+                               "occurrence": occurrence}
+        recorded = self._entries.get((run_id, node_id, attempt, cache_key or ""))
+        if recorded is not None:
+            out["reason"] = (f"this call was recorded {len(recorded)} time(s) at this node and attempt; "
+                             f"the replay is asking for occurrence {occurrence} (counted from 0)")
+            out["nearest"], out["diff"] = None, []
+            return out
+        elsewhere = sorted((k[1] or "", k[2]) for k in self._entries if k[0] == run_id and k[3] == cache_key)
+        candidates = [c for c in self._calls.get((run_id, node_id, attempt), []) if kind in (None, c["kind"])]
+        where = "this node and attempt"
+        if not candidates:
+            candidates = [c for (r, n, _a), calls in sorted(self._calls.items(), key=lambda kv: kv[0][2])
+                          if r == run_id and n == node_id for c in calls if kind in (None, c["kind"])]
+            where = "another attempt of this node"
+        if not candidates:
+            out["reason"] = (f"the original made no {'call' if kind is None else kind + ' call'} at node {node_id!r}"
+                             + (f"; this key was recorded at (node, attempt) {elsewhere}" if elsewhere else ""))
+            out["nearest"], out["diff"] = None, []
+            return out
+        # Without the arguments (a URL names a tool call by their digest) there is nothing to diff.
+        asked = ({"tool": tool, "args": args} if args is not None else None) if kind == "tool" else request
+        scored = [(c, _request_diff(c, asked) if asked is not None else None) for c in candidates]
+        nearest, diff = min(scored, key=lambda cd: len(cd[1]) if cd[1] is not None else 0)
+        out["nearest"] = {k: copy.deepcopy(v) for k, v in nearest.items() if k != "argsDigest"}
+        out["diff"] = diff if diff is not None else []
+        reason = f"no call with this key was recorded at node {node_id!r}, attempt {attempt}; nearest is at {where}"
+        if elsewhere:
+            reason += f"; this key was recorded at (node, attempt) {elsewhere}"
+        if diff is None:
+            reason += "; send the request itself for a field-level diff"
+        elif diff:
+            reason += f"; the key differs because of {', '.join(d['path'] for d in diff[:3])}"
+        else:
+            reason += "; that call is the same request, but the original recorded no result for it (it never returned)"
+        out["reason"] = reason
+        return out
 
     def lookup(
         self, run_id: str, node_id: str | None, attempt: int, cache_key: str, *, occurrence: int = 0
@@ -150,3 +259,44 @@ def _node_id(doc: Mapping[str, Any]) -> str | None:
     if node is None and isinstance(doc.get("payload"), Mapping):
         node = doc["payload"].get("nodeId")
     return node if isinstance(node, str) else None
+
+
+def _request_diff(call: Mapping[str, Any], asked: Any) -> list[dict[str, Any]]:
+    """The fields in which a recorded call's request and the asked one differ (what changes the key)."""
+    if call["kind"] == "tool":
+        return _field_diff({"tool": call["tool"], "args": call["args"]}, asked)
+    recorded: Any = call.get("request")
+    recipe: str = call.get("recipe") or "v2"
+    try:
+        return _field_diff(project_request(recorded, recipe), project_request(asked, recipe))
+    except (AgentlogError, TypeError, AttributeError):
+        # A request the recipe cannot project has no key to compare: diff what was sent.
+        return _field_diff(recorded, asked)
+
+
+def _field_diff(recorded: Any, asked: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    _walk_diff(recorded, asked, (), out)
+    return out
+
+
+def _walk_diff(recorded: Any, asked: Any, at: tuple[Segment, ...], out: list[dict[str, Any]]) -> None:
+    if len(out) >= MAX_DIFF_FIELDS:
+        return
+    if isinstance(recorded, dict) and isinstance(asked, dict):
+        for key in sorted(recorded.keys() | asked.keys()):
+            if key not in recorded or key not in asked:
+                out.append({"path": format_path(at + (key,)), "recorded": recorded.get(key),
+                            "requested": asked.get(key),
+                            "note": "absent in the request" if key not in asked else "absent in the recording"})
+            else:
+                _walk_diff(recorded[key], asked[key], at + (key,), out)
+            if len(out) >= MAX_DIFF_FIELDS:
+                return
+    elif isinstance(recorded, list) and isinstance(asked, list):
+        for i, (r, a) in enumerate(zip(recorded, asked, strict=False)):
+            _walk_diff(r, a, at + (i,), out)
+        if len(recorded) != len(asked):
+            out.append({"path": format_path(at + ("length",)), "recorded": len(recorded), "requested": len(asked)})
+    elif jcs(recorded) != jcs(asked):
+        out.append({"path": format_path(at) or "(whole request)", "recorded": recorded, "requested": asked})

@@ -42,6 +42,15 @@ events) because they are the answer a what-if analysis asks for, and ``errorCode
 ``replay_diverged_at_refusal`` / ``replay_diverged`` when they exist (RFC 0041 §B requires the
 refusal failure to be visible). A what-if whose behaviour is identical has no error code.
 
+Lanes (default; ``strict=True`` turns them off): the indices above are the original's, and the
+replay is first re-laid per lane (:mod:`processors.replay.lanes`) — each replay event at the
+source sequence of the original event it pairs with in its lane — so cross-lane interleaving is
+reported in ``reordered`` instead of as a divergence, and every check above runs unchanged on
+the re-laid replay. The whole observable state is additionally compared, in the replay's own
+order, where lanes join and at the end. When the lanes change nothing the re-laid replay *is*
+the replay and the comparison is exactly the strict one. Child runs are compared by
+:mod:`processors.replay.tree` from ``child_pairs``.
+
 Fail-fast by default: stop at the first divergence. ``collect_all=True`` walks every index and
 reports at most one divergence per index; a state difference identical to the one at the
 previous index is not reported again (one changed variable would otherwise repeat at every
@@ -59,6 +68,7 @@ from typing import Any, Literal, TypedDict
 
 from processors.core.fold import fold, observable
 from processors.replay.divergence import Divergence, DivergenceEngine
+from processors.replay.lanes import JOIN_TYPES, Alignment, align
 from schemas.canonical import jcs
 from schemas.errors import ReplayError
 from schemas.stability import MISSING, WILDCARD, Segment, format_path, get_path, is_volatile, parse_path
@@ -66,6 +76,7 @@ from schemas.stability import MISSING, WILDCARD, Segment, format_path, get_path,
 __all__ = [
     "ASPECTS",
     "BINDING_KEYS",
+    "ChildPair",
     "ComparisonResult",
     "MINTED_ID_FIELDS",
     "REPLAY_COUNTERS",
@@ -109,12 +120,30 @@ _CALL_BYTES: dict[str, tuple[tuple[str, ...], ...]] = {
 }
 
 
+@dataclass(frozen=True)
+class ChildPair:
+    """A child run the original dispatched and the replay's child for the same dispatch.
+
+    ``replay_child`` is ``None`` when the paired replay event names no child (or there is no
+    paired event). ``at_sequence`` is the source sequence of the first event naming the child.
+    """
+
+    at_sequence: int
+    worker: str | None
+    original_child: str
+    replay_child: str | None
+
+
 @dataclass(frozen=True, kw_only=True)
 class ComparisonResult:
     """The verdict of one comparison, as data (a divergence is a result, not an exception).
 
     ``events`` are the replay.* events to publish, as ``{"type", "payload"}`` (the caller mints
     eventId, runId, sequence and timestamp). ``compared_through`` is the last index examined.
+    ``strict`` says index semantics were used; otherwise ``reordered`` lists the events the
+    replay interleaved differently (:mod:`processors.replay.lanes`). ``tree_path`` is set when
+    the first divergence is inside a child run (:mod:`processors.replay.tree`): the hops from
+    this run down to the run the divergence is in. ``child_pairs`` feeds that tree walk.
     """
 
     verdict: Verdict
@@ -127,6 +156,10 @@ class ComparisonResult:
     from_seq: int = 0
     source_run_id: str | None = None
     collect_all: bool = False
+    strict: bool = True
+    reordered: tuple[dict[str, Any], ...] = ()
+    tree_path: tuple[dict[str, Any], ...] = ()
+    child_pairs: tuple[ChildPair, ...] = ()
 
     @property
     def exhaustive(self) -> bool:
@@ -146,6 +179,10 @@ class ComparisonResult:
             out["bindingDiff"] = copy.deepcopy(self.binding_diff)
         if self.collect_all:
             out["divergences"] = [d.to_dict() for d in self.divergences]
+        if not self.strict:
+            out["reordered"] = [dict(r) for r in self.reordered]
+        if self.tree_path:
+            out["path"] = [dict(hop) for hop in self.tree_path]
         return out
 
 
@@ -282,6 +319,7 @@ def compare_runs(
     *,
     from_seq: int | None = None,
     collect_all: bool = False,
+    strict: bool = False,
 ) -> ComparisonResult:
     """Compare a replay run with its source run (see the module docstring for the rules).
 
@@ -291,6 +329,8 @@ def compare_runs(
         from_seq: first index the replay re-executed; default ``replayOf.fromSeq`` of the
             replay's ``run.started``, else 0.
         collect_all: examine every index instead of stopping at the first divergence.
+        strict: compare index by index (RFC 0041 §C conformance); by default events are
+            aligned per lane and cross-lane interleaving is reported as ``reordered``.
 
     Raises:
         ReplayError: a side is empty, or holds two events with the same sequence.
@@ -305,6 +345,13 @@ def compare_runs(
     binding_diff = _binding_diff(orig, rep)
     obs_orig = _observables(orig)
     obs_rep = _observables(rep)
+    alignment = None if strict else align(orig, rep)
+    reordered: list[dict[str, Any]] = []
+    own_rep, own_obs = rep, obs_rep
+    if alignment is not None and not alignment.identity:
+        reordered = alignment.reordered(orig, rep)
+        rep = _EventIndex(alignment.relaid(orig, rep))
+        obs_rep = _observables(rep)
     state_memo: dict[tuple[int, int], tuple[Any, Any]] = {}
 
     divergences: list[Divergence] = []
@@ -326,6 +373,9 @@ def compare_runs(
             divergences.append(found)
             if not collect_all:
                 break
+    if alignment is not None and not alignment.identity:
+        divergences = _with_join_divergences(
+            divergences, _join_divergences(orig, own_rep, obs_orig, own_obs, alignment), collect_all)
 
     has_refusal = any(d.kind == "refusal" for d in divergences)
     if binding_diff:
@@ -353,7 +403,66 @@ def compare_runs(
         from_seq=from_seq,
         source_run_id=source_run_id,
         collect_all=collect_all,
+        strict=strict,
+        reordered=tuple(reordered),
+        child_pairs=_child_pairs(orig, rep),
     )
+
+
+def _join_divergences(
+    orig: Mapping[int, Mapping[str, Any]],
+    own_rep: Mapping[int, Mapping[str, Any]],
+    obs_orig: Mapping[int, dict[str, Any]],
+    own_obs: Mapping[int, dict[str, Any]],
+    alignment: Alignment,
+) -> list[Divergence]:
+    # Where lanes meet (and at the end) the whole state must not depend on the interleaving:
+    # compare it in the replay's own order, not the re-laid one.
+    checks = [(o, alignment.pairs[o]) for o, doc in orig.items()
+              if doc.get("type") in JOIN_TYPES and o in alignment.pairs]
+    checks.append((max(orig), max(own_rep)))
+    out: list[Divergence] = []
+    seen: set[int] = set()
+    for o_seq, r_seq in checks:
+        if o_seq in seen:
+            continue
+        seen.add(o_seq)
+        diff = first_difference(obs_orig[o_seq], own_obs[r_seq])
+        if diff is None:
+            continue
+        path, expected, actual = diff
+        o = orig[o_seq]
+        out.append(Divergence(
+            engine="comparison", at_sequence=o_seq, kind="output", original_event_id=o.get("eventId"),
+            node_id=_node_id(o), event_type=o.get("type"), path=path, expected=_plain(expected),
+            actual=_plain(actual), aspect="state",
+            detail=f"whole observable state differs where the lanes join (replay sequence {r_seq})",
+        ))
+    return out
+
+
+def _with_join_divergences(found: list[Divergence], joins: list[Divergence], collect_all: bool) -> list[Divergence]:
+    at = {d.at_sequence for d in found}
+    merged = sorted(found + [d for d in joins if d.at_sequence not in at], key=lambda d: d.at_sequence)
+    return merged if collect_all else merged[:1]
+
+
+def _child_pairs(
+    orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]]
+) -> tuple[ChildPair, ...]:
+    # The dispatch pairing: the replay event at the same (re-laid) index names the replay's child.
+    out: dict[str, ChildPair] = {}
+    for seq, o in orig.items():
+        child = o.get("payload", {}).get("childRunId") if isinstance(o.get("payload"), Mapping) else None
+        if not isinstance(child, str) or child in out or child == o.get("runId"):
+            continue
+        r = rep.get(seq)
+        r_payload = r.get("payload") if r is not None and r.get("type") == o.get("type") else None
+        r_child = r_payload.get("childRunId") if isinstance(r_payload, Mapping) else None
+        worker = next((o["payload"][k] for k in ("workerId", "childWorkflowId")
+                       if isinstance(o["payload"].get(k), str)), None)
+        out[child] = ChildPair(seq, worker, child, r_child if isinstance(r_child, str) else None)
+    return tuple(out.values())
 
 
 class _Common(TypedDict):

@@ -2,21 +2,25 @@
 compared with its source when it reaches a terminal status (the worker's run-state
 agent asks, :mod:`processors.worker.runstate`, and sends the verdict).
 
-The comparison itself is :func:`processors.replay.compare.compare_runs` — the same
-engine as ``agentlog compare`` — fed with both runs as read back from the
+The comparison itself is :func:`processors.replay.tree.compare_tree` — the same
+engine as ``agentlog compare`` — fed with both run trees as read back from the
 committed log (deduplicated by sequence). ``dry_run`` replays are compared and
 counted but emit no verdict record.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, cast
 
 from processors.metrics import METRICS
 from processors.replay.compare import ComparisonResult, compare_runs
 from processors.replay.compare import record as record_counters
+from processors.replay.served import TERMINAL_TYPES
+from processors.replay.tree import compare_tree
 from schemas.records import Verdict, verdict
 from streams.reader import read_run, read_topic
 from streams.settings import Settings
@@ -24,7 +28,7 @@ from streams.settings import Settings
 log = logging.getLogger("agentlog.replay")
 
 
-def verdict_record(request: Mapping[str, Any], result: ComparisonResult) -> Verdict:
+def verdict_record(request: Mapping[str, Any], result: ComparisonResult, detail: str | None = None) -> Verdict:
     """The verdict of a comparison that was made: the engine's result, told about the replay run it judged."""
     body = result.to_json_dict()
     return verdict(
@@ -37,6 +41,9 @@ def verdict_record(request: Mapping[str, Any], result: ComparisonResult) -> Verd
         events=body["events"],
         compared_through=result.compared_through,
         binding_diff=body.get("bindingDiff"),
+        detail=detail,
+        reordered=body.get("reordered"),
+        path=body.get("path"),
     )
 
 
@@ -58,6 +65,13 @@ def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
 async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
+    The whole run tree is judged (:mod:`processors.replay.tree`): the source run's dispatches are
+    followed into its child runs and the replay's. A replay's children may still be running when
+    the replay itself ends, so their logs are awaited — at most ``settings.replay_child_wait_s``
+    in all, asynchronously, so only this verdict waits — and a verdict that gave up says so in
+    ``detail`` (the unfinished child is then compared as far as it was committed).
+    ``settings.replay_strict`` switches to index-by-index comparison.
+
     An operator waiting on a verdict must get one: a source run the log does not hold
     (``replay_source_missing``) or a comparison that raised (``replay_compare_failed``)
     yields an ``error`` verdict naming the cause, not only a line in the worker's log.
@@ -71,14 +85,63 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) ->
             record = error_record(request, "replay_source_missing",
                                   f"the committed log holds no events of source run {source_id!r}")
         else:
-            result = compare_runs(original, replayed, from_seq=request.get("fromSeq"))
-            record_counters(result)
-            record = verdict_record(request, result)
+            root = str(source_id)  # a source run with events has an id
+            o_runs, r_runs, notes = await _load_tree(settings, root, original, request["replayRunId"], replayed,
+                                                     request.get("fromSeq"))
+            tree = compare_tree(o_runs, r_runs, original_root=root, replay_root=request["replayRunId"],
+                                from_seq=request.get("fromSeq"), strict=settings.replay_strict)
+            notes += [f"child run {hop['sourceChildRunId']} not compared: the log holds none of its events"
+                      for hop in tree.unchecked]
+            record_counters(tree.result)
+            record = verdict_record(request, tree.result, "; ".join(notes) or None)
     except Exception as e:
         log.exception("replay comparison failed for %s", request)
         record = error_record(request, "replay_compare_failed", f"{type(e).__name__}: {e}")
     METRICS.inc("agentlog_replay_verdicts_total", verdict=record["verdict"])
     return record
+
+
+#: Pause between two reads of a replay child's log while waiting for it to end.
+_CHILD_POLL_S = 0.5
+
+
+async def _load_tree(
+    settings: Settings, source_id: str, original: list[dict[str, Any]], replay_id: str,
+    replayed: list[dict[str, Any]], from_seq: int | None,
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]], list[str]]:
+    """Both run trees' logs, child runs included; the notes say which replay child was not awaited to its end."""
+    o_runs, r_runs = {source_id: original}, {replay_id: replayed}
+    deadline = time.monotonic() + settings.replay_child_wait_s
+    notes: list[str] = []
+    todo = [(source_id, replay_id, from_seq)]
+    while todo:
+        o_id, r_id, seq = todo.pop()
+        pairs = compare_runs(o_runs[o_id], r_runs[r_id], from_seq=seq, strict=settings.replay_strict).child_pairs
+        for pair in pairs:
+            if pair.original_child in o_runs or pair.replay_child is None:
+                continue
+            o_child = [c["doc"] for c in await read_run(settings, pair.original_child)]
+            if not o_child:
+                continue  # reported as unchecked by the tree comparison
+            o_runs[pair.original_child] = o_child
+            r_child, ended = await _await_end(settings, pair.replay_child, deadline)
+            if not ended:
+                notes.append(f"gave up waiting for replay child run {pair.replay_child} after "
+                             f"{settings.replay_child_wait_s:g}s; compared the {len(r_child)} events committed")
+            if r_child:
+                r_runs[pair.replay_child] = r_child
+                todo.append((pair.original_child, pair.replay_child, None))
+    return o_runs, r_runs, notes
+
+
+async def _await_end(settings: Settings, run_id: str, deadline: float) -> tuple[list[dict[str, Any]], bool]:
+    while True:
+        docs = [c["doc"] for c in await read_run(settings, run_id)]
+        if any(d.get("type") in TERMINAL_TYPES for d in docs):
+            return docs, True
+        if time.monotonic() >= deadline:
+            return docs, False
+        await asyncio.sleep(_CHILD_POLL_S)
 
 
 async def host_verdicts(settings: Settings, replay_run_id: str | None = None) -> list[Verdict]:

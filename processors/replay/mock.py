@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.core.result_cache import ResultCache, tool_cache_key
+from processors.core.result_cache import ReplayCacheMiss, ResultCache, tool_cache_key
+from schemas.canonical import jcs
 from schemas.errors import ReplayError
 from streams.reader import read_run
 from streams.settings import Settings
 
-__all__ = ["MockReplaySession", "load_result_cache", "open_mock_session"]
+__all__ = ["MockReplaySession", "ReplayCacheMiss", "describe_miss", "load_result_cache", "open_mock_session"]
 
 
 async def load_result_cache(settings: Settings, source_run_id: str) -> ResultCache:
@@ -42,25 +43,39 @@ class MockReplaySession:
         self.source_run_id = source_run_id
         self._occurrences: dict[tuple[str | None, int, str], int] = {}
 
-    def _next(self, node_id: str | None, attempt: int, key: str, what: str) -> dict[str, Any]:
+    def _next(self, node_id: str | None, attempt: int, key: str, what: str, **asked: Any) -> dict[str, Any]:
         ident = (node_id, attempt, key)
         n = self._occurrences.get(ident, 0)
         found = self.cache.lookup(self.source_run_id, node_id, attempt, key, occurrence=n)
         if found is None:
-            raise ReplayError(
+            diagnosis = self.cache.diagnose(self.source_run_id, node_id, attempt, key, occurrence=n, **asked)
+            raise ReplayCacheMiss(
                 f"mock replay of {self.source_run_id}: no recorded {what} for node {node_id!r}, attempt {attempt}, "
-                f"key {key[:12]}… (occurrence {n}); the replay asked for a call the original never made",
-                code="replay_cache_miss")
+                f"key {key[:12]}… (occurrence {n}): {describe_miss(diagnosis)}", diagnosis=diagnosis)
         self._occurrences[ident] = n + 1
         return found
 
-    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str) -> dict[str, Any]:
-        """``{"kind": "valid", "envelope", "usage"?}`` or ``{"kind": "refusal", "reason"?}``."""
-        return self._next(node_id, attempt, cache_key, "LLM result")
+    def recorded_llm(
+        self, node_id: str | None, attempt: int, cache_key: str, request: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """``{"kind": "valid", "envelope", "usage"?}`` or ``{"kind": "refusal", "reason"?}``.
+
+        Pass the ``request`` the key was computed from and a miss says which field changed the key.
+        """
+        return self._next(node_id, attempt, cache_key, "LLM result", request=request)
 
     def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
         """The tool's recorded return value for this call."""
-        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}")["result"]
+        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}",
+                          tool=tool, args=args)["result"]
+
+
+def describe_miss(diagnosis: dict[str, Any]) -> str:
+    """One paragraph for a human: why the call missed and the first differing fields."""
+    text = str(diagnosis.get("reason", "no recorded call"))
+    for d in diagnosis.get("diff", [])[:5]:
+        text += f"; {d['path']}: recorded {jcs(d['recorded']).decode()} ≠ requested {jcs(d['requested']).decode()}"
+    return text
 
 
 async def open_mock_session(settings: Settings, source_run_id: str) -> MockReplaySession:

@@ -1,4 +1,4 @@
-"""The worker's HTTP endpoints (Faust web): Prometheus metrics and audit queries.
+"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results.
 
 The worker owns the embedded chdb directory, so it is also the process that
 answers queries for it: once the web server listens, the worker advertises
@@ -10,15 +10,45 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
 from faust.web import Request, Response, View
 
 from processors.audit.server import handle_query_request
+from processors.core.result_cache import ResultCache
 from processors.metrics import METRICS, Sample
 from processors.replay.compare import REPLAY_COUNTERS
+from processors.replay.served import TERMINAL_TYPES, results_answer
 from processors.worker.wiring import Wiring
+from streams.reader import read_run
+from streams.settings import Settings
+
+
+class ResultCaches:
+    """Result caches of finished source runs, read once from the committed log (LRU-bounded).
+
+    A run that has not ended may still record results, so its cache is rebuilt on every request.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._finished: OrderedDict[str, ResultCache] = OrderedDict()
+
+    async def get(self, run_id: str) -> ResultCache | None:
+        if run_id in self._finished:
+            self._finished.move_to_end(run_id)
+            return self._finished[run_id]
+        docs = [c["doc"] for c in await read_run(self.settings, run_id)]
+        if not docs:
+            return None
+        cache = ResultCache.from_events(docs)
+        if any(d.get("type") in TERMINAL_TYPES for d in docs):
+            self._finished[run_id] = cache
+            while len(self._finished) > max(self.settings.replay_results_cached_runs, 0):
+                self._finished.popitem(last=False)
+        return cache
 
 
 def _replay_series() -> Iterator[Sample]:
@@ -30,7 +60,7 @@ def _replay_series() -> Iterator[Sample]:
 
 
 def install(wiring: Wiring) -> None:
-    """Serve ``/metrics``, ``/health``, ``/query`` and ``/sql`` on the app's web server."""
+    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql`` and ``/replay/<run>/results`` on the app's web server."""
     app = wiring.app
     METRICS.add_collector(_replay_series)
 
@@ -69,6 +99,30 @@ def install(wiring: Wiring) -> None:
         async def post(self, request: Request) -> Response:
             body, error = await body_of(self, request)
             return error or await answer(self, request, body)
+
+    # Recorded results for mock replay from any language (processors.replay.served).
+    results_cache = ResultCaches(wiring.settings)
+
+    @app.page("/replay/{source_run_id}/results")
+    class ReplayResults(View):
+        async def get(self, request: Request, source_run_id: str) -> Response:
+            return await self._answer(source_run_id, dict(request.query))
+
+        async def post(self, request: Request, source_run_id: str) -> Response:
+            body, error = await body_of(self, request)
+            if error is None and not isinstance(body, dict):
+                return self.json({"error": {"code": "bad_request", "message": "body must be a JSON object"}},
+                                 status=400)
+            return error or await self._answer(source_run_id, {**dict(request.query), **body})
+
+        async def _answer(self, source_run_id: str, params: dict[str, Any]) -> Response:
+            cache = await results_cache.get(source_run_id)
+            if cache is None:
+                return self.json({"error": {"code": "replay_source_missing",
+                                            "message": f"the committed log holds no events of run {source_run_id!r}"}},
+                                 status=404)
+            status, payload = results_answer(cache, source_run_id, params)
+            return self.json(payload, status=status)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def advertise() -> None:

@@ -15,6 +15,23 @@ is written in ``test_golden_cli.py`` from the reasoning below, not from a run of
   Verdict ``diverged`` at 9, path ``payload.result.hits``, 3 → 2.
 * ``refusal``: the replay re-executes from the LLM call (fromSeq 4); the model now refuses at
   sequence 5, and the replay fails right after. Verdict ``diverged_at_refusal`` at 5.
+
+Concurrent workers and run trees (:func:`tests.unit.replay.runs.concurrent_run`: workers ``wa`` and
+``wb`` interleave at sequences 3..8; each dispatch creates a child run,
+:func:`~tests.unit.replay.runs.worker_child_run`). Files of the tree pairs hold the parent first,
+then its child runs. The replays of the first two lay wb's events before wa's (``WB_FIRST``):
+
+* ``interleaved``: only the interleaving differs. Per lane: ``match``, reordered sequences
+  3→6, 4→3, 5→7, 6→8, 7→4, 8→5. ``--strict``: ``diverged`` at 3 (type stays toolCalled; node/args differ).
+* ``interleaved-result``: also wb's tool returns 5 pages instead of 2 (sequence 7 of the source).
+  Per lane: ``diverged`` at 7, ``payload.result.pages`` 2 → 5.
+* ``child-diverged``: parent replayed faithfully; in worker-a's child run the tool returns 2 hits
+  instead of 3 (child sequence 4). ``diverged`` at 4 with the path parent → worker-a (dispatched
+  at 1) → child run.
+* ``child-missing``: the replay dispatches worker-b under a new child id, but that child run
+  has no events. ``diverged``, kind ``missing`` at 0 of worker-b's child, path via sequence 2.
+* ``child-refusal``: worker-a's replayed child gets a refusal where the original got a valid
+  envelope (child sequence 2), then fails. ``diverged_at_refusal`` at 2, path via worker-a.
 """
 
 from __future__ import annotations
@@ -23,7 +40,18 @@ import copy
 import json
 from pathlib import Path
 
-from tests.unit.replay.runs import as_replay, index_of, llm_run, perturb_volatile
+from tests.unit.replay.runs import (
+    as_replay,
+    concurrent_run,
+    index_of,
+    interleave,
+    llm_run,
+    perturb_volatile,
+    worker_child_run,
+)
+
+#: The interleaving the replays of the concurrent run use: wb's events before wa's.
+WB_FIRST = [0, 1, 2, 4, 7, 8, 3, 5, 6, 9]
 
 GOLDEN = Path(__file__).with_name("golden")
 
@@ -56,7 +84,60 @@ def pairs() -> dict[str, tuple[list[dict], list[dict]]]:
     failed["causationId"] = refusal[completed]["eventId"]
     refusal = refusal[: completed + 1] + [failed]
 
-    return {"match": (original, match), "diverged": (original, diverged), "refusal": (original, refusal)}
+    out = {"match": (original, match), "diverged": (original, diverged), "refusal": (original, refusal)}
+    out.update(tree_pairs())
+    return out
+
+
+def _tree(run_id: str) -> list[dict]:
+    """A concurrent parent run followed by its two child runs (one file's worth)."""
+    return concurrent_run(run_id) + worker_child_run(f"{run_id}.child-a", "wa") + worker_child_run(
+        f"{run_id}.child-b", "wb")
+
+
+def _replayed_tree(source: str, replay_id: str, order: list[int] | None = None) -> list[list[dict]]:
+    """[parent, child-a, child-b] as an honest host replays them (children under fresh ids)."""
+    parent = as_replay(concurrent_run(source), replay_run_id=replay_id)
+    if order is not None:
+        parent = interleave(parent, order)
+    children = [as_replay(worker_child_run(f"{source}.child-{w}", node), replay_run_id=f"{replay_id}-fresh.child-{w}")
+                for w, node in (("a", "wa"), ("b", "wb"))]
+    return [parent, *children]
+
+
+def tree_pairs() -> dict[str, tuple[list[dict], list[dict]]]:
+    interleaved = _replayed_tree("par-1", "replay-par-1", WB_FIRST)
+
+    result = _replayed_tree("par-2", "replay-par-2", WB_FIRST)
+    wb_returned = WB_FIRST.index(7)
+    result[0][wb_returned]["payload"]["result"] = {"pages": 5}
+
+    child_diverged = _replayed_tree("par-3", "replay-par-3")
+    child_diverged[1][4]["payload"]["result"] = {"hits": 2, "ids": ["INC-41", "INC-42"]}
+
+    child_missing = _replayed_tree("par-4", "replay-par-4")[:2]  # worker-b's child run never happened
+
+    child_refusal = _replayed_tree("par-5", "replay-par-5")
+    child_a = child_refusal[1]
+    refused = child_a[2]
+    refused["type"] = "envelope.refusal"
+    refused["payload"] = {"cacheKey": refused["payload"]["cacheKey"], "reason": "model declined"}
+    failed = copy.deepcopy(refused)
+    failed.update(sequence=3, eventId=f"{refused['eventId']}-fail", type="run.failed", nodeId="end",
+                  payload={"error": {"code": "envelope_refusal", "message": "the model refused"}},
+                  causationId=refused["eventId"])
+    child_refusal[1] = child_a[:3] + [failed]
+
+    def flat(runs: list[list[dict]]) -> list[dict]:
+        return [doc for run in runs for doc in run]
+
+    return {
+        "interleaved": (concurrent_run("par-1"), interleaved[0]),
+        "interleaved-result": (concurrent_run("par-2"), result[0]),
+        "child-diverged": (_tree("par-3"), flat(child_diverged)),
+        "child-missing": (_tree("par-4"), flat(child_missing)),
+        "child-refusal": (_tree("par-5"), flat(child_refusal)),
+    }
 
 
 def golden_files() -> dict[str, bytes]:

@@ -167,3 +167,68 @@ def changed(value: Any) -> Any:
     if isinstance(value, dict):
         return {**value, "extra": 1}
     return "was-null"
+
+
+# ---------------------------------------------------------------------------------------------
+# Concurrent workers and run trees (lanes, issue 15)
+
+
+def concurrent_run(run_id: str = "par-1") -> list[dict[str, Any]]:
+    """A planner dispatches worker-a and worker-b, which run at the same time in nodes ``wa``/``wb``.
+
+    By sequence: 0 run.started · 1 node.dispatched A (child ``<run>.child-a``) · 2 node.dispatched
+    B (child ``<run>.child-b``) · 3 toolCalled wa · 4 toolCalled wb · 5 toolReturned wa ·
+    6 variable.changed aHits (wa) · 7 toolReturned wb · 8 variable.changed bPages (wb) ·
+    9 run.completed. The workers' events interleave; each is caused within its own lane.
+    """
+    from tests.unit.core.runs import RunLog
+
+    log = RunLog(run_id)
+    log.add("run.started", {}, node="start")
+    log.add("node.dispatched", {"childRunId": f"{run_id}.child-a", "childWorkflowId": "worker-a"},
+            node="dispatch", cause=0)
+    log.add("node.dispatched", {"childRunId": f"{run_id}.child-b", "childWorkflowId": "worker-b"},
+            node="dispatch", cause=0)
+    log.add("agent.toolCalled", {"callId": f"{run_id}:call-a", "tool": "search", "args": {"q": "incidents"}},
+            node="wa", cause=1)
+    log.add("agent.toolCalled", {"callId": f"{run_id}:call-b", "tool": "fetch", "args": {"url": "https://x/q4"}},
+            node="wb", cause=2)
+    log.add("agent.toolReturned", {"callId": f"{run_id}:call-a", "result": {"hits": 3}}, node="wa", cause=3)
+    log.add("variable.changed", {"name": "aHits", "value": 3}, node="wa", cause=5)
+    log.add("agent.toolReturned", {"callId": f"{run_id}:call-b", "result": {"pages": 2}}, node="wb", cause=4)
+    log.add("variable.changed", {"name": "bPages", "value": 2}, node="wb", cause=7)
+    log.add("run.completed", {}, node="end", cause=8)
+    return log.docs
+
+
+def worker_child_run(run_id: str, node: str) -> list[dict[str, Any]]:
+    """A worker's child run: one LLM call, one tool call, the variable it sets, completed.
+
+    By sequence: 0 run.started · 1 invocation.started · 2 invocation.completed · 3 toolCalled ·
+    4 toolReturned · 5 variable.changed · 6 run.completed.
+    """
+    from tests.unit.core.runs import RunLog
+
+    key = sha256_hex(jcs(REQUEST))
+    log = RunLog(run_id)
+    log.add("run.started", {}, node="start")
+    log.add("agent.invocation.started", {"request": dict(REQUEST), "cacheKey": key,
+                                         "recipe": "openwop-semantic-request-v2"}, node=node, cause=0)
+    log.add("agent.invocation.completed", {"cacheKey": key, "envelope": dict(ENVELOPE)}, node=node, cause=1)
+    log.add("agent.toolCalled", {"callId": f"{run_id}:call-1", "tool": "search", "args": dict(TOOL_ARGS)},
+            node=node, cause=2)
+    log.add("agent.toolReturned", {"callId": f"{run_id}:call-1", "result": copy.deepcopy(TOOL_RESULT)},
+            node=node, cause=3)
+    log.add("variable.changed", {"name": "found", "value": 3}, node=node, cause=4)
+    log.add("run.completed", {}, node="end", cause=5)
+    return log.docs
+
+
+def interleave(run: list[dict[str, Any]], order: list[int]) -> list[dict[str, Any]]:
+    """The same events laid out in ``order`` (old sequences), renumbered 0..N; ids stay as they are."""
+    out = []
+    for new_seq, old_seq in enumerate(order):
+        doc = copy.deepcopy(run[old_seq])
+        doc["sequence"] = new_seq
+        out.append(doc)
+    return out

@@ -65,10 +65,23 @@ def test_golden_refusal() -> None:
 
 
 def test_golden_refusal_collect_all_keeps_the_refusal_verdict() -> None:
-    body = json.loads(_compare("refusal", "--json", "--all").stdout)
+    body = json.loads(_compare("refusal", "--json", "--all", "--strict").stdout)
     assert body["verdict"] == "diverged_at_refusal"
     kinds = [d["kind"] for d in body["divergences"]]
     assert kinds[0] == "refusal" and kinds[1] == "type-mismatch" and set(kinds[2:]) == {"missing"}
+    assert "reordered" not in body  # --strict output keeps today's keys
+
+
+def test_golden_refusal_collect_all_per_lane() -> None:
+    # Per lane the replay's run.failed (node planner) is the planner lane's next event, so it is
+    # paired with the original's next planner event — the provider.usage at sequence 11 — and
+    # every other event after the refusal is missing.
+    body = json.loads(_compare("refusal", "--json", "--all").stdout)
+    assert body["verdict"] == "diverged_at_refusal"
+    found = [(d["atSequence"], d["kind"]) for d in body["divergences"]]
+    assert found[0] == (5, "refusal")
+    assert [at for at, kind in found if kind == "type-mismatch"] == [11]
+    assert {kind for at, kind in found[1:] if at != 11} == {"missing"}
 
 
 def test_from_seq_option_overrides_replay_of() -> None:

@@ -197,7 +197,7 @@ def test_error_verdict_says_why():
 def test_optional_keys_are_declared_optional():
     # Python 3.11 loses NotRequired in a class-form TypedDict under postponed annotations; this pins the fix.
     assert Rejection.__optional_keys__ == {"rawTruncated", "rawBytes", "rawSha256"}
-    assert Verdict.__optional_keys__ == {"bindingDiff", "detail"}
+    assert Verdict.__optional_keys__ == {"bindingDiff", "detail", "reordered", "path"}
     for shape in (RecordSource, CommittedEvent, Transition, Violation, RunSnapshot, StateDigest):
         assert shape.__optional_keys__ == frozenset(), shape.__name__
 

@@ -1,0 +1,84 @@
+"""Recorded results over HTTP: mock-mode replay for a host written in any language.
+
+:class:`processors.replay.mock.MockReplaySession` serves a Python host in-process; the worker's
+web server (:mod:`processors.worker.web`) serves the same observable-result cache at
+``/replay/<sourceRunId>/results`` so any host can replay in mock mode with an HTTP client.
+HTTP is stateless, so the host says which ``occurrence`` of a repeated call it wants (the
+Python session counts them itself).
+
+This module is the answer without the transport — parameters in, ``(status, body)`` out — so
+the rules are tested without a web server and the web view stays a thin adapter:
+
+* a hit is ``200 {"sourceRunId", "nodeId", "attempt", "cacheKey", "occurrence", "result"}`` with
+  the recorded envelope / refusal / tool result as the cache stores it;
+* a miss is ``404 {"error": {"code": "replay_cache_miss", "message"}, "diagnosis"}`` with the
+  nearest recorded call for that node and attempt and, when the request was sent (POST), the
+  field-level diff that made the key differ (:meth:`ResultCache.diagnose`);
+* parameters that name no call are ``400 bad_request``; a run with no committed events is
+  ``404 replay_source_missing``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from processors.core.result_cache import ResultCache, tool_cache_key
+from processors.replay.mock import describe_miss
+from schemas.cachekey import cache_key
+from schemas.errors import AgentlogError
+
+__all__ = ["TERMINAL_TYPES", "results_answer"]
+
+#: Once a run has one of these, its recorded results can no longer change (safe to keep cached).
+TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
+
+
+def _bad(message: str) -> tuple[int, dict[str, Any]]:
+    return 400, {"error": {"code": "bad_request", "message": message}}
+
+
+def _int(params: Mapping[str, Any], name: str) -> int | None:
+    raw = params.get(name, 0)
+    try:
+        value = int(raw)
+    except (TypeError, ValueError):
+        return None
+    return value if value >= 0 else None
+
+
+def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+    """Answer one lookup: ``node``, ``attempt`` (default 0), ``occurrence`` (default 0) and one of
+    ``cacheKey`` (an LLM call, or a tool call's key), ``tool`` + ``argsDigest`` (sha256 of the
+    JCS arguments) or, in a POST body, ``tool`` + ``args`` / ``request`` (for a field-level diff;
+    a request without ``cacheKey`` is keyed with ``recipe``, default v2, RFC 0041 §A)."""
+    node = params.get("node") or None
+    attempt, occurrence = _int(params, "attempt"), _int(params, "occurrence")
+    if attempt is None or occurrence is None:
+        return _bad("attempt and occurrence must be integers >= 0")
+    if node is not None and not isinstance(node, str):
+        return _bad("node must be a string")
+    key, tool, args, request = params.get("cacheKey"), params.get("tool"), params.get("args"), params.get("request")
+    if tool is not None:
+        if not isinstance(tool, str):
+            return _bad("tool must be a string")
+        if key is None and isinstance(params.get("argsDigest"), str):
+            key = cache.tool_key(source_run_id, node, attempt, tool, params["argsDigest"])
+        if key is None and "args" in params:
+            key = tool_cache_key(tool, args)
+    if key is None and tool is None and isinstance(request, dict):
+        try:
+            key = cache_key(request, str(params.get("recipe") or "v2"))
+        except AgentlogError as e:
+            return _bad(f"cannot compute the cache key of this request: {e}")
+    if key is not None and not isinstance(key, str):
+        return _bad("cacheKey must be a string")
+    if key is None and tool is None:
+        return _bad("name the call: cacheKey, or tool with argsDigest (or args in a POST body)")
+    found = cache.lookup(source_run_id, node, attempt, key, occurrence=occurrence) if key is not None else None
+    if found is not None:
+        return 200, {"sourceRunId": source_run_id, "nodeId": node, "attempt": attempt, "cacheKey": key,
+                     "occurrence": occurrence, "result": found}
+    diagnosis = cache.diagnose(source_run_id, node, attempt, key, occurrence=occurrence, request=request,
+                               tool=tool, args=args)
+    return 404, {"error": {"code": "replay_cache_miss", "message": describe_miss(diagnosis)}, "diagnosis": diagnosis}

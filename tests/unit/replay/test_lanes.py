@@ -1,0 +1,79 @@
+"""Per-lane comparison rules that the golden pairs do not pin: joins, causation, extras, lanes.
+
+Runs are small and hand-made (``RunLog``); each expectation is reasoned from the rule in
+``processors/replay/lanes.py``, not taken from a run of the engine.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from processors.replay.compare import compare_runs
+from processors.replay.lanes import align, lane_of
+from tests.unit.core.runs import RunLog
+from tests.unit.replay.make_golden import WB_FIRST
+from tests.unit.replay.runs import as_replay, concurrent_run, interleave
+
+
+def _two_writers(run_id: str, order: tuple[str, str]) -> list[dict]:
+    """Workers wa and wb each set variable ``x``; ``order`` says whose write comes first."""
+    log = RunLog(run_id)
+    log.add("run.started", {}, node="start")
+    for node in order:
+        log.add("variable.changed", {"name": "x", "value": node}, node=node, cause=0)
+    log.add("run.completed", {}, node="end")
+    return log.docs
+
+
+def test_same_lane_events_swapped_are_a_divergence_not_a_reordering() -> None:
+    original = concurrent_run("par-1")
+    replay = as_replay(original, replay_run_id="r-1")
+    replay = interleave(replay, [0, 1, 2, 3, 4, 6, 5, 7, 8, 9])  # wa's variable before wa's tool result
+    result = compare_runs(original, replay)
+    assert result.verdict == "diverged"
+    assert result.first_divergence is not None and result.first_divergence.at_sequence == 5
+    assert result.first_divergence.kind == "type-mismatch"
+
+
+def test_the_whole_state_must_agree_where_the_lanes_join() -> None:
+    # Swapping the two writers keeps each lane's own events identical, but the state at the
+    # end (x = the last writer) depends on the interleaving: that is a real difference.
+    original = _two_writers("w-1", ("wa", "wb"))
+    replay = as_replay(_two_writers("w-1", ("wb", "wa")), replay_run_id="r-1")
+    result = compare_runs(original, replay)
+    assert result.verdict == "diverged"
+    d = result.first_divergence
+    assert d is not None and d.aspect == "state" and d.at_sequence == 3 and d.event_type == "run.completed"
+    assert (d.path, d.expected, d.actual) == ("variables.x", "wb", "wa")
+
+
+def test_a_cross_lane_cause_must_follow_the_pairing() -> None:
+    # wb's tool call is caused by wb's dispatch; a replay that makes it caused by wa's dispatch
+    # broke a causal order even though the lane order is intact.
+    original = concurrent_run("par-1")
+    replay = interleave(as_replay(original, replay_run_id="r-1"), WB_FIRST)
+    wb_call = next(d for d in replay if d["type"] == "agent.toolCalled" and d["nodeId"] == "wb")
+    wa_dispatch = next(d for d in replay if d["type"] == "node.dispatched" and
+                       d["payload"]["childWorkflowId"] == "worker-a")
+    wb_call["causationId"] = wa_dispatch["eventId"]
+    result = compare_runs(original, replay)
+    assert result.verdict == "diverged"
+    assert result.first_divergence is not None
+    assert (result.first_divergence.at_sequence, result.first_divergence.aspect) == (4, "causation")
+
+
+def test_an_extra_event_in_one_lane_is_reported_after_the_original_end() -> None:
+    original = concurrent_run("par-1")
+    replay = interleave(as_replay(original, replay_run_id="r-1"), WB_FIRST)
+    extra = copy.deepcopy(replay[5])  # wb's variable.changed, written twice
+    extra.update(sequence=len(replay), eventId="evt-extra")
+    result = compare_runs(original, replay[:-1] + [extra, {**replay[-1], "sequence": len(replay) + 1}],
+                          collect_all=True)
+    assert [d.kind for d in result.divergences] == ["extra"]
+    assert result.divergences[0].at_sequence == len(original)
+
+
+def test_lanes_are_nodes_refined_by_the_dispatched_worker() -> None:
+    run = concurrent_run("par-1")
+    assert [lane_of(d) for d in run[:5]] == ["start", "dispatch/worker-a", "dispatch/worker-b", "wa", "wb"]
+    assert align({d["sequence"]: d for d in run}, {d["sequence"]: d for d in run}).identity
