@@ -58,7 +58,8 @@ class Settings:
     # Host-replay verdicts compare index by index (RFC 0041 conformance) instead of per lane.
     replay_strict: bool = False
     # How long a host-replay verdict waits for the replay's child runs to end before it gives up
-    # (and says so); the wait holds up only that verdict, never other runs' processing.
+    # (and says so). The verdict is made after the run-state agent's batch is durable, so the wait
+    # delays that agent's next batch by at most this long (per unfinished tree).
     replay_child_wait_s: float = 10.0
     # Finished source runs whose result caches the HTTP results endpoint keeps in memory.
     replay_results_cached_runs: int = 16
