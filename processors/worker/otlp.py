@@ -165,7 +165,8 @@ class Receiver:
         content_type = request.headers.get("Content-Type", "application/x-protobuf")
         as_json = content_type.split(";")[0].strip().lower() == "application/json"
         try:
-            export = decode_request(body, content_type, request.headers.get("Content-Encoding", ""))
+            # aiohttp's parser already undid Content-Encoding (gzip/deflate) for request.read().
+            export = decode_request(body, content_type)
         except OtlpError as e:
             METRICS.inc("agentlog_otlp_requests_total", outcome="undecodable")
             await self._record_rejection("decode_error", str(e), body)
