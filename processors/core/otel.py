@@ -38,7 +38,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.cachekey import RECIPE_IDS, cache_key
-from schemas.errors import AgentlogError
+from schemas.errors import AgentlogError, EventRejected
+from schemas.validate import validate_doc
 
 __all__ = [
     "NAMESPACE",
@@ -384,11 +385,29 @@ def _order(
             doc["causationId"] = cause
         if d.node:
             doc["nodeId"] = d.node
+        _keep_valid(doc, trace_id, d.span_id)
         out.docs.append(doc)
         out.cursors[d.run] = Cursor(cur.next + 1, d.eid)
     for sid in pending:
         out.published[sid] = {"run": runs[sid], "start": first_event.get(sid)}
     return out
+
+
+def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
+    """Turn a doc the sequencer would reject into an opaque ``log.appended`` saying why, in place.
+
+    A rejected event would leave a hole in the run's sequences (every later event a
+    ``sequence_gap``), so the mapper checks each doc with the sequencer's own validator and keeps
+    the slot, the id and the reason instead (e.g. a span attribute holding NaN or a 2^60 integer
+    inside captured JSON, or a payload over the size limit).
+    """
+    try:
+        validate_doc(doc)
+    except EventRejected as e:
+        doc["payload"] = {"source": "opentelemetry", "unmapped": {
+            "type": doc["type"], "code": e.code, "detail": str(e)[:500], "traceId": trace_id, "spanId": span_id}}
+        doc["type"] = "log.appended"
+        doc.pop("nodeId", None)
 
 
 def _context(d: _Draft, pending: Mapping[str, Mapping[str, Any]], runs: Mapping[str, str],

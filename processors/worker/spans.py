@@ -28,7 +28,7 @@ from typing import Any
 
 from aiohttp import web
 
-from processors.core.otel import Cursor, due, is_root, map_trace
+from processors.core.otel import Cursor, Emission, due, is_root, map_trace
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from processors.worker.otlp import Receiver
@@ -65,7 +65,15 @@ class _Cursors(Mapping[str, Cursor]):
 
 
 async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any]) -> None:
-    emission = map_trace(trace_id, entry["pending"], published=entry["published"], cursors=_Cursors(batch))
+    try:
+        emission = map_trace(trace_id, entry["pending"], published=entry["published"], cursors=_Cursors(batch))
+    except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
+        log.exception("trace %s could not be mapped; its %d spans go to rejections", trace_id, len(entry["pending"]))
+        emission = Emission()
+        for span_id, span in entry["pending"].items():
+            await batch.send("rejections", None, _span_rejection(span, f"{type(e).__name__}: {e}"))
+            emission.published[span_id] = {"run": trace_id, "start": None}
+        METRICS.inc("agentlog_otel_unmappable_traces_total")
     for doc in emission.docs:
         await batch.send("ingest", doc["runId"], jcs(doc))
     for run, cursor in emission.cursors.items():
@@ -76,6 +84,14 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
                                                                               **emission.published}})
     key = f"{_PENDING}{partition}"
     batch.set(HELD, partition, key, [t for t in (batch.get(HELD, key) or []) if t != trace_id])
+
+
+def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
+    raw = jcs(span)
+    return jcs(rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=None,
+                         event_id=None, sequence=None,
+                         source=record_source(topic="otel:map", partition=-1, offset=-1, timestamp_ms=0),
+                         raw=base64.b64encode(raw[: 256 * 1024]).decode("ascii")))
 
 
 async def _reject(batch: Batch, rec: SourceRecord, detail: str) -> None:

@@ -169,3 +169,14 @@ def test_json_form_with_hex_ids_and_gzip(spans):
     decoded, refused = span_dicts(decode_request(body, "application/json", "gzip"))
     assert refused == [] and decoded[0]["traceId"] == "5b8efff798038103d269b633813fc60c"
     assert decoded[0]["spanId"] == "eee19b7ec3c1b174" and decoded[0]["startNs"] == "1700000000000000000"
+
+
+def test_a_doc_the_sequencer_would_reject_keeps_its_slot_as_an_opaque_event(spans):
+    chat = next(s for s in spans if s["attributes"].get("gen_ai.operation.name") == "chat")
+    # Captured output holding an integer JCS cannot carry: the completed event would be rejected
+    # (unsafe_integer) and leave a gap; it becomes log.appended with the reason instead.
+    bad = {**chat, "attributes": {**chat["attributes"], "gen_ai.output.messages": '[{"n": 18014398509481984}]'}}
+    docs = map_trace(chat["traceId"], {chat["spanId"]: bad}, published={}, cursors={}).docs
+    _check_log(docs)
+    unmapped = [d["payload"]["unmapped"] for d in docs if d["type"] == "log.appended"]
+    assert [(u["type"], u["code"]) for u in unmapped] == [("agent.invocation.completed", "unsafe_integer")]
