@@ -8,8 +8,8 @@ conversation spread over several traces whose ids hash to different partitions w
 have two writers; the sequencer then rejects the conflicting sequences
 (``sequence_conflict``) — recorded, never silent. With one partition it cannot happen.
 
-Held traces are re-checked on a **tick** record the worker's timer writes to every
-partition of ``spans`` every ``otel_tick_s``: the clock is the Kafka timestamp of the
+Held traces are re-checked on a **tick** record the worker's timer writes every
+``otel_tick_s`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
 records, so the decision is made inside the agent's batch loop (no second writer of
 the tables) and a redelivery decides the same way.
 
@@ -153,9 +153,12 @@ def install(wiring: Wiring) -> None:
 
     @app.timer(settings.otel_tick_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
+        # Only partitions holding traces get a tick: an idle worker writes nothing.
         name = wiring.topics["spans"].get_topic_name()
+        held = wiring.tables[HELD].data
         for partition in range(settings.partitions):
-            await app.producer.send(name, None, TICK, partition, None, None)
+            if held.get(f"{_PENDING}{partition}"):
+                await app.producer.send(name, None, TICK, partition, None, None)
 
     if settings.otlp_port:
         async def send(trace_id: str, value: bytes) -> Any:
