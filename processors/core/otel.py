@@ -73,7 +73,7 @@ def timestamp(ns: int) -> str:
 def due(entry: Mapping[str, Any], now_ms: int, *, settle_ms: int, grace_ms: int, max_spans: int) -> bool:
     """Whether a held trace should be published now.
 
-    ``entry``: ``{"pending": {spanId: span}, "firstMs", "lastMs", "rootSeen"}`` (arrival times
+    ``entry``: ``{"pending": [spanId, ...], "firstMs", "lastMs", "rootSeen"}`` (arrival times
     are the Kafka timestamps of the span records, so a redelivery decides the same way).
     """
     pending = entry.get("pending") or {}

@@ -149,11 +149,15 @@ class Receiver:
     """The ``/v1/traces`` handler. ``send(traceId, value)`` publishes one span record to the spans
     topic and returns its delivery future; ``reject(value)`` does the same for a rejection record."""
 
-    def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int) -> None:
+    def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int,
+                 max_span_bytes: int = 900_000) -> None:
         self._send = send
         self._reject = reject
         self._ack_timeout_s = ack_timeout_s
         self.max_body_bytes = max_body_bytes
+        # Below Kafka's default 1 MB record limit: a bigger span would fail every retry with 503
+        # forever, so it is refused (partial_success + rejection) instead.
+        self.max_span_bytes = max_span_bytes
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=self.max_body_bytes)
@@ -173,9 +177,21 @@ class Receiver:
             return web.Response(status=400, text=json.dumps({"code": e.code, "message": str(e)}),
                                 content_type="application/json")
         spans, refused = span_dicts(export)
+        records: list[tuple[str, bytes]] = []
+        oversize: list[tuple[str, bytes]] = []
+        for span in spans:
+            value = jcs(span)
+            if len(value) <= self.max_span_bytes:
+                records.append((span["traceId"], value))
+            else:
+                oversize.append((f"span {span['name']!r} (trace {span['traceId']}, span {span['spanId']}): "
+                                 f"{len(value)} bytes, over the {self.max_span_bytes}-byte limit", value))
+        refused += [why for why, _ in oversize]
         try:
-            futures = [await self._send(s["traceId"], jcs(s)) for s in spans]
-            futures += [await self._reject(_rejection_bytes("invalid_envelope", why, b"")) for why in refused]
+            futures = [await self._send(trace_id, value) for trace_id, value in records]
+            futures += [await self._reject(_rejection_bytes("invalid_envelope", why, b""))
+                        for why in refused[: len(refused) - len(oversize)]]
+            futures += [await self._reject(_rejection_bytes("oversize", why, value)) for why, value in oversize]
             await asyncio.wait_for(asyncio.gather(*futures), self._ack_timeout_s)
         except Exception as e:  # noqa: BLE001 - any send failure means "not durable": the exporter must retry
             log.warning("OTLP request not acknowledged by Kafka (%s: %s); answering 503", type(e).__name__, e)
@@ -184,7 +200,7 @@ class Receiver:
                                 text='{"code":"otlp_unavailable","message":"Kafka did not acknowledge; retry"}',
                                 content_type="application/json")
         METRICS.inc("agentlog_otlp_requests_total", outcome="accepted")
-        METRICS.inc("agentlog_otlp_spans_total", len(spans), outcome="accepted")
+        METRICS.inc("agentlog_otlp_spans_total", len(records), outcome="accepted")
         if refused:
             METRICS.inc("agentlog_otlp_spans_total", len(refused), outcome="rejected")
         response = ExportTraceServiceResponse()

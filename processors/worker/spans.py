@@ -64,13 +64,19 @@ class _Cursors(Mapping[str, Cursor]):
         return 0
 
 
+def _span_key(trace_id: str, span_id: str) -> str:
+    return f"{trace_id}\x1f{span_id}"
+
+
 async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any]) -> None:
+    pending = {sid: batch.get(HELD, _span_key(trace_id, sid)) for sid in entry["pending"]}
+    pending = {sid: span for sid, span in pending.items() if span is not None}
     try:
-        emission = map_trace(trace_id, entry["pending"], published=entry["published"], cursors=_Cursors(batch))
+        emission = map_trace(trace_id, pending, published=entry["published"], cursors=_Cursors(batch))
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
-        log.exception("trace %s could not be mapped; its %d spans go to rejections", trace_id, len(entry["pending"]))
+        log.exception("trace %s could not be mapped; its %d spans go to rejections", trace_id, len(pending))
         emission = Emission()
-        for span_id, span in entry["pending"].items():
+        for span_id, span in pending.items():
             await batch.send("rejections", None, _span_rejection(span, f"{type(e).__name__}: {e}"))
             emission.published[span_id] = {"run": trace_id, "start": None}
         METRICS.inc("agentlog_otel_unmappable_traces_total")
@@ -78,9 +84,11 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
         await batch.send("ingest", doc["runId"], jcs(doc))
     for run, cursor in emission.cursors.items():
         batch.set(RUNS, partition, run, {"next": cursor.next, "last": cursor.last})
-    METRICS.inc("agentlog_otel_spans_published_total", len(entry["pending"]))
+    METRICS.inc("agentlog_otel_spans_published_total", len(pending))
     METRICS.inc("agentlog_otel_events_total", len(emission.docs))
-    batch.set(HELD, partition, trace_id, {**entry, "pending": {}, "published": {**entry["published"],
+    for sid in pending:
+        batch.set(HELD, partition, _span_key(trace_id, sid), None)
+    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "published": {**entry["published"],
                                                                               **emission.published}})
     key = f"{_PENDING}{partition}"
     batch.set(HELD, partition, key, [t for t in (batch.get(HELD, key) or []) if t != trace_id])
@@ -124,16 +132,19 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
     except (ValueError, KeyError, TypeError) as e:
         await _reject(batch, rec, f"not a span record of the spans topic ({type(e).__name__}: {e})"[:500])
         return
-    entry = batch.get(HELD, trace_id) or {"pending": {}, "published": {}, "firstMs": rec.timestamp_ms,
+    entry = batch.get(HELD, trace_id) or {"pending": [], "published": {}, "firstMs": rec.timestamp_ms,
                                           "lastMs": rec.timestamp_ms, "rootSeen": False}
-    if span_id in entry["pending"] or span_id in entry["published"]:
+    if span_id in entry["published"] or batch.get(HELD, _span_key(trace_id, span_id)) is not None:
         METRICS.inc("agentlog_otel_duplicate_spans_total")
         return
     if not entry["pending"]:
         entry = {**entry, "firstMs": rec.timestamp_ms}
         key = f"{_PENDING}{p}"
         batch.set(HELD, p, key, [*(batch.get(HELD, key) or []), trace_id])
-    entry = {**entry, "pending": {**entry["pending"], span_id: span}, "lastMs": rec.timestamp_ms,
+    # Each held span is its own table key (one changelog record each): a trace's entry stays small
+    # however many spans with captured messages it holds (Kafka caps a record at ~1 MB).
+    batch.set(HELD, p, _span_key(trace_id, span_id), span)
+    entry = {**entry, "pending": [*entry["pending"], span_id], "lastMs": rec.timestamp_ms,
              "rootSeen": bool(entry["rootSeen"] or is_root(span))}
     batch.set(HELD, p, trace_id, entry)
     if due(entry, rec.timestamp_ms, **_knobs(batch)):
@@ -168,7 +179,8 @@ def install(wiring: Wiring) -> None:
             return await wiring.send("rejections", None, value)
 
         receiver = Receiver(send, reject, ack_timeout_s=settings.otlp_ack_timeout_s,
-                            max_body_bytes=settings.otlp_max_body_bytes)
+                            max_body_bytes=settings.otlp_max_body_bytes,
+                            max_span_bytes=min(900_000, settings.max_event_bytes))
 
         @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
         async def otlp_receiver() -> None:

@@ -137,14 +137,14 @@ def test_refusal_finish_reason_is_an_envelope_refusal(spans):
 
 
 def test_due_rule():
-    entry = {"pending": {"a": {}}, "firstMs": 1000, "lastMs": 5000, "rootSeen": False}
+    entry = {"pending": ["a"], "firstMs": 1000, "lastMs": 5000, "rootSeen": False}
     knobs = {"settle_ms": 100, "grace_ms": 10_000, "max_spans": 3}
     assert not due(entry, 5200, **knobs)  # no root yet, grace not over
     assert due({**entry, "rootSeen": True}, 5100, **knobs)  # root seen and settled
     assert not due({**entry, "rootSeen": True}, 5099, **knobs)
     assert due(entry, 11_000, **knobs)  # grace over
-    assert due({**entry, "pending": {"a": {}, "b": {}, "c": {}}}, 1000, **knobs)  # size limit
-    assert not due({**entry, "pending": {}}, 99_999, **knobs)
+    assert due({**entry, "pending": ["a", "b", "c"]}, 1000, **knobs)  # size limit
+    assert not due({**entry, "pending": []}, 99_999, **knobs)
 
 
 @pytest.mark.parametrize("body,ctype,enc", [

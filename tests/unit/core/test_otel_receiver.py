@@ -51,9 +51,10 @@ class _Kafka:
         return fut
 
 
-def _post(kafka: _Kafka, body: bytes, headers: dict[str, str]):
+def _post(kafka: _Kafka, body: bytes, headers: dict[str, str], max_span_bytes: int = 900_000):
     async def go():
-        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20)
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20,
+                            max_span_bytes=max_span_bytes)
         async with TestClient(TestServer(receiver.app())) as client:
             resp = await client.post("/v1/traces", data=body, headers=headers)
             return resp.status, dict(resp.headers), await resp.read()
@@ -95,3 +96,16 @@ def test_json_request_gets_a_json_answer():
     status, headers, raw = _post(kafka, body, {"Content-Type": "application/json"})
     assert status == 200 and headers["Content-Type"].startswith("application/json")
     assert json.loads(raw) == {} and len(kafka.sent) == 1
+
+
+def test_a_span_too_big_for_kafka_is_refused_not_retried_forever():
+    request = _request(b"\x01" * 8, b"\x02" * 8)
+    big = request.resource_spans[0].scope_spans[0].spans[1].attributes.add()
+    big.key, big.value.string_value = "gen_ai.input.messages", "x" * 5000
+    kafka = _Kafka(acks=True)
+    status, _, raw = _post(kafka, request.SerializeToString(), PROTO, max_span_bytes=2000)
+    assert status == 200
+    response = ExportTraceServiceResponse.FromString(raw)
+    assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
+    assert len(kafka.sent) == 1
+    assert [r["reason"] for r in kafka.rejections] == ["oversize"]
