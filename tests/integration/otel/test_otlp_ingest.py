@@ -144,9 +144,24 @@ def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
             got = (sum(int(r["input_tokens"]) for r in rows), sum(int(r["output_tokens"]) for r in rows))
             return got if got == (expected_in, expected_out) else None
         _wait_for("usage equal to the spans' tokens", usage)
+
+        # An exporter retry re-sends spans already published: duplicates, never new events.
+        again = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}/v1/traces", timeout=60)
+        assert again.export(spans) == SpanExportResult.SUCCESS
+        again.shutdown()
+        _wait_for("the re-sent spans counted as duplicates",
+                  lambda: _metric(settings.web_port, "agentlog_otel_duplicate_spans_total") >= len(spans))
+        assert len(_export(settings, planner_run)) == len(planner)
+        assert len(_export(settings, child_run)) == len(child)
         assert worker.alive(), worker.log_tail()
     finally:
         worker.stop()
+
+
+def _metric(web_port: int, name: str) -> float:
+    with urllib.request.urlopen(f"http://127.0.0.1:{web_port}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
 
 
 def _safe_post(port: int, body: bytes) -> int | None:
