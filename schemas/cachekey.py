@@ -16,10 +16,12 @@ Recipe v2 (``openwop-semantic-request-v2``)::
 
 Absent optionals are omitted (``null`` counts as absent), ``tools`` are sorted by
 ``name`` in UTF-16 code units (``getWeather`` before ``get_weather``), message
-order is kept. A top-level field that is neither one of these nor a known
-transport field is a provider option: it is carried into ``providerOptions`` as
-``vendor.<provider>.<field>``, never dropped, because a dropped option that
-changes the output would make two different requests share a key.
+order is kept. Only an explicit ``providerOptions`` object is carried (as is);
+every other top-level field is dropped. That is upstream's
+``projectSemanticRequestV2`` exactly: a TypeScript host and ours must compute the
+same key for the same request, so a host that wants an option such as
+``max_tokens`` to change the key names it in ``providerOptions``
+(``vendor.<provider>.<option>``) itself.
 
 Recipe v1 (the retired seed recipe older hosts still compute): ``{provider,
 model, messages, tools?, temperature?, topP?, topK?, responseFormat?}`` with no
@@ -67,7 +69,6 @@ TRANSPORT_FIELDS: frozenset[str] = frozenset(
 
 _V2_NUMBERS = ("temperature", "topP", "topK", "maxOutputTokens", "seed")
 _V2_OBJECTS = ("responseFormat", "safetySettings")
-_V2_NAMED = frozenset({"provider", "model", "messages", "tools", "stop", "providerOptions", *_V2_NUMBERS, *_V2_OBJECTS})
 
 
 def recipe_id(recipe: str) -> str:
@@ -147,25 +148,18 @@ def _project_v2(request: dict[str, Any]) -> dict[str, Any]:
             body[name] = _number(request, name)
     if _present(request, "stop"):
         stop = request["stop"]
-        if not isinstance(stop, list | str):
+        # Upstream carries only an array (a bare string would be dropped there, giving another
+        # key), so a string is refused rather than keyed differently from a TypeScript host.
+        if not isinstance(stop, list):
             raise CacheKeyError(f"stop must be an array of strings, got {type(stop).__name__}")
         body["stop"] = stop
     for name in _V2_OBJECTS:
         if _present(request, name):
             body[name] = _object(request, name)
 
-    options: dict[str, Any] = dict(_object(request, "providerOptions")) if _present(request, "providerOptions") else {}
-    for name, value in request.items():
-        if name in _V2_NAMED or name in TRANSPORT_FIELDS or value is None:
-            continue
-        namespaced = f"vendor.{provider}.{name}"
-        if namespaced in options and options[namespaced] != value:
-            raise CacheKeyError(f"{name!r} conflicts with providerOptions[{namespaced!r}]")
-        options[namespaced] = value
-
     out: dict[str, Any] = {"recipe": RECIPE_IDS["v2"], "provider": provider, "model": model, "request": body}
-    if options or _present(request, "providerOptions"):
-        out["providerOptions"] = options
+    if _present(request, "providerOptions"):
+        out["providerOptions"] = _object(request, "providerOptions")
     return out
 
 

@@ -63,6 +63,17 @@ class Settings:
     replay_child_wait_s: float = 10.0
     # Finished source runs whose result caches the HTTP results endpoint keeps in memory.
     replay_results_cached_runs: int = 16
+    # OpenTelemetry ingest (issue #16): the worker's OTLP/HTTP receiver on 127.0.0.1:otlp_port
+    # (0 = off) and how long the span mapper holds a trace before publishing its runs: settle_ms
+    # after its last span once the root span has arrived, grace_ms after its first span at most,
+    # or at once when max_held_spans are held. otel_tick_s: how often held traces are re-checked.
+    otlp_port: int = 4318
+    otlp_ack_timeout_s: float = 10.0
+    otlp_max_body_bytes: int = 16 * 1024 * 1024
+    otel_settle_ms: int = 1000
+    otel_grace_ms: int = 30_000
+    otel_max_held_spans: int = 10_000
+    otel_tick_s: float = 0.5
 
     @property
     def chdb_dir(self) -> Path:

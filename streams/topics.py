@@ -26,6 +26,8 @@ _TOPICS: dict[str, dict[str, str]] = {
     "digests": _DELETE,
     "verdicts": _DELETE,
     "handoff-links": _DELETE,
+    # OpenTelemetry spans from the OTLP receiver, keyed by trace id (issue #16).
+    "spans": _DELETE,
 }
 
 SHORT_NAMES: tuple[str, ...] = tuple(_TOPICS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import typer
 
@@ -15,6 +16,8 @@ def register(app: typer.Typer) -> None:
                                   help="Leave the worker and broker running afterwards (default), or stop them."),
         as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of the tour."),
         stop_only: bool = typer.Option(False, "--stop-only", help="Only stop the demo worker and the local broker."),
+        otel: bool = typer.Option(False, "--otel", help="Instead: a pydantic-ai run sent as OpenTelemetry spans "
+                                                        "over OTLP/HTTP (needs agentlog[otel])."),
     ) -> None:
         """Bring up Kafka + worker, publish a multi-agent run, replay it three ways, query it."""
         # Imported here, not at module level, so `agentlog --help` does not load the demo's stack.
@@ -34,7 +37,12 @@ def register(app: typer.Typer) -> None:
             if stop_only:
                 stop_demo(settings, say)
                 return
-            summary = run_demo(settings, console)
+            if otel:
+                from processors.demo.otel import run_otel_demo
+
+                summary: Any = run_otel_demo(settings, console)
+            else:
+                summary = run_demo(settings, console)
             if not keep:
                 stop_demo(settings, say)
         except AgentlogError:

@@ -10,6 +10,7 @@ runstate        log                   transitions, violations, digests,         
                                       snapshots, handoff-links, verdicts
 handoff         handoff-links         transitions (derive mode)                   links
 sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
+otel-spans      spans                 ingest, rejections                          otel-held, otel-runs
 ==============  ====================  ==========================================  ===============
 
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
@@ -28,6 +29,7 @@ from faust.worker import Worker
 from processors.metrics import METRICS
 from processors.worker import handoff, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
+from processors.worker import spans as otel_spans
 from processors.worker.wiring import Wiring
 from streams.admin import ensure_topics_patiently
 from streams.settings import Settings
@@ -112,6 +114,8 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     handoff.install(wiring)
     if sink:
         audit_sink.install(wiring)
+    # OpenTelemetry ingest (issue #16): OTLP/HTTP receiver + span mapper (spans → ingest).
+    otel_spans.install(wiring)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:

@@ -91,18 +91,30 @@ def test_any_combination_of_transport_fields_keeps_the_key(fields):
     assert cache_key(req) == BY_ID["minimal"]["digest"]
 
 
-def test_unknown_top_level_option_is_carried_not_dropped():
-    with_option = dict(BASE, reasoningEffort="high")
-    assert cache_key(with_option) != cache_key(BASE)
-    # ... and lands exactly where an explicit namespaced provider option would.
-    assert cache_key(with_option) == BY_ID["provider-options-carried"]["digest"]
+@pytest.mark.parametrize("field", ["max_tokens", "reasoningEffort", "frequency_penalty"])
+def test_unnamed_top_level_fields_are_dropped_like_upstream(field):
+    # Upstream projectSemanticRequestV2 copies only named fields and an explicit providerOptions
+    # object; a TypeScript host computes the "minimal" key for this request, so must we.
+    assert cache_key(dict(BASE, **{field: 512})) == BY_ID["minimal"]["digest"]
+
+
+def test_explicit_provider_options_are_carried_verbatim_beside_dropped_fields():
+    req = dict(BASE, max_tokens=5, providerOptions={"vendor.anthropic.reasoningEffort": "high"})
+    assert canonical_request(req).decode() == BY_ID["provider-options-carried"]["canonical"]
+    # An empty object is still an explicit object: upstream carries it.
+    assert canonical_request(dict(BASE, providerOptions={})) == (
+        b'{"model":"claude-x","provider":"anthropic","providerOptions":{},'
+        b'"recipe":"openwop-semantic-request-v2","request":{"messages":[{"content":"hello","role":"user"}]}}'
+    )
 
 
 def test_null_is_absent_and_empty_tools_are_absent():
     assert cache_key(dict(BASE, temperature=None, tools=[], seed=None)) == BY_ID["minimal"]["digest"]
 
 
-@pytest.mark.parametrize("field", ["temperature", "topP", "topK", "maxOutputTokens", "seed", "responseFormat", "safetySettings", "stop"])
+@pytest.mark.parametrize(
+    "field", ["temperature", "topP", "topK", "maxOutputTokens", "seed", "responseFormat", "safetySettings", "stop"]
+)
 def test_every_semantic_v2_field_changes_the_key(field):
     value = {"responseFormat": {"type": "json"}, "safetySettings": {"hate": "block"}, "stop": ["x"]}.get(field, 1)
     changed = dict(BASE, **{field: value})
@@ -131,7 +143,9 @@ def test_v1_projection():
 
 
 def test_v1_ignores_what_v2_keys_on_and_omits_absent_fields():
-    assert canonical_request(BASE, "v1") == b'{"messages":[{"content":"hello","role":"user"}],"model":"claude-x","provider":"anthropic"}'
+    assert canonical_request(BASE, "v1") == (
+        b'{"messages":[{"content":"hello","role":"user"}],"model":"claude-x","provider":"anthropic"}'
+    )
     assert cache_key(dict(BASE, stop=["x"], seed=1), "v1") == cache_key(BASE, "v1")
     assert cache_key(BASE, "v1") != cache_key(BASE, "v2")
 
@@ -159,7 +173,8 @@ def test_tool_sort_is_utf16_code_units_not_code_points():
         {"provider": "p", "model": "m", "messages": [], "temperature": True},
         {"provider": "p", "model": "m", "messages": [], "tools": [{"parameters": {}}]},
         {"provider": "p", "model": "m", "messages": [], "responseFormat": "json"},
-        {"provider": "p", "model": "m", "messages": [], "x": 1, "providerOptions": {"vendor.p.x": 2}},
+        {"provider": "p", "model": "m", "messages": [], "providerOptions": ["not", "an", "object"]},
+        {"provider": "p", "model": "m", "messages": [], "stop": "END"},
         ["not", "an", "object"],
     ],
 )
