@@ -110,8 +110,11 @@ class Batch:
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
         self._writes[(table, key)] = (partition, value)
 
-    async def send(self, short: str, key: str | None, value: bytes) -> None:
-        self._futures.append(await self.wiring.send(short, key, value))
+    async def send(self, short: str, key: str | None, value: bytes) -> Awaitable[Any]:
+        """Send an output; returns its delivery future (:meth:`commit` awaits it before any table write)."""
+        fut: Awaitable[Any] = await self.wiring.send(short, key, value)
+        self._futures.append(fut)
+        return fut
 
     async def commit(self) -> None:
         await await_all(self._futures)
