@@ -95,10 +95,10 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
-def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path) -> float:
+def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, short: str = "log") -> float:
     proc = _start(settings, args, log)
     try:
-        return asyncio.run(_span(settings, "log", n, timeout=600, proc=proc))
+        return asyncio.run(_span(settings, short, n, timeout=600, proc=proc))
     finally:
         _stop(proc)
 
