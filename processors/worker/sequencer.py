@@ -28,8 +28,8 @@ from processors.metrics import METRICS
 from processors.worker import runstate
 from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
-from schemas.records import committed_event, run_snapshot
-from streams.codec import encode_record
+from schemas.records import run_snapshot
+from streams.codec import encode_committed, encode_record
 
 log = logging.getLogger("agentlog.sequencer")
 
@@ -75,9 +75,9 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                 adv = None
             if adv is not None:
                 state_hash = adv.state_hash
-            logged = await batch.send("log", run_id, encode_record(committed_event(
-                doc=doc, prev_hash=committed["prevHash"], hash=committed["hash"], source=committed["source"],
-                state_hash=state_hash)))
+            # The doc's JCS bytes were computed once, for its chain hash; the record is built around them.
+            logged = await batch.send("log", run_id, encode_committed(
+                decision.doc_bytes, committed["prevHash"], committed["hash"], committed["source"], state_hash))
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
