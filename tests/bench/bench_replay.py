@@ -1,14 +1,15 @@
 """Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
 
 Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
-worker`` process builds its committed log (format 2: each record carries its stateHash) and snapshots; the worker is stopped
-before measuring. Ours: re-derive the run from the log offset of its middle event — load the
-nearest snapshot, re-read the log from there, refold, check the hash chain and compare state
-and head hash with the digest at every index; the whole call is timed (digest and snapshot
-reads included; from an offset, format 2 reads the log's carried digests first). Baseline: the same records (same partition, from the same offset to the
-end) read with a plain aiokafka consumer with the same settings (no group, assign + seek,
-read_committed) and only decoded with the same strict JSON decoder. Rate = events verified
-(or read) per second of wall time.
+worker`` process builds its committed log (format 2: each record carries its stateHash) and
+snapshots; the worker is stopped before measuring. Ours: re-derive the run from the log
+offset of its middle event — load the nearest snapshot, re-read the log from there, refold,
+check the hash chain and compare state and head hash with the digest at every index; the
+whole call is timed (snapshot reads included; from an offset, format 2 reads the log's
+carried digests first). Baseline: the same records (same partition, from the same offset to
+the end) read with a plain aiokafka consumer with the same settings (no group, assign +
+seek, read_committed) and only decoded with the same strict JSON decoder. Rate = events
+verified (or read) per second of wall time.
 """
 
 from __future__ import annotations
