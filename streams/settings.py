@@ -54,11 +54,12 @@ class Settings:
     rebalance_timeout_s: float = 10.0
     sink_batch_rows: int = 20_000
     sink_flush_s: float = 1.0
-    # Throughput (#13): pipelined, adaptive batches. With batch_pipelined the Faust stream only
-    # collects (a tick of batch_tick_s at most) while the previous batch is processed, and the
-    # processor takes every collected batch that is waiting (up to batch_max): one event at low
-    # load, large batches under load, no fixed window. Off: take_events(batch_max, batch_within_s).
-    batch_pipelined: bool = True
+    # Throughput (#13): pipelined, adaptive batches (opt-in; measured slower at saturation on this
+    # machine, faster at low load: README "Benchmarks"). With batch_pipelined the Faust stream only
+    # collects (ticks of batch_tick_s) while the previous batch is processed; the processor takes
+    # every collected batch waiting, and when behind gathers up to batch_within_s more. Off (the
+    # default): take_events(batch_max, batch_within_s).
+    batch_pipelined: bool = False
     batch_tick_s: float = 0.005
 
     @property

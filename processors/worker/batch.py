@@ -178,7 +178,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
 
 
 async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
-                     tick_s: float) -> None:
+                     tick_s: float, linger_s: float) -> None:
     """Collect from the Faust stream while the previous batch is processed; process what has piled up.
 
     ``take_events`` alone serialises the two: while the agent handles a batch, nothing is
@@ -187,20 +187,32 @@ async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]
     Here the stream only collects, in ticks of ``tick_s``, into a queue; one processor task
     (concurrency stays 1: batches are processed one at a time, in offset order) takes the
     first tick waiting and every other one already there, up to ``max_events``. Idle: a
-    batch of what one tick brought, handled at once. Under load: large batches, and Faust's
-    delivery of the next one overlaps the work on this one. The queue is bounded, so a slow
-    processor holds the stream back (Faust's own flow control then pauses fetching).
+    batch of what one tick brought, handled at once. Behind (more than one tick waiting): it
+    gathers for up to ``linger_s`` more, so batches are large under load (table records are
+    per run per batch), and Faust's delivery of the next batch overlaps the work on this one.
+    The queue is bounded, so a slow processor holds the stream back (Faust's own flow control then pauses fetching).
 
     Positions, not Faust's acks, decide what is committed (:mod:`processors.worker.positions`),
     so events acknowledged to Faust when collected are not thereby committed.
     """
     queue: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=max(2, max_events // 64))
 
+    loop = asyncio.get_running_loop()
+
     async def processor() -> None:
         while True:
             events = await queue.get()
+            behind = not queue.empty()
             while not queue.empty() and len(events) < max_events:
                 events.extend(queue.get_nowait())
+            # Behind (more than one tick was waiting): latency is the backlog's already, so gather up
+            # to one window more; a larger batch writes each run's table records once for more events.
+            deadline = loop.time() + linger_s
+            while behind and len(events) < max_events and (left := deadline - loop.time()) > 0:
+                try:
+                    events.extend(await asyncio.wait_for(queue.get(), left))
+                except TimeoutError:
+                    break
             await process(events)
 
     task = asyncio.ensure_future(processor())
@@ -265,7 +277,8 @@ def batched_agent(
             async for events in stream.take_events(max_events, within=within_s):
                 await process(list(events))
             return
-        await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s)
+        await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
+                         linger_s=within_s)
 
     agent.__name__ = name.replace("-", "_")
     wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

@@ -36,6 +36,9 @@ log = logging.getLogger("agentlog.sequencer")
 #: Separates runId and eventId in the ``index`` table's keys.
 INDEX_SEP = "\x1f"
 
+#: Log records remembered for the log check at most (past that it re-hashes them; bounded memory).
+WRITTEN_MAX = 20_000
+
 
 def install(wiring: Wiring, *, replay: bool = True) -> None:
     """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
@@ -76,8 +79,10 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             if adv is not None:
                 state_hash = adv.state_hash
             # The doc's JCS bytes were computed once, for its chain hash; the record is built around them.
-            logged = await batch.send("log", run_id, encode_committed(
-                decision.doc_bytes, committed["prevHash"], committed["hash"], committed["source"], state_hash))
+            value = encode_committed(decision.doc_bytes, committed["prevHash"], committed["hash"],
+                                     committed["source"], state_hash)
+            logged = await batch.send("log", run_id, value)
+            batch.collected.append(("logged", logged, value))
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
@@ -141,6 +146,11 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             METRICS.inc("agentlog_snapshots_total")
 
     async def verdicts(batch: Batch) -> None:
+        written = wiring.written
+        for item in batch.collected:
+            if item[0] == "logged" and len(written) < WRITTEN_MAX:
+                meta = await item[1]  # acknowledged by now (Batch.commit awaited it)
+                written[(meta.partition, meta.offset)] = item[2]
         requests = [item[1] for item in batch.collected if item[0] == "verdict"]
         if requests:
             await runstate.send_verdicts(wiring, requests)
