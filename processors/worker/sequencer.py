@@ -82,7 +82,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             value = encode_committed(decision.doc_bytes, committed["prevHash"], committed["hash"],
                                      committed["source"], state_hash)
             logged = await batch.send("log", run_id, value)
-            batch.collected.append(("logged", logged, value))
+            _remember_when_acked(wiring, logged, value)
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
@@ -146,14 +146,20 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             METRICS.inc("agentlog_snapshots_total")
 
     async def verdicts(batch: Batch) -> None:
-        written = wiring.written
-        for item in batch.collected:
-            if item[0] == "logged" and len(written) < WRITTEN_MAX:
-                meta = await item[1]  # acknowledged by now (Batch.commit awaited it)
-                written[(meta.partition, meta.offset)] = item[2]
         requests = [item[1] for item in batch.collected if item[0] == "verdict"]
         if requests:
             await runstate.send_verdicts(wiring, requests)
 
     batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle,
                   before_commit=snapshots, after_commit=verdicts)
+
+
+def _remember_when_acked(wiring: Wiring, logged: Any, value: bytes) -> None:
+    """Note the record for the log check as soon as the broker acknowledges it (before the check can read it)."""
+
+    def remember(fut: Any) -> None:
+        if not fut.cancelled() and fut.exception() is None and len(wiring.written) < WRITTEN_MAX:
+            meta = fut.result()
+            wiring.written[(meta.partition, meta.offset)] = value
+
+    logged.add_done_callback(remember)
