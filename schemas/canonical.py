@@ -27,6 +27,7 @@ __all__ = [
     "GENESIS",
     "MAX_SAFE_INTEGER",
     "chain_hash",
+    "chain_link",
     "check_json_safe",
     "doc_hash",
     "jcs",
@@ -225,6 +226,16 @@ def doc_hash(doc: Any) -> str:
 def chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
     """Hash of a committed event: ASCII hex of the previous hash, then the doc's JCS bytes."""
     return sha256_hex(prev_hash.encode("ascii") + jcs(doc))
+
+
+def chain_link(prev_hash: str, doc: dict[str, Any]) -> tuple[str, bytes]:
+    """:func:`chain_hash` and the doc's JCS bytes it was computed from.
+
+    The sequencer reuses the bytes for the committed record (:func:`streams.codec.encode_committed`),
+    so a doc is canonicalised once on its way into the log, not once per use.
+    """
+    data = jcs(doc)
+    return sha256_hex(prev_hash.encode("ascii") + data), data
 
 
 # Upper bounds on JCS output: a character costs at most 6 bytes (``\\u001f``), a number

@@ -59,12 +59,17 @@ RecordSource = TypedDict("RecordSource", {
 
 #: One event of the committed log (topic ``log``): the doc as ingested, chained to its run's
 #: previous event, and where it was read from.
-CommittedEvent = TypedDict("CommittedEvent", {
-    "doc": dict[str, Any],
-    "prevHash": str,
-    "hash": str,
-    "source": RecordSource,
-})
+class _CommittedEventFormat1(TypedDict):
+    doc: dict[str, Any]
+    prevHash: str
+    hash: str
+    source: RecordSource
+
+
+class CommittedEvent(_CommittedEventFormat1, total=False):
+    """A committed log record; ``stateHash`` (format 2) is absent in format-1 records."""
+
+    stateHash: str
 
 #: A refused ingest record (topic ``rejections``); ``raw*`` keys only when ``raw`` is a prefix.
 Rejection = TypedDict("Rejection", {
@@ -156,13 +161,19 @@ def record_source(*, topic: str, partition: int, offset: int, timestamp_ms: int)
     return {"topic": topic, "partition": partition, "offset": offset, "timestampMs": timestamp_ms}
 
 
-def committed_event(*, doc: dict[str, Any], prev_hash: str, hash: str, source: RecordSource) -> CommittedEvent:
+def committed_event(*, doc: dict[str, Any], prev_hash: str, hash: str, source: RecordSource,
+                    state_hash: str | None = None) -> CommittedEvent:
     """A CommittedEvent; the doc travels unchanged, the chain and position beside it.
 
     Nothing is added inside ``doc`` so an exported event still validates upstream;
     ``hash`` must be ``chain_hash(prev_hash, doc)``, which every reader re-checks.
+    ``state_hash`` (format 2) is the state hash after folding this event; without it the
+    key is absent, so a format-1 record keeps the bytes it always had.
     """
-    return {"doc": doc, "prevHash": prev_hash, "hash": hash, "source": source}
+    record: CommittedEvent = {"doc": doc, "prevHash": prev_hash, "hash": hash, "source": source}
+    if state_hash is not None:
+        record["stateHash"] = state_hash
+    return record
 
 
 def rejection(

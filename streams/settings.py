@@ -74,6 +74,13 @@ class Settings:
     otel_grace_ms: int = 30_000
     otel_max_held_spans: int = 10_000
     otel_tick_s: float = 0.5
+    # Throughput (#13): pipelined, adaptive batches (opt-in; measured slower at saturation on this
+    # machine, faster at low load: README "Benchmarks"). With batch_pipelined the Faust stream only
+    # collects (ticks of batch_tick_s) while the previous batch is processed; the processor takes
+    # every collected batch waiting, and when behind gathers up to batch_within_s more. Off (the
+    # default): take_events(batch_max, batch_within_s).
+    batch_pipelined: bool = False
+    batch_tick_s: float = 0.005
 
     @property
     def chdb_dir(self) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, TypedDict
 
 from processors.core.fold import fold
@@ -100,7 +101,47 @@ def step(record: RunRecord | None, committed: CommittedEvent, *, partition: int,
             run_id, "hash_chain_broken",
             f"record at sequence {seq} has prevHash {committed.get('prevHash')} / hash {committed.get('hash')}, "
             f"expected {rec['head']} / {expected_hash}", doc)))
+    adv = advance(rec, doc, expected_hash, snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+    sends.extend(adv.sends)
+    new = adv.record
+    sends.append(("digests", run_id, state_digest(
+        run_id=run_id, sequence=seq, state_hash=adv.state_hash, head_hash=new["head"], log_partition=partition,
+        log_offset=offset)))
+    if adv.snapshot:
+        sends.append(("snapshots", run_id, run_snapshot(
+            run_id=run_id, at_sequence=seq, log_partition=partition, log_offset=offset, state=adv.state,
+            state_hash=adv.state_hash, head_hash=new["head"])))
+    return new, sends
+
+
+@dataclass(frozen=True, slots=True)
+class Advanced:
+    """What folding one event into a run gives: the run's new record, the records to send, its state hash.
+
+    ``snapshot`` says the run is due one at this index (every ``snapshot_every`` events and at a
+    terminal event); the caller makes it, because a snapshot names the log offset of its event,
+    which the one-pass worker only learns once the broker has acknowledged the log record.
+    """
+
+    record: RunRecord
+    state: State  # record["state"], never None once an event is folded
+    sends: list[Send]
+    state_hash: str
+    snapshot: bool
+
+
+def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, snapshot_every: int,
+            handoff_mode: str) -> Advanced:
+    """Fold ``doc`` (the run's next sequence, already chained to ``head_hash``) into the run; pure.
+
+    The one-pass worker calls this right after the sequencer's decision, so the chain is not
+    re-checked here (it was computed a moment ago from the same doc); :func:`step`, which reads
+    records back from the log, checks it first and then calls this.
+    """
+    run_id = doc["runId"]
+    rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
     state, outputs = fold(rec["state"], doc, handoff_mode=handoff_mode)
+    sends: list[Send] = []
     for out in outputs:
         kind = out.get("kind")
         body = {k: v for k, v in out.items() if k != "kind"}
@@ -112,21 +153,38 @@ def step(record: RunRecord | None, committed: CommittedEvent, *, partition: int,
             sends.append(("handoff-links", body["childRunId"], {"kind": "link", "link": body}))
     if doc["type"] in TERMINAL_TYPES:
         sends.append(("handoff-links", run_id, {"kind": "child-terminal", "event": doc}))
-    head = expected_hash
     since = rec["since"] + 1
     snapshot = since >= snapshot_every or doc["type"] in TERMINAL_TYPES
     s_hash = _state_hash(run_id, state, verify=snapshot)
-    sends.append(("digests", run_id, state_digest(
-        run_id=run_id, sequence=seq, state_hash=s_hash, head_hash=head, log_partition=partition, log_offset=offset)))
-    if snapshot:
-        sends.append(("snapshots", run_id, run_snapshot(
-            run_id=run_id, at_sequence=seq, log_partition=partition, log_offset=offset, state=state,
-            state_hash=s_hash, head_hash=head)))
-        since = 0
-    return {"state": state, "next": seq + 1, "head": head, "since": since}, sends
+    new: RunRecord = {"state": state, "next": doc["sequence"] + 1, "head": head_hash,
+                      "since": 0 if snapshot else since}
+    return Advanced(new, state, sends, s_hash, snapshot)
 
 
 def _violation(run_id: str, code: str, detail: str, doc: Mapping[str, Any]) -> Violation:
     """A chain-check violation: it names the committed event, and no handoff machine."""
     return violation(run_id=run_id, code=code, detail=detail, event_id=doc.get("eventId"),
                      sequence=doc.get("sequence"))
+
+
+def chain_problem(committed: Mapping[str, Any]) -> Violation | None:
+    """A ``hash_chain_broken`` violation when a log record's doc does not hash to the hash it carries; pure.
+
+    What the live log check can say about a record without any state: every record the
+    sequencer writes satisfies it (redeliveries included), so a record that does not was
+    written or altered behind the sequencer's back. (A forgery with a recomputed hash is
+    caught by replay, which compares it with the chain it breaks.)
+    """
+    doc = committed.get("doc")
+    if not isinstance(doc, dict) or not isinstance(doc.get("runId"), str):
+        return None
+    prev, carried = committed.get("prevHash"), committed.get("hash")
+    try:
+        recomputed = chain_hash(str(prev), doc)
+    except Exception as e:  # a doc that cannot be canonicalised was not written by the sequencer
+        recomputed = f"<not canonicalisable: {type(e).__name__}>"
+    if carried == recomputed:
+        return None
+    return _violation(doc["runId"], "hash_chain_broken",
+                      f"record at sequence {doc.get('sequence')} carries hash {carried}, but its doc hashes to "
+                      f"{recomputed} after prevHash {prev}: the record was written or altered after commit", doc)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_hash
+from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
 from schemas.errors import ContractError
 from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
 from schemas.validate import validate_doc
@@ -56,6 +56,7 @@ class Accepted:
     committed: CommittedEvent
     head: RunHead  # the run's new head
     index_entry: tuple[str, IndexEntry]  # (eventId, [sequence, hash, sourcePartition, sourceOffset])
+    doc_bytes: bytes = b""  # JCS of committed["doc"], as hashed into the chain (reused for the log record)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +119,12 @@ def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], sourc
                 f"causationId {causation} names no earlier event of run {doc['runId']}",
             )
     prev_hash = head["hash"] if head else GENESIS
-    digest = chain_hash(prev_hash, doc)
+    digest, doc_bytes = chain_link(prev_hash, doc)
     return Accepted(
         committed=committed_event(doc=doc, prev_hash=prev_hash, hash=digest, source=source.to_dict()),
         head={"next": sequence + 1, "hash": digest},
         index_entry=(event_id, [sequence, digest, source.partition, source.offset]),
+        doc_bytes=doc_bytes,
     )
 
 

@@ -429,6 +429,10 @@ async def _verdict(settings: Settings, replay_run_id: str) -> dict[str, Any] | N
 
 
 async def _digested(settings: Settings, run_id: str, last: int) -> bool:
+    """The run's state hash at ``last`` is recorded: in its log record (format 2) or as a digest (format 1)."""
+    if any((c.get("doc") or {}).get("runId") == run_id and c["doc"].get("sequence") == last and "stateHash" in c
+           for _, c in await _records(settings, "log", run_id)):
+        return True
     return any(d.get("runId") == run_id and d.get("sequence") == last
                for _, d in await _records(settings, "digests", run_id))
 

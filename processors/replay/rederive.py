@@ -13,6 +13,13 @@ check three things against what was recorded:
   field-level diff when a recorded snapshot exists at that index;
 * the head hash against the digest (``head``).
 
+Where the recorded state hash comes from depends on the log record's format: a format-2
+record carries its own ``stateHash`` (written by the one-pass worker together with its
+hash); a format-1 record (written before that) has it on the ``digests`` topic. Both are
+"the digest" below, so logs and topics written by either version replay the same way.
+(A format-2 forger who recomputes the chain can recompute the carried stateHash too; the
+snapshots and the audit store's copy are then the independent record.)
+
 A sequence the log skips, or one the digests know but the log no longer holds, is
 ``missing``; a log record inside the digested range that no digest covers is ``extra``.
 Records past the last digest (the worker has not got there yet) are still chain-checked and
@@ -129,6 +136,31 @@ async def _digests(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]
     async for _, _, _, value in read_topic(settings, "digests", key=run_id):
         if value.get("runId") == run_id and isinstance(value.get("sequence"), int):
             out.setdefault(value["sequence"], value)
+    return out
+
+
+def _carried_digest(committed: Mapping[str, Any], partition: int | None, offset: int) -> dict[str, Any]:
+    """The digest a format-2 log record carries: its stateHash, with its own hash as the head hash."""
+    return {"sequence": committed["doc"]["sequence"], "stateHash": committed["stateHash"],
+            "headHash": committed.get("hash"), "logPartition": partition, "logOffset": offset}
+
+
+async def _log_digests(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
+    """Digests carried by the run's format-2 log records, from the first copy of each sequence.
+
+    Only a replay that starts after sequence 0 needs them up front (to map an offset to a
+    sequence, check the snapshot it starts from, and judge later copies of earlier indexes);
+    a replay from 0 reads each record's stateHash as it walks.
+    """
+    out: dict[int, dict[str, Any]] = {}
+    seen: set[int] = set()
+    async for partition, offset, _, value in read_topic(settings, "log", key=run_id):
+        doc = value.get("doc")
+        if not isinstance(doc, dict) or doc.get("runId") != run_id or type(seq := doc.get("sequence")) is not int:
+            continue
+        if seq not in seen and isinstance(value.get("stateHash"), str):
+            out[seq] = _carried_digest(value, partition, offset)
+        seen.add(seq)
     return out
 
 
@@ -274,6 +306,9 @@ class _Walk:
     def _index(self, seq: int, offset: int, committed: dict[str, Any], doc: dict[str, Any]) -> None:
         prev_claimed = committed.get("prevHash")
         digest = self.digests.get(seq)
+        if digest is None and isinstance(committed.get("stateHash"), str):  # format 2: the record is its digest
+            digest = _carried_digest(committed, None, offset)
+            self.last_digest = max(self.last_digest, seq)
         expected_head = chain_hash(self.head, doc)
         if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
             # A divergence is only ever reported from the reference hash.
@@ -415,7 +450,12 @@ async def replay_run(
         raise ReplayError("give --from-offset or --from-seq, not both")
     if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
         raise ReplayError("the start offset/sequence must be >= 0")
-    digests = await _digests(settings, run_id)
+    digests = await _digests(settings, run_id)  # format-1 records: the digests topic
+    if from_offset is not None or from_seq:
+        # Format 2: the digests are in the log records; a replay that does not walk from 0 needs
+        # those before its start point too (the digests topic wins where both exist).
+        for seq, digest in (await _log_digests(settings, run_id)).items():
+            digests.setdefault(seq, digest)
     snapshots = await _snapshots(settings, run_id)
     partition = next(iter(digests.values()))["logPartition"] if digests else partition_for(settings, run_id)
     if from_offset is not None:

@@ -5,9 +5,10 @@ Which agent does what:
 ==============  ====================  ==========================================  ===============
 agent           reads                 writes                                      table
 ==============  ====================  ==========================================  ===============
-sequencer       ingest                log, rejections                             heads, index
-runstate        log                   transitions, violations, digests,           runs
-                                      snapshots, handoff-links, verdicts
+sequencer       ingest                log (with stateHash), rejections,           heads, index,
+                                      transitions, violations, snapshots,         runs
+                                      handoff-links, verdicts
+log-check       log (plain consumer)  violations (hash_chain_broken)              —
 handoff         handoff-links         transitions (derive mode)                   links
 sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
 otel-spans      spans                 ingest, rejections                          otel-held, otel-runs
@@ -109,8 +110,10 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     METRICS.add_collector(durable.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable)
 
-    sequencer.install(wiring)
-    runstate.install(wiring, replay=replay)
+    # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
+    # by the plain-consumer chain check, never by a Faust stream.
+    sequencer.install(wiring, replay=replay)
+    runstate.install_log_check(wiring)
     handoff.install(wiring)
     if sink:
         audit_sink.install(wiring)

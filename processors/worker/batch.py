@@ -27,6 +27,7 @@ Changelog records are written to the *source record's* partition explicitly
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Awaitable, Callable
@@ -110,8 +111,11 @@ class Batch:
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
         self._writes[(table, key)] = (partition, value)
 
-    async def send(self, short: str, key: str | None, value: bytes) -> None:
-        self._futures.append(await self.wiring.send(short, key, value))
+    async def send(self, short: str, key: str | None, value: bytes) -> Awaitable[Any]:
+        """Send an output; returns its delivery future (:meth:`commit` awaits it before any table write)."""
+        fut: Awaitable[Any] = await self.wiring.send(short, key, value)
+        self._futures.append(fut)
+        return fut
 
     async def commit(self) -> None:
         await await_all(self._futures)
@@ -173,6 +177,62 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     batch.advanced(table, msg.topic, msg.partition, position)
 
 
+async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
+                     tick_s: float, linger_s: float) -> None:
+    """Collect from the Faust stream while the previous batch is processed; process what has piled up.
+
+    ``take_events`` alone serialises the two: while the agent handles a batch, nothing is
+    delivered, and while it waits for the next window the agent does nothing, so every event
+    pays Faust's delivery *plus* the work and a low-load event waits out the whole window.
+    Here the stream only collects, in ticks of ``tick_s``, into a queue; one processor task
+    (concurrency stays 1: batches are processed one at a time, in offset order) takes the
+    first tick waiting and every other one already there, up to ``max_events``. Idle: a
+    batch of what one tick brought, handled at once. Behind (more than one tick waiting): it
+    gathers for up to ``linger_s`` more, so batches are large under load (table records are
+    per run per batch), and Faust's delivery of the next batch overlaps the work on this one.
+    The queue is bounded, so a slow processor holds the stream back (Faust's own flow control then pauses fetching).
+
+    Positions, not Faust's acks, decide what is committed (:mod:`processors.worker.positions`),
+    so events acknowledged to Faust when collected are not thereby committed.
+    """
+    queue: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=max(2, max_events // 64))
+
+    loop = asyncio.get_running_loop()
+
+    async def processor() -> None:
+        while True:
+            events = await queue.get()
+            behind = not queue.empty()
+            while not queue.empty() and len(events) < max_events:
+                events.extend(queue.get_nowait())
+            # Behind (more than one tick was waiting): latency is the backlog's already, so gather up
+            # to one window more; a larger batch writes each run's table records once for more events.
+            deadline = loop.time() + linger_s
+            while behind and len(events) < max_events and (left := deadline - loop.time()) > 0:
+                try:
+                    events.extend(await asyncio.wait_for(queue.get(), left))
+                except TimeoutError:
+                    break
+            await process(events)
+
+    task = asyncio.ensure_future(processor())
+    try:
+        async for events in stream.take_events(max_events, within=tick_s):
+            if task.done():
+                break
+            put = asyncio.ensure_future(queue.put(list(events)))
+            await asyncio.wait([put, task], return_when=asyncio.FIRST_COMPLETED)
+            if not put.done():
+                put.cancel()
+                break
+    finally:
+        if not task.done():
+            task.cancel()  # a batch cut short is a crash's redelivery: its table writes come after its outputs
+        await asyncio.wait([task])
+    if not task.cancelled() and task.exception() is not None:
+        raise task.exception()  # type: ignore[misc]  # the agent crashes as it would have inline
+
+
 def batched_agent(
     wiring: Wiring,
     short: str,
@@ -197,20 +257,28 @@ def batched_agent(
     """
     settings = wiring.settings
     max_events = max_events or settings.batch_max
+    pipelined = settings.batch_pipelined and within_s is None
     within_s = settings.batch_within_s if within_s is None else within_s
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 
+    async def process(events: list[Any]) -> None:
+        batch = Batch(wiring, name, len(events))
+        for event in events:
+            value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
+            await in_order(batch, table, event.message, value, handle)
+        if before_commit is not None:
+            await before_commit(batch)
+        await batch.commit()
+        if after_commit is not None:
+            await after_commit(batch)
+
     async def agent(stream: Any) -> None:
-        async for events in stream.take_events(max_events, within=within_s):
-            batch = Batch(wiring, name, len(events))
-            for event in events:
-                value = event.value if isinstance(event.value, bytes) else bytes(event.value or b"")
-                await in_order(batch, table, event.message, value, handle)
-            if before_commit is not None:
-                await before_commit(batch)
-            await batch.commit()
-            if after_commit is not None:
-                await after_commit(batch)
+        if not pipelined:
+            async for events in stream.take_events(max_events, within=within_s):
+                await process(list(events))
+            return
+        await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
+                         linger_s=within_s)
 
     agent.__name__ = name.replace("-", "_")
     wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

@@ -1,29 +1,57 @@
-"""The sequencer agent: ingest → committed log | rejections.
+"""The sequencer agent, one pass: ingest → committed log (with its state hash) + fold outputs | rejections.
 
 The single writer of the committed log per partition (SPEC §4). What to do with a
-record is :func:`processors.core.sequencing.sequence` (decode, validate, decide);
-this agent only asks and sends what the decision says.
+record is :func:`processors.core.sequencing.sequence` (decode, validate, decide); an
+accepted event is folded into its run right here (:func:`processors.core.runstate.advance`),
+so the committed record carries the state hash at its index (log format 2) and no event
+goes through a second Faust stream (ingest → log → run state) to be folded: Faust's
+per-record delivery is the worker's ceiling, and every extra hop halves what is left.
+
+Tables, in the order :mod:`processors.worker.batch` makes them durable: ``index``
+(eventId → position), ``heads`` (chain head per run), ``runs`` (folded state per run).
+Every output of a batch (log records, transitions, violations, handoff links, snapshots)
+is acknowledged before the first of them is written, so a crash leaves at worst a run
+whose ``runs`` record is behind its ``index``: the redelivered record is then
+``Redelivered`` and is refolded silently (its outputs are already durable), which
+restores the run's state byte for byte.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable
+from typing import Any, cast
 
+from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance
 from processors.core.sequencing import Accepted, IndexLookup, Redelivered, Source, rejection_record, sequence
 from processors.metrics import METRICS
+from processors.worker import runstate
 from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
-from streams.codec import encode_record
+from schemas.records import run_snapshot
+from streams.codec import encode_committed, encode_record
 
 log = logging.getLogger("agentlog.sequencer")
 
 #: Separates runId and eventId in the ``index`` table's keys.
 INDEX_SEP = "\x1f"
 
+#: Log records remembered for the log check at most (past that it re-hashes them; bounded memory).
+WRITTEN_MAX = 20_000
 
-def install(wiring: Wiring) -> None:
-    """Register the sequencer agent."""
-    max_bytes = wiring.settings.max_event_bytes
+
+def install(wiring: Wiring, *, replay: bool = True) -> None:
+    """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
+    settings = wiring.settings
+    max_bytes = settings.max_event_bytes
+    snapshot_every, handoff_mode = settings.snapshot_every, settings.handoff_mode
+
+    async def run_record(batch: Batch, run_id: str, seq: int) -> RunRecord | None:
+        """The run's ``runs`` record, caught up to just before ``seq`` (None: it cannot be)."""
+        rec = cast(RunRecord | None, batch.get("runs", run_id))
+        if (rec["next"] if rec else 0) < seq:
+            rec = await runstate.catch_up(wiring, batch, run_id, rec, seq)
+        return rec
 
     async def handle(batch: Batch, record: SourceRecord) -> None:
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
@@ -37,22 +65,101 @@ def install(wiring: Wiring) -> None:
         if decoded.unexpected is not None:
             log.error("unexpected error on %s", source, exc_info=decoded.unexpected)
         if isinstance(decision, Accepted):
-            run_id = decision.committed["doc"]["runId"]
-            await batch.send("log", run_id, encode_record(decision.committed))
+            committed = decision.committed
+            doc = committed["doc"]
+            run_id, seq = doc["runId"], doc["sequence"]
+            state_hash = None
+            try:
+                rec = await run_record(batch, run_id, seq)
+                adv = advance(rec, doc, decision.head["hash"], snapshot_every=snapshot_every,
+                              handoff_mode=handoff_mode) if rec is not None or seq == 0 else None
+            except Exception:  # never die on one record; the sequencer has validated it
+                log.exception("cannot fold run %s at sequence %d", run_id, seq)
+                adv = None
+            if adv is not None:
+                state_hash = adv.state_hash
+            # The doc's JCS bytes were computed once, for its chain hash; the record is built around them.
+            value = encode_committed(decision.doc_bytes, committed["prevHash"], committed["hash"],
+                                     committed["source"], state_hash)
+            logged = await batch.send("log", run_id, value)
+            _remember_when_acked(wiring, logged, value)
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
             METRICS.inc("agentlog_events_accepted_total")
+            if adv is not None:
+                await _folded(batch, source.partition, run_id, doc, adv.record, adv.sends, adv.state_hash,
+                              logged if adv.snapshot else None, replay=replay)
         elif isinstance(decision, Redelivered):
+            assert doc is not None  # a redelivery was decoded
             if decision.head is not None:
-                assert doc is not None  # a redelivery was decoded
                 batch.set("heads", source.partition, doc["runId"], decision.head)
+            await _refold(batch, source.partition, doc, decision.sequence)
             METRICS.inc("agentlog_redelivered_total")
         else:
-            rec = rejection_record(decision.reason, decision.detail, record.value, source, doc)
-            await batch.send("rejections", rec["runId"], encode_record(rec))
+            rejected = rejection_record(decision.reason, decision.detail, record.value, source, doc)
+            await batch.send("rejections", rejected["runId"], encode_record(rejected))
             METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
-    batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle)
+    async def _refold(batch: Batch, partition: int, doc: dict[str, Any], seq: int) -> None:
+        """A redelivered record whose fold did not become durable (a crash between tables): fold it again.
+
+        Its outputs were acknowledged before any table write, so nothing is sent again.
+        """
+        run_id = doc["runId"]
+        rec = cast(RunRecord | None, batch.get("runs", run_id))
+        if (rec["next"] if rec else 0) != seq:
+            return  # already folded (the usual redelivery), or behind by more: the next accepted event catches up
+        entry = batch.get("index", run_id + INDEX_SEP + doc["eventId"])
+        try:
+            adv = advance(rec, doc, entry[1], snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+        except Exception:
+            log.exception("cannot refold run %s at sequence %d", run_id, seq)
+            return
+        batch.set("runs", partition, run_id, adv.record)
+        METRICS.inc("agentlog_refolded_total")
+
+    async def _folded(batch: Batch, partition: int, run_id: str, doc: dict[str, Any], new: RunRecord,
+                      sends: list[Any], state_hash: str, logged: Awaitable[Any] | None, *, replay: bool) -> None:
+        for short, key, out in sends:
+            await batch.send(short, key, encode_record(out))
+            runstate.count(short, out)
+        batch.set("runs", partition, run_id, new)
+        if logged is not None:  # a snapshot names its log offset: made once the log record is acknowledged
+            batch.collected.append(("snapshot", run_id, doc["sequence"], new["state"], state_hash, new["head"],
+                                    logged))
+        replay_of = (new["state"] or {}).get("replayOf")
+        if replay and replay_of and doc["type"] in TERMINAL_TYPES:
+            batch.collected.append(("verdict", {"replayRunId": run_id, **replay_of}))
+
+    async def snapshots(batch: Batch) -> None:
+        for item in batch.collected:
+            if item[0] != "snapshot":
+                continue
+            _, run_id, seq, state, state_hash, head, logged = item
+            meta = await logged
+            await batch.send("snapshots", run_id, encode_record(run_snapshot(
+                run_id=run_id, at_sequence=seq, log_partition=meta.partition, log_offset=meta.offset,
+                state=state, state_hash=state_hash, head_hash=head)))
+            METRICS.inc("agentlog_snapshots_total")
+
+    async def verdicts(batch: Batch) -> None:
+        requests = [item[1] for item in batch.collected if item[0] == "verdict"]
+        if requests:
+            await runstate.send_verdicts(wiring, requests)
+
+    batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle,
+                  before_commit=snapshots, after_commit=verdicts)
+
+
+def _remember_when_acked(wiring: Wiring, logged: Any, value: bytes) -> None:
+    """Note the record for the log check as soon as the broker acknowledges it (before the check can read it)."""
+
+    def remember(fut: Any) -> None:
+        if not fut.cancelled() and fut.exception() is None and len(wiring.written) < WRITTEN_MAX:
+            meta = fut.result()
+            wiring.written[(meta.partition, meta.offset)] = value
+
+    logged.add_done_callback(remember)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import faust
@@ -22,6 +22,9 @@ class Wiring:
     tables: dict[str, Any]
     positions: DurablePositions
     store: Store | None = None  # set when the audit sink runs in this worker
+    #: Log records this process wrote, by (partition, offset), until the log check has read them back:
+    #: a record found there byte for byte is the sequencer's own and needs no re-hashing.
+    written: dict[tuple[int, int], bytes] = field(default_factory=dict)
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).

@@ -1,14 +1,15 @@
 """Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
 
 Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
-worker`` process builds its committed log, digests and snapshots; the worker is stopped
-before measuring. Ours: re-derive the run from the log offset of its middle event — load the
-nearest snapshot, re-read the log from there, refold, check the hash chain and compare state
-and head hash with the digest at every index; the whole call is timed (digest and snapshot
-reads included). Baseline: the same records (same partition, from the same offset to the
-end) read with a plain aiokafka consumer with the same settings (no group, assign + seek,
-read_committed) and only decoded with the same strict JSON decoder. Rate = events verified
-(or read) per second of wall time.
+worker`` process builds its committed log (format 2: each record carries its stateHash) and
+snapshots; the worker is stopped before measuring. Ours: re-derive the run from the log
+offset of its middle event — load the nearest snapshot, re-read the log from there, refold,
+check the hash chain and compare state and head hash with the digest at every index; the
+whole call is timed (snapshot reads included; from an offset, format 2 reads the log's
+carried digests first). Baseline: the same records (same partition, from the same offset to
+the end) read with a plain aiokafka consumer with the same settings (no group, assign +
+seek, read_committed) and only decoded with the same strict JSON decoder. Rate = events
+verified (or read) per second of wall time.
 """
 
 from __future__ import annotations
@@ -97,10 +98,12 @@ async def _build(settings: Settings, run_id: str, n: int, timeout_s: float) -> N
 
 
 async def _middle_offset(settings: Settings, run_id: str, seq: int) -> tuple[int, int]:
-    async for _, _, _, value in read_topic(settings, "digests", key=run_id):
-        if value.get("runId") == run_id and value.get("sequence") == seq:
-            return value["logPartition"], value["logOffset"]
-    raise InfraError(f"no digest for sequence {seq} of {run_id}")
+    """Where sequence ``seq`` of the run sits in the log (read from the log itself: format 2 has no digests)."""
+    async for partition, offset, _, value in read_topic(settings, "log", key=run_id):
+        doc = value.get("doc") or {}
+        if doc.get("runId") == run_id and doc.get("sequence") == seq:
+            return partition, offset
+    raise InfraError(f"no log record for sequence {seq} of {run_id}")
 
 
 async def _raw(settings: Settings, partition: int, start: int) -> tuple[float, int]:

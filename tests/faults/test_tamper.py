@@ -23,7 +23,7 @@ from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
 from tests.faults.gen import synthetic_run
-from tests.integration.replay.helpers import HandLog
+from tests.integration.replay.helpers import HandLog, digested
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -41,9 +41,7 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
         assert (await publish_docs(settings, docs, wire="avro")).accepted == len(docs)
 
         async def settled():
-            digests = {d["sequence"] async for _, _, _, d in read_topic(settings, "digests", key=run_id)
-                       if d["runId"] == run_id}
-            return len(digests) == len(docs)
+            return await digested(settings, run_id, len(docs)) is not None
 
         await wait_until(settled, timeout=180, what="every digest recorded", worker=worker)
         log = await read_run(settings, run_id)

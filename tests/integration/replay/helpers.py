@@ -27,10 +27,20 @@ async def records_of(settings: Settings, short: str, run_id: str, field: str = "
 
 
 async def digested(settings: Settings, run_id: str, n: int) -> dict[int, dict] | None:
-    """The run's digests by sequence once all ``n`` are there (else None)."""
+    """The run's digests by sequence once all ``n`` are there (else None).
+
+    Format-2 log records carry their digest (stateHash; the record's hash is the head hash);
+    format-1 ones have theirs on the ``digests`` topic.
+    """
     found: dict[int, dict] = {}
     for d in await records_of(settings, "digests", run_id):
         found.setdefault(d["sequence"], d)
+    async for partition, offset, _, v in read_topic(settings, "log", key=run_id):
+        doc = v.get("doc") or {}
+        if doc.get("runId") == run_id and "stateHash" in v:
+            found.setdefault(doc["sequence"], {
+                "runId": run_id, "sequence": doc["sequence"], "stateHash": v["stateHash"], "headHash": v["hash"],
+                "logPartition": partition, "logOffset": offset})
     return found if len(found) >= n else None
 
 

@@ -16,6 +16,7 @@ import json
 import struct
 
 import pytest
+import rfc8785
 
 from processors.core.sequencing import (
     RAW_MAX_BYTES,
@@ -190,6 +191,7 @@ def test_first_event_is_accepted_on_the_genesis_hash():
                    "source": {"topic": "t.ingest", "partition": 1, "offset": 41, "timestampMs": 1_700_000_000_000}},
         head={"next": 1, "hash": expected_hash},
         index_entry=("r1:0", [0, expected_hash, 1, 41]),
+        doc_bytes=rfc8785.dumps(doc),  # the doc's JCS bytes, reused for the log record
     )
 
 

@@ -70,6 +70,19 @@ def test_committed_event():
            "source": {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}})
 
 
+def test_committed_event_format_2_carries_the_state_hash():
+    doc = {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {}, "timestamp": "2025-01-15T10:00:00.000Z",
+           "sequence": 0}
+    source = {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}
+    _same(committed_event(doc=doc, prev_hash=GENESIS, hash=H1, source=source, state_hash="2" * 64),
+          {"doc": {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {},
+                   "timestamp": "2025-01-15T10:00:00.000Z", "sequence": 0},
+           "prevHash": "0000000000000000000000000000000000000000000000000000000000000000",
+           "hash": "1111111111111111111111111111111111111111111111111111111111111111",
+           "source": {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001},
+           "stateHash": "2222222222222222222222222222222222222222222222222222222222222222"})
+
+
 def test_rejection_of_a_whole_value_has_no_truncation_keys():
     source = {"topic": "agentlog.ingest", "partition": 1, "offset": 9, "timestampMs": 3}
     _same(rejection(reason="sequence_gap", detail="run r1: expected sequence 4, got 6", run_id="r1", event_id="e6",
@@ -198,7 +211,8 @@ def test_optional_keys_are_declared_optional():
     # Python 3.11 loses NotRequired in a class-form TypedDict under postponed annotations; this pins the fix.
     assert Rejection.__optional_keys__ == {"rawTruncated", "rawBytes", "rawSha256"}
     assert Verdict.__optional_keys__ == {"bindingDiff", "detail", "reordered", "path"}
-    for shape in (RecordSource, CommittedEvent, Transition, Violation, RunSnapshot, StateDigest):
+    assert CommittedEvent.__optional_keys__ == {"stateHash"}  # log format 2; absent in format 1
+    for shape in (RecordSource, Transition, Violation, RunSnapshot, StateDigest):
         assert shape.__optional_keys__ == frozenset(), shape.__name__
 
 

@@ -138,3 +138,42 @@ class TestCodec:
         with pytest.raises(EventRejected) as info:
             decode_ingest(value)
         assert info.value.code == code
+
+
+# --- encode_committed: the log record composed around the doc's chain-hash bytes (#13) ---------------
+
+
+def test_encode_committed_equals_the_reference_encoding_of_the_whole_record():
+    import rfc8785
+
+    from processors.core.sequencing import Accepted, Source, decide
+    from schemas.records import committed_event
+    from streams.codec import encode_committed
+    from tests.unit.replay.runs import llm_run
+
+    hard = {"eventId": "e-hard", "runId": "r-hard", "type": "variable.changed", "sequence": 0,
+            "timestamp": "2025-01-15T10:00:00.000Z",
+            "payload": {"name": "x", "value": [1e21, 5e-324, -0.0, 0.1, 2**53 - 1, "\u2028\x1f\"\\", {"\U0001f600": 1,
+                                                                                                      "\ue000": 2}]}}
+    head, checked = None, 0
+    for doc in [*llm_run("r-enc"), hard]:
+        d = decide(None if doc is hard else head, lambda _e: [0, "", 0, 0] if doc.get("causationId") == _e else None,  # noqa: B023 - called at once
+                   doc, Source("agentlog.ingest", 3, 77, 1700000000000))
+        assert isinstance(d, Accepted)
+        head = d.head if doc is not hard else head
+        c = d.committed
+        for state_hash in (None, "ab" * 32):
+            reference = rfc8785.dumps(committed_event(doc=doc, prev_hash=c["prevHash"], hash=c["hash"],
+                                                      source=c["source"], state_hash=state_hash))
+            assert encode_committed(d.doc_bytes, c["prevHash"], c["hash"], c["source"], state_hash) == reference
+            checked += 1
+    assert checked > 40
+
+
+def test_encode_committed_refuses_what_would_need_escaping():
+    import pytest
+
+    from streams.codec import encode_committed
+
+    with pytest.raises(ValueError):
+        encode_committed(b"{}", "0" * 64, 'x"' * 32, {"topic": "t"})

@@ -1,0 +1,49 @@
+"""Faust's own ceiling (bench baseline): an agent that only forwards each ingest record to the log topic.
+
+The same app settings as the worker (memory store, at-least-once, acks=all, 1 MiB producer
+batches) and the same loop shape (``take_events`` batches, raw ``producer.send``, concurrency
+1), with no work at all: whatever the worker reaches is measured as a fraction of this.
+Run as ``python -m tests.bench.passthrough_faust worker`` with the ``AGENTLOG_*`` environment.
+"""
+
+from __future__ import annotations
+
+import faust
+
+from streams.settings import load_settings
+from streams.topics import topic_name
+
+settings = load_settings()
+(settings.home / "passthrough-faust").mkdir(parents=True, exist_ok=True)
+app = faust.App(
+    f"{settings.topic_prefix}-passthrough",
+    broker=f"kafka://{settings.kafka_bootstrap}",
+    store="memory://",
+    processing_guarantee="at_least_once",
+    autodiscover=False,
+    web_enabled=False,
+    topic_partitions=settings.partitions,
+    topic_replication_factor=settings.replication_factor,
+    consumer_auto_offset_reset="earliest",
+    producer_acks=-1,
+    producer_max_batch_size=1 << 20,
+    producer_linger=0.005,
+    stream_wait_empty=False,
+    datadir=str(settings.home / "passthrough-faust"),
+)
+
+ingest = app.topic(topic_name(settings, "ingest"), key_type=bytes, value_type=bytes,
+                   key_serializer="raw", value_serializer="raw")
+LOG = topic_name(settings, "log")
+
+
+@app.agent(ingest, concurrency=1)
+async def forward(stream):
+    async for events in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+        futures = [await app.producer.send(LOG, e.message.key, e.value, None, None, None) for e in events]
+        for fut in futures:
+            await fut
+
+
+if __name__ == "__main__":
+    app.main()
