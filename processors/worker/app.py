@@ -9,7 +9,9 @@ sequencer       ingest                log, rejections                           
 runstate        log                   transitions, violations, digests,           runs
                                       snapshots, handoff-links, verdicts
 handoff         handoff-links         transitions (derive mode)                   links
-sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
+audit sink      every output topic    ClickHouse (:mod:`processors.audit`)         (none: a plain
+                                                                                  consumer task, its
+                                                                                  state in ClickHouse)
 ==============  ====================  ==========================================  ===============
 
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
@@ -100,7 +102,6 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
         "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
-        "sink-positions": table("sink-positions"),  # only in_order positions of the sink agents
     }
     durable = positions.DurablePositions()
     positions.install(app, durable)

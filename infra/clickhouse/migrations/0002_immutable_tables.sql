@@ -2,6 +2,10 @@
 -- each Kafka batch (topic, partition, offset range) with insert_deduplication_token set from that
 -- range, so a redelivered batch is dropped by ClickHouse at insert time and no read needs FINAL.
 -- non_replicated_deduplication_window keeps the tokens of the last N inserts per table.
+-- No PARTITION BY: a sink batch must land as ONE part (all or nothing), so that the sink's
+-- "skip keys already stored" step (it drops records the log holds twice after a producer retry)
+-- cannot turn a half-landed batch into a different batch with the same token. Retention is a
+-- row TTL (Settings.events_ttl_days), which needs no partitions.
 --
 -- Upgrade: on a store built by 0001 these tables exist as ReplacingMergeTree. The migration runner
 -- (processors/audit/migrations.py, _rebuild) sees that the existing engine differs from the one
@@ -45,7 +49,6 @@ CREATE TABLE IF NOT EXISTS events
     INDEX idx_type type TYPE set(512) GRANULARITY 4
 )
 ENGINE = MergeTree
-PARTITION BY toYYYYMM(event_time)
 ORDER BY (run_id, sequence)
 SETTINGS non_replicated_deduplication_window = 10000;
 
