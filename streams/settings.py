@@ -54,6 +54,8 @@ class Settings:
     rebalance_timeout_s: float = 10.0
     sink_batch_rows: int = 20_000
     sink_flush_s: float = 1.0
+    # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
+    events_ttl_days: int = 0
 
     @property
     def chdb_dir(self) -> Path:

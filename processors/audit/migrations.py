@@ -17,7 +17,7 @@ from processors.audit.store import Store, open_store
 from schemas.errors import StoreError
 from streams.settings import Settings
 
-__all__ = ["CLUSTER_MIGRATIONS_DIR", "MIGRATIONS_DIR", "migrate", "open_owned"]
+__all__ = ["CLUSTER_MIGRATIONS_DIR", "MIGRATIONS_DIR", "apply_retention", "migrate", "open_owned"]
 
 log = logging.getLogger("agentlog.audit")
 
@@ -117,6 +117,11 @@ def _apply(store: Store, stmt: str, version: int) -> None:
     if table and engine:
         existing = _table_engine(store, table.group(1))
         if existing is not None and existing != engine.group(1):
+            if " ON CLUSTER " in stmt:
+                raise StoreError(
+                    f"table {table.group(1)} is {existing}, migration {version:04d} declares {engine.group(1)}: "
+                    f"on a cluster the move is done by hand (infra/clickhouse/README.md, 'Upgrading a cluster')",
+                    code="manual_upgrade")
             _rebuild(store, table.group(1), stmt, version)
             return
         leftover = _table_engine(store, f"{table.group(1)}_new")
@@ -164,6 +169,20 @@ def _rebuild(store: Store, name: str, create: str, version: int) -> None:
     log.warning("audit table %s moved to the new engine (%d rows); the old one is kept as %s", name, after, old)
 
 
+def apply_retention(store: Store, days: int) -> None:
+    """Make ``events`` keep ``days`` days of history by event time (``Settings.events_ttl_days``; 0 = forever).
+
+    A row TTL, applied by ClickHouse in background merges; the rollups keep their sums.
+    """
+    if days < 0:
+        raise StoreError(f"events_ttl_days must be >= 0, got {days}", code="bad_setting")
+    if days:
+        store.command(f"ALTER TABLE events MODIFY TTL toDateTime(event_time) + INTERVAL {int(days)} DAY")
+    elif "TTL " in str(store.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
+                                   "AND name = 'events'").rows[0][0]):
+        store.command("ALTER TABLE events REMOVE TTL")
+
+
 def open_owned(settings: Settings, *, wait_s: float = 60.0) -> Store:
     """Migrate and open the store for a long-lived owner, waiting out a short-lived opener such as a CLI query.
 
@@ -175,7 +194,9 @@ def open_owned(settings: Settings, *, wait_s: float = 60.0) -> Store:
     while True:
         try:
             migrate(settings)
-            return open_store(settings)
+            store = open_store(settings)
+            apply_retention(store, settings.events_ttl_days)
+            return store
         except StoreError as e:
             if e.code not in {"store_locked", "store_unavailable", "store_busy"} or time.monotonic() > deadline:
                 raise

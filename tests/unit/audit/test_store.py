@@ -246,18 +246,26 @@ def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
     cluster = [s for f in sorted(CLUSTER_MIGRATIONS_DIR.glob("*.sql")) for s in _statements(f.read_text())]
     for stmt in cluster:
         store.query("SELECT formatQuery({q:String})", {"q": stmt})  # raises on a syntax error
-    single = _statements((MIGRATIONS_DIR / "0001_audit_tables.sql").read_text())
-    for stmt in single:
-        name = stmt.split("EXISTS", 1)[1].split()[0]
-        local = next(s for s in cluster if f"EXISTS {name}_local ON CLUSTER" in s)
-        def columns(ddl: str) -> str:
-            return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+    for path in sorted(MIGRATIONS_DIR.glob("0*.sql")):
+        cluster_file = _statements((CLUSTER_MIGRATIONS_DIR / path.name).read_text())
+        for stmt in _statements(path.read_text()):
+            if not stmt.startswith("CREATE TABLE"):
+                view = stmt.split("EXISTS", 1)[1].split()[0]
+                assert any(f"EXISTS {view} ON CLUSTER" in s for s in cluster_file), view
+                continue
+            name = stmt.split("EXISTS", 1)[1].split()[0]
+            local = next(s for s in cluster_file if f"EXISTS {name}_local ON CLUSTER" in s)
 
-        assert columns(local) == columns(stmt)
-        assert f"ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
-        assert stmt.split("ORDER BY")[1].split() == local.split("ORDER BY")[1].split()
-        assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
-                   for s in cluster)
+            def columns(ddl: str) -> str:
+                return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+
+            assert columns(local) == columns(stmt), (path.name, name)
+            engine = stmt.split("ENGINE = ")[1].split()[0].split("(")[0]
+            assert f"Replicated{engine}('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
+            assert (stmt.split("ORDER BY")[1].split("SETTINGS")[0].split()
+                    == local.split("ORDER BY")[1].split("SETTINGS")[0].split())
+            assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
+                       for s in cluster_file)
 
 
 def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
@@ -293,3 +301,23 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert s.query("SELECT sum(calls) FROM usage_hourly").rows[0][0] == usage
         assert s.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(audit_batches()["committed"])
         assert migrate(s) == []
+
+
+def test_retention_is_a_ttl_on_events_and_off_by_default(tmp_path):
+    from processors.audit.migrations import apply_retention
+
+    with open_store(f"chdb://{tmp_path / 'ch'}") as s:
+        migrate(s)
+
+        def ddl() -> str:
+            return s.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
+                           "AND name = 'events'").rows[0][0]
+
+        assert "TTL" not in ddl()
+        apply_retention(s, 30)
+        assert "TTL toDateTime(event_time) + toIntervalDay(30)" in ddl()
+        apply_retention(s, 0)
+        assert "TTL" not in ddl()
+        with pytest.raises(StoreError) as e:
+            apply_retention(s, -1)
+        assert e.value.code == "bad_setting"
