@@ -220,6 +220,9 @@ WITH
     usage_by_cause AS (
         SELECT run_id, causation_id, any(provider) AS provider, any(model) AS model
         FROM ev WHERE type = 'provider.usage' AND causation_id != ''
+          -- only usage caused by an invocation start or outcome can pair; this keeps the join's
+          -- hash tables to LLM calls instead of every provider.usage event
+          AND causation_id IN (SELECT event_id FROM ev WHERE type != 'provider.usage')
         GROUP BY run_id, causation_id
     ),
     outcomes AS (
