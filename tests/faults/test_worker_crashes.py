@@ -29,6 +29,7 @@ import pytest
 
 from processors.core.fold import fold_all, state_hash
 from processors.audit.store import open_store
+from processors.worker.sink import SINK_TOPICS
 from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.publisher import Publisher
@@ -220,6 +221,13 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         seconds_to_drain=round(drained_after, 1),
     )
     del worker_log
+
+
+async def _group_lag(offsets: Offsets, group: str, shorts: tuple[str, ...]) -> int:
+    ends = await offsets.ends(shorts)
+    committed = await offsets.admin.list_consumer_group_offsets(group, partitions=list(ends))
+    return sum(max(0, end - (committed[tp].offset if tp in committed and committed[tp].offset >= 0 else 0))
+               for tp, end in ends.items())
 
 
 def _has(store, table: str) -> bool:
