@@ -85,7 +85,11 @@ class BlockingSink:
         self._lock = threading.Lock()
 
     def insert_records(self, kind: str, records: list[dict[str, Any]], token: str) -> int:
-        """Insert the rows of ``records`` whose natural key is not stored yet, with ``token``; returns rows inserted.
+        """Map ``records`` and :meth:`insert_rows` them."""
+        return self.insert_rows(*rows_for(kind, records), token)
+
+    def insert_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
+        """Insert the rows whose natural key is not stored yet, with ``token``; returns rows inserted.
 
         The log and the other output topics are written at least once (a producer retry or a
         processor crash re-emits a record at a new offset), so one natural key can occur at two
@@ -93,7 +97,6 @@ class BlockingSink:
         Sound with the token because one insert is one part: after a crash it either all landed
         (same token: dropped) or none did (the check sees only earlier batches).
         """
-        table, names, cols = rows_for(kind, records)
         with self._lock:
             keep = self._new_rows(table, names, cols)
             if len(keep) != len(cols[0]):
@@ -161,11 +164,15 @@ def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
     return f"{topic}/{partition}/{lo}-{hi}"
 
 
-def split_batch(kind: str, messages: Sequence[Any]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Decode a batch into (records for the kind's table, rejections for records that cannot go there).
+Mapped = tuple[str, tuple[str, ...], list[list[Any]]]
+
+
+def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list[dict[str, Any]]]:
+    """Decode and map a batch: (the kind's table, columns and data — None if no record maps —,
+    rejections for the records that cannot go there).
 
     Mapping is tried on the whole batch first and per record only when that fails, so the
-    common case stays one columnar mapping.
+    common case stays one columnar mapping, done once.
     """
     good: list[dict[str, Any]] = []
     bad: list[dict[str, Any]] = []
@@ -185,8 +192,7 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[list[dict[str, Any]
         except Exception as e:
             reject(m, "sink_undecodable", f"{type(e).__name__}: {e}", None)
     try:
-        rows_for(kind, [v for _, v in decoded])
-        good = [v for _, v in decoded]
+        return (rows_for(kind, [v for _, v in decoded]) if decoded else None), bad
     except StoreError:
         for m, v in decoded:
             try:
@@ -194,7 +200,7 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[list[dict[str, Any]
                 good.append(v)
             except StoreError as e:
                 reject(m, "sink_unmappable", str(e), v)
-    return good, bad
+    return (rows_for(kind, good) if good else None), bad
 
 
 class AuditSink:
@@ -251,16 +257,18 @@ class AuditSink:
             await retrying(f"recording range {token}", lambda: self.sink.mark(tp.topic, tp.partition, lo, hi),
                            table=short)
         good, bad = split_batch(kind, messages)
-        if good:
-            await retrying(f"insert of {len(good)} {kind} rows ({token})",
-                           lambda: self.sink.insert_records(kind, good, token), table=short)
+        rows = len(good[2][0]) if good is not None else 0
+        if good is not None:
+            mapped = good
+            await retrying(f"insert of {rows} {kind} rows ({token})",
+                           lambda: self.sink.insert_rows(*mapped, token), table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
             await retrying(f"insert of {len(bad)} sink rejections ({token})",
                            lambda: self.sink.insert_records("rejection", bad, token + "/rejected"), table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
-        METRICS.inc("agentlog_sink_rows_total", len(good), table=short)
+        METRICS.inc("agentlog_sink_rows_total", rows, table=short)
         oldest_ms = min((m.timestamp for m in messages if m.timestamp), default=None)
         if oldest_ms is not None:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
