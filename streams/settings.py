@@ -74,6 +74,9 @@ class Settings:
     otel_grace_ms: int = 30_000
     otel_max_held_spans: int = 10_000
     otel_tick_s: float = 0.5
+    # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
+    # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
+    otel_run_index_max: int = 100_000
 
     @property
     def chdb_dir(self) -> Path:

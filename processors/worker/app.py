@@ -10,7 +10,8 @@ runstate        log                   transitions, violations, digests,         
                                       snapshots, handoff-links, verdicts
 handoff         handoff-links         transitions (derive mode)                   links
 sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
-otel-spans      spans                 ingest, rejections                          otel-held, otel-runs
+otel-spans      spans                 otel-events, rejections                     otel-held
+otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
