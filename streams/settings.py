@@ -77,6 +77,8 @@ class Settings:
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
     # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
     otel_run_index_max: int = 100_000
+    # How long the span mapper remembers a published trace's span ids (to drop re-sent spans); 0 = forever.
+    otel_published_ttl_ms: int = 3_600_000
 
     @property
     def chdb_dir(self) -> Path:

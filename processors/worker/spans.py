@@ -35,6 +35,7 @@ import asyncio
 import base64
 import json
 import logging
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -57,13 +58,15 @@ _RECORD_BYTES = 512 * 1024
 TICK = b'{"tick":1}'
 #: Key of the per-partition list of traces with spans still held (NUL: no trace id starts with it).
 _PENDING = "\x00pending\x1f"
+#: Keys of the time buckets of published traces (per partition) and of the oldest bucket not yet expired.
+_DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
 
 
 def _span_key(trace_id: str, span_id: str) -> str:
     return f"{trace_id}\x1f{span_id}"
 
 
-async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any]) -> None:
+async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
     pending = {sid: batch.get(HELD, _span_key(trace_id, sid)) for sid in entry["pending"]}
     pending = {sid: span for sid, span in pending.items() if span is not None}
     try:
@@ -81,10 +84,78 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
     for sid in pending:
         batch.set(HELD, partition, _span_key(trace_id, sid), None)
-    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "published": {**entry["published"],
-                                                                              **plan.published}})
+        batch.collected.append(_span_key(trace_id, sid))
+    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "publishedMs": now_ms,
+                                          "published": {**entry["published"], **plan.published}})
+    _remember_published(batch, partition, trace_id, now_ms)
     key = f"{_PENDING}{partition}"
     batch.set(HELD, partition, key, [t for t in (batch.get(HELD, key) or []) if t != trace_id])
+
+
+def _bucket_ms(ttl_ms: int) -> int:
+    """Published traces are remembered in time buckets, about 60 per TTL (at least a second each)."""
+    return max(1000, ttl_ms // 60)
+
+
+def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int) -> None:
+    ttl = batch.wiring.settings.otel_published_ttl_ms
+    if ttl <= 0:
+        return
+    bucket = now_ms // _bucket_ms(ttl)
+    key = f"{_DONE}{partition}\x1f{bucket}"
+    batch.set(HELD, partition, key, [*(batch.get(HELD, key) or []), trace_id])
+    oldest = f"{_DONE_FROM}{partition}"
+    if batch.get(HELD, oldest) is None:
+        batch.set(HELD, partition, oldest, bucket)
+
+
+def _expire(batch: Batch, partition: int, now_ms: int) -> None:
+    """Forget published traces older than ``otel_published_ttl_ms`` (by the tick record's Kafka time).
+
+    A forgotten trace whose spans are re-sent is mapped again to the same event ids; the run
+    sequencer's index then recognises them (nothing new), as long as it still holds them.
+    """
+    ttl = batch.wiring.settings.otel_published_ttl_ms
+    oldest_key = f"{_DONE_FROM}{partition}"
+    first = batch.get(HELD, oldest_key)
+    if ttl <= 0 or first is None:
+        return
+    width = _bucket_ms(ttl)
+    end = (now_ms - ttl) // width  # buckets below this one hold only traces published > ttl ago
+    for bucket in range(int(first), end):
+        key = f"{_DONE}{partition}\x1f{bucket}"
+        for trace_id in batch.get(HELD, key) or []:
+            entry = batch.get(HELD, trace_id)
+            # Re-published later (late spans) or holding spans again: a later bucket owns it.
+            if entry is not None and not entry["pending"] and int(entry.get("publishedMs") or 0) < (bucket + 1) * width:
+                batch.set(HELD, partition, trace_id, None)
+                batch.collected.append(trace_id)
+                METRICS.inc("agentlog_otel_traces_expired_total")
+        if batch.get(HELD, key) is not None:
+            batch.set(HELD, partition, key, None)
+            batch.collected.append(key)
+    if end > int(first):
+        remaining = any(batch.get(HELD, f"{_DONE}{partition}\x1f{b}") for b in range(end, now_ms // width + 1))
+        batch.set(HELD, partition, oldest_key, end if remaining else None)
+
+
+def expirable(held: Any, partition: int, ttl_ms: int, now_ms: int) -> bool:
+    """Whether a tick would expire something in this partition (the timer asks; the tick decides)."""
+    first = held.get(f"{_DONE_FROM}{partition}")
+    return ttl_ms > 0 and first is not None and (now_ms - ttl_ms) // _bucket_ms(ttl_ms) > int(first)
+
+
+async def _drop_deleted(batch: Batch) -> None:
+    """Deleted keys leave the in-memory table once their (null) changelog records are durable.
+
+    Faust's memory store keeps a key written with ``None``; without this the tables' memory
+    would grow with every span and trace ever held, whatever is forgotten.
+    """
+    for name in (HELD, SEQ):
+        data = batch.wiring.tables[name].data
+        for key in batch.collected:
+            if key in data and data[key] is None:
+                del data[key]
 
 
 def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -149,14 +220,6 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
 
 
-async def _drop_forgotten(batch: Batch) -> None:
-    """Forgotten index keys leave the in-memory table once their (null) changelog records are durable."""
-    data = batch.wiring.tables[SEQ].data
-    for key in batch.collected:
-        if data.get(key) is None:
-            data.pop(key, None)
-
-
 def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
     raw = jcs(span)
     return jcs(rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=None,
@@ -195,7 +258,8 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         # Traces due at the same tick go out earliest span first: a conversation's turns (several
         # traces) reach its run sequencer in the order they started, as far as the holds allow.
         for _, trace_id, entry in sorted(ready, key=lambda r: (r[0], r[1])):
-            await _publish(batch, p, trace_id, entry)
+            await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+        _expire(batch, p, rec.timestamp_ms)
         return
     try:
         span = json.loads(rec.value)
@@ -222,7 +286,7 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
              "rootSeen": bool(entry["rootSeen"] or is_root(span))}
     batch.set(HELD, p, trace_id, entry)
     if due(entry, rec.timestamp_ms, **_knobs(batch)):
-        await _publish(batch, p, trace_id, entry)
+        await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
 
 
 def install(wiring: Wiring) -> None:
@@ -237,17 +301,20 @@ def install(wiring: Wiring) -> None:
     for name in (HELD, SEQ):
         wiring.tables[name] = app.Table(name, default=None, partitions=settings.partitions)
     assert not POSITION_KEY.startswith(_PENDING)
-    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
+    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle, after_commit=_drop_deleted)
     batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
-                  after_commit=_drop_forgotten)
+                  after_commit=_drop_deleted)
 
     @app.timer(settings.otel_tick_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
-        # Only partitions holding traces get a tick: an idle worker writes nothing.
+        # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
+        # worker writes nothing.
         name = wiring.topics["spans"].get_topic_name()
         held = wiring.tables[HELD].data
+        now_ms = int(time.time() * 1000)
         for partition in range(settings.partitions):
-            if held.get(f"{_PENDING}{partition}"):
+            if held.get(f"{_PENDING}{partition}") or expirable(held, partition, settings.otel_published_ttl_ms,
+                                                               now_ms):
                 await app.producer.send(name, None, TICK, partition, None, None)
 
     if settings.otlp_port:
