@@ -8,8 +8,11 @@ JSON values, ``status {code, message}`` (code 2 = error), ``name``, ``kind``.
 Why hold spans at all: an exporter sends a span when it **ends**, children before
 parents, in batches, possibly from several processes. A run's events need contiguous
 sequences and causation ids that name earlier events, in the order things started.
-So the worker keeps a trace's spans (:func:`due` says when to let go) and then
-:func:`map_trace` orders everything by start time. The cost is latency: a trace is
+So the worker keeps a trace's spans (:func:`due` says when to let go), then
+:func:`plan_trace` orders each run's events by start time (stage 1, per trace), and
+:func:`sequence_run` gives them the run's next sequences and backward causation
+(stage 2, per run: a conversation usually spans several traces; :func:`map_trace` is
+both stages for one trace, in memory). The cost is latency: a trace is
 published ``settle_ms`` after its last span arrived once its root has arrived, or
 ``grace_ms`` after its first span at the latest (or when ``max_spans`` are held).
 Spans arriving after their trace was published are appended to the same runs as a
