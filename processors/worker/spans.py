@@ -13,7 +13,9 @@ whatever traces its events came from (a conversation usually spans several). It 
 each record's events the run's next sequences and makes causation name earlier events of
 the run (:func:`processors.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
 the cursor ``{"next", "last", "kept"}`` and an index eventId → sequence (plus sequence →
-eventId, to forget the oldest): an event already in the index is never sequenced again,
+eventId, to forget the oldest, and the truth the cursor is repaired from after a crash
+that made only part of a batch's table writes durable): an event already in the index is
+never sequenced again,
 so a redelivered or re-emitted record adds nothing. The index keeps the last
 ``otel_run_index_max`` events of each run; an event re-emitted after being forgotten
 would get a new sequence, which the sequencer rejects as ``duplicate_event_id`` (recorded,
@@ -181,6 +183,29 @@ def _skey(run: str, sequence: int) -> str:
     return f"{run}\x1fs\x1f{sequence}"
 
 
+def _repair(batch: Batch, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
+    """The run's cursor as its sequence → eventId keys say, and the event ids only those keys hold.
+
+    A batch's table writes become durable one record after another (same changelog partition),
+    so a crash can leave the cursor key ahead of or behind the index keys written with it. The
+    sequence keys are the truth: step back over sequences that have none, forward over those
+    that have one (their events count as sequenced even if their eventId key was lost).
+    """
+    kept = int(head.get("kept") or 0)
+    nxt, last = int(head["next"]), head.get("last")
+    while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
+        nxt -= 1
+        last = None
+    recovered: set[str] = set()
+    while (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
+        recovered.add(str(eid))
+        nxt += 1
+        last = eid
+    if last is None and nxt > 0:
+        last = batch.get(SEQ, _skey(run, nxt - 1))
+    return Cursor(nxt, last), recovered
+
+
 async def sequence(batch: Batch, rec: SourceRecord) -> None:
     """One record of ``otel-events``: give its events the run's next sequences and send them to ``ingest``."""
     try:
@@ -197,12 +222,14 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         return
     p = rec.partition
     head = batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
-    done = sequence_run(Cursor(int(head["next"]), head.get("last")),
-                        lambda eid: batch.get(SEQ, _ekey(run, eid)) is not None, trace_id, events)
+    cursor, recovered = _repair(batch, run, head)
+    done = sequence_run(cursor, lambda eid: eid in recovered or batch.get(SEQ, _ekey(run, eid)) is not None,
+                        trace_id, events)
     for doc in done.docs:
         await batch.send("ingest", run, jcs(doc))
-        batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
+        # sequence → eventId first: it is what _repair trusts if a crash leaves only part of a batch's writes.
         batch.set(SEQ, p, _skey(run, doc["sequence"]), doc["eventId"])
+        batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
     kept = int(head.get("kept") or 0)
     limit = max(1, batch.wiring.settings.otel_run_index_max)
     while done.cursor.next - kept > limit:
