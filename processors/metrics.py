@@ -33,6 +33,17 @@ _HELP = {
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",
     "agentlog_skipped_records_healed_total": "Records the consumer skipped that an agent read around it, by topic.",
+    "agentlog_otlp_requests_total": "OTLP/HTTP trace export requests, by outcome (accepted, undecodable, unavailable).",
+    "agentlog_otlp_spans_total": "Spans in OTLP requests, by outcome (accepted = durable in Kafka, rejected = named in "
+                                 "partial_success).",
+    "agentlog_otel_spans_published_total": "Held spans the span mapper mapped and passed on (their trace was due).",
+    "agentlog_otel_duplicate_spans_total": "Spans the span mapper had already held or published (exporter re-sends).",
+    "agentlog_otel_unmappable_traces_total": "Traces the span mapper could not map (their spans went to rejections).",
+    "agentlog_otel_traces_expired_total": "Published traces the span mapper forgot (older than "
+                                          "AGENTLOG_OTEL_PUBLISHED_TTL_MS).",
+    "agentlog_otel_events_total": "Events the OTel run sequencer gave a sequence and sent to ingest.",
+    "agentlog_otel_duplicate_events_total": "Re-emitted events the OTel run sequencer had already sequenced "
+                                            "(nothing sent).",
     "agentlog_durable_position": "Next source offset an agent has made durable, by topic, partition and agent table "
                                  "(the group commits the lowest per partition; compare with the end offset for lag).",
 }

@@ -83,6 +83,11 @@ class Settings:
     batch_tick_s: float = 0.005
     # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
     events_ttl_days: int = 0
+    # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
+    # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
+    otel_run_index_max: int = 100_000
+    # How long the span mapper remembers a published trace's span ids (to drop re-sent spans); 0 = forever.
+    otel_published_ttl_ms: int = 3_600_000
 
     @property
     def chdb_dir(self) -> Path:

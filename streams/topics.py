@@ -28,6 +28,8 @@ _TOPICS: dict[str, dict[str, str]] = {
     "handoff-links": _DELETE,
     # OpenTelemetry spans from the OTLP receiver, keyed by trace id (issue #16).
     "spans": _DELETE,
+    # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer (#16).
+    "otel-events": _DELETE,
 }
 
 SHORT_NAMES: tuple[str, ...] = tuple(_TOPICS)

@@ -8,8 +8,11 @@ JSON values, ``status {code, message}`` (code 2 = error), ``name``, ``kind``.
 Why hold spans at all: an exporter sends a span when it **ends**, children before
 parents, in batches, possibly from several processes. A run's events need contiguous
 sequences and causation ids that name earlier events, in the order things started.
-So the worker keeps a trace's spans (:func:`due` says when to let go) and then
-:func:`map_trace` orders everything by start time. The cost is latency: a trace is
+So the worker keeps a trace's spans (:func:`due` says when to let go), then
+:func:`plan_trace` orders each run's events by start time (stage 1, per trace), and
+:func:`sequence_run` gives them the run's next sequences and backward causation
+(stage 2, per run: a conversation usually spans several traces; :func:`map_trace` is
+both stages for one trace, in memory). The cost is latency: a trace is
 published ``settle_ms`` after its last span arrived once its root has arrived, or
 ``grace_ms`` after its first span at the latest (or when ``max_spans`` are held).
 Spans arriving after their trace was published are appended to the same runs as a
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -45,10 +48,14 @@ __all__ = [
     "NAMESPACE",
     "Cursor",
     "Emission",
+    "Plan",
+    "Sequenced",
     "due",
     "event_id",
     "map_trace",
+    "plan_trace",
     "run_ids",
+    "sequence_run",
 ]
 
 #: uuid5 namespace of every event id minted from a span (fixed: ids must not change across releases).
@@ -273,11 +280,28 @@ def map_trace(
     published: Mapping[str, Mapping[str, Any]],
     cursors: Mapping[str, Cursor],
 ) -> Emission:
-    """Map the pending spans of one trace to RunEventDocs, every run's in start-time order.
+    """Both stages at once for one trace: :func:`plan_trace` then :func:`sequence_run` per run.
 
     ``published``: spanId → {"run", "start"} of this trace's spans emitted before (their
     events are in the log already); ``cursors``: run id → :class:`Cursor` for every run
-    those ids may touch (missing = a new run, sequence 0).
+    those ids may touch (missing = a new run, sequence 0). The worker runs the stages apart
+    (trace-keyed, then run-keyed); this is the same composition for one trace, in memory.
+    """
+    plan = plan_trace(trace_id, pending, published=published)
+    earlier = {str(p["start"]) for p in published.values() if p.get("start")}
+    out = Emission(published=plan.published)
+    for run, events in plan.runs.items():
+        done = sequence_run(cursors.get(run) or Cursor(), earlier.__contains__, trace_id, events)
+        out.docs.extend(done.docs)
+        out.cursors[run] = done.cursor
+    return out
+
+
+def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
+               published: Mapping[str, Mapping[str, Any]]) -> Plan:
+    """Map a trace's pending spans to per-run event lists in start-time order (stage 1: no run state).
+
+    ``published``: spanId → {"run", "start"} of this trace's spans planned before.
     """
     known_runs = {sid: str(p["run"]) for sid, p in published.items()}
     runs = run_ids(pending, known_runs)
@@ -352,45 +376,97 @@ def map_trace(
         else:
             _opaque(span, add)
 
-    return _order(trace_id, pending, drafts, runs, published, cursors)
+    return _plan(trace_id, pending, drafts, runs, published)
 
 
-def _order(
+@dataclass
+class Plan:
+    """Stage 1's output for one trace: each run's events in start-time order, without sequences.
+
+    ``runs``: run id → ``[{"doc": RunEventDoc without "sequence", "span": spanId}, ...]``; a
+    doc's ``causationId`` is set only where the trace alone decides it (an end event's start
+    event, the handoff chain, the first event of the nearest ancestor span in the same run);
+    :func:`sequence_run` fills the rest with the run's previous event.
+    """
+
+    trace_id: str
+    runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    #: spanId → {"run": runId, "start": eventId | None} for every span planned now.
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _plan(
     trace_id: str,
     pending: Mapping[str, Mapping[str, Any]],
     drafts: Iterable[_Draft],
     runs: Mapping[str, str],
     published: Mapping[str, Mapping[str, Any]],
-    cursors: Mapping[str, Cursor],
-) -> Emission:
-    """Sequence the drafts per run by (time, span start, depth, span, index) and fill causation.
+) -> Plan:
+    """Order the drafts per run by (time, span start, depth, span, index) and fix the causation the trace decides.
 
     Causation of an event with no fixed cause: the first event of the nearest ancestor span
-    in the same run (its context), else the run's previous event — both earlier by construction.
+    in the same run (its context) — earlier by construction; else left to the run's sequencer.
     """
-    out = Emission()
+    out = Plan(trace_id)
     first_event: dict[str, str] = {sid: str(p["start"]) for sid, p in published.items() if p.get("start")}
     ordered = sorted(drafts, key=lambda d: (d.t, d.span_start, d.depth, d.span_id, d.idx))
     for d in ordered:
         if d.run == runs.get(d.span_id):
             first_event.setdefault(d.span_id, d.eid)
     for d in ordered:
-        cur = out.cursors.get(d.run) or cursors.get(d.run) or Cursor()
-        cause = d.cause
-        if cause is None and cur.next > 0:
-            cause = _context(d, pending, runs, published, first_event) or cur.last
+        cause = d.cause or _context(d, pending, runs, published, first_event)
         doc: dict[str, Any] = {"eventId": d.eid, "runId": d.run, "type": d.type, "payload": d.payload,
-                               "timestamp": timestamp(d.t), "sequence": cur.next}
-        if cause is not None and cur.next > 0:
+                               "timestamp": timestamp(d.t)}
+        if cause is not None:
             doc["causationId"] = cause
         if d.node:
             doc["nodeId"] = d.node
-        _keep_valid(doc, trace_id, d.span_id)
-        out.docs.append(doc)
-        out.cursors[d.run] = Cursor(cur.next + 1, d.eid)
+        out.runs.setdefault(d.run, []).append({"doc": doc, "span": d.span_id})
     for sid in pending:
         out.published[sid] = {"run": runs[sid], "start": first_event.get(sid)}
     return out
+
+
+@dataclass
+class Sequenced:
+    """Stage 2's output for one run: the docs to publish, the run's new cursor, how many were already sequenced."""
+
+    docs: list[dict[str, Any]]
+    cursor: Cursor
+    duplicates: int = 0
+
+
+def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
+                 events: Iterable[Mapping[str, Any]]) -> Sequenced:
+    """Give a run's planned events the next sequences (stage 2, the run's one writer).
+
+    ``known(eventId)``: whether the run already has that event (sequenced before). A known
+    event is skipped, so a re-emitted doc never gets a second sequence. A planned
+    ``causationId`` is kept only if it names a known event or one sequenced earlier in this
+    call; otherwise (and when the trace left it open) the cause is the run's previous event,
+    so causation always names an earlier event of the run, whatever trace it came from.
+    """
+    docs: list[dict[str, Any]] = []
+    now: set[str] = set()
+    duplicates = 0
+    for event in events:
+        planned = event["doc"]
+        eid = str(planned["eventId"])
+        if eid in now or known(eid):
+            duplicates += 1
+            continue
+        doc = {k: v for k, v in planned.items() if k != "causationId"}
+        doc["sequence"] = cursor.next
+        cause = planned.get("causationId")
+        if not (isinstance(cause, str) and (cause in now or known(cause))):
+            cause = cursor.last
+        if cause is not None and cursor.next > 0:
+            doc["causationId"] = cause
+        _keep_valid(doc, trace_id, str(event["span"]))
+        docs.append(doc)
+        now.add(eid)
+        cursor = Cursor(cursor.next + 1, eid)
+    return Sequenced(docs, cursor, duplicates)
 
 
 def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:

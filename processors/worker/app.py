@@ -13,7 +13,8 @@ handoff         handoff-links         transitions (derive mode)                 
 audit sink      every output topic    ClickHouse (:mod:`processors.audit`)         (none: a plain
                                                                                   consumer task, its
                                                                                   state in ClickHouse)
-otel-spans      spans                 ingest, rejections                          otel-held, otel-runs
+otel-spans      spans                 otel-events, rejections                     otel-held
+otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs

@@ -1,12 +1,26 @@
-"""The span mapper: OTLP spans (topic ``spans``, keyed by trace id) → RunEventDocs on ``ingest``.
+"""OTLP spans → RunEventDocs on ``ingest``, in two stages.
 
-Keyed by **trace**, not by run, because whether an ``invoke_agent`` span starts a child
-run depends on its parent span's conversation, and the parent span usually arrives
-later (spans are exported when they end). One writer per trace sees all of them; the
-run cursors (next sequence, last event id) live in ``otel-runs`` keyed by run id. A
-conversation spread over several traces whose ids hash to different partitions would
-have two writers; the sequencer then rejects the conflicting sequences
-(``sequence_conflict``) — recorded, never silent. With one partition it cannot happen.
+**Stage 1, the span mapper** (topic ``spans``, keyed by trace id): keyed by **trace**,
+not by run, because whether an ``invoke_agent`` span starts a child run depends on its
+parent span's conversation, and the parent span usually arrives later (spans are
+exported when they end). One writer per trace holds its spans (``otel-held``), then
+plans each run's events in start-time order (:func:`processors.core.otel.plan_trace`)
+and sends them, **without sequences**, to ``otel-events`` keyed by run: one record per
+(published trace, run), so a record's events keep their order.
+
+**Stage 2, the run sequencer** (topic ``otel-events``, keyed by run): one writer per run,
+whatever traces its events came from (a conversation usually spans several). It gives
+each record's events the run's next sequences and makes causation name earlier events of
+the run (:func:`processors.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
+the cursor ``{"next", "last", "kept"}`` and an index eventId → sequence (plus sequence →
+eventId, to forget the oldest, and the truth the cursor is repaired from after a crash
+that made only part of a batch's table writes durable): an event already in the index is
+never sequenced again,
+so a redelivered or re-emitted record adds nothing. The index keeps the last
+``otel_run_index_max`` events of each run; an event re-emitted after being forgotten
+would get a new sequence, which the sequencer rejects as ``duplicate_event_id`` (recorded,
+never silent). Each record is handled on its own from the table state, so a redelivery
+(whatever its batch boundaries) sends byte-identical docs.
 
 Held traces are re-checked on a **tick** record the worker's timer writes every
 ``otel_tick_s`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
@@ -23,12 +37,13 @@ import asyncio
 import base64
 import json
 import logging
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from aiohttp import web
 
-from processors.core.otel import Cursor, Emission, due, is_root, map_trace
+from processors.core.otel import Cursor, Plan, due, is_root, plan_trace, sequence_run
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from processors.worker.otlp import Receiver
@@ -39,59 +54,197 @@ from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.otel")
 
-HELD, RUNS = "otel-held", "otel-runs"
+HELD, SEQ = "otel-held", "otel-seq"
+#: A record of ``otel-events`` stays below this (Kafka's default cap is ~1 MB); a larger event travels alone.
+_RECORD_BYTES = 512 * 1024
 TICK = b'{"tick":1}'
 #: Key of the per-partition list of traces with spans still held (NUL: no trace id starts with it).
 _PENDING = "\x00pending\x1f"
-
-
-class _Cursors(Mapping[str, Cursor]):
-    """Run cursors as the batch sees them (its own staged writes first)."""
-
-    def __init__(self, batch: Batch) -> None:
-        self._batch = batch
-
-    def __getitem__(self, run: str) -> Cursor:
-        value = self._batch.get(RUNS, run)
-        if value is None:
-            raise KeyError(run)
-        return Cursor(int(value["next"]), value.get("last"))
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
+#: Keys of the time buckets of published traces (per partition) and of the oldest bucket not yet expired.
+_DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
 
 
 def _span_key(trace_id: str, span_id: str) -> str:
     return f"{trace_id}\x1f{span_id}"
 
 
-async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any]) -> None:
+async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
     pending = {sid: batch.get(HELD, _span_key(trace_id, sid)) for sid in entry["pending"]}
     pending = {sid: span for sid, span in pending.items() if span is not None}
     try:
-        emission = map_trace(trace_id, pending, published=entry["published"], cursors=_Cursors(batch))
+        plan = plan_trace(trace_id, pending, published=entry["published"])
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
         log.exception("trace %s could not be mapped; its %d spans go to rejections", trace_id, len(pending))
-        emission = Emission()
+        plan = Plan(trace_id)
         for span_id, span in pending.items():
             await batch.send("rejections", None, _span_rejection(span, f"{type(e).__name__}: {e}"))
-            emission.published[span_id] = {"run": trace_id, "start": None}
+            plan.published[span_id] = {"run": trace_id, "start": None}
         METRICS.inc("agentlog_otel_unmappable_traces_total")
-    for doc in emission.docs:
-        await batch.send("ingest", doc["runId"], jcs(doc))
-    for run, cursor in emission.cursors.items():
-        batch.set(RUNS, partition, run, {"next": cursor.next, "last": cursor.last})
+    for run, events in plan.runs.items():
+        for chunk in _chunks(events):
+            await batch.send("otel-events", run, jcs({"run": run, "trace": trace_id, "events": chunk}))
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
-    METRICS.inc("agentlog_otel_events_total", len(emission.docs))
     for sid in pending:
         batch.set(HELD, partition, _span_key(trace_id, sid), None)
-    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "published": {**entry["published"],
-                                                                              **emission.published}})
+        batch.collected.append(_span_key(trace_id, sid))
+    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "publishedMs": now_ms,
+                                          "published": {**entry["published"], **plan.published}})
+    _remember_published(batch, partition, trace_id, now_ms)
     key = f"{_PENDING}{partition}"
     batch.set(HELD, partition, key, [t for t in (batch.get(HELD, key) or []) if t != trace_id])
+
+
+def _bucket_ms(ttl_ms: int) -> int:
+    """Published traces are remembered in time buckets, about 60 per TTL (at least a second each)."""
+    return max(1000, ttl_ms // 60)
+
+
+def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int) -> None:
+    ttl = batch.wiring.settings.otel_published_ttl_ms
+    if ttl <= 0:
+        return
+    bucket = now_ms // _bucket_ms(ttl)
+    key = f"{_DONE}{partition}\x1f{bucket}"
+    batch.set(HELD, partition, key, [*(batch.get(HELD, key) or []), trace_id])
+    oldest = f"{_DONE_FROM}{partition}"
+    if batch.get(HELD, oldest) is None:
+        batch.set(HELD, partition, oldest, bucket)
+
+
+def _expire(batch: Batch, partition: int, now_ms: int) -> None:
+    """Forget published traces older than ``otel_published_ttl_ms`` (by the tick record's Kafka time).
+
+    A forgotten trace whose spans are re-sent is mapped again to the same event ids; the run
+    sequencer's index then recognises them (nothing new), as long as it still holds them.
+    """
+    ttl = batch.wiring.settings.otel_published_ttl_ms
+    oldest_key = f"{_DONE_FROM}{partition}"
+    first = batch.get(HELD, oldest_key)
+    if ttl <= 0 or first is None:
+        return
+    width = _bucket_ms(ttl)
+    end = (now_ms - ttl) // width  # buckets below this one hold only traces published > ttl ago
+    for bucket in range(int(first), end):
+        key = f"{_DONE}{partition}\x1f{bucket}"
+        for trace_id in batch.get(HELD, key) or []:
+            entry = batch.get(HELD, trace_id)
+            # Re-published later (late spans) or holding spans again: a later bucket owns it.
+            if entry is not None and not entry["pending"] and int(entry.get("publishedMs") or 0) < (bucket + 1) * width:
+                batch.set(HELD, partition, trace_id, None)
+                batch.collected.append(trace_id)
+                METRICS.inc("agentlog_otel_traces_expired_total")
+        if batch.get(HELD, key) is not None:
+            batch.set(HELD, partition, key, None)
+            batch.collected.append(key)
+    if end > int(first):
+        remaining = any(batch.get(HELD, f"{_DONE}{partition}\x1f{b}") for b in range(end, now_ms // width + 1))
+        batch.set(HELD, partition, oldest_key, end if remaining else None)
+
+
+def expirable(held: Any, partition: int, ttl_ms: int, now_ms: int) -> bool:
+    """Whether a tick would expire something in this partition (the timer asks; the tick decides)."""
+    first = held.get(f"{_DONE_FROM}{partition}")
+    return ttl_ms > 0 and first is not None and (now_ms - ttl_ms) // _bucket_ms(ttl_ms) > int(first)
+
+
+async def _drop_deleted(batch: Batch) -> None:
+    """Deleted keys leave the in-memory table once their (null) changelog records are durable.
+
+    Faust's memory store keeps a key written with ``None``; without this the tables' memory
+    would grow with every span and trace ever held, whatever is forgotten.
+    """
+    for name in (HELD, SEQ):
+        data = batch.wiring.tables[name].data
+        for key in batch.collected:
+            if key in data and data[key] is None:
+                del data[key]
+
+
+def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
+    """Split a run's planned events into records below :data:`_RECORD_BYTES`, in order (deterministic)."""
+    chunk: list[dict[str, Any]] = []
+    size = 0
+    for event in events:
+        n = len(jcs(event))
+        if chunk and size + n > _RECORD_BYTES:
+            yield chunk
+            chunk, size = [], 0
+        chunk.append(event)
+        size += n
+    if chunk:
+        yield chunk
+
+
+def _ekey(run: str, event_id: str) -> str:
+    return f"{run}\x1fe\x1f{event_id}"
+
+
+def _skey(run: str, sequence: int) -> str:
+    return f"{run}\x1fs\x1f{sequence}"
+
+
+def _repair(batch: Batch, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
+    """The run's cursor as its sequence → eventId keys say, and the event ids only those keys hold.
+
+    A batch's table writes become durable one record after another (same changelog partition),
+    so a crash can leave the cursor key ahead of or behind the index keys written with it. The
+    sequence keys are the truth: step back over sequences that have none, forward over those
+    that have one (their events count as sequenced even if their eventId key was lost).
+    """
+    kept = int(head.get("kept") or 0)
+    nxt, last = int(head["next"]), head.get("last")
+    while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
+        nxt -= 1
+        last = None
+    recovered: set[str] = set()
+    while (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
+        recovered.add(str(eid))
+        nxt += 1
+        last = eid
+    if last is None and nxt > 0:
+        last = batch.get(SEQ, _skey(run, nxt - 1))
+    return Cursor(nxt, last), recovered
+
+
+async def sequence(batch: Batch, rec: SourceRecord) -> None:
+    """One record of ``otel-events``: give its events the run's next sequences and send them to ``ingest``."""
+    try:
+        msg = json.loads(rec.value)
+        run, trace_id, events = msg["run"], msg["trace"], msg["events"]
+        if not (isinstance(run, str) and run and isinstance(trace_id, str) and isinstance(events, list)):
+            raise ValueError("run/trace must be strings and events a list")
+        for event in events:
+            if not (isinstance(event, dict) and isinstance(event.get("doc"), dict)
+                    and isinstance(event["doc"].get("eventId"), str) and event["doc"].get("runId") == run):
+                raise ValueError("each event must be {doc: RunEventDoc of this run, span}")
+    except (ValueError, KeyError, TypeError) as e:
+        await _reject(batch, rec, f"not a record of the otel-events topic ({type(e).__name__}: {e})"[:500])
+        return
+    p = rec.partition
+    head = batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
+    cursor, recovered = _repair(batch, run, head)
+    done = sequence_run(cursor, lambda eid: eid in recovered or batch.get(SEQ, _ekey(run, eid)) is not None,
+                        trace_id, events)
+    for doc in done.docs:
+        await batch.send("ingest", run, jcs(doc))
+        # sequence → eventId first: it is what _repair trusts if a crash leaves only part of a batch's writes.
+        batch.set(SEQ, p, _skey(run, doc["sequence"]), doc["eventId"])
+        batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
+    kept = int(head.get("kept") or 0)
+    limit = max(1, batch.wiring.settings.otel_run_index_max)
+    while done.cursor.next - kept > limit:
+        forgotten = batch.get(SEQ, _skey(run, kept))
+        if forgotten is not None:
+            batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
+        batch.set(SEQ, p, _skey(run, kept), None)
+        batch.collected.append(_skey(run, kept))
+        batch.collected.append(_ekey(run, str(forgotten)))
+        kept += 1
+    if done.docs:
+        batch.set(SEQ, p, run, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
+    METRICS.inc("agentlog_otel_events_total", len(done.docs))
+    if done.duplicates:
+        METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
 
 
 def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
@@ -109,6 +262,12 @@ async def _reject(batch: Batch, rec: SourceRecord, detail: str) -> None:
         raw=base64.b64encode(rec.value[: 256 * 1024]).decode("ascii"))))
 
 
+def _earliest_start(batch: Batch, trace_id: str, entry: dict[str, Any]) -> int:
+    starts = [int(span["startNs"]) for sid in entry["pending"]
+              if (span := batch.get(HELD, _span_key(trace_id, sid))) is not None]
+    return min(starts, default=0)
+
+
 def _knobs(batch: Batch) -> dict[str, int]:
     s = batch.wiring.settings
     return {"settle_ms": s.otel_settle_ms, "grace_ms": s.otel_grace_ms, "max_spans": s.otel_max_held_spans}
@@ -118,10 +277,16 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
     """One record of ``spans``: a span to hold (and maybe publish its trace), or a tick."""
     p = rec.partition
     if rec.value == TICK:
+        ready = []
         for trace_id in list(batch.get(HELD, f"{_PENDING}{p}") or []):
             entry = batch.get(HELD, trace_id)
             if entry is not None and due(entry, rec.timestamp_ms, **_knobs(batch)):
-                await _publish(batch, p, trace_id, entry)
+                ready.append((_earliest_start(batch, trace_id, entry), trace_id, entry))
+        # Traces due at the same tick go out earliest span first: a conversation's turns (several
+        # traces) reach its run sequencer in the order they started, as far as the holds allow.
+        for _, trace_id, entry in sorted(ready, key=lambda r: (r[0], r[1])):
+            await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+        _expire(batch, p, rec.timestamp_ms)
         return
     try:
         span = json.loads(rec.value)
@@ -148,27 +313,35 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
              "rootSeen": bool(entry["rootSeen"] or is_root(span))}
     batch.set(HELD, p, trace_id, entry)
     if due(entry, rec.timestamp_ms, **_knobs(batch)):
-        await _publish(batch, p, trace_id, entry)
+        await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
 
 
 def install(wiring: Wiring) -> None:
-    """Register the spans topic, the two tables, the mapper agent, its tick timer and the receiver."""
+    """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receiver."""
     app, settings = wiring.app, wiring.settings
 
     wiring.topics["spans"] = app.topic(topic_name(settings, "spans"), key_type=bytes, value_type=bytes,
                                        key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
-    for name in (HELD, RUNS):
+    wiring.topics["otel-events"] = app.topic(topic_name(settings, "otel-events"), key_type=bytes,
+                                             value_type=bytes, key_serializer="raw", value_serializer="raw",
+                                             partitions=settings.partitions)
+    for name in (HELD, SEQ):
         wiring.tables[name] = app.Table(name, default=None, partitions=settings.partitions)
     assert not POSITION_KEY.startswith(_PENDING)
-    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
+    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle, after_commit=_drop_deleted)
+    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
+                  after_commit=_drop_deleted)
 
     @app.timer(settings.otel_tick_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
-        # Only partitions holding traces get a tick: an idle worker writes nothing.
+        # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
+        # worker writes nothing.
         name = wiring.topics["spans"].get_topic_name()
         held = wiring.tables[HELD].data
+        now_ms = int(time.time() * 1000)
         for partition in range(settings.partitions):
-            if held.get(f"{_PENDING}{partition}"):
+            if held.get(f"{_PENDING}{partition}") or expirable(held, partition, settings.otel_published_ttl_ms,
+                                                               now_ms):
                 await app.producer.send(name, None, TICK, partition, None, None)
 
     if settings.otlp_port:

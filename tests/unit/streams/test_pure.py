@@ -66,7 +66,7 @@ class TestCatalogue:
     def test_every_contract_topic_once_with_prefix(self) -> None:
         names = [t.name for t in catalogue(Settings(topic_prefix="p"))]
         expected = ["ingest", "log", "transitions", "violations", "rejections", "snapshots", "digests",
-                    "verdicts", "handoff-links", "spans"]
+                    "verdicts", "handoff-links", "spans", "otel-events"]
         assert names == [f"p.{n}" for n in expected]
 
     def test_retention_and_compaction(self) -> None:
