@@ -200,6 +200,21 @@ async def offset_for_time(settings: Settings, short_name: str, partition: int, t
         await consumer.stop()
 
 
+async def first_offset(settings: Settings, topic: str, partition: int) -> int:
+    """The offset of the first record ``topic[partition]`` still holds (its log start offset)."""
+    tp = TopicPartition(topic, partition)
+    consumer = _consumer(settings, "read_committed")
+    await consumer.start()
+    try:
+        offset: int = (await consumer.beginning_offsets([tp]))[tp]
+        return offset
+    except KafkaError as e:
+        raise InfraError(
+            f"reading the start of {topic}[{partition}] from {settings.kafka_bootstrap} failed: {e}") from e
+    finally:
+        await consumer.stop()
+
+
 async def fetch_range(
     settings: Settings, topic: str, partition: int, start: int, stop: int
 ) -> list[tuple[int, int, bytes]]:

@@ -37,7 +37,7 @@ from typing import Any
 from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
 from streams import internals
-from streams.reader import fetch_range
+from streams.reader import fetch_range, first_offset
 
 log = logging.getLogger("agentlog.worker")
 
@@ -160,10 +160,17 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     """
     key = f"{POSITION_KEY}{msg.topic}\x1f{msg.partition}"
     expected = batch.get(table, key)
-    if expected is not None and msg.offset > expected:
+    consumer = batch.wiring.app.consumer
+    committed = internals.committed_offset(consumer, msg.tp) if consumer is not None else None
+    if expected is None:
+        # Nothing of this partition handled yet, so no position: the consumer should have started at
+        # the group's committed offset, else at the partition's first record (auto_offset_reset is
+        # earliest). It was seen to skip even that first record (offset 0 of a fresh partition), so
+        # a first record beyond that start is a hole like any other.
+        expected = committed if committed is not None else await first_offset(
+            batch.wiring.settings, msg.topic, msg.partition)
+    if msg.offset > expected:
         skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
-        consumer = batch.wiring.app.consumer
-        committed = internals.committed_offset(consumer, msg.tp) if consumer is not None else None
         log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
                     "handling %d records first",
                     msg.topic, msg.partition, expected, msg.offset - 1, table, committed, len(skipped))
@@ -171,8 +178,8 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
         for offset, timestamp_ms, skipped_value in skipped:
             await handle(batch, SourceRecord(msg.topic, msg.partition, offset, timestamp_ms, skipped_value or b""))
     await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000), value))
-    position = msg.offset + 1 if expected is None else max(expected, msg.offset + 1)
-    if position != expected:
+    position = max(expected, msg.offset + 1)
+    if batch.get(table, key) != position:
         batch.set(table, msg.partition, key, position)
     batch.advanced(table, msg.topic, msg.partition, position)
 

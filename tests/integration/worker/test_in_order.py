@@ -63,3 +63,31 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         assert batch.advanced_to == {("heads", topic, 0): 7}
 
     asyncio.run(scenario())
+
+
+def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings):
+    """No position yet: the consumer skipped even the first records (seen: offset 0 of a fresh partition)."""
+    settings = settings.replace(partitions=1)
+
+    async def scenario():
+        await ensure_topics(settings)
+        topic = topic_name(settings, "ingest")
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(5):
+                await (await producer.send(topic, f"v{i}".encode(), partition=0))
+        finally:
+            await producer.stop()
+        batch = _Batch(settings)
+        seen: list[int] = []
+
+        async def handle(_batch, record):
+            seen.append(record.offset)
+
+        await in_order(batch, "heads", SimpleNamespace(topic=topic, partition=0, offset=3, timestamp=1.0), b"v3", handle)
+        assert seen == [0, 1, 2, 3]
+        assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 4
+        assert batch.advanced_to == {("heads", topic, 0): 4}
+
+    asyncio.run(scenario())
