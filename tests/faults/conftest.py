@@ -30,7 +30,6 @@ class FaultLedger:
         self.lost = 0
         self.duplicated = 0
         self.not_counted: list[str] = []  # tests that recorded no lost/duplicated count
-        self.redelivered_absorbed = 0
         self.tests: dict[str, dict] = {}
 
     def record(self, test: str, *, sent: int = 0, accepted: int = 0, rejected: dict | None = None,
@@ -46,7 +45,6 @@ class FaultLedger:
             self.not_counted.append(test)
         self.lost += lost or 0
         self.duplicated += duplicated or 0
-        self.redelivered_absorbed += int(extra.get("clickhouse_duplicates_absorbed", 0))
         self.tests[test] = {"sent": sent, "accepted": accepted, "rejected": dict(rejected or {}),
                             "violations": dict(violations or {}), "lost": lost, "duplicated": duplicated, **extra}
 
@@ -59,7 +57,6 @@ class FaultLedger:
             "lost": self.lost,
             "duplicated": self.duplicated,
             "lostAndDuplicatedNotCountedBy": sorted(self.not_counted),
-            "clickhouseRedeliveriesAbsorbed": self.redelivered_absorbed,
             "seconds": round(self.seconds, 1),
             "tests": self.tests,
         }
@@ -76,7 +73,6 @@ class FaultLedger:
             + " ".join(f"{k}={v}" for k, v in d["violationsByCode"].items()),
             f"lost             {d['lost']}{not_counted}",
             f"duplicated       {d['duplicated']}{not_counted}",
-            f"CH dup rows absorbed by ReplacingMergeTree FINAL: {d['clickhouseRedeliveriesAbsorbed']}",
             f"time             {d['seconds']} s (the fault tests' own wall time)",
         ]
         for name, t in self.tests.items():

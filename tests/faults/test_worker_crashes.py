@@ -220,8 +220,6 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     ledger.record(
         "worker_crashes", sent=total, accepted=total, lost=lost, duplicated=conflicts + len(dup_rows),
         runs=len(runs), kills=len(kills), kill_points_log_end=kills, log_redelivered_copies=copies,
-        clickhouse_rows_raw=counts["events"], clickhouse_rows_final=counts["events"],
-        clickhouse_duplicates_absorbed=0, snapshot_rows_raw=counts["snapshots"],
         clickhouse_counts_without_final=counts,
         seconds_to_drain=round(drained_after, 1),
     )
