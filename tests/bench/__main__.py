@@ -132,12 +132,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         ratio = r["ours"] / r["baseline"] if r.get("baseline") else None
         r["ratio"] = ratio
-        met = ratio is not None and ratio >= r["goal_ratio"]
+        goal = r.get("goal_ratio")
+        met = None if goal is None else ratio is not None and ratio >= goal
         r["met"] = met
         table.add_row(
             name, _fmt(r["ours"]), _fmt(r.get("baseline")), r["unit"],
-            "-" if ratio is None else f"{ratio:.2f}×", f"≥ {r['goal_ratio']}×",
-            "[green]yes[/]" if met else "[red]no[/]",
+            "-" if ratio is None else f"{ratio:.4f}×" if ratio < 0.01 else f"{ratio:.2f}×",
+            "—" if goal is None else f"≥ {goal}×",
+            "—" if met is None else "[green]yes[/]" if met else "[red]no[/]",
         )
     console.print(table)
 
