@@ -31,19 +31,25 @@ class _Batch:
         self.tables[(table, key)] = value
 
 
+async def _ingest_with(settings, n: int) -> str:
+    """The ingest topic holding records ``v0``..``v{n-1}`` at offsets 0..n-1 of partition 0."""
+    await ensure_topics(settings)
+    topic = topic_name(settings, "ingest")
+    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        for i in range(n):
+            await (await producer.send(topic, f"v{i}".encode(), partition=0))
+    finally:
+        await producer.stop()
+    return topic
+
+
 def test_skipped_offsets_are_read_and_handled_first(settings):
     settings = settings.replace(partitions=1)
 
     async def scenario():
-        await ensure_topics(settings)
-        topic = topic_name(settings, "ingest")
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
-        await producer.start()
-        try:
-            for i in range(10):
-                await (await producer.send(topic, f"v{i}".encode(), partition=0))
-        finally:
-            await producer.stop()
+        topic = await _ingest_with(settings, 10)
         batch = _Batch(settings)
         seen: list[tuple[int, bytes]] = []
 
@@ -70,15 +76,7 @@ def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings):
     settings = settings.replace(partitions=1)
 
     async def scenario():
-        await ensure_topics(settings)
-        topic = topic_name(settings, "ingest")
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
-        await producer.start()
-        try:
-            for i in range(5):
-                await (await producer.send(topic, f"v{i}".encode(), partition=0))
-        finally:
-            await producer.stop()
+        topic = await _ingest_with(settings, 5)
         batch = _Batch(settings)
         seen: list[int] = []
 
