@@ -287,7 +287,12 @@ def _read_pid(settings: Settings, index: int) -> int | None:
 def _pid_alive(pid: int, properties: Path) -> bool:
     """True if ``pid`` is a running broker started with ``properties`` (guards against PID reuse)."""
     child = _children.get(pid)
-    if child is not None and child.poll() is not None:
+    if child is not None:
+        # Our own unreaped child cannot be a reused pid, and its /proc/<pid>/cmdline is not a
+        # reliable witness while the java launcher is still exec-ing (read empty, it made a
+        # live node look dead and a second JVM was launched onto its locked data dir).
+        if child.poll() is None:
+            return True
         _children.pop(pid, None)
         _exit_status[pid] = child.returncode
         return False
@@ -306,10 +311,12 @@ def _pid_alive(pid: int, properties: Path) -> bool:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             return False
-        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+        raw = (proc / "cmdline").read_bytes()
     except OSError:
         return False
-    return str(properties).encode() in cmdline
+    if not raw.strip(b"\0"):
+        return True  # mid-exec: the kernel shows no arguments for a moment; kill(0) said it exists
+    return str(properties).encode() in raw.split(b"\0")
 
 
 def _node_info(settings: Settings, topo: Topology, index: int, *, started: bool = False) -> NodeInfo:
@@ -524,9 +531,11 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
                 libs: Path | None = None) -> None:
     """Wait until every node in ``indexes`` is listed as a broker.
 
-    A node that dies without writing a single line (seen once in ~20 cluster starts on a
-    loaded CI box, exit status unknown at the time) is launched once more; a node that
-    logged why it stopped, or dies silently twice, fails the start with its last words.
+    A node that we saw exit (our child, reaped, with a status) without writing a single line
+    is launched once more; a node that logged why it stopped, or dies silently twice, fails
+    the start with its last words. A "silent death" with no exit status was, every time it
+    was seen, a live JVM mid-exec misread as dead: relaunching then put a second JVM on the
+    first one's locked data dir, so that case is never relaunched.
     """
     deadline = time.monotonic() + timeout_s
     pending = list(indexes)
@@ -538,7 +547,7 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
                 last_words = _log_tail(info.node_dir)
                 status = _exit_status.get(_read_pid(settings, index) or -1)
                 silent = last_words.endswith("(nothing logged)")
-                if silent and libs is not None and index not in relaunched:
+                if silent and status is not None and libs is not None and index not in relaunched:
                     relaunched.add(index)
                     print(f"Kafka node {index} exited during start-up without logging anything "
                           f"(exit status {status}); launching it once more", file=sys.stderr)
