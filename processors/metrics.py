@@ -23,6 +23,7 @@ _HELP = {
     "agentlog_violations_total": "Handoff violations, by code.",
     "agentlog_handoff_transitions_total": "Handoff transitions recorded, by phase and derived flag.",
     "agentlog_snapshots_total": "Run snapshots written.",
+    "agentlog_checkpoints_signed_total": "Signed checkpoints sent (issue #18).",
     "agentlog_sink_batches_total": "Batches inserted into ClickHouse, by table.",
     "agentlog_sink_rows_total": "Rows inserted into ClickHouse, by table.",
     "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",

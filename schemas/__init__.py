@@ -29,6 +29,7 @@ from schemas.errors import (
 from schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
 from schemas.payloads import PAYLOAD_MODELS
 from schemas.records import (
+    Checkpoint,
     CommittedEvent,
     RecordSource,
     Rejection,
@@ -38,6 +39,7 @@ from schemas.records import (
     Verdict,
     VerdictKind,
     Violation,
+    checkpoint,
     committed_event,
     record_source,
     rejection,
@@ -86,6 +88,7 @@ __all__ = [
     "RUN_EVENT_TYPES",
     "RunEventDoc",
     # internal topic records (CONTRACT.md shapes and their builders)
+    "Checkpoint",
     "CommittedEvent",
     "RecordSource",
     "Rejection",
@@ -95,6 +98,7 @@ __all__ = [
     "Verdict",
     "VerdictKind",
     "Violation",
+    "checkpoint",
     "committed_event",
     "record_source",
     "rejection",

@@ -29,6 +29,7 @@ from __future__ import annotations
 from typing import Any, Literal, NotRequired, TypedDict
 
 __all__ = [
+    "Checkpoint",
     "CommittedEvent",
     "RecordSource",
     "Rejection",
@@ -44,6 +45,7 @@ __all__ = [
     "run_snapshot",
     "state_digest",
     "transition",
+    "checkpoint",
     "verdict",
     "violation",
 ]
@@ -134,6 +136,18 @@ StateDigest = TypedDict("StateDigest", {
     "headHash": str,
     "logPartition": int,
     "logOffset": int,
+})
+
+#: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``, issue #18):
+#: the worker's Ed25519 signature (base64) over the JCS statement that
+#: :func:`processors.core.checkpoint.statement_bytes` builds from the other fields.
+Checkpoint = TypedDict("Checkpoint", {
+    "runId": str,
+    "sequence": int,
+    "headHash": str,
+    "stateHash": str,
+    "keyId": str,
+    "signature": str,
 })
 
 #: The answer a Verdict gives: the comparison engine's verdicts, or ``error`` when none could be made.
@@ -326,6 +340,20 @@ def state_digest(
         "headHash": head_hash,
         "logPartition": log_partition,
         "logOffset": log_offset,
+    }
+
+
+def checkpoint(*, run_id: str, sequence: int, head_hash: str, state_hash: str, key_id: str,
+               signature: str) -> Checkpoint:
+    """A Checkpoint. Only :func:`processors.core.checkpoint.sign_checkpoint` calls this, with the signature
+    it made over exactly these fields; no timestamp, so a re-signed redelivery is byte-identical."""
+    return {
+        "runId": run_id,
+        "sequence": sequence,
+        "headHash": head_hash,
+        "stateHash": state_hash,
+        "keyId": key_id,
+        "signature": signature,
     }
 
 

@@ -86,6 +86,12 @@ class Settings:
     otel_run_index_max: int = 100_000
     # How long the span mapper remembers a published trace's span ids (to drop re-sent spans); 0 = forever.
     otel_published_ttl_ms: int = 3_600_000
+    # issue #18 signing: the sequencer signs a checkpoint (runId, sequence, headHash, stateHash) every
+    # checkpoint_every events of a run (0 = only at terminal events, which are always signed) with the
+    # Ed25519 key in signing_key_file (PKCS#8 PEM; default $AGENTLOG_HOME/keys/ed25519.pem, made with
+    # mode 0600 on the worker's first start, its public key written beside it as ed25519.pub.pem).
+    checkpoint_every: int = 100
+    signing_key_file: str = ""
 
     @property
     def chdb_dir(self) -> Path:
@@ -94,6 +100,12 @@ class Settings:
     @property
     def store_url(self) -> str:
         return self.clickhouse_url or f"chdb://{self.chdb_dir}"
+
+    @property
+    def signing_key_path(self) -> Path:
+        """The worker's checkpoint signing key (issue #18): ``signing_key_file`` or the home's default."""
+        return Path(self.signing_key_file).expanduser() if self.signing_key_file else (
+            self.home / "keys" / "ed25519.pem")
 
     def replace(self, **changes: Any) -> Settings:
         # Any: each value's type is that of the field it names, which one annotation cannot say.

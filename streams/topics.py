@@ -26,6 +26,8 @@ _TOPICS: dict[str, dict[str, str]] = {
     "digests": _DELETE,
     "verdicts": _DELETE,
     "handoff-links": _DELETE,
+    # Signed checkpoints of the committed log, keyed by run (issue #18): kept as long as the log they vouch for.
+    "checkpoints": _FOREVER,
     # OpenTelemetry spans from the OTLP receiver, keyed by trace id (issue #16).
     "spans": _DELETE,
     # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer (#16).

@@ -18,7 +18,16 @@ from typing import Any
 
 from schemas.canonical import jcs, sha256_hex
 from schemas.errors import StoreError
-from schemas.records import CommittedEvent, Rejection, RunSnapshot, StateDigest, Transition, Verdict, Violation
+from schemas.records import (
+    Checkpoint,
+    CommittedEvent,
+    Rejection,
+    RunSnapshot,
+    StateDigest,
+    Transition,
+    Verdict,
+    Violation,
+)
 
 __all__ = [
     "COLUMNS",
@@ -31,6 +40,7 @@ __all__ = [
     "snapshot_rows",
     "digest_rows",
     "verdict_rows",
+    "checkpoint_rows",
     "rows_for",
     "parse_timestamp",
 ]
@@ -68,6 +78,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "replay_verdicts": (
         "source_run_id", "replay_run_id", "record_hash", "mode", "verdict", "error_code",
         "compared_through", "first_divergence", "events", "doc",
+    ),
+    # issue #18 signing (migration 0003)
+    "checkpoints": (
+        "run_id", "sequence", "key_id", "head_hash", "state_hash", "signature", "doc",
     ),
 }
 
@@ -298,6 +312,24 @@ def verdict_rows(records: Iterable[Verdict]) -> Columns:
     return _columnar("replay_verdicts", (row(r) for r in records))
 
 
+def checkpoint_rows(records: Iterable[Checkpoint]) -> Columns:
+    """Checkpoint → ``checkpoints`` (issue #18); ``doc`` keeps the exact record, so a signature can be
+    re-checked from the table alone."""
+
+    def row(rec: Checkpoint) -> tuple[Any, ...]:
+        return (
+            rec["runId"],
+            int(rec["sequence"]),
+            rec["keyId"],
+            rec["headHash"],
+            rec["stateHash"],
+            rec["signature"],
+            _record_doc(rec),
+        )
+
+    return _columnar("checkpoints", (row(r) for r in records))
+
+
 #: Record kind (as the sink names them) → table. Aliases cover the topic names too.
 TABLE_FOR_KIND: dict[str, str] = {
     "committed": "events",
@@ -316,6 +348,8 @@ TABLE_FOR_KIND: dict[str, str] = {
     "state_digest": "state_digests",
     "verdict": "replay_verdicts",
     "verdicts": "replay_verdicts",
+    "checkpoint": "checkpoints",
+    "checkpoints": "checkpoints",
 }
 
 ROWS_FOR_TABLE: dict[str, RowMapper] = {
@@ -326,6 +360,7 @@ ROWS_FOR_TABLE: dict[str, RowMapper] = {
     "snapshots": snapshot_rows,
     "state_digests": digest_rows,
     "replay_verdicts": verdict_rows,
+    "checkpoints": checkpoint_rows,
 }
 
 ROWS_FOR_KIND: dict[str, RowMapper] = {

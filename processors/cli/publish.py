@@ -4,7 +4,9 @@
 every line against the contract before anything is sent, so the answer names the bad
 lines and the reason codes instead of leaving them to surface as rejection records.
 ``export`` writes a run back out as RunEventDocs that validate against the upstream
-OpenWOP schema, unchanged.
+OpenWOP schema, unchanged; from the committed log it then adds the run's signed checkpoints
+as ``{"checkpoint": {…}}`` lines (issue #18), so one file is all ``agentlog verify --export``
+needs (``--no-checkpoints`` leaves them out).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from schemas.canonical import jcs, loads_strict
-from schemas.errors import AgentlogError, ConfigError, EventRejected
+from schemas.errors import AgentlogError, ConfigError, EventRejected, InfraError
 from streams.settings import load_settings
 
 
@@ -118,10 +120,18 @@ def export(
     out: Path | None = typer.Option(None, "--out", help="output file (default: stdout)"),
     source: str = typer.Option("log", "--source", help="log (committed, hash-chained) or ingest (raw)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
+    checkpoints: bool = typer.Option(True, "--checkpoints/--no-checkpoints",
+                                     help="after the docs, the run's signed checkpoints (--source log only)"),
 ) -> None:
-    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order)."""
+    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), then its checkpoints."""
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from streams.reader import read_run
+    from processors.replay.verify import checkpoint_line
+    from streams.reader import read_run, read_topic
+
+    async def run_checkpoints() -> list[dict[str, Any]]:
+        found = {jcs(v): v async for _, _, _, v in read_topic(settings, "checkpoints", key=run)
+                 if v.get("runId") == run}
+        return sorted(found.values(), key=lambda c: (c.get("sequence", -1), c.get("keyId", "")))
 
     if source not in ("log", "ingest"):
         raise ConfigError(f"--source must be log or ingest, not {source!r}")
@@ -129,17 +139,26 @@ def export(
     events = asyncio.run(read_run(settings, run, short_name=source))
     if not events:
         raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
+    signed: list[dict[str, Any]] = []
+    if checkpoints and source == "log":
+        try:
+            signed = asyncio.run(run_checkpoints())
+        except InfraError as e:  # a deployment from before the checkpoints topic (issue #18)
+            typer.echo(f"warning: no checkpoints exported: {e}", err=True)
     sink: IO[bytes]
     with (open(out, "wb") if out else _stdout_bytes()) as sink:
         for item in events:
             sink.write(jcs(item["doc"]) + b"\n")
-    summary = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts)}
+        for record in signed:
+            sink.write(jcs(checkpoint_line(record)) + b"\n")
+    summary = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts),
+               "checkpoints": len(signed)}
     if out is not None:
         summary["out"] = str(out)
     if as_json:
         typer.echo(json.dumps(summary), err=True)
     elif out is not None:
-        Console(stderr=True).print(f"{len(events)} events of {run} → {out}")
+        Console(stderr=True).print(f"{len(events)} events and {len(signed)} checkpoints of {run} → {out}")
     if events.conflicts:
         Console(stderr=True).print(
             f"[yellow]warning:[/] {len(events.conflicts)} conflicting duplicate(s) dropped (first record kept)"

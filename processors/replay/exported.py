@@ -18,6 +18,9 @@ __all__ = ["read_jsonl"]
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     """RunEventDocs from a JSONL file: one per line, bare or wrapped as a CommittedEvent (``doc``).
 
+    Checkpoint lines (``{"checkpoint": …}``, which ``agentlog export`` writes after a run's docs for
+    ``agentlog verify``) are skipped: they are no events.
+
     Raises:
         ReplayError: the file cannot be read, or a line is not a JSON object.
     """
@@ -33,6 +36,8 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
             value = loads_strict(line)
         except AgentlogError as e:
             raise ReplayError(f"{path}:{number}: {e}") from e
+        if isinstance(value, dict) and isinstance(value.get("checkpoint"), dict) and len(value) == 1:
+            continue
         if isinstance(value, dict) and isinstance(value.get("doc"), dict) and "hash" in value:
             value = value["doc"]
         if not isinstance(value, dict):

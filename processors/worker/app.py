@@ -7,7 +7,7 @@ agent           reads                 writes                                    
 ==============  ====================  ==========================================  ===============
 sequencer       ingest                log (with stateHash), rejections,           heads, index,
                                       transitions, violations, snapshots,         runs
-                                      handoff-links, verdicts
+                                      handoff-links, verdicts, checkpoints
 log-check       log (plain consumer)  violations (hash_chain_broken)              —
 handoff         handoff-links         transitions (derive mode)                   links
 sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
@@ -88,7 +88,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         )
         for short in (
             "ingest", "log", "transitions", "violations", "rejections",
-            "snapshots", "digests", "verdicts", "handoff-links",
+            "snapshots", "digests", "verdicts", "handoff-links", "checkpoints",
         )
     }
 

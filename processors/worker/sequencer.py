@@ -14,6 +14,12 @@ is acknowledged before the first of them is written, so a crash leaves at worst 
 whose ``runs`` record is behind its ``index``: the redelivered record is then
 ``Redelivered`` and is refolded silently (its outputs are already durable), which
 restores the run's state byte for byte.
+
+Signed checkpoints (issue #18): where a run is due one (every ``checkpoint_every`` events
+and at every terminal event, :func:`processors.core.checkpoint.is_due`), the sequencer —
+the one place that knows an event's chain hash and state hash together — signs
+``(runId, sequence, headHash, stateHash)`` and sends it to ``checkpoints`` with the log
+record. Ed25519 signatures are deterministic, so a redelivered batch re-sends the same bytes.
 """
 
 from __future__ import annotations
@@ -22,11 +28,13 @@ import logging
 from collections.abc import Awaitable
 from typing import Any, cast
 
+from processors.core.checkpoint import is_due, sign_checkpoint
 from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance
 from processors.core.sequencing import Accepted, IndexLookup, Redelivered, Source, rejection_record, sequence
 from processors.metrics import METRICS
 from processors.worker import runstate
 from processors.worker.batch import Batch, SourceRecord, batched_agent
+from processors.worker.signing import load_or_create_signing_key
 from processors.worker.wiring import Wiring
 from schemas.records import run_snapshot
 from streams.codec import encode_committed, encode_record
@@ -45,6 +53,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     settings = wiring.settings
     max_bytes = settings.max_event_bytes
     snapshot_every, handoff_mode = settings.snapshot_every, settings.handoff_mode
+    checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
 
     async def run_record(batch: Batch, run_id: str, seq: int) -> RunRecord | None:
         """The run's ``runs`` record, caught up to just before ``seq`` (None: it cannot be)."""
@@ -88,6 +97,11 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
             METRICS.inc("agentlog_events_accepted_total")
             if adv is not None:
+                if is_due(seq, doc["type"], checkpoint_every):
+                    signed = sign_checkpoint(signer.key, kid=signer.key_id, run_id=run_id, sequence=seq,
+                                             head_hash=committed["hash"], state_hash=adv.state_hash)
+                    await batch.send("checkpoints", run_id, encode_record(signed))
+                    METRICS.inc("agentlog_checkpoints_signed_total")
                 await _folded(batch, source.partition, run_id, doc, adv.record, adv.sends, adv.state_hash,
                               logged if adv.snapshot else None, replay=replay)
         elif isinstance(decision, Redelivered):

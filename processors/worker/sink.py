@@ -34,6 +34,7 @@ SINK_TOPICS = {
     "snapshots": "snapshot",
     "digests": "digest",
     "verdicts": "verdict",
+    "checkpoints": "checkpoint",  # issue #18 signing
 }
 
 

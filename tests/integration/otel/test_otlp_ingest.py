@@ -73,7 +73,7 @@ def _wait_for(what: str, probe, timeout_s: float = 240.0):
 
 
 def _export(settings, run: str) -> list[dict]:
-    out = _cli(settings, "export", "--run", run)
+    out = _cli(settings, "export", "--run", run, "--no-checkpoints")  # docs only
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 

@@ -48,8 +48,26 @@ def test_migrate_is_idempotent_and_recorded(store_url):
     with open_store(store_url) as s:
         ledger = s.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version").rows
         tables = {r[0] for r in s.query("SHOW TABLES").rows}
-    assert ledger == [(1, "0001_audit_tables")]
+    from processors.audit.migrations import MIGRATIONS_DIR
+
+    assert ledger == [(int(p.name[:4]), p.stem) for p in sorted(MIGRATIONS_DIR.glob("[0-9]*.sql"))]
     assert set(COLUMNS) <= tables
+
+
+def test_migrate_applies_across_a_gap_and_fills_it_later(tmp_path):
+    """Migrations land from parallel branches (0003 before 0002 is merged): each missing version is applied."""
+    mig = tmp_path / "mig"
+    mig.mkdir()
+    (mig / "schema_migrations.sql").write_text(
+        (REPO / "infra/clickhouse/migrations/schema_migrations.sql").read_text())
+    (mig / "0001_a.sql").write_text("CREATE TABLE IF NOT EXISTS a (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    (mig / "0003_c.sql").write_text("CREATE TABLE IF NOT EXISTS c (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    url = f"chdb://{tmp_path / 'ch'}"
+    assert migrate(url, directory=mig) == ["0001_a", "0003_c"]
+    (mig / "0002_b.sql").write_text("CREATE TABLE IF NOT EXISTS b (x UInt8) ENGINE = MergeTree ORDER BY x;")
+    assert migrate(url, directory=mig) == ["0002_b"]
+    with open_store(url) as s:
+        assert {r[0] for r in s.query("SHOW TABLES").rows} >= {"a", "b", "c"}
 
 
 def test_migrate_refuses_an_edited_migration(tmp_path):
@@ -258,3 +276,19 @@ def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
         assert stmt.split("ORDER BY")[1].split() == local.split("ORDER BY")[1].split()
         assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
                    for s in cluster)
+
+
+def test_checkpoints_land_in_their_table_and_verify_from_it(store):
+    """Issue #18: a checkpoint row keeps the exact record, so an auditor can re-check it from the table."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from processors.core.checkpoint import key_id, sign_checkpoint, verify_checkpoint
+
+    key = Ed25519PrivateKey.generate()
+    cps = [sign_checkpoint(key, run_id="r1", sequence=s, head_hash=f"{s:064x}", state_hash="b" * 64) for s in (9, 19)]
+    store.insert_records("checkpoint", [{**c, "_position": {"partition": 0, "offset": i}} for i, c in enumerate(cps)])
+    rows = store.query("SELECT sequence, key_id, head_hash, doc FROM checkpoints WHERE run_id = {r:String} "
+                       "ORDER BY sequence", {"r": "r1"}).rows
+    assert [(r[0], r[1], r[2]) for r in rows] == [(9, key_id(key), f"{9:064x}"), (19, key_id(key), f"{19:064x}")]
+    assert [json.loads(r[3]) for r in rows] == cps
+    assert all(verify_checkpoint(json.loads(r[3]), {key_id(key): key.public_key()}) is None for r in rows)
