@@ -1,6 +1,12 @@
 """Tampering with the committed log while the worker runs.
 
-Two forgeries are appended to the log topic behind the sequencer's back:
+First, a forger who can replace the whole log (delete and re-create the topic, or write the
+audit tables) rewrites one event and recomputes every ``hash`` and ``stateHash`` after it, and
+keeps the worker's checkpoints: the chain checks out, ``agentlog replay`` says ``match``, and only
+``agentlog verify`` (the signed checkpoints, issue #18) fails, naming the first unverified index.
+The forged log is written under another topic prefix, standing for the replaced topic.
+
+Then two forgeries are appended to the log topic behind the sequencer's back:
 
 * a rewritten copy of an already committed sequence ``k`` (same runId/sequence/eventId, altered
   payload, the original prevHash/hash kept): replay reports ``tampered`` at ``k``, and the live
@@ -18,19 +24,22 @@ import uuid
 
 import pytest
 
+from processors.core.checkpoint import key_id, load_public_key
 from processors.replay.rederive import replay_run
+from processors.replay.verify import load_from_log, verify_run
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
 from tests.faults.gen import synthetic_run
-from tests.integration.replay.helpers import HandLog, digested
+from tests.integration.replay.helpers import HandLog, digested, records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.core.forgery import forge
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
-    settings = settings.replace(snapshot_every=10)
+    settings = settings.replace(snapshot_every=10, checkpoint_every=10)
     asyncio.run(ensure_topics(settings))
     run_id = f"tamper-{uuid.uuid4().hex[:8]}"
     docs = synthetic_run(run_id, 30, random.Random(11))
@@ -44,8 +53,28 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
             return await digested(settings, run_id, len(docs)) is not None
 
         await wait_until(settled, timeout=180, what="every digest recorded", worker=worker)
+
+        async def signed():
+            return any(c["sequence"] == len(docs) - 1 for c in await records_of(settings, "checkpoints", run_id))
+
+        await wait_until(signed, timeout=120, what="the terminal checkpoint", worker=worker)
         log = await read_run(settings, run_id)
         assert (await replay_run(settings, run_id)).verdict == "match"  # the control
+        pub = load_public_key((settings.home / "keys" / "ed25519.pub.pem").read_bytes())
+        keys = {key_id(pub): pub}
+        untouched = verify_run(await load_from_log(settings, run_id), run_id, keys, handoff_mode="auto")
+        assert untouched.verified, untouched.failure
+
+        # The forger replaces the log: event k rewritten, every later hash and stateHash recomputed,
+        # the worker's checkpoints kept (it cannot sign new ones without the worker's private key).
+        forged = forge(list(log), k, lambda d: d["payload"].update(value=-1))
+        replaced = settings.replace(topic_prefix=settings.topic_prefix + "-replaced")
+        async with HandLog(replaced) as hand:
+            await hand.log(forged)
+            for cp in await records_of(settings, "checkpoints", run_id):
+                await hand.send("checkpoints", run_id, cp)
+        assert (await replay_run(replaced, run_id, from_seq=0)).verdict == "match"  # today's check passes
+        caught = verify_run(await load_from_log(replaced, run_id), run_id, keys, handoff_mode="auto")
 
         rewritten = copy.deepcopy(log[k])
         rewritten["doc"]["payload"]["value"] = -1
@@ -67,10 +96,11 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
         assert found == {(docs[k]["eventId"], "hash_chain_broken"), (f"{run_id}:forged", "hash_chain_broken")}
         assert (await read_run(settings, run_id)).conflicts  # readers keep the first copy and note the other
         result = await replay_run(settings, run_id, from_seq=0)
-        return result
+        appended = verify_run(await load_from_log(settings, run_id), run_id, keys, handoff_mode="auto")
+        return result, caught, appended
 
     try:
-        result = asyncio.run(scenario())
+        result, caught, appended = asyncio.run(scenario())
         assert worker.alive()
     finally:
         worker.stop()
@@ -78,5 +108,15 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
     d = result.first_divergence
     assert (d.at_sequence, d.kind) == (k, "tampered")
     assert (d.path, d.expected, d.actual) == ("doc.payload.value", docs[k]["payload"]["value"], -1)
+    f = caught.failure
+    assert f is not None and f.code == "checkpoint_mismatch", caught
+    assert f.at_sequence == k // 10 * 10 and f.checkpoint_sequence == k // 10 * 10 + 9  # the span k lies in
+    assert caught.last_signed == (k // 10 * 10 - 1 if k >= 10 else None)
+    # the appended copies: the rewritten one is a later copy (readers keep the first), the forged next
+    # record does not continue the chain
+    assert appended.failure is not None and (appended.failure.code, appended.failure.at_sequence) == (
+        "hash_chain_broken", len(docs)), appended
     ledger.record("tamper", sent=len(docs), accepted=len(docs), violations={"hash_chain_broken": 2},
-                  forged_records=2, replay_first_divergence=f"{d.kind}@{d.at_sequence}")
+                  forged_records=2, replay_first_divergence=f"{d.kind}@{d.at_sequence}",
+                  verify_first_forged=f"{f.code}@{f.at_sequence}..{f.checkpoint_sequence} (rewritten: {k}; "
+                                      f"replay of the rewrite: match)")
