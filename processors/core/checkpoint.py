@@ -31,6 +31,7 @@ import base64
 import binascii
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from cryptography.exceptions import InvalidSignature
@@ -55,6 +56,7 @@ __all__ = [
     "load_private_key",
     "load_public_key",
     "private_key_pem",
+    "public_key_path",
     "public_key_pem",
     "sign_checkpoint",
     "statement_bytes",
@@ -126,6 +128,12 @@ def load_public_key(pem: bytes, *, where: str = "the public key") -> Ed25519Publ
     if not isinstance(key, Ed25519PublicKey):
         raise CheckpointKeyError(f"{where} is a {type(key).__name__}, not an Ed25519 key")
     return key
+
+
+def public_key_path(private: Path) -> Path:
+    """Where the public half of a key file is written: ``…/ed25519.pem`` → ``…/ed25519.pub.pem``."""
+    name = private.name[:-4] if private.name.endswith(".pem") else private.name
+    return private.with_name(f"{name}.pub.pem")
 
 
 def key_id(key: Ed25519PublicKey | Ed25519PrivateKey) -> str:

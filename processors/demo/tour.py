@@ -41,6 +41,7 @@ from infra.kafka import local
 from processors.audit.migrations import migrate
 from processors.audit.server import query_via_worker
 from processors.audit.store import read_owner
+from processors.core.checkpoint import public_key_path
 from processors.replay import compare_runs, replay_run
 from schemas.canonical import GENESIS, chain_hash
 from schemas.errors import AgentlogError, InfraError
@@ -656,7 +657,9 @@ def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> N
         ("agentlog query refusals", "refusal rate per model"),
         (f"agentlog query replay-verdicts --param source_run_id={r}", "the verdicts of the two re-executions"),
         (f"agentlog replay --run {r} --from-seq 5", "re-derive the run yourself"),
-        (f"agentlog export --run {r}", "the run as JSON lines"),
+        (f"agentlog export --run {r}", "the run as JSON lines, then its signed checkpoints"),
+        (f"agentlog verify --run {r} --public-key {public_key_path(settings.signing_key_path)}",
+         "check the worker's signatures over the run"),
         (f"agentlog report --run {r} --out {r}.html", "causation graph + handoff timeline as one HTML page"),
         ("agentlog capabilities --json", "what this store can prove, checked now"),
         (f"curl {summary.worker.get('url')}/metrics", "Prometheus metrics of the worker"),

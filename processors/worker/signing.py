@@ -23,6 +23,7 @@ from processors.core.checkpoint import (
     key_id,
     load_private_key,
     private_key_pem,
+    public_key_path,
     public_key_pem,
 )
 from streams.settings import Settings
@@ -39,12 +40,6 @@ class SigningKey:
     key: Ed25519PrivateKey
     key_id: str
     path: Path
-
-
-def public_key_path(private: Path) -> Path:
-    """``…/ed25519.pem`` → ``…/ed25519.pub.pem``."""
-    name = private.name[:-4] if private.name.endswith(".pem") else private.name
-    return private.with_name(f"{name}.pub.pem")
 
 
 def load_or_create_signing_key(settings: Settings) -> SigningKey:

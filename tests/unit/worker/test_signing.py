@@ -6,8 +6,8 @@ import stat
 
 import pytest
 
-from processors.core.checkpoint import CheckpointKeyError, key_id, load_public_key
-from processors.worker.signing import load_or_create_signing_key, public_key_path
+from processors.core.checkpoint import CheckpointKeyError, key_id, load_public_key, public_key_path
+from processors.worker.signing import load_or_create_signing_key
 from streams.settings import Settings
 
 
