@@ -69,7 +69,7 @@ PURPOSE = "agentlog/checkpoint/v1"
 
 #: Stable failure codes of :func:`verify_history` (CLI ``--json``, the README's table).
 FailureCode = Literal[
-    "empty_history", "log_gap", "wrong_run", "hash_chain_broken", "state_hash_mismatch", "bad_checkpoint",
+    "empty_history", "log_gap", "wrong_run", "bad_event", "hash_chain_broken", "state_hash_mismatch", "bad_checkpoint",
     "unknown_key", "signature_invalid", "checkpoint_mismatch", "terminal_checkpoint_missing",
     "checkpoint_beyond_history", "unsigned_tail",
 ]
@@ -269,7 +269,7 @@ def verify_history(
             continue  # a redelivered record: byte-identical
         seen.add(ident)
         seq = cp.get("sequence")
-        by_seq.setdefault(seq if type(seq) is int else -1, []).append(cp)
+        by_seq.setdefault(seq if type(seq) is int and seq >= 0 else -1, []).append(cp)
 
     head, state, hasher = GENESIS, None, StateHasher()
     last_signed: int | None = None
@@ -299,13 +299,16 @@ def verify_history(
         if doc.get("sequence") != index:
             return result(VerifyFailure("log_gap", index, f"expected sequence {index}, found {doc.get('sequence')!r}: "
                                         "an event is missing or out of order"), index)
-        new_head = chain_hash(head, dict(doc))
+        try:
+            new_head = chain_hash(head, dict(doc))
+            state, _ = fold(state, doc, handoff_mode=handoff_mode)
+        except Exception as e:  # an unvalidated doc from a file: not something the worker committed
+            return result(VerifyFailure("bad_event", index, f"event {index} cannot be hashed or folded: {e}"), index)
         if committed and (rec.get("prevHash") != head or rec.get("hash") != new_head):
             return result(VerifyFailure("hash_chain_broken", index, (
                 f"record {index} carries prevHash {rec.get('prevHash')} / hash {rec.get('hash')}, its doc chains to "
                 f"{head} / {new_head}")), index)
         head = new_head
-        state, _ = fold(state, doc, handoff_mode=handoff_mode)
         due = by_seq.get(index, [])
         recorded_state = rec.get("stateHash") if committed else None
         state_hash = hasher(state) if (due or recorded_state is not None) else None

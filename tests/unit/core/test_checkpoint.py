@@ -239,3 +239,14 @@ def test_redelivered_checkpoints_count_once():
     records, cps = signed_history(_run(), KEY, every=10)
     result = verify_history("r-sign", records, cps + [dict(c) for c in cps], _keys(KEY))
     assert result.verified and result.checkpoints_verified == 3
+
+
+def test_an_event_that_cannot_be_canonicalised_and_a_negative_checkpoint_are_named():
+    records, cps = signed_history(_run(), KEY, every=10)
+    docs = [r["doc"] for r in records]
+    bad = copy.deepcopy(docs)
+    bad[3]["payload"] = {"name": "n", "value": 2**60}  # beyond I-JSON: no JCS form, so no hash
+    f = verify_history("r-sign", bad, cps, _keys(KEY)).failure
+    assert (f.code, f.at_sequence) == ("bad_event", 3)
+    negative = dict(cps[0], sequence=-1)
+    assert verify_history("r-sign", docs, [negative, *cps], _keys(KEY)).failure.code == "bad_checkpoint"
