@@ -14,6 +14,7 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from schemas.errors import AgentlogError, ConfigError
 from streams.settings import load_settings
@@ -59,18 +60,19 @@ def verify_command(
     if as_json:
         typer.echo(json.dumps(result.to_json_dict(), ensure_ascii=False, sort_keys=True))
     else:
-        console = Console(highlight=False)
+        console = Console(highlight=False, soft_wrap=True)  # hashes stay on one line, for copying
         source = f"export {export}" if export is not None else "committed log + checkpoints topic"
         if result.failure is None:
-            console.print(f"[bold green]verified[/]: run {run}, {result.events} events, "
-                          f"{result.checkpoints_verified} checkpoints ({source})", markup=True)
+            console.print(f"[bold green]verified[/]: run {escape(run)}, {result.events} events, "
+                          f"{result.checkpoints_verified} checkpoints ({escape(source)})")
         else:
             f = result.failure
             where = f" (checkpoint at {f.checkpoint_sequence})" if f.checkpoint_sequence is not None else ""
-            console.print(f"[bold red]NOT verified[/]: run {run}: error[{f.code}] first unverified index "
-                          f"{f.at_sequence}{where}")
+            console.print(f"[bold red]NOT verified[/]: run {escape(run)}: {escape(f'error[{f.code}]')} "
+                          f"first unverified index {f.at_sequence}{where}")
             console.print(f"  {f.detail}", markup=False)
-        console.print(f"  head hash {result.head_hash}; last signed sequence {result.last_signed}; "
+        console.print(f"  head hash of events 0..{result.events - 1}: {result.head_hash}; "
+                      f"last signed sequence {result.last_signed}; "
                       f"keys {', '.join(k[:16] for k in result.key_ids) or '-'}", markup=False)
         for note in result.notes:
             console.print(f"  note: {note}", markup=False)

@@ -217,7 +217,7 @@ class VerifyResult:
     """What :func:`verify_history` found. ``verified`` iff ``failure`` is None."""
 
     run_id: str
-    events: int
+    events: int  # events checked (on a failure: those before the point of failure); ``head_hash`` is theirs
     checkpoints_verified: int
     last_signed: int | None  # the highest sequence a verified checkpoint covers
     head_hash: str
