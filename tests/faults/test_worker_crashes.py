@@ -8,7 +8,9 @@ Afterwards, against oracles computed here from the published docs alone:
   with the same hashes (the raw row count tells how many redelivered rows FINAL absorbed);
 * every run's final snapshot is at its last sequence and equals the clean offline fold
   (variables, channels, status and the handoff machines), with the right head hash;
-* nothing was rejected and nothing was flagged.
+* nothing was rejected and nothing was flagged;
+* every run verifies against the worker's signed checkpoints (issue #18): redelivered checkpoints are
+  byte-identical, and every terminal event is signed despite the kills.
 
 Size: ``AGENTLOG_FAULT_EVENTS`` events (default below), 100 per synthetic run, plus realistic
 handoff families (planner + children) from tests/unit/core/runs.py; ``AGENTLOG_FAULT_KILLS`` SIGKILLs
@@ -27,6 +29,7 @@ from collections import Counter
 import pytest
 
 from processors.audit.store import open_store
+from processors.core.checkpoint import key_id, load_public_key, verify_history
 from processors.core.fold import fold_all, state_hash
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
@@ -153,9 +156,12 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         violations = [v async for _, _, _, v in read_topic(settings, "violations")]
         transitions = {(t["parentRunId"], t["eventId"]) async for _, _, _, t in read_topic(settings, "transitions")}
         sample = [await read_run(settings, r) for r in list(runs)[:3]]
-        return log, copies, conflicts, snaps, rejections, violations, transitions, sample
+        signed: dict[str, list[dict]] = {}
+        async for _, _, _, cp in read_topic(settings, "checkpoints"):
+            signed.setdefault(cp["runId"], []).append(cp)
+        return log, copies, conflicts, snaps, rejections, violations, transitions, sample, signed
 
-    log, copies, conflicts, snaps, rejections, violations, transitions, sample = asyncio.run(read_back())
+    log, copies, conflicts, snaps, rejections, violations, transitions, sample, signed = asyncio.run(read_back())
     assert conflicts == 0, "different records at the same (runId, sequence)"
     assert all(s.conflicts == [] for s in sample)
     assert rejections == [], rejections[:3]
@@ -175,6 +181,15 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         assert snap["stateHash"] == state_hash(clean)
         assert snap["headHash"] == chain_of(docs)[-1][1]
     assert sum(len(v) for k, v in log.items() if k in runs) == total
+    public = load_public_key((settings.home / "keys" / "ed25519.pub.pem").read_bytes())
+    unverified = {}
+    for run_id in runs:
+        result = verify_history(run_id, [log[run_id][s] for s in sorted(log[run_id])], signed.get(run_id, []),
+                                {key_id(public): public})
+        if not result.verified:
+            unverified[run_id] = result.failure
+    assert unverified == {}, dict(list(unverified.items())[:3])
+    checkpoint_copies = sum(len(v) for k, v in signed.items() if k in runs)
     expected_transitions = {(d["runId"], d["eventId"]) for docs in runs.values() for d in docs
                             if d["type"] == "core.workflowChain.event"}
     assert expected_transitions <= transitions
@@ -199,7 +214,8 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         runs=len(runs), kills=len(kills), kill_points_log_end=kills, log_redelivered_copies=copies,
         clickhouse_rows_raw=raw_rows, clickhouse_rows_final=final_rows,
         clickhouse_duplicates_absorbed=raw_rows - final_rows, snapshot_rows_raw=snap_rows,
-        seconds_to_drain=round(drained_after, 1),
+        seconds_to_drain=round(drained_after, 1), runs_verified_by_signature=len(runs),
+        checkpoint_records=checkpoint_copies,
     )
     del worker_log
 
