@@ -24,6 +24,7 @@ from schemas.errors import ConfigError
 __all__ = [
     "SUPPORTED_KEYS",
     "KafkaSecurity",
+    "acl_hint",
     "bootstrap",
     "client_kwargs",
     "kcat_args",
@@ -200,6 +201,15 @@ def client_kwargs(settings: Settings) -> dict[str, Any]:
     if security.uses_tls:
         kwargs["ssl_context"] = security.ssl_context()
     return kwargs
+
+
+def acl_hint(settings: Settings) -> str:
+    """A clause for "not found" errors: on a secured cluster a topic the principal may not describe looks absent."""
+    security = load_security(settings)
+    if security is None or not security.sasl_username:
+        return ""
+    return (f", or Kafka's ACLs do not let {security.sasl_username!r} (AGENTLOG_KAFKA_CONFIG={security.source}) "
+            "use it; use the properties file of a principal that may")
 
 
 def kcat_args(settings: Settings) -> list[str]:
