@@ -8,6 +8,8 @@ data, logs and PID files live under ``AGENTLOG_HOME/kafka`` and survive ``down``
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -28,7 +30,10 @@ infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status
 def _settings(port: int | None = None) -> Settings:
     from streams.settings import load_settings
 
-    settings = load_settings()
+    # An exported AGENTLOG_KAFKA_CONFIG naming a file `infra up --secure` has yet to write must not
+    # stop that very command (issue #18): until the file exists, only AGENTLOG_KAFKA_BOOTSTRAP counts.
+    config = os.environ.get("AGENTLOG_KAFKA_CONFIG")
+    settings = load_settings() if not config or Path(config).expanduser().is_file() else load_settings(kafka_config="")
     if port is not None:
         settings = settings.replace(kafka_bootstrap=f"127.0.0.1:{port}")
     return settings

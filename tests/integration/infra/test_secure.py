@@ -244,3 +244,19 @@ def test_pipeline_end_to_end_on_the_secure_broker(stack, tmp_path):
     shown = "\n".join([published.stdout, published.stderr, replayed.stdout, replayed.stderr,
                        exported.stdout, exported.stderr, denied.stdout, denied.stderr, worker.log_tail(10_000)])
     assert not [p for p in stack.passwords.values() if p in shown]
+
+
+def test_the_demo_runs_with_the_worker_properties(stack, tmp_path):
+    """`agentlog demo` with AGENTLOG_KAFKA_CONFIG=worker.properties: the whole tour on the secure broker."""
+    from rich.console import Console
+
+    from processors.demo.tour import run_demo, stop_worker
+    from tests.integration.demo.test_demo_e2e import _free_port
+
+    settings = stack.settings("worker", tmp_path).replace(web_port=_free_port())
+    try:
+        summary = run_demo(settings, Console(quiet=True))
+    finally:
+        stop_worker(settings)
+    assert summary.head_verified and len(summary.head_hash) == 64
+    assert summary.offset_replay["status"] == "match", summary.offset_replay

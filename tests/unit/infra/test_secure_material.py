@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import stat
 
-from infra.kafka import secure
+import pytest
+
+from infra.kafka import local, secure
+from schemas.errors import InfraError
 from streams.security import client_kwargs, load_security
 from streams.settings import load_settings
 
@@ -48,3 +52,27 @@ def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix():
         "TOPIC PREFIXED p1. User:worker ALL", "TOPIC PREFIXED p1-worker User:worker ALL",
         "GROUP PREFIXED p1-worker User:worker ALL"]
     assert all(len(line.split()) == 5 for line in lines)
+
+
+def test_a_plain_home_is_not_silently_turned_secure_nor_a_secure_one_plain(tmp_path):
+    """Both refusals happen before any JVM is launched (no broker in a unit test)."""
+    settings = load_settings(home=tmp_path, kafka_bootstrap="127.0.0.1:29092", kafka_config="")
+    topology = {"nodes": 1, "base_port": 29092, "cluster_id": "c", "kafka_version": settings.kafka_version}
+    (tmp_path / "kafka").mkdir()
+    (tmp_path / "kafka" / "cluster.json").write_text(json.dumps(topology))  # written before --secure existed
+    with pytest.raises(InfraError) as plain_to_secure:
+        local.start(settings, secure=True)
+    assert plain_to_secure.value.code == "topology_mismatch" and "(secure)" in str(plain_to_secure.value)
+
+    (tmp_path / "kafka" / "cluster.json").write_text(json.dumps({**topology, "secure": True}))
+    with pytest.raises(InfraError) as secure_to_plain:
+        local.start(settings, secure=False)
+    assert secure_to_plain.value.code == "topology_mismatch" and "secure stack" in str(secure_to_plain.value)
+    assert local.secure_properties(settings) == {p: tmp_path / "secure" / f"{p}.properties" for p in secure.PRINCIPALS}
+
+
+def test_the_secure_stack_is_one_node(tmp_path):
+    settings = load_settings(home=tmp_path, kafka_bootstrap="127.0.0.1:29092", kafka_config="")
+    with pytest.raises(InfraError, match="one node") as e:
+        local.start(settings, nodes=3, secure=True)
+    assert e.value.code == "config_error"
