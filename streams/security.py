@@ -24,6 +24,7 @@ from schemas.errors import ConfigError
 __all__ = [
     "SUPPORTED_KEYS",
     "KafkaSecurity",
+    "KafkaSettings",
     "acl_hint",
     "bootstrap",
     "client_kwargs",
@@ -43,7 +44,7 @@ SUPPORTED_KEYS = (
 )
 
 
-class Settings(Protocol):
+class KafkaSettings(Protocol):
     """What this module reads of :class:`streams.settings.Settings`.
 
     A protocol, not an import: ``load_settings`` applies the file's ``bootstrap.servers`` through
@@ -158,7 +159,7 @@ def parse_properties(text: str, source: Path) -> KafkaSecurity:
     )
 
 
-def load_security(settings: Settings) -> KafkaSecurity | None:
+def load_security(settings: KafkaSettings) -> KafkaSecurity | None:
     """The parsed ``settings.kafka_config`` file, or None when no file is configured."""
     if not settings.kafka_config:
         return None
@@ -173,7 +174,7 @@ def load_security(settings: Settings) -> KafkaSecurity | None:
     return parse_properties(text, path)
 
 
-def bootstrap(settings: Settings) -> str:
+def bootstrap(settings: KafkaSettings) -> str:
     """The bootstrap servers to use: the properties file's ``bootstrap.servers`` wins over the setting."""
     security = load_security(settings)
     if security is not None and security.bootstrap_servers:
@@ -181,7 +182,7 @@ def bootstrap(settings: Settings) -> str:
     return settings.kafka_bootstrap
 
 
-def client_kwargs(settings: Settings) -> dict[str, Any]:
+def client_kwargs(settings: KafkaSettings) -> dict[str, Any]:
     """Connection arguments for any aiokafka client (producer, consumer, admin).
 
     ``bootstrap_servers`` always; with a properties file also ``security_protocol`` and, as it
@@ -203,7 +204,7 @@ def client_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
-def acl_hint(settings: Settings) -> str:
+def acl_hint(settings: KafkaSettings) -> str:
     """A clause for "not found" errors: on a secured cluster a topic the principal may not describe looks absent."""
     security = load_security(settings)
     if security is None or not security.sasl_username:
@@ -212,7 +213,7 @@ def acl_hint(settings: Settings) -> str:
             "use it; use the properties file of a principal that may")
 
 
-def kcat_args(settings: Settings) -> list[str]:
+def kcat_args(settings: KafkaSettings) -> list[str]:
     """Arguments that point ``kcat`` at the configured broker: ``-F <file>`` when one is configured."""
     if settings.kafka_config:
         args = ["-F", str(Path(settings.kafka_config).expanduser().resolve())]
