@@ -13,6 +13,10 @@ _EXPORTS: dict[str, str] = {
     # settings
     "Settings": "streams.settings",
     "load_settings": "streams.settings",
+    # Kafka client security (issue #18): AGENTLOG_KAFKA_CONFIG properties file
+    "KafkaSecurity": "streams.security",
+    "client_kwargs": "streams.security",
+    "load_security": "streams.security",
     # topics and admin
     "TopicSpec": "streams.topics",
     "catalogue": "streams.topics",

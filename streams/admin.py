@@ -15,11 +15,13 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
 
 from schemas.errors import InfraError
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import TopicSpec, catalogue
 
 _TOPIC_ALREADY_EXISTS = 36
 _INVALID_REPLICATION_FACTOR = 38
+_TOPIC_AUTHORIZATION_FAILED = 29
 log = logging.getLogger("agentlog.admin")
 # How long to wait for a newly created topic's partitions to get leaders; creation is async in KRaft.
 _LEADER_WAIT_S = 30.0
@@ -40,7 +42,7 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
     on every start-up is safe.
     """
     specs = catalogue(settings) if specs is None else specs
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=30_000)
+    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=30_000)
     try:
         await admin.start()
     except KafkaConnectionError as e:
@@ -53,11 +55,17 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
         response = await admin.create_topics(
             [NewTopic(s.name, s.partitions, s.replication, topic_configs=s.config) for s in missing]
         )
-        created = []
+        created, denied = [], set()
         for entry in response.topic_errors:
             name, code = entry[0], entry[1]
             if code == 0:
                 created.append(name)
+            elif code == _TOPIC_AUTHORIZATION_FAILED:
+                # A secured cluster (issue #18): a host principal may describe and write only the
+                # ingest topic, so every other topic looks missing to it and it may create none. The
+                # worker or `agentlog infra up --secure` creates them; not this client's business.
+                log.debug("not authorised to create or describe topic %s; left to the worker", name)
+                denied.add(name)
             elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
                 message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
                 if code == _INVALID_REPLICATION_FACTOR:
@@ -67,7 +75,9 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
                         code="replication_unavailable",
                     )
                 raise InfraError(f"could not create topic {name}: {message} (Kafka error {code})")
-        await _wait_for_leaders(admin, [s.name for s in missing])
+        waited = [s.name for s in missing if s.name not in denied]
+        if waited:
+            await _wait_for_leaders(admin, waited)
         return created
     except KafkaConnectionError as e:
         raise _unreachable(settings, e) from e

@@ -46,6 +46,7 @@ from schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
 from schemas.validate import validate_doc
 from streams.admin import ensure_topics
 from streams.codec import encode_avro, encode_json
+from streams.security import client_kwargs
 from streams.settings import Settings, load_settings
 from streams.topics import topic_name
 
@@ -178,7 +179,7 @@ class Publisher:
         self._encode = encode_avro if wire == "avro" else encode_json
         self._ensure = ensure
         self._producer = AIOKafkaProducer(
-            bootstrap_servers=settings.kafka_bootstrap,
+            **client_kwargs(settings),
             client_id=client_id,
             acks="all",
             enable_idempotence=True,

@@ -19,6 +19,7 @@ from aiokafka.partitioner import murmur2
 from schemas.errors import AgentlogError, InfraError
 from streams.codec import decode_ingest, decode_record
 from streams.internals import load_topic_metadata
+from streams.security import acl_hint, client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -47,7 +48,7 @@ def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
 
 def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_kwargs(settings),
         group_id=None,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -61,7 +62,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings
     await load_topic_metadata(consumer, topic)
     parts = consumer.partitions_for_topic(topic)
     if not parts:
-        raise InfraError(f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`")
+        raise InfraError(
+            f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`{acl_hint(settings)}"
+        )
     return sorted(parts)
 
 

@@ -33,6 +33,10 @@ class Settings:
     kafka_heap: str = "-Xms256m -Xmx1g"
     # Where the Kafka jars are cached (default: ~/.cache/agentlog/kafka-<version>), shared by checkouts
     kafka_cache: str = ""
+    # issue #18 security: a librdkafka/kcat client properties file (SASL/SCRAM, TLS CA; streams/security.py)
+    # used by every Kafka client we build. Its bootstrap.servers, when present, wins over kafka_bootstrap.
+    # Only the path is held here, so printing Settings never prints the password.
+    kafka_config: str = ""
     topic_prefix: str = "agentlog"
     partitions: int = 4
     replication_factor: int = 1
@@ -142,7 +146,12 @@ def load_settings(**overrides: object) -> Settings:
     values.update({k: v for k, v in overrides.items() if v is not None})
     if isinstance(values.get("home"), str):
         values["home"] = Path(values["home"]).expanduser().resolve()
-    return Settings(**values)
+    settings = Settings(**values)
+    if settings.kafka_config:  # issue #18 security
+        from streams.security import bootstrap
+
+        settings = settings.replace(kafka_bootstrap=bootstrap(settings))
+    return settings
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -39,7 +39,9 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 
+from infra.kafka import secure
 from schemas.errors import InfraError
+from streams.security import client_kwargs
 from streams.settings import Settings
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "kafka_cache_dir",
     "kafka_home",
     "port_free",
+    "secure_properties",
     "start",
     "start_node",
     "status",
@@ -61,6 +64,8 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 LOG4J_CONFIG = HERE / "log4j2.xml"
 PROPERTIES_TEMPLATE = HERE / "node.template.properties"
+# Appended to a node's properties by `infra up --secure` (issue #18): SASL_SSL listener, authorizer.
+SECURE_PROPERTIES = HERE / "node.secure.properties"
 
 HOST = "127.0.0.1"
 MAIN_CLASS = "kafka.Kafka"
@@ -109,6 +114,8 @@ class Topology:
     base_port: int
     cluster_id: str
     kafka_version: str
+    # issue #18 security: client listener SASL_SSL, StandardAuthorizer, SCRAM users, ACLs (infra/kafka/secure.py)
+    secure: bool = False
 
     def port(self, index: int) -> int:
         return self.base_port + index
@@ -384,16 +391,37 @@ def _check_ports(ports: list[int]) -> None:
 def _render_properties(settings: Settings, topo: Topology, index: int) -> str:
     voters = ",".join(f"{i + 1}@{HOST}:{topo.controller_port(i)}" for i in range(topo.nodes))
     replication = min(topo.nodes, 3)
-    return string.Template(PROPERTIES_TEMPLATE.read_text()).substitute(
-        node_id=index + 1,
-        voters=voters,
-        host=HOST,
-        port=topo.port(index),
-        controller_port=topo.controller_port(index),
-        data_dir=_node_dir(settings, index) / "data",
-        replication=replication,
-        min_isr=2 if replication >= 3 else 1,
-    )
+    values: dict[str, object] = {
+        "node_id": index + 1,
+        "voters": voters,
+        "host": HOST,
+        "port": topo.port(index),
+        "controller_port": topo.controller_port(index),
+        "data_dir": _node_dir(settings, index) / "data",
+        "replication": replication,
+        "min_isr": 2 if replication >= 3 else 1,
+    }
+    text = string.Template(PROPERTIES_TEMPLATE.read_text()).substitute(values)
+    if topo.secure:
+        material = _material(settings, topo)
+        text += string.Template(SECURE_PROPERTIES.read_text()).substitute(
+            values, **secure.server_properties(material))
+    return text
+
+
+def _material(settings: Settings, topo: Topology) -> secure.SecureMaterial:
+    bootstrap = ",".join(f"{HOST}:{topo.port(i)}" for i in range(topo.nodes))
+    return secure.ensure_material(settings, bootstrap)
+
+
+def _auth_kwargs(settings: Settings, topo: Topology) -> dict[str, object]:
+    """aiokafka connection arguments for the readiness probe: none, or the admin principal's."""
+    if not topo.secure:
+        return {}
+    admin = secure.secure_dir(settings) / "admin.properties"
+    kwargs = client_kwargs(settings.replace(kafka_config=str(admin)))
+    kwargs.pop("bootstrap_servers")
+    return kwargs
 
 
 def _jvm_base(settings: Settings, libs: Path, index: int, heap: str | None = None) -> list[str]:
@@ -420,6 +448,7 @@ def _format_storage(settings: Settings, topo: Topology, libs: Path, index: int) 
         # The format tool is a short-lived CLI: a small fixed heap, whatever the broker's is.
         *_jvm_base(settings, libs, index, heap="-Xmx256m"), STORAGE_TOOL, "format",
         "--cluster-id", topo.cluster_id, "--config", str(_properties_file(settings, index)),
+        *(secure.scram_format_args(_material(settings, topo)) if topo.secure else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -434,7 +463,8 @@ def _launch(settings: Settings, topo: Topology, libs: Path, index: int) -> int:
     node_dir = _node_dir(settings, index)
     node_dir.mkdir(parents=True, exist_ok=True)
     props = _properties_file(settings, index)
-    props.write_text(_render_properties(settings, topo, index))
+    # 0600 always: a secure node's file holds passwords, and a home may switch to secure.
+    secure.write_private(props, _render_properties(settings, topo, index))
     _format_storage(settings, topo, libs, index)
     cmd = [*_jvm_base(settings, libs, index), MAIN_CLASS, str(props)]
     log = _log_file(settings, index)
@@ -461,8 +491,9 @@ def _new_cluster_id() -> str:
 # --------------------------------------------------------------------------- readiness
 
 
-async def _registered_brokers(bootstrap: str, timeout_s: float) -> set[int]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+async def _registered_brokers(bootstrap: str, timeout_s: float, auth: dict[str, object]) -> set[int]:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000),
+                                **auth)
     try:
         await asyncio.wait_for(admin.start(), timeout_s)
         cluster = await asyncio.wait_for(admin.describe_cluster(), timeout_s)
@@ -481,7 +512,7 @@ def _accepts(address: str, timeout_s: float) -> bool:
     return True
 
 
-def _probe(bootstrap: str, timeout_s: float = 3.0) -> set[int]:
+def _probe(bootstrap: str, timeout_s: float = 3.0, auth: dict[str, object] | None = None) -> set[int]:
     """Broker ids the cluster reports through ``bootstrap``; empty if it does not answer yet."""
     # Cheap first check: until a port accepts, aiokafka would only log connection errors.
     if not any(_accepts(address, timeout_s) for address in bootstrap.split(",")):
@@ -489,7 +520,7 @@ def _probe(bootstrap: str, timeout_s: float = 3.0) -> set[int]:
 
     def run() -> set[int]:
         try:
-            return asyncio.run(_registered_brokers(bootstrap, timeout_s))
+            return asyncio.run(_registered_brokers(bootstrap, timeout_s, auth or {}))
         except Exception:  # any failure to answer = not ready yet; the caller keeps waiting
             return set()
 
@@ -558,7 +589,7 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
                     f"see {last_words}",
                     code="broker_start_failed",
                 )
-            if index + 1 in _probe(info.bootstrap):
+            if index + 1 in _probe(info.bootstrap, auth=_auth_kwargs(settings, topo)):
                 pending.remove(index)
         if pending and time.monotonic() > deadline:
             info = _node_info(settings, topo, pending[0])
@@ -574,12 +605,17 @@ def _wait_ready(settings: Settings, topo: Topology, indexes: list[int], timeout_
 # --------------------------------------------------------------------------- public API
 
 
-def start(settings: Settings, nodes: int | None = None, *, timeout_s: float = START_TIMEOUT_S) -> list[NodeInfo]:
+def start(settings: Settings, nodes: int | None = None, *, secure: bool | None = None,
+          timeout_s: float = START_TIMEOUT_S) -> list[NodeInfo]:
     """Start the local stack (or find it running) and return its nodes once every one answers.
 
     ``nodes=None`` keeps the recorded topology (1 node for a fresh home). Asking for another node
     count or port than the data in ``home`` was formatted for is an error (``topology_mismatch``):
     ``stop(settings, purge=True)`` first. A node already running is left alone (``started=False``).
+
+    ``secure=True`` (a fresh home, one node) makes the client listener SASL_SSL with SCRAM users and
+    ACLs (:mod:`infra.kafka.secure`); ``None`` keeps what the home was formatted as. On a secure
+    stack every call (re)creates the ACLs and the catalogue topics for ``settings.topic_prefix``.
     """
     home = kafka_home(settings)
     home.mkdir(parents=True, exist_ok=True)
@@ -591,15 +627,20 @@ def start(settings: Settings, nodes: int | None = None, *, timeout_s: float = ST
         if topo is None:
             topo = Topology(
                 nodes=nodes or 1, base_port=base_port,
-                cluster_id=_new_cluster_id(), kafka_version=settings.kafka_version,
+                cluster_id=_new_cluster_id(), kafka_version=settings.kafka_version, secure=bool(secure),
             )
-        elif (nodes is not None and nodes != topo.nodes) or base_port != topo.base_port:
+        elif (nodes is not None and nodes != topo.nodes) or base_port != topo.base_port or (
+                secure is not None and secure != topo.secure):
+            kind = "secure " if topo.secure else ""
             raise InfraError(
-                f"{home} holds a {topo.nodes}-node stack on port {topo.base_port}, not "
-                f"{nodes or topo.nodes} node(s) on port {base_port}; run `agentlog infra down --purge` "
+                f"{home} holds a {topo.nodes}-node {kind}stack on port {topo.base_port}, not "
+                f"{nodes or topo.nodes} node(s) on port {base_port}"
+                f"{' (secure)' if secure else ''}; run `agentlog infra down --purge` "
                 "to discard it, or use another AGENTLOG_HOME",
                 code="topology_mismatch",
             )
+        if topo.secure and topo.nodes != 1:
+            raise InfraError("the secure local stack has one node; drop --nodes or --secure", code="config_error")
         current = [_node_info(settings, topo, i) for i in range(topo.nodes)]
         to_start = [n.index for n in current if not n.alive]
         if to_start:
@@ -616,7 +657,38 @@ def start(settings: Settings, nodes: int | None = None, *, timeout_s: float = ST
                 for index in to_start:
                     _stop_index(settings, topo, index)
                 raise
+        if topo.secure:
+            _grant(settings, topo)
         return [_node_info(settings, topo, i, started=i in to_start) for i in range(topo.nodes)]
+
+
+def _grant(settings: Settings, topo: Topology) -> None:
+    """ACLs for ``settings.topic_prefix``, then its catalogue topics, both as admin (idempotent).
+
+    The topics are made here because the host principal may create none, and a host may well
+    publish before the worker first starts.
+    """
+    from streams.admin import ensure_topics
+
+    material = _material(settings, topo)
+    secure.create_acls(settings, material, _find_java(), ensure_kafka_jars(settings))
+    admin = settings.replace(kafka_config=str(material.properties("admin")))
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(ensure_topics(admin))
+        return
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        pool.submit(asyncio.run, ensure_topics(admin)).result()
+
+
+def secure_properties(settings: Settings) -> dict[str, Path]:
+    """The client properties file of each principal of a secure stack ({} for a plain one)."""
+    topo = _read_topology(settings)
+    if topo is None or not topo.secure:
+        return {}
+    directory = secure.secure_dir(settings)
+    return {user: directory / f"{user}.properties" for user in secure.PRINCIPALS}
 
 
 def status(settings: Settings) -> list[NodeInfo]:
@@ -704,6 +776,8 @@ def stop(settings: Settings, *, purge: bool = False, timeout_s: float = STOP_TIM
                         shutil.rmtree(child)
                     else:
                         child.unlink()
+            # The SCRAM users lived in the purged metadata: their passwords and certificates go too.
+            shutil.rmtree(secure.secure_dir(settings), ignore_errors=True)
     return before
 
 

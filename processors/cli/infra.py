@@ -8,6 +8,8 @@ data, logs and PID files live under ``AGENTLOG_HOME/kafka`` and survive ``down``
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
@@ -28,7 +30,10 @@ infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status
 def _settings(port: int | None = None) -> Settings:
     from streams.settings import load_settings
 
-    settings = load_settings()
+    # An exported AGENTLOG_KAFKA_CONFIG naming a file `infra up --secure` has yet to write must not
+    # stop that very command (issue #18): until the file exists, only AGENTLOG_KAFKA_BOOTSTRAP counts.
+    config = os.environ.get("AGENTLOG_KAFKA_CONFIG")
+    settings = load_settings() if not config or Path(config).expanduser().is_file() else load_settings(kafka_config="")
     if port is not None:
         settings = settings.replace(kafka_bootstrap=f"127.0.0.1:{port}")
     return settings
@@ -65,13 +70,19 @@ def up(
         None, "--port", "-p", help="Client port of node 1 (default: port of AGENTLOG_KAFKA_BOOTSTRAP)."
     ),
     migrate: bool = typer.Option(True, "--migrate/--no-migrate", help="Also apply the ClickHouse migrations."),
+    secure: bool = typer.Option(
+        False, "--secure",
+        help="Client port SASL_SSL (SCRAM users admin/worker/host, ACLs); writes $AGENTLOG_HOME/secure/*.properties.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
 ) -> None:
     """Start the local Kafka (fetching the jars with Maven the first time) and wait until it answers."""
     from infra.kafka import local
 
     settings = _settings(port)
-    result = local.start(settings, nodes=nodes)
+    # issue #18 security: --secure asks for a secure stack; without it, a home keeps what it was made as.
+    result = local.start(settings, nodes=nodes, secure=True if secure else None)
+    secure_files = local.secure_properties(settings)
     bootstrap = local.bootstrap_servers(result)
     already = not any(n.started for n in result)
     store_message, applied = _migrate(settings) if migrate else ("ClickHouse migrations not requested", [])
@@ -79,6 +90,7 @@ def up(
         typer.echo(json.dumps({
             "bootstrap": bootstrap, "alreadyRunning": already,
             "nodes": [n.to_dict() for n in result], "store": store_message, "migrationsApplied": applied,
+            "secure": {name: str(path) for name, path in secure_files.items()} or None,
         }))
         return
     if already:
@@ -88,7 +100,14 @@ def up(
             f"Kafka {settings.kafka_version} is up at {bootstrap} "
             f"({len(result)} node(s), home {local.kafka_home(settings)})"
         )
-    if bootstrap.split(",")[0] != settings.kafka_bootstrap.split(",")[0] or port is not None:
+    if secure_files:
+        # Paths only: the files hold the passwords, and output ends up in logs and terminals.
+        typer.echo(f"  SASL_SSL (SCRAM-SHA-512) with ACLs for topic prefix {settings.topic_prefix!r}; "
+                   "client files (mode 0600):")
+        for name, path in secure_files.items():
+            typer.echo(f"    {name:<7}{path}")
+        typer.echo(f"  export AGENTLOG_KAFKA_CONFIG={secure_files['worker']}   # or host / admin")
+    elif bootstrap.split(",")[0] != settings.kafka_bootstrap.split(",")[0] or port is not None:
         typer.echo(f"  export AGENTLOG_KAFKA_BOOTSTRAP={bootstrap}")
     typer.echo(store_message)
 

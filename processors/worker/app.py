@@ -32,6 +32,7 @@ from processors.metrics import METRICS
 from processors.worker import handoff, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
+from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
 from streams.admin import ensure_topics_patiently
 from streams.settings import Settings
@@ -40,16 +41,12 @@ from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 log = logging.getLogger("agentlog.worker")
 
 
-def _broker_urls(bootstrap: str) -> list[str]:
-    return [f"kafka://{host.strip()}" for host in bootstrap.split(",") if host.strip()]
-
-
 def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
     """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
-        broker=_broker_urls(settings.kafka_bootstrap),
+        **faust_broker_kwargs(settings),  # issue #18 security: SASL/TLS from AGENTLOG_KAFKA_CONFIG
         store="memory://",
         processing_guarantee="at_least_once",
         autodiscover=False,

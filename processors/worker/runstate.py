@@ -31,6 +31,7 @@ from processors.worker.batch import Batch
 from processors.worker.wiring import Wiring
 from streams.codec import decode_record, encode_record
 from streams.reader import read_run
+from streams.security import client_kwargs
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.runstate")
@@ -118,7 +119,7 @@ async def _check_log(wiring: Wiring) -> None:
     settings = wiring.settings
     consumer = AIOKafkaConsumer(
         topic_name(settings, "log"),
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_kwargs(settings),
         group_id=f"{settings.topic_prefix}-worker-logcheck",
         enable_auto_commit=False,
         auto_offset_reset="earliest",

@@ -31,6 +31,7 @@ from processors.demo.otel import run_planner
 from processors.worker.otlp import Receiver
 from streams.admin import ensure_topics
 from streams.reader import read_topic
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
@@ -67,7 +68,7 @@ def _free_port() -> int:
 
 
 async def _ours(settings: Settings, bodies: list[bytes], n_spans: int, phases: dict[str, float]) -> float:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                                 linger_ms=5, max_batch_size=1 << 20)
     await producer.start()
     spans_topic = topic_name(settings, "spans")

@@ -34,6 +34,7 @@ from streams.admin import ensure_topics
 from streams.codec import decode_record
 from streams.publisher import Publisher
 from streams.reader import _partitions
+from streams.security import client_kwargs
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
 from tests.bench import BenchContext
@@ -57,7 +58,7 @@ async def _publish(settings: Settings, n: int) -> None:
 async def _span(settings: Settings, short: str, n: int, timeout: float, proc=None) -> float:
     """Seconds between the first and the n-th record (broker timestamps) on a topic; waits for n."""
     topic = topic_name(settings, short)
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
@@ -104,13 +105,13 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, shor
 
 
 def _producer(settings: Settings) -> AIOKafkaProducer:
-    return AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+    return AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                             linger_ms=5, max_batch_size=1 << 20)
 
 
 async def _bare(settings: Settings, n: int) -> float:
     """Consume → produce of the same bytes, no work: what the broker and client allow here."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed")
     producer = _producer(settings)
     await consumer.start()
@@ -143,7 +144,7 @@ async def _raw(settings: Settings, n: int) -> float:
     from schemas.validate import validate_doc
     from streams.codec import decode_ingest, encode_record
 
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed")
     producer = _producer(settings)
     await consumer.start()
@@ -222,7 +223,7 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
 
 async def _read_log_with_ts(settings: Settings):
     """(partition, offset, timestamp, value) of the log (``read_topic`` gives no timestamps)."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:

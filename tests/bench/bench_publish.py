@@ -19,6 +19,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.avro import encode_avro
 from streams.admin import ensure_topics
 from streams.publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_BYTES, Publisher
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
@@ -58,7 +59,7 @@ async def _sdk(settings: Settings, n: int) -> tuple[_Clock, list[dict]]:
 
 async def _raw(settings: Settings, encoded: list[tuple[bytes, bytes]]) -> _Clock:
     producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap,
+        **client_kwargs(settings),
         acks="all",
         enable_idempotence=True,
         linger_ms=DEFAULT_LINGER_MS,

@@ -32,6 +32,7 @@ from streams.admin import ensure_topics
 from streams.codec import decode_record
 from streams.publisher import Publisher
 from streams.reader import read_topic
+from streams.security import client_kwargs
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
 from tests.bench import BenchContext
@@ -107,7 +108,7 @@ async def _middle_offset(settings: Settings, run_id: str, seq: int) -> tuple[int
 
 
 async def _raw(settings: Settings, partition: int, start: int) -> tuple[float, int]:
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None, enable_auto_commit=False,
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed",
                                 client_id="agentlog-reader")
     t0 = time.perf_counter()

@@ -21,6 +21,7 @@ from aiokafka import AIOKafkaProducer
 from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.codec import encode_record
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
@@ -46,7 +47,7 @@ def _committed(n: int) -> list[dict]:
 
 
 async def _produce(settings: Settings, records: list[dict]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True,
+    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                                 linger_ms=5, max_batch_size=1 << 20)
     await producer.start()
     try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import faust
 
+from processors.worker.security import faust_broker_kwargs
 from streams.settings import load_settings
 from streams.topics import topic_name
 
@@ -17,7 +18,7 @@ settings = load_settings()
 (settings.home / "passthrough-faust").mkdir(parents=True, exist_ok=True)
 app = faust.App(
     f"{settings.topic_prefix}-passthrough",
-    broker=f"kafka://{settings.kafka_bootstrap}",
+    **faust_broker_kwargs(settings),
     store="memory://",
     processing_guarantee="at_least_once",
     autodiscover=False,

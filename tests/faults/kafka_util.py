@@ -11,6 +11,7 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -23,9 +24,9 @@ class Offsets:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, group_id=None,
+        self.consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None,
                                          enable_auto_commit=False)
-        self.admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=20_000)
+        self.admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=20_000)
         self.group = f"{settings.topic_prefix}-worker"
 
     async def __aenter__(self) -> Offsets:

@@ -36,6 +36,7 @@ from schemas.avro import encode_avro
 from schemas.canonical import jcs
 from streams.admin import ensure_topics
 from streams.reader import read_run, read_topic
+from streams.security import client_kwargs
 from streams.topics import topic_name
 from tests.faults.accounting import Landing, landing
 from tests.faults.gen import synthetic_run
@@ -218,7 +219,7 @@ def _hypothesis_corpus(tag: str) -> list[Item]:
 
 
 async def _raise_ingest_limit(settings) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()
     try:
         await admin.alter_configs([ConfigResource(ConfigResourceType.TOPIC, topic_name(settings, "ingest"),
@@ -239,7 +240,7 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
     sent: list[tuple[int, int]] = []  # (partition, offset) of every record produced to ingest
 
     async def scenario():
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all",
+        producer = AIOKafkaProducer(**client_kwargs(settings), acks="all",
                                     max_request_size=BIG_LIMIT)
         await producer.start()
         try:

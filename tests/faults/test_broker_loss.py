@@ -20,6 +20,7 @@ from infra.kafka import local
 from streams.admin import ensure_topics
 from streams.publisher import Publisher, PublishError
 from streams.reader import read_topic
+from streams.security import client_kwargs
 from streams.settings import load_settings
 from tests.faults.gen import chain_of
 from tests.faults.kafka_util import Offsets
@@ -180,7 +181,7 @@ def test_worker_started_while_a_broker_is_down_waits_for_it_then_processes(tmp_p
         local.start_node(cluster, 1)
 
         async def scenario():
-            admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap)
+            admin = AIOKafkaAdminClient(**client_kwargs(settings))
             await admin.start()
             try:
                 async def topics_made():

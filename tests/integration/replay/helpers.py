@@ -18,6 +18,7 @@ from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.reader import read_run, read_topic
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -70,7 +71,7 @@ class HandLog:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        self.producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
 
     async def __aenter__(self) -> HandLog:
         await ensure_topics(self.settings)

@@ -19,6 +19,7 @@ from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.publisher import Publisher
 from streams.reader import read_run
+from streams.security import client_kwargs, kcat_args
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.tools import require_tool
@@ -134,7 +135,7 @@ def test_kcat_json_lines_decode_like_sdk_events(settings: Settings, tmp_path: Pa
     # librdkafka's default partitioner is consistent_random (CRC32); murmur2_random is the Java
     # client's, which the store assumes — hosts on librdkafka must set it, and so do we.
     proc = subprocess.run(
-        ["kcat", "-P", "-b", settings.kafka_bootstrap, "-t", topic_name(settings, "ingest"), "-K", "\t",
+        ["kcat", "-P", *kcat_args(settings), "-t", topic_name(settings, "ingest"), "-K", "\t",
          "-X", "topic.partitioner=murmur2_random"],
         input=lines.encode(), capture_output=True, timeout=60,
     )
@@ -146,7 +147,7 @@ def test_kcat_json_lines_decode_like_sdk_events(settings: Settings, tmp_path: Pa
 def test_reader_dedups_by_run_and_sequence(settings: Settings) -> None:
     async def produce() -> None:
         await ensure_topics(settings)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all")
+        producer = AIOKafkaProducer(**client_kwargs(settings), enable_idempotence=True, acks="all")
         await producer.start()
         try:
             ingest, log = topic_name(settings, "ingest"), topic_name(settings, "log")
@@ -183,7 +184,7 @@ def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> N
     async def scenario() -> tuple[list[int], int, int, int]:
         await ensure_topics(settings)
         part = partition_for(settings, "run-t")
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, enable_idempotence=True, acks="all")
+        producer = AIOKafkaProducer(**client_kwargs(settings), enable_idempotence=True, acks="all")
         await producer.start()
         try:
             offsets = []

@@ -16,6 +16,7 @@ from streams.codec import decode_ingest
 from streams.internals import load_topic_metadata
 from streams.publisher import Publisher, SyncPublisher
 from streams.reader import partition_for, read_run, read_topic
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -40,7 +41,7 @@ def upstream_validator() -> jsonschema.Draft202012Validator:
 async def raw_records(settings: Settings) -> list[tuple[int, bytes | None, bytes]]:
     """Every ingest record as (partition, key, value bytes), read with a bare consumer."""
     topic = topic_name(settings, "ingest")
-    consumer = AIOKafkaConsumer(bootstrap_servers=settings.kafka_bootstrap, enable_auto_commit=False)
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
     await consumer.start()
     try:
         await load_topic_metadata(consumer, topic)

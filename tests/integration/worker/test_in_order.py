@@ -10,6 +10,7 @@ from aiokafka import AIOKafkaProducer
 
 from processors.worker.batch import POSITION_KEY, in_order
 from streams.admin import ensure_topics
+from streams.security import client_kwargs
 from streams.topics import topic_name
 
 pytestmark = [pytest.mark.kafka]
@@ -35,7 +36,7 @@ async def _ingest_with(settings, n: int) -> str:
     """The ingest topic holding records ``v0``..``v{n-1}`` at offsets 0..n-1 of partition 0."""
     await ensure_topics(settings)
     topic = topic_name(settings, "ingest")
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
+    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True)
     await producer.start()
     try:
         for i in range(n):

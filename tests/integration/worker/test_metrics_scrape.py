@@ -25,6 +25,7 @@ from schemas.canonical import jcs
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
+from streams.security import client_kwargs
 from streams.topics import topic_name
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.core.runs import realistic_run
@@ -134,7 +135,7 @@ def test_metrics_lists_every_documented_series_and_health_is_ok(settings):
         assert status == 200 and json.loads(body)["ok"] is True, body
 
         assert (await publish_docs(settings, docs + [orphan] + source, wire="json")).accepted == len(docs) + 1 + len(source)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
         await producer.start()
         try:  # bypass the SDK's validation: the worker must refuse these itself
             await producer.send_and_wait(topic_name(settings, "ingest"), key=run_id.encode(), value=jcs(duplicate))

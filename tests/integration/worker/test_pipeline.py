@@ -17,6 +17,7 @@ from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
+from streams.security import kcat_args
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import require_tool
 from tests.unit.core.runs import child_runs, realistic_run
@@ -183,7 +184,7 @@ def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worke
     docs = realistic_run(run_id, mode="check")
     lines = "".join(f"{run_id}\t{json.dumps(d)}\n" for d in docs)
     proc = subprocess.run(
-        ["kcat", "-P", "-b", settings.kafka_bootstrap, "-t", topic_name(settings, "ingest"), "-K", "\t",
+        ["kcat", "-P", *kcat_args(settings), "-t", topic_name(settings, "ingest"), "-K", "\t",
          "-X", "topic.partitioner=murmur2_random"],
         input=lines.encode(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()

@@ -22,6 +22,7 @@ from processors.worker.app import build_app, internal_topic_specs
 from streams.admin import ensure_topics, ensure_topics_patiently
 from streams.publisher import publish_docs
 from streams.reader import partition_for, read_run
+from streams.security import client_kwargs
 from tests.integration.replay.helpers import HandLog, chained, committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
@@ -48,7 +49,7 @@ def test_worker_continues_a_run_whose_old_run_state_lagged_its_head(settings):
         partition = partition_for(settings, run_id)
         async with HandLog(settings) as hand:
             where = await hand.log(old_log)
-        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        producer = AIOKafkaProducer(**client_kwargs(settings), acks="all")
         await producer.start()
         try:
             for seq, rec in enumerate(old_log):
