@@ -36,7 +36,7 @@ from streams.settings import Settings
 
 __all__ = [
     "answer_query", "fetch_report_records", "handle_query_request", "json_value", "query_via_worker",
-    "result_to_json",
+    "report_records", "result_to_json",
 ]
 
 #: Errors that are the caller's fault (bad name, bad param, write attempt): HTTP 400.
@@ -193,13 +193,21 @@ def fetch_report_records(settings: Settings, run_id: str) -> tuple[Records, Reco
 
 def _report_from_store(settings: Settings, run_id: str) -> tuple[Records, Records, Records, str]:
     with open_store(settings) as store:
-        params = {"run_id": run_id}
-        events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
-        transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
-        violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
-                                 params)
-        head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
-                           "LIMIT 1", params)
+        return report_records(store, run_id)
+
+
+def report_records(store: Store, run_id: str) -> tuple[Records, Records, Records, str]:
+    """``(events, transitions, violations, head_hash)`` of ``run_id`` read from an open store (events with payloads).
+
+    Shared by ``agentlog report`` and the web console's run page, which draw the same records.
+    """
+    params = {"run_id": run_id}
+    events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
+    transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
+    violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
+                             params)
+    head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
+                       "LIMIT 1", params)
 
     def load(result: QueryResult) -> Records:
         return [json.loads(row[0]) for row in result.rows]
