@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from datetime import datetime
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from processors.audit.store import QueryResult, Store
@@ -352,7 +352,8 @@ WITH
         SELECT run_id, count() AS violations FROM violations FINAL GROUP BY run_id
     ),
     replayed AS (
-        SELECT source_run_id AS run_id, count() AS replays, argMax(verdict, (recorded_at, replay_run_id)) AS last_verdict,
+        SELECT source_run_id AS run_id, count() AS replays,
+               argMax(verdict, (recorded_at, replay_run_id)) AS last_verdict,
                countIf(verdict != 'match') AS replays_not_matching
         FROM replay_verdicts FINAL
         GROUP BY source_run_id

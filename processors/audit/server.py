@@ -112,14 +112,15 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         return None
     path = "/sql" if "sql" in body else "/query"
     url = base if base.endswith(("/query", "/sql")) else base + path
+    token = settings.web_token if isinstance(settings, Settings) else ""  # issue #17: a guarded worker
     try:
         try:
-            return _send(url, body, "POST", timeout_s)
+            return _send(url, body, "POST", timeout_s, token)
         except urllib.error.HTTPError as e:
             if e.code != 405:
                 raise
             # Faust function pages may answer GET only; the endpoint reads the body either way.
-            return _send(url, body, "GET", timeout_s)
+            return _send(url, body, "GET", timeout_s, token)
     except urllib.error.HTTPError as e:
         try:
             err = json.loads(e.read()).get("error") or {}
@@ -131,9 +132,11 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         raise StoreError(unreachable.format(url=url, error=e), code="store_unreachable") from e
 
 
-def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method,
-                                 headers={"Content-Type": "application/json"})
+def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float, token: str = "") -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         answer: dict[str, Any] = json.loads(resp.read())  # the endpoint answers a JSON object
         return answer

@@ -43,8 +43,8 @@ def bar_chart(title: str, bars: Sequence[tuple[str, float]], *, unit: str = "", 
         w = max(value / peak * width, 1.0)
         out.append(f'<text x="{left - 8}" y="{y + 15}" class="bar-label">{esc(label[:36])}</text>')
         out.append(f'<rect class="bar" x="{left}" y="{y + 3}" width="{w:.1f}" height="16" rx="3" '
-                   f'fill="{PALETTE[0]}" opacity="0.75"><title>{esc(label)}: {esc(outer_label)} {_fmt(value)}{esc(unit)}'
-                   '</title></rect>')
+                   f'fill="{PALETTE[0]}" opacity="0.75"><title>{esc(label)}: {esc(outer_label)} '
+                   f'{_fmt(value)}{esc(unit)}</title></rect>')
         if inner is not None:
             iw = max(inner[i] / peak * width, 1.0)
             out.append(f'<rect class="bar-inner" x="{left}" y="{y + 8}" width="{iw:.1f}" height="6" rx="2" '

@@ -21,6 +21,7 @@ from processors.core.result_cache import ResultCache
 from processors.metrics import METRICS, Sample
 from processors.replay.compare import REPLAY_COUNTERS
 from processors.replay.served import TERMINAL_TYPES, results_answer
+from processors.worker import console
 from processors.worker.wiring import Wiring
 from streams.reader import read_run
 from streams.settings import Settings
@@ -60,8 +61,9 @@ def _replay_series() -> Iterator[Sample]:
 
 
 def install(wiring: Wiring) -> None:
-    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql`` and ``/replay/<run>/results`` on the app's web server."""
+    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console (#17)."""
     app = wiring.app
+    console.install(wiring)  # first: its "/" must be routed before Faust's own index page
     METRICS.add_collector(_replay_series)
 
     async def answer(view: View, request: Request, body: dict[str, Any]) -> Response:
