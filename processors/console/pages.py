@@ -439,7 +439,7 @@ def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str
     a = {d.get("sequence"): d for d in original}
     b = {d.get("sequence"): d for d in replay}
     first = result.first_divergence
-    at_of = {d.at_sequence: d for d in result.divergences}
+    at_of: dict[Any, Any] = {d.at_sequence: d for d in result.divergences}
     rows = []
     for i in sorted({*a, *b}, key=lambda s: (s is None, s or 0)):
         here = at_of.get(i)

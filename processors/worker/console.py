@@ -26,6 +26,7 @@ from typing import Any
 
 from aiohttp import web as aioweb
 from faust.web import Request, Response, View
+from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
 from processors.console import (
     analytics_view,
@@ -37,6 +38,7 @@ from processors.console import (
 )
 from processors.console.pages import render_error_page
 from processors.worker.wiring import Wiring
+from schemas.errors import ConfigError
 
 __all__ = ["OPEN_PATHS", "TOKEN_COOKIE", "install", "token_middleware"]
 
@@ -63,7 +65,7 @@ def token_middleware(token: str) -> Any:
             if not _same(offered, token):
                 return _refuse(request, "the token in ?token= is wrong")
             query = {k: v for k, v in request.query.items() if k != "token"}
-            response = aioweb.HTTPSeeOther(request.rel_url.with_query(query))
+            response = aioweb.Response(status=303, headers={"Location": str(request.rel_url.with_query(query))})
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
             return response
         header = request.headers.get("Authorization", "")
@@ -90,7 +92,11 @@ def install(wiring: Wiring) -> None:
     """Serve the console's pages; guard every endpoint of the server when a token is set."""
     app = wiring.app
     if wiring.settings.web_token:
-        app.web.web_app.middlewares.append(token_middleware(wiring.settings.web_token))
+        server = app.web
+        if not isinstance(server, AiohttpWeb):  # the guard is an aiohttp middleware: never serve unguarded
+            raise ConfigError(f"AGENTLOG_WEB_TOKEN needs Faust's aiohttp web driver, not {type(server).__name__}",
+                              code="web_token_unsupported")
+        server.web_app.middlewares.append(token_middleware(wiring.settings.web_token))
 
     async def page(view: View, build: Callable[[Any], tuple[int, str]]) -> Response:
         store = wiring.store

@@ -24,7 +24,6 @@ from processors.console import (
 )
 from processors.console.pages import render_runs_page
 from processors.replay.compare import compare_runs
-from tests.unit.audit.conftest import loaded_store, store, store_url  # noqa: F401 - fixtures
 from tests.unit.audit.data import LLM_RUN, committed
 from tests.unit.core.runs import realistic_run
 
