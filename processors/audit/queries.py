@@ -262,9 +262,8 @@ GROUP BY provider, model
 ORDER BY provider, model
 """
 
-_USAGE = """
-SELECT
-    run_id,
+# What one provider.usage event contributes, summed per group by `usage` and `usage-over-time`.
+_USAGE_MEASURES = """
     JSONExtractString(payload, 'provider') AS provider,
     JSONExtractString(payload, 'model') AS model,
     count() AS calls,
@@ -273,7 +272,11 @@ SELECT
     round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
 FROM events FINAL
 WHERE type = 'provider.usage'
-  AND ({run_id:String} = '' OR run_id = {run_id:String})
+"""
+
+_USAGE = """
+SELECT
+    run_id,""" + _USAGE_MEASURES + """  AND ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY run_id, provider, model
 ORDER BY run_id, provider, model
 """
@@ -412,15 +415,7 @@ SETTINGS join_use_nulls = 0
 # issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
 _USAGE_OVER_TIME = """
 SELECT
-    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
-    JSONExtractString(payload, 'provider') AS provider,
-    JSONExtractString(payload, 'model') AS model,
-    count() AS calls,
-    sum(JSONExtractUInt(payload, 'inputTokens')) AS input_tokens,
-    sum(JSONExtractUInt(payload, 'outputTokens')) AS output_tokens,
-    round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
-FROM events FINAL
-WHERE type = 'provider.usage'
+    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,""" + _USAGE_MEASURES + """\
   AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
 GROUP BY bucket, provider, model
 ORDER BY bucket, provider, model

@@ -28,7 +28,9 @@ from aiohttp import web as aioweb
 from faust.web import Request, Response, View
 from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
+from processors.audit.store import Store
 from processors.console import (
+    Page,
     analytics_view,
     compare_view,
     replays_view,
@@ -40,7 +42,7 @@ from processors.console.pages import render_error_page
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 
-__all__ = ["OPEN_PATHS", "TOKEN_COOKIE", "install", "token_middleware"]
+__all__ = ["OPEN_PATHS", "ROUTES", "TOKEN_COOKIE", "install", "token_middleware"]
 
 TOKEN_COOKIE = "agentlog_token"
 #: Paths answered without a token.
@@ -88,6 +90,21 @@ def _refuse(request: aioweb.Request, why: str) -> aioweb.Response:
     return aioweb.json_response({"error": {"code": "unauthorized", "message": message}}, status=401, headers=headers)
 
 
+#: A page's view call: ``(store, query parameters, path parameters) -> (status, html)``.
+Build = Callable[[Store, dict[str, str], dict[str, str]], Page]
+
+#: (path, view name, view call) of every console page.
+ROUTES: tuple[tuple[str, str, Build], ...] = (
+    ("/", "console-runs", lambda store, query, match: runs_view(store, query)),
+    ("/runs/{run_id}", "console-run", lambda store, query, match: run_view(store, match["run_id"], query)),
+    ("/runs/{run_id}/state", "console-state",
+     lambda store, query, match: state_fragment(store, match["run_id"], query)),
+    ("/runs/{run_id}/replays", "console-replays", lambda store, query, match: replays_view(store, match["run_id"])),
+    ("/compare", "console-compare", lambda store, query, match: compare_view(store, query)),
+    ("/analytics", "console-analytics", lambda store, query, match: analytics_view(store, query)),
+)
+
+
 def install(wiring: Wiring) -> None:
     """Serve the console's pages; guard every endpoint of the server when a token is set."""
     app = wiring.app
@@ -98,7 +115,7 @@ def install(wiring: Wiring) -> None:
                               code="web_token_unsupported")
         server.web_app.middlewares.append(token_middleware(wiring.settings.web_token))
 
-    async def page(view: View, build: Callable[[Any], tuple[int, str]]) -> Response:
+    async def page(view: View, build: Callable[[Store], Page]) -> Response:
         store = wiring.store
         if store is None:
             return view.html(render_error_page("No audit store", "this worker runs without the audit sink "
@@ -107,37 +124,13 @@ def install(wiring: Wiring) -> None:
         status, body = await asyncio.get_running_loop().run_in_executor(None, build, store)
         return view.html(body, status=status)
 
-    @app.page("/")
-    class Runs(View):
-        async def get(self, request: Request) -> Response:
-            query = dict(request.query)
-            return await page(self, lambda store: runs_view(store, query))
+    def serve(path: str, name: str, build: Build) -> None:
+        class ConsolePage(View):
+            async def get(self, request: Request, **match: str) -> Response:
+                query = dict(request.query)
+                return await page(self, lambda store: build(store, query, match))
 
-    @app.page("/runs/{run_id}")
-    class Run(View):
-        async def get(self, request: Request, run_id: str) -> Response:
-            query = dict(request.query)
-            return await page(self, lambda store: run_view(store, run_id, query))
+        app.page(path, name=name)(ConsolePage)
 
-    @app.page("/runs/{run_id}/state")
-    class RunState(View):
-        async def get(self, request: Request, run_id: str) -> Response:
-            query = dict(request.query)
-            return await page(self, lambda store: state_fragment(store, run_id, query))
-
-    @app.page("/runs/{run_id}/replays")
-    class RunReplays(View):
-        async def get(self, request: Request, run_id: str) -> Response:
-            return await page(self, lambda store: replays_view(store, run_id))
-
-    @app.page("/compare")
-    class Compare(View):
-        async def get(self, request: Request) -> Response:
-            query = dict(request.query)
-            return await page(self, lambda store: compare_view(store, query))
-
-    @app.page("/analytics")
-    class Analytics(View):
-        async def get(self, request: Request) -> Response:
-            query = dict(request.query)
-            return await page(self, lambda store: analytics_view(store, query))
+    for path, name, build in ROUTES:
+        serve(path, name, build)

@@ -68,3 +68,14 @@ def test_a_malformed_time_or_flag_is_a_clear_error(loaded_store):
     assert e.value.code == "bad_param"
     with pytest.raises(StoreError, match="0 or 1"):
         runs(loaded_store, flagged=2)
+
+
+def test_usage_over_time_buckets_what_usage_sums(loaded_store):
+    got = run_named(loaded_store, "usage-over-time", {"bucket_s": "3600"}).to_dicts()
+    assert sorted({r["bucket"].hour for r in got}) == [10, 11]  # run-1 at 10:00, run-llm at 11:00
+    per_model = run_named(loaded_store, "usage").to_dicts()
+    assert sum(r["calls"] for r in got) == sum(r["calls"] for r in per_model)
+    assert round(sum(r["cost_cents"] for r in got), 4) == round(sum(r["cost_cents"] for r in per_model), 4)
+    assert {r["model"] for r in got if r["bucket"].hour == 11} == {"claude-x", "gpt-y", "m-small"}
+    later = run_named(loaded_store, "usage-over-time", {"since": "2025-01-15T10:30:00Z"}).to_dicts()
+    assert {r["bucket"].hour for r in later} == {11}
