@@ -431,7 +431,8 @@ def _divergence_box(result: ComparisonResult) -> str:
             f'</p>{refusal}<table><tr><th></th><th>original (expected)</th><th>replay (actual)</th></tr>'
             f'<tr><td>value</td><td><pre>{esc(_json(d.expected, 1500))}</pre></td>'
             f'<td><pre>{esc(_json(d.actual, 1500))}</pre></td></tr></table>'
-            f'{f"<p>{esc(d.detail)}</p>" if d.detail else ""}</div>')
+            f'{f"<p>{esc(d.detail)}</p>" if d.detail else ""}'
+            f'<p><a href="#idx-{d.at_sequence}">jump to index {d.at_sequence} in the aligned events</a></p></div>')
 
 
 def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str, Any]],
