@@ -1,4 +1,5 @@
-"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results.
+"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results,
+and the web console (:mod:`processors.worker.console`, which also guards every endpoint with the token).
 
 The worker owns the embedded chdb directory, so it is also the process that
 answers queries for it: once the web server listens, the worker advertises
