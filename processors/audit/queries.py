@@ -334,13 +334,16 @@ WITH
                      'clarification.resolved')) AS status_type,
             maxIf(event_time, type IN ('run.completed', 'run.failed', 'run.cancelled')) AS ended_raw,
             countIf(type IN ('run.completed', 'run.failed', 'run.cancelled')) AS terminal,
-            round(sumIf(JSONExtractFloat(payload, 'costCents'), type = 'provider.usage'), 4) AS cost_cents,
-            sumIf(JSONExtractUInt(payload, 'inputTokens'), type = 'provider.usage') AS input_tokens,
-            sumIf(JSONExtractUInt(payload, 'outputTokens'), type = 'provider.usage') AS output_tokens,
+            -- if() short-circuits (short_circuit_function_evaluation), so only usage and LLM-call
+            -- payloads are parsed; a -If combinator would parse every event's payload first.
+            round(sum(if(type = 'provider.usage', JSONExtractFloat(payload, 'costCents'), 0)), 4) AS cost_cents,
+            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'inputTokens'), 0)) AS input_tokens,
+            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'outputTokens'), 0)) AS output_tokens,
             countIf(type = 'envelope.refusal') AS refusals,
             countIf(type = 'node.retried') AS retries,
-            groupUniqArrayIf(if(type = 'provider.usage', JSONExtractString(payload, 'model'),
-                                JSONExtractString(payload, 'request', 'model')),
+            groupUniqArrayIf(multiIf(type = 'provider.usage', JSONExtractString(payload, 'model'),
+                                     type = 'agent.invocation.started',
+                                     JSONExtractString(payload, 'request', 'model'), ''),
                              type IN ('provider.usage', 'agent.invocation.started')) AS models
         FROM events FINAL
         GROUP BY run_id
