@@ -8,6 +8,7 @@ from the console itself.
 
 from __future__ import annotations
 
+import io
 import socket
 import uuid
 from collections.abc import Iterator
@@ -27,6 +28,7 @@ class DemoConsole:
     summary: DemoSummary
     url: str  # the worker's base URL
     timeline: list[dict[str, Any]]  # run-timeline rows of the demo run, from ClickHouse
+    printed: str  # what the demo printed
 
     def index_of(self, type_: str, node: str | None = None) -> int:
         return next(r["sequence"] for r in self.timeline
@@ -46,9 +48,10 @@ def demo_console(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory)
                              clickhouse_url=f"chdb://{home / 'ch'}", replication_factor=1, partitions=2,
                              web_port=_free_port())
     try:
-        summary = run_demo(settings, Console(quiet=True))
+        out = io.StringIO()
+        summary = run_demo(settings, Console(file=out, width=200, color_system=None))
         timeline = summary.queries["run-timeline"]
         rows = [dict(zip(timeline["columns"], row, strict=False)) for row in timeline["rows"]]
-        yield DemoConsole(settings, summary, str(summary.worker["url"]), rows)
+        yield DemoConsole(settings, summary, str(summary.worker["url"]), rows, out.getvalue())
     finally:
         stop_worker(settings)

@@ -62,6 +62,11 @@ def _shot(page, tmp_path: Path, name: str) -> None:
         shutil.copy(png, Path(keep) / png.name)
 
 
+def test_the_demo_ends_by_printing_the_console_url_of_its_run(demo_console: DemoConsole):
+    last = [line for line in demo_console.printed.splitlines() if line.strip()][-1]
+    assert last.endswith(f"{demo_console.url}/runs/{demo_console.summary.run_id}"), last
+
+
 def test_runs_page_lists_the_demo_run(demo_console: DemoConsole, page, tmp_path: Path):
     run_id = demo_console.summary.run_id
     page.goto(demo_console.url + "/")
