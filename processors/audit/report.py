@@ -4,7 +4,8 @@ An auditor opens the page from a ticket or a mail attachment, often offline, so
 the page carries everything inline (CSS and SVG, no script, no fonts, no external
 URL) and renders the same in any browser. The builder is pure — records in, a
 string out — so it is tested without a broker or a store; ``agentlog report``
-only fetches the records (:func:`fetch_report_records`) and writes the file.
+only fetches the records (:func:`fetch_report_records`) and writes the file. The web console's run
+page (:mod:`processors.console.pages`) draws the same graph and lanes with the pieces exported here.
 
 Layout choices:
 
@@ -84,6 +85,7 @@ def family_of(event_type: str) -> str:
 
 
 def esc(value: Any) -> str:
+    """``value`` as HTML text or attribute (``None`` as empty): every value from a run passes through here."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -112,6 +114,7 @@ _LEFT = 56
 
 
 def graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str]]) -> str:
+    """The causation graph of ``events`` (sorted, from :func:`normalise_events`); ``violated`` rings events."""
     lanes: list[str] = []
     for e in events:
         lane = e.get("nodeId") or "(no node)"
@@ -199,6 +202,7 @@ _TL_LANE_H = 64
 
 
 def timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
+    """The handoff lanes of ``transitions`` (in :func:`sort_transitions` order), one lane per worker."""
     if not transitions:
         return '<p class="empty">No handoff transitions recorded for this run.</p>'
     workers: list[str | None] = []  # a transition without a workerId gets a lane of its own
@@ -299,6 +303,7 @@ td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:left} th{background:#f
 
 
 def legend_html() -> str:
+    """The colour key of the graph's type families."""
     items = [f'<span><i style="background:{f};border-color:{s}"></i>{esc(name)}</span>'
              for name, (f, s) in FAMILY_COLOURS.items()]
     items.append(f'<span><i style="background:{_REFUSAL[0]};border-color:{_REFUSAL[1]}"></i>refusal</span>')
@@ -307,6 +312,7 @@ def legend_html() -> str:
 
 
 def violations_table(violations: Sequence[Mapping[str, Any]]) -> str:
+    """The run's violations as a table, or a sentence saying there were none."""
     if not violations:
         return '<p class="empty">No handoff violations: every transition was legal and correctly caused.</p>'
     rows = "".join(
