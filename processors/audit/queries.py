@@ -357,12 +357,19 @@ WITH
     violated AS (
         SELECT run_id, count() AS violations FROM violations FINAL GROUP BY run_id
     ),
+    -- The last verdict is that of the replay run that started last (two verdicts written in one sink
+    -- batch share recorded_at); replays whose events are not stored fall back to recorded_at.
     replayed AS (
-        SELECT source_run_id AS run_id, count() AS replays,
-               argMax(verdict, (recorded_at, replay_run_id)) AS last_verdict,
-               countIf(verdict != 'match') AS replays_not_matching
-        FROM replay_verdicts FINAL
-        GROUP BY source_run_id
+        SELECT v.source_run_id AS run_id, count() AS replays,
+               argMax(v.verdict, (s.started, v.recorded_at, v.replay_run_id)) AS last_verdict,
+               countIf(v.verdict != 'match') AS replays_not_matching
+        FROM replay_verdicts AS v FINAL
+        LEFT JOIN (
+            SELECT run_id, min(event_time) AS started FROM events
+            WHERE run_id IN (SELECT replay_run_id FROM replay_verdicts)
+            GROUP BY run_id
+        ) AS s ON s.run_id = v.replay_run_id
+        GROUP BY v.source_run_id
     ),
     runs AS (
         SELECT

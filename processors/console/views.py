@@ -165,7 +165,11 @@ def replays_view(store: Store, run_id: str) -> Page:
         verdicts = _verdicts(store, run_id)
         section = ""
         if verdicts:
-            latest = str(verdicts[-1]["replay_run_id"])
+            # The replay that started last (verdicts of one sink batch share recorded_at), as `runs` decides.
+            ids = [str(v["replay_run_id"]) for v in verdicts]
+            started = dict(store.query("SELECT run_id, min(event_time) FROM events WHERE run_id IN {ids:Array(String)} "
+                                       "GROUP BY run_id", {"ids": ids}).rows)
+            latest = max(reversed(ids), key=lambda r: (r in started, started.get(r)))
             original = _records(store, run_id)[0]
             replay = report_records(store, latest)[0]
             if replay:

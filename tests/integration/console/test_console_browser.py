@@ -133,8 +133,10 @@ def test_compare_page_marks_the_refusal_divergence(demo_console: DemoConsole, pa
     assert "envelope.refusal" in row.inner_text() and "agent.invocation.completed" in row.inner_text()
     assert page.locator(".field.volatile").count() > 0  # ids and timestamps dimmed
     _shot(page, tmp_path, "console-compare")
+    # The replays page compares the replay that started last: the refusal one.
     page.goto(f"{demo_console.url}/runs/{quote(summary.run_id, safe='')}/replays")
     assert page.locator("tr.verdict").count() == 2
+    assert page.locator("#first-divergence-box").get_attribute("data-kind") == "refusal"
 
 
 def test_analytics_charts_render(demo_console: DemoConsole, page, tmp_path: Path):

@@ -11,7 +11,7 @@ import pytest
 
 from processors.audit.queries import NAMED_QUERIES, run_named
 from schemas.errors import StoreError
-from tests.unit.audit.data import LLM_RUN
+from tests.unit.audit.data import LLM_RUN, committed
 from tests.unit.core.runs import child_runs
 
 pytestmark = pytest.mark.timeout(120)
@@ -79,3 +79,16 @@ def test_usage_over_time_buckets_what_usage_sums(loaded_store):
     assert {r["model"] for r in got if r["bucket"].hour == 11} == {"claude-x", "gpt-y", "m-small"}
     later = run_named(loaded_store, "usage-over-time", {"since": "2025-01-15T10:30:00Z"}).to_dicts()
     assert {r["bucket"].hour for r in later} == {11}
+
+
+def test_the_last_verdict_is_the_replay_that_started_last(loaded_store):
+    # Both verdicts of run-1 were written in one batch (same recorded_at); once the replays' own
+    # events are stored, the one that started later decides, whatever its id sorts as.
+    def started(run_id: str, ts: str) -> dict:
+        return {"eventId": f"{run_id}:0", "runId": run_id, "type": "run.started", "payload": {},
+                "timestamp": ts, "sequence": 0, "nodeId": "host"}
+
+    loaded_store.insert_records("committed", committed([started("run-1.replay-2", "2025-01-15T12:00:00.000Z")])
+                                + committed([started("run-1.replay-1", "2025-01-15T12:05:00.000Z")], partition=1))
+    one = next(r for r in runs(loaded_store).to_dicts() if r["run_id"] == "run-1")
+    assert one["last_verdict"] == "match"
