@@ -12,6 +12,9 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
+import urllib.error
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -181,3 +184,31 @@ def test_runs_page_follows_new_runs_live(demo_console: DemoConsole, page):
     # No reload: the page re-reads itself and swaps the table in.
     page.wait_for_selector(f'tr.run[data-run-id="{new_run}"]', timeout=90_000)
     assert page.evaluate("document.body.dataset.refreshed || ''") != refreshed
+
+
+def test_an_open_run_page_follows_its_run_live(demo_console: DemoConsole, page):
+    run_id = f"slow-{uuid.uuid4().hex[:6]}"
+    url = f"{demo_console.url}/runs/{run_id}"
+
+    async def publish() -> list:
+        async with Publisher(demo_console.settings) as pub:
+            return await play_run(pub, run_id, pace=10.0)  # ~15 s of simulated think time
+
+    with ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(asyncio.run, publish())
+        deadline = time.monotonic() + 60
+        while True:  # the page answers once the sink has written the run's first events
+            try:
+                with urllib.request.urlopen(url, timeout=10):
+                    break
+            except urllib.error.HTTPError as e:
+                assert e.code == 404 and time.monotonic() < deadline, f"{url} answered {e.code}"
+                time.sleep(0.3)
+        page.goto(url)
+        first = page.locator("table.events tbody tr").count()
+        total = len(sent.result(timeout=120))
+    assert 0 < first < total, "the run finished before the page opened: nothing left to follow"
+    page.wait_for_function(f"document.querySelectorAll('table.events tbody tr').length === {total}",
+                           timeout=90_000)
+    assert page.locator("#slider").get_attribute("max") == str(total - 1)
+    assert page.locator("svg.graph g.node").count() == total
