@@ -96,6 +96,11 @@ class Settings:
     # mode 0600 on the worker's first start, its public key written beside it as ed25519.pub.pem).
     checkpoint_every: int = 100
     signing_key_file: str = ""
+    # issue #17: the web console (and every HTTP endpoint of the worker) binds web_host. Beyond
+    # loopback it needs web_token: every page and API then asks for ``Authorization: Bearer <token>``
+    # (README "Console"). The token is never printed: it is left out of repr.
+    web_host: str = "127.0.0.1"
+    web_token: str = field(default="", repr=False)
 
     @property
     def chdb_dir(self) -> Path:
@@ -114,6 +119,29 @@ class Settings:
     def replace(self, **changes: Any) -> Settings:
         # Any: each value's type is that of the field it names, which one annotation cannot say.
         return dataclasses.replace(self, **changes)
+
+
+_LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
+
+
+def web_is_loopback(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine (issue #17)."""
+    return host in _LOOPBACK_HOSTS or host.startswith("127.")
+
+
+def check_web_access(settings: Settings) -> None:
+    """Refuse to serve HTTP beyond loopback without a token (issue #17).
+
+    Raises:
+        ConfigError: ``web_token_required`` when ``web_host`` is not loopback and ``web_token`` is empty.
+    """
+    if not web_is_loopback(settings.web_host) and not settings.web_token:
+        raise ConfigError(
+            f"AGENTLOG_WEB_HOST={settings.web_host} serves the console and the query API beyond this machine; "
+            "set AGENTLOG_WEB_TOKEN to a secret (every request must then send 'Authorization: Bearer <token>'), "
+            "or bind to 127.0.0.1",
+            code="web_token_required",
+        )
 
 
 def _coerce(name: str, raw: str, typ: object) -> object:

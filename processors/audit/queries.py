@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from processors.audit.store import QueryResult, Store
@@ -34,9 +35,21 @@ __all__ = [
 _READ_ONLY_SETTINGS = {"readonly": 1}
 
 
+def _is_iso_time(text: str) -> bool:
+    try:
+        datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
+
+
 @dataclass(frozen=True)
 class Param:
-    """A named-query parameter: ``type`` is the ClickHouse type it is bound as."""
+    """A named-query parameter: ``type`` is the ClickHouse type it is bound as.
+
+    ``IsoTime`` is bound as a ``String`` that was checked to be an ISO 8601 time first, so a
+    typo is a ``bad_param`` error instead of a silently empty window.
+    """
 
     name: str
     type: str = "String"
@@ -48,6 +61,15 @@ class Param:
         """Validate a user-supplied string before it is bound (StoreError ``bad_param``)."""
         if not isinstance(raw, str):
             raw = str(raw)
+        if self.type == "UInt8":
+            if raw.strip() not in ("0", "1"):
+                raise StoreError(f"parameter {self.name} must be 0 or 1, got {raw!r}", code="bad_param")
+            return int(raw)
+        if self.type == "IsoTime":  # bound as a String; parsed by ClickHouse once checked here
+            if raw.strip() and not _is_iso_time(raw.strip()):
+                raise StoreError(f"parameter {self.name} must be an ISO 8601 time such as 2026-11-22T10:00:00Z, "
+                                 f"got {raw!r}", code="bad_param")
+            return raw.strip()
         if self.type in ("UInt32", "UInt64"):
             if not re.fullmatch(r"\d{1,19}", raw.strip()):
                 raise StoreError(f"parameter {self.name} must be a non-negative integer, got {raw!r}", code="bad_param")
@@ -240,9 +262,8 @@ GROUP BY provider, model
 ORDER BY provider, model
 """
 
-_USAGE = """
-SELECT
-    run_id,
+# What one provider.usage event contributes, summed per group by `usage` and `usage-over-time`.
+_USAGE_MEASURES = """
     JSONExtractString(payload, 'provider') AS provider,
     JSONExtractString(payload, 'model') AS model,
     count() AS calls,
@@ -251,7 +272,11 @@ SELECT
     round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
 FROM events FINAL
 WHERE type = 'provider.usage'
-  AND ({run_id:String} = '' OR run_id = {run_id:String})
+"""
+
+_USAGE = """
+SELECT
+    run_id,""" + _USAGE_MEASURES + """  AND ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY run_id, provider, model
 ORDER BY run_id, provider, model
 """
@@ -289,6 +314,125 @@ GROUP BY run_id, code
 ORDER BY run_id, code
 """
 
+# issue #17: the runs list of the console. The interface (name, params, columns) is fixed: the
+# audit-schema issue (#14) replaces this SQL with one on its new tables, and the console reads
+# nothing but these columns. This version aggregates today's tables (read with FINAL).
+# A run's status is the one its last status-setting event gives (the fold's _STATUS_BY_TYPE);
+# 'gap' flags a run whose sequences are not 0..last (events != last_sequence + 1).
+_RUNS = """
+WITH
+    per_run AS (
+        SELECT
+            run_id,
+            count() AS events,
+            max(sequence) AS last_sequence,
+            min(event_time) AS started_at,
+            max(event_time) AS last_at,
+            argMaxIf(type, sequence, type IN ('run.started', 'run.paused', 'run.resumed', 'run.resuming',
+                     'run.completed', 'run.failed', 'run.cancelled', 'approval.requested', 'approval.granted',
+                     'approval.received', 'approval.rejected', 'clarification.requested',
+                     'clarification.resolved')) AS status_type,
+            maxIf(event_time, type IN ('run.completed', 'run.failed', 'run.cancelled')) AS ended_raw,
+            countIf(type IN ('run.completed', 'run.failed', 'run.cancelled')) AS terminal,
+            -- if() short-circuits (short_circuit_function_evaluation), so only usage and LLM-call
+            -- payloads are parsed; a -If combinator would parse every event's payload first.
+            round(sum(if(type = 'provider.usage', JSONExtractFloat(payload, 'costCents'), 0)), 4) AS cost_cents,
+            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'inputTokens'), 0)) AS input_tokens,
+            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'outputTokens'), 0)) AS output_tokens,
+            countIf(type = 'envelope.refusal') AS refusals,
+            countIf(type = 'node.retried') AS retries,
+            groupUniqArrayIf(multiIf(type = 'provider.usage', JSONExtractString(payload, 'model'),
+                                     type = 'agent.invocation.started',
+                                     JSONExtractString(payload, 'request', 'model'), ''),
+                             type IN ('provider.usage', 'agent.invocation.started')) AS models
+        FROM events FINAL
+        GROUP BY run_id
+    ),
+    failed AS (
+        SELECT parent_run_id AS run_id, count() AS failures
+        FROM transitions FINAL
+        WHERE phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
+        GROUP BY parent_run_id
+    ),
+    violated AS (
+        SELECT run_id, count() AS violations FROM violations FINAL GROUP BY run_id
+    ),
+    -- The last verdict is that of the replay run that started last (two verdicts written in one sink
+    -- batch share recorded_at); replays whose events are not stored fall back to recorded_at.
+    replayed AS (
+        SELECT v.source_run_id AS run_id, count() AS replays,
+               argMax(v.verdict, (s.started, v.recorded_at, v.replay_run_id)) AS last_verdict,
+               countIf(v.verdict != 'match') AS replays_not_matching
+        FROM replay_verdicts AS v FINAL
+        LEFT JOIN (
+            SELECT run_id, min(event_time) AS started FROM events
+            WHERE run_id IN (SELECT replay_run_id FROM replay_verdicts)
+            GROUP BY run_id
+        ) AS s ON s.run_id = v.replay_run_id
+        GROUP BY v.source_run_id
+    ),
+    runs AS (
+        SELECT
+            p.run_id AS run_id,
+            transform(p.status_type,
+                      ['run.started', 'run.paused', 'run.resumed', 'run.resuming', 'run.completed', 'run.failed',
+                       'run.cancelled', 'approval.requested', 'approval.granted', 'approval.received',
+                       'approval.rejected', 'clarification.requested', 'clarification.resolved'],
+                      ['running', 'paused', 'running', 'running', 'completed', 'failed', 'cancelled',
+                       'waiting-approval', 'running', 'running', 'running', 'waiting-input', 'running'],
+                      'pending') AS status,
+            p.started_at AS started_at,
+            if(p.terminal > 0, toNullable(p.ended_raw), NULL) AS ended_at,
+            toInt64(dateDiff('millisecond', p.started_at, if(p.terminal > 0, p.ended_raw, p.last_at))) AS duration_ms,
+            p.events AS events,
+            p.last_sequence AS last_sequence,
+            p.cost_cents AS cost_cents,
+            p.input_tokens AS input_tokens,
+            p.output_tokens AS output_tokens,
+            p.refusals AS refusals,
+            p.retries AS retries,
+            f.failures AS failures,
+            v.violations AS violations,
+            arrayFilter(x -> x != '', [
+                if(p.refusals > 0, 'refused', ''),
+                if(p.retries > 0, 'retried', ''),
+                if(f.failures > 0, 'handoff_failed', ''),
+                if(v.violations > 0, 'violations', ''),
+                if(p.events != p.last_sequence + 1, 'gap', '')]) AS flags,
+            r.replays AS replays,
+            r.last_verdict AS last_verdict,
+            r.replays_not_matching AS replays_not_matching,
+            p.models AS models
+        FROM per_run AS p
+        LEFT JOIN failed AS f ON f.run_id = p.run_id
+        LEFT JOIN violated AS v ON v.run_id = p.run_id
+        LEFT JOIN replayed AS r ON r.run_id = p.run_id
+    )
+SELECT run_id, status, started_at, ended_at, duration_ms, events, last_sequence, cost_cents, input_tokens,
+       output_tokens, refusals, retries, failures, violations, flags, replays, last_verdict, replays_not_matching
+FROM runs
+WHERE ({since:String} = '' OR started_at >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
+  AND ({until:String} = '' OR started_at < parseDateTime64BestEffortOrZero({until:String}, 3, 'UTC'))
+  AND ({status:String} = '' OR status = {status:String})
+  AND ({model:String} = '' OR has(models, {model:String}))
+  AND ({flagged:UInt8} = 0 OR notEmpty(flags))
+  AND ({verdict:String} = '' OR last_verdict = {verdict:String})
+ORDER BY started_at DESC, run_id
+LIMIT {limit:UInt64} OFFSET {offset:UInt64}
+SETTINGS join_use_nulls = 0
+"""
+
+# issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
+_USAGE_OVER_TIME = """
+SELECT
+    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,""" + _USAGE_MEASURES + """\
+  AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
+GROUP BY bucket, provider, model
+ORDER BY bucket, provider, model
+"""
+
+_ISO_HELP = "ISO 8601 time ('' = unbounded)"
+
 _LIMIT = Param("limit", "UInt64", default="10000", help="at most this many rows")
 
 NAMED_QUERIES: dict[str, NamedQuery] = {
@@ -314,6 +458,21 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                    _REPLAY_VERDICTS),
         NamedQuery("rejections", "rejected ingest records by reason", (_RUN_FILTER,), _REJECTIONS),
         NamedQuery("violations", "handoff violations by run and code", (_RUN_FILTER,), _VIOLATIONS),
+        # issue #17 (the console)
+        NamedQuery("runs", "runs, newest first, with their cost, refusals, flags and replay verdicts",
+                   (Param("since", "IsoTime", help="runs started at or after this " + _ISO_HELP),
+                    Param("until", "IsoTime", help="runs started before this " + _ISO_HELP),
+                    Param("status", help="running | completed | failed | ... ('' = all)"),
+                    Param("model", help="only runs that called this model ('' = all)"),
+                    Param("flagged", "UInt8", default="0", help="1 = only runs with a flag"),
+                    Param("verdict", help="only runs whose last replay verdict is this ('' = all)"),
+                    Param("limit", "UInt64", default="100", help="at most this many runs"),
+                    Param("offset", "UInt64", default="0", help="skip this many runs (paging)")),
+                   _RUNS),
+        NamedQuery("usage-over-time", "calls, tokens and cost per model per time bucket (provider.usage)",
+                   (Param("bucket_s", "UInt32", default="3600", help="bucket width in seconds"),
+                    Param("since", "IsoTime", help="usage at or after this " + _ISO_HELP)),
+                   _USAGE_OVER_TIME),
     )
 }
 

@@ -4,7 +4,8 @@ An auditor opens the page from a ticket or a mail attachment, often offline, so
 the page carries everything inline (CSS and SVG, no script, no fonts, no external
 URL) and renders the same in any browser. The builder is pure — records in, a
 string out — so it is tested without a broker or a store; ``agentlog report``
-only fetches the records (:func:`fetch_report_records`) and writes the file.
+only fetches the records (:func:`fetch_report_records`) and writes the file. The web console's run
+page (:mod:`processors.console.pages`) draws the same graph and lanes with the pieces exported here.
 
 Layout choices:
 
@@ -25,7 +26,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-__all__ = ["FAMILY_COLOURS", "family_of", "render_report"]
+__all__ = [
+    "FAMILY_COLOURS", "REPORT_CSS", "esc", "family_of", "graph_svg", "legend_html", "normalise_events", "render_report",
+    "sort_transitions", "timeline_svg", "violated_by_event", "violations_table",
+]
 
 #: Type family → (fill, stroke). Families are what a reader scans for: lifecycle, state, handoff, LLM, tools.
 FAMILY_COLOURS: dict[str, tuple[str, str]] = {
@@ -80,7 +84,8 @@ def family_of(event_type: str) -> str:
     return "other"
 
 
-def _esc(value: Any) -> str:
+def esc(value: Any) -> str:
+    """``value`` as HTML text or attribute (``None`` as empty): every value from a run passes through here."""
     return html.escape("" if value is None else str(value), quote=True)
 
 
@@ -108,7 +113,8 @@ _TOP = 40
 _LEFT = 56
 
 
-def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str]]) -> str:
+def graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str]]) -> str:
+    """The causation graph of ``events`` (sorted, from :func:`normalise_events`); ``violated`` rings events."""
     lanes: list[str] = []
     for e in events:
         lane = e.get("nodeId") or "(no node)"
@@ -129,9 +135,9 @@ def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str
         x = _LEFT + lane_index * _LANE_W
         out.append(f'<rect x="{x - 8}" y="{_TOP - 30}" width="{_LANE_W - 10}" height="{height - _TOP + 18}" '
                    f'rx="6" class="lane"/>')
-        out.append(f'<text x="{x}" y="{_TOP - 14}" class="lane-label">{_esc(_short(lane, 30))}</text>')
+        out.append(f'<text x="{x}" y="{_TOP - 14}" class="lane-label">{esc(_short(lane, 30))}</text>')
     for i, e in enumerate(events):
-        out.append(f'<text x="{_LEFT - 10}" y="{_TOP + i * _ROW_H + 15}" class="seq">{_esc(e.get("sequence"))}</text>')
+        out.append(f'<text x="{_LEFT - 10}" y="{_TOP + i * _ROW_H + 15}" class="seq">{esc(e.get("sequence"))}</text>')
     # Edges first, so boxes sit on top of them.
     for e in events:
         cause = e.get("causationId")
@@ -148,13 +154,13 @@ def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str
             else:
                 mid = (sy + ey) / 2
                 d = f"M{sx},{sy} C{sx},{mid} {ex},{mid} {ex},{ey}"
-            out.append(f'<path class="edge" data-from="{_esc(cause)}" data-to="{_esc(e["eventId"])}" d="{d}" '
-                       f'marker-end="url(#arrow)"><title>{_esc(seq_of[cause])} → {_esc(e.get("sequence"))}</title>'
+            out.append(f'<path class="edge" data-from="{esc(cause)}" data-to="{esc(e["eventId"])}" d="{d}" '
+                       f'marker-end="url(#arrow)"><title>{esc(seq_of[cause])} → {esc(e.get("sequence"))}</title>'
                        '</path>')
         else:
-            out.append(f'<path class="edge-stub" data-from="{_esc(cause)}" data-to="{_esc(e["eventId"])}" '
+            out.append(f'<path class="edge-stub" data-from="{esc(cause)}" data-to="{esc(e["eventId"])}" '
                        f'd="M{x2 - 24},{y2 + _BOX_H / 2} L{x2},{y2 + _BOX_H / 2}" marker-end="url(#arrow)">'
-                       f'<title>caused by {_esc(cause)} (not in this run)</title></path>')
+                       f'<title>caused by {esc(cause)} (not in this run)</title></path>')
     for e in events:
         x, y = pos[e["eventId"]]
         etype = str(e.get("type", "?"))
@@ -170,7 +176,7 @@ def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str
             tip += f"\n{e['timestamp']}"
         if codes:
             tip += "\nviolation: " + ", ".join(codes)
-        out.append(f'<g class="{" ".join(classes)}" data-event-id="{_esc(e["eventId"])}"><title>{_esc(tip)}</title>')
+        out.append(f'<g class="{" ".join(classes)}" data-event-id="{esc(e["eventId"])}"><title>{esc(tip)}</title>')
         if codes:
             out.append(f'<rect x="{x - 4}" y="{y - 4}" width="{_BOX_W + 8}" height="{_BOX_H + 8}" rx="8" '
                        f'fill="none" stroke="{_VIOLATION_RING}" stroke-width="3" stroke-dasharray="5 3"/>')
@@ -181,7 +187,7 @@ def _graph_svg(events: Sequence[Mapping[str, Any]], violated: dict[str, list[str
         if etype == "core.workflowChain.event" and e.get("phase"):
             label = f"{e['phase']} · {e.get('worker') or '?'}"
         out.append(f'<text x="{x + 8}" y="{y + 15}" class="node-label" fill="{stroke}">'
-                   f'{_esc(_short(label, 34))}</text>')
+                   f'{esc(_short(label, 34))}</text>')
         out.append("</g>")
     out.append("</svg>")
     return "\n".join(out)
@@ -195,7 +201,8 @@ _TL_WIDTH = 1050
 _TL_LANE_H = 64
 
 
-def _timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
+def timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
+    """The handoff lanes of ``transitions`` (in :func:`sort_transitions` order), one lane per worker."""
     if not transitions:
         return '<p class="empty">No handoff transitions recorded for this run.</p>'
     workers: list[str | None] = []  # a transition without a workerId gets a lane of its own
@@ -231,7 +238,7 @@ def _timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
     for w_index, worker in enumerate(workers):
         y = 46 + w_index * _TL_LANE_H
         out.append(f'<rect x="10" y="{y}" width="{width - 20}" height="{_TL_LANE_H - 8}" rx="6" class="tl-lane"/>')
-        out.append(f'<text x="22" y="{y + _TL_LANE_H / 2}" class="worker-label">{_esc(_short(str(worker), 18))}</text>')
+        out.append(f'<text x="22" y="{y + _TL_LANE_H / 2}" class="worker-label">{esc(_short(str(worker), 18))}</text>')
         lane = [(i, t) for i, t in enumerate(transitions) if t.get("workerId") == worker]
         by_dispatch: dict[Any, list[tuple[int, Mapping[str, Any]]]] = {}
         for i, t in lane:
@@ -253,11 +260,11 @@ def _timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
                     tip += f"\nerror: {t['error']}"
                 if t.get("derived"):
                     tip += "\n(derived)"
-                out.append(f'<g class="phase" data-phase="{_esc(t.get("phase"))}"><title>{_esc(tip)}</title>'
+                out.append(f'<g class="phase" data-phase="{esc(t.get("phase"))}"><title>{esc(tip)}</title>'
                            f'<circle cx="{x}" cy="{cy}" r="8" fill="{colour}" stroke="#343a40" stroke-width="1.2"/>')
                 above = rank % 2 == 0
                 out.append(f'<text x="{x}" y="{cy - 13 if above else cy + 22}" class="phase-label">'
-                           f'{_esc(t.get("phase"))}</text></g>')
+                           f'{esc(t.get("phase"))}</text></g>')
     out.append("</svg>")
     return "\n".join(out)
 
@@ -265,7 +272,7 @@ def _timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
 # ---------------------------------------------------------------------------------------------
 # Page
 
-_CSS = """
+REPORT_CSS = """
 body{font:14px/1.45 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif;margin:24px 32px;color:#212529;background:#fff}
 h1{font-size:22px;margin:0 0 4px} \
 h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dee2e6;padding-bottom:4px}
@@ -295,27 +302,29 @@ td,th{border:1px solid #dee2e6;padding:3px 8px;text-align:left} th{background:#f
 """
 
 
-def _legend() -> str:
-    items = [f'<span><i style="background:{f};border-color:{s}"></i>{_esc(name)}</span>'
+def legend_html() -> str:
+    """The colour key of the graph's type families."""
+    items = [f'<span><i style="background:{f};border-color:{s}"></i>{esc(name)}</span>'
              for name, (f, s) in FAMILY_COLOURS.items()]
     items.append(f'<span><i style="background:{_REFUSAL[0]};border-color:{_REFUSAL[1]}"></i>refusal</span>')
     items.append(f'<span><i style="background:#fff;border:2px dashed {_VIOLATION_RING}"></i>violation</span>')
     return '<div class="legend">' + "".join(items) + "</div>"
 
 
-def _violations_table(violations: Sequence[Mapping[str, Any]]) -> str:
+def violations_table(violations: Sequence[Mapping[str, Any]]) -> str:
+    """The run's violations as a table, or a sentence saying there were none."""
     if not violations:
         return '<p class="empty">No handoff violations: every transition was legal and correctly caused.</p>'
     rows = "".join(
-        f"<tr><td>{_esc(v.get('sequence'))}</td><td>{_esc(v.get('code'))}</td><td>{_esc(v.get('workerId'))}</td>"
-        f"<td>{_esc(v.get('phase'))}</td><td>{_esc(v.get('detail'))}</td></tr>"
+        f"<tr><td>{esc(v.get('sequence'))}</td><td>{esc(v.get('code'))}</td><td>{esc(v.get('workerId'))}</td>"
+        f"<td>{esc(v.get('phase'))}</td><td>{esc(v.get('detail'))}</td></tr>"
         for v in violations
     )
     return ("<table><tr><th>seq</th><th>code</th><th>worker</th><th>phase</th><th>detail</th></tr>"
             f"{rows}</table>")
 
 
-def _normalise_events(events: Iterable[Mapping[str, Any]],
+def normalise_events(events: Iterable[Mapping[str, Any]],
                       transitions: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Sorted copies; chain events get ``phase``/``worker`` from their payload or, when the events came
     without payloads (the run-timeline query), from the transition they produced."""
@@ -331,6 +340,20 @@ def _normalise_events(events: Iterable[Mapping[str, Any]],
         out.append(doc)
     out.sort(key=lambda d: (d.get("sequence") is None, d.get("sequence") or 0))
     return out
+
+
+def violated_by_event(violations: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """eventId → the violation codes it carries (the graph rings those events)."""
+    violated: dict[str, list[str]] = {}
+    for v in violations:
+        violated.setdefault(str(v.get("eventId")), []).append(str(v.get("code")))
+    return violated
+
+
+def sort_transitions(transitions: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Transitions in the order the timeline draws them: by time, then by sequence (derived ones last)."""
+    return sorted(transitions, key=lambda t: (_parse_ts(t.get("timestamp")) or 0.0,
+                                              t.get("sequence") if t.get("sequence") is not None else 1 << 62))
 
 
 def render_report(
@@ -350,13 +373,10 @@ def render_report(
         violations: Violation records of the run; their events get a dashed ring.
         run_id, head_hash: shown in the header when given.
     """
-    docs = _normalise_events(events, transitions)
+    docs = normalise_events(events, transitions)
     run_id = run_id or (docs[0].get("runId") if docs else None) or "(unknown run)"
-    violated: dict[str, list[str]] = {}
-    for v in violations:
-        violated.setdefault(str(v.get("eventId")), []).append(str(v.get("code")))
-    transitions = sorted(transitions, key=lambda t: (_parse_ts(t.get("timestamp")) or 0.0,
-                                                     t.get("sequence") if t.get("sequence") is not None else 1 << 62))
+    violated = violated_by_event(violations)
+    transitions = sort_transitions(transitions)
     refusals = sum(1 for d in docs if d.get("type") == "envelope.refusal")
     edges = sum(1 for d in docs if d.get("causationId"))
     stats = [
@@ -365,32 +385,32 @@ def render_report(
         ("refusals", refusals, refusals > 0), ("violations", len(violations), bool(violations)),
     ]
     stat_html = "".join(
-        f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{_esc(label)}</span></div>'
+        f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{esc(label)}</span></div>'
         for label, n, bad in stats
     )
     first = docs[0].get("timestamp") if docs else None
     last = docs[-1].get("timestamp") if docs else None
-    meta = f"<code>{_esc(run_id)}</code>"
+    meta = f"<code>{esc(run_id)}</code>"
     if first:
-        meta += f" · {_esc(first)} → {_esc(last)}"
+        meta += f" · {esc(first)} → {esc(last)}"
     if head_hash:
-        meta += f" · head hash <code>{_esc(head_hash)}</code>"
-    graph = _graph_svg(docs, violated) if docs else '<p class="empty">No events.</p>'
+        meta += f" · head hash <code>{esc(head_hash)}</code>"
+    graph = graph_svg(docs, violated) if docs else '<p class="empty">No events.</p>'
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<title>agentlog report · {_esc(run_id)}</title>
-<style>{_CSS}</style></head>
+<title>agentlog report · {esc(run_id)}</title>
+<style>{REPORT_CSS}</style></head>
 <body>
 <h1>Run report</h1>
 <div class="meta">{meta}</div>
 <div class="stats">{stat_html}</div>
 <h2>Handoff timeline</h2>
-<div class="scroll">{_timeline_svg(transitions)}</div>
+<div class="scroll">{timeline_svg(transitions)}</div>
 <h2>Causation graph</h2>
-{_legend()}
+{legend_html()}
 <div class="scroll">{graph}</div>
 <h2>Violations</h2>
-{_violations_table(violations)}
+{violations_table(violations)}
 <p class="meta">Generated by agentlog from the audit history. Self-contained: no scripts, no external resources.</p>
 </body></html>
 """

@@ -36,7 +36,7 @@ from streams.settings import Settings
 
 __all__ = [
     "answer_query", "fetch_report_records", "handle_query_request", "json_value", "query_via_worker",
-    "result_to_json",
+    "report_records", "result_to_json",
 ]
 
 #: Errors that are the caller's fault (bad name, bad param, write attempt): HTTP 400.
@@ -112,14 +112,15 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         return None
     path = "/sql" if "sql" in body else "/query"
     url = base if base.endswith(("/query", "/sql")) else base + path
+    token = settings.web_token if isinstance(settings, Settings) else ""  # issue #17: a guarded worker
     try:
         try:
-            return _send(url, body, "POST", timeout_s)
+            return _send(url, body, "POST", timeout_s, token)
         except urllib.error.HTTPError as e:
             if e.code != 405:
                 raise
             # Faust function pages may answer GET only; the endpoint reads the body either way.
-            return _send(url, body, "GET", timeout_s)
+            return _send(url, body, "GET", timeout_s, token)
     except urllib.error.HTTPError as e:
         try:
             err = json.loads(e.read()).get("error") or {}
@@ -131,9 +132,11 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         raise StoreError(unreachable.format(url=url, error=e), code="store_unreachable") from e
 
 
-def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float) -> dict[str, Any]:
-    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method,
-                                 headers={"Content-Type": "application/json"})
+def _send(url: str, body: Mapping[str, Any], method: str, timeout_s: float, token: str = "") -> dict[str, Any]:
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=json.dumps(body).encode("utf-8"), method=method, headers=headers)
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         answer: dict[str, Any] = json.loads(resp.read())  # the endpoint answers a JSON object
         return answer
@@ -193,13 +196,21 @@ def fetch_report_records(settings: Settings, run_id: str) -> tuple[Records, Reco
 
 def _report_from_store(settings: Settings, run_id: str) -> tuple[Records, Records, Records, str]:
     with open_store(settings) as store:
-        params = {"run_id": run_id}
-        events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
-        transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
-        violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
-                                 params)
-        head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
-                           "LIMIT 1", params)
+        return report_records(store, run_id)
+
+
+def report_records(store: Store, run_id: str) -> tuple[Records, Records, Records, str]:
+    """``(events, transitions, violations, head_hash)`` of ``run_id`` read from an open store (events with payloads).
+
+    Shared by ``agentlog report`` and the web console's run page, which draw the same records.
+    """
+    params = {"run_id": run_id}
+    events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
+    transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
+    violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
+                             params)
+    head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
+                       "LIMIT 1", params)
 
     def load(result: QueryResult) -> Records:
         return [json.loads(row[0]) for row in result.rows]

@@ -53,6 +53,7 @@ from streams.settings import Settings, settings_env
 __all__ = [
     "DemoSummary",
     "WorkerHandle",
+    "console_url",
     "demo_worker",
     "ensure_stack",
     "ensure_worker",
@@ -663,6 +664,7 @@ def _print_next(console: Console, summary: DemoSummary, settings: Settings) -> N
         (f"agentlog report --run {r} --out {r}.html", "causation graph + handoff timeline as one HTML page"),
         ("agentlog capabilities --json", "what this store can prove, checked now"),
         (f"curl {summary.worker.get('url')}/metrics", "Prometheus metrics of the worker"),
+        (f"{summary.worker.get('url')}/", "the web console: runs, this run's state at any index, replays"),
         ("agentlog demo --stop-only", "stop the demo worker and the local broker (what make down runs)"),
     ):
         console.print(f"  [cyan]{cmd}[/]  [dim]# {why}[/]")
@@ -697,4 +699,11 @@ def run_demo(settings: Settings, console: Console | None = None) -> DemoSummary:
     _print_next(console, summary, settings)
     summary.wall_s = round(time.monotonic() - t0, 1)
     console.print(f"[bold green]demo finished in {summary.wall_s:.1f}s[/]")
+    # issue #17: the last line is where to look, in a browser.
+    console.print(f"web console of the demo run: [bold cyan]{console_url(summary)}[/]", soft_wrap=True)
     return summary
+
+
+def console_url(summary: DemoSummary) -> str:
+    """The web console's page of the demo run (the worker serves it; README "Console")."""
+    return f"{summary.worker.get('url')}/runs/{summary.run_id}"

@@ -35,7 +35,7 @@ from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
 from streams.admin import ensure_topics_patiently
-from streams.settings import Settings
+from streams.settings import Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 
 log = logging.getLogger("agentlog.worker")
@@ -43,6 +43,8 @@ log = logging.getLogger("agentlog.worker")
 
 def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
     """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
+    if settings.web_enabled:
+        check_web_access(settings)  # issue #17: never serve beyond loopback without a token
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
@@ -66,8 +68,10 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         producer_linger=0.005,
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
-        web_bind="127.0.0.1",
-        web_host="127.0.0.1",
+        # issue #17: web_bind is the interface the server listens on, web_host the name in its
+        # canonical URL; both follow AGENTLOG_WEB_HOST (loopback unless a token is set: check_web_access).
+        web_bind=settings.web_host,
+        web_host=settings.web_host,
         stream_wait_empty=False,
         # Table keys/values as JSON: str keys come back as str after changelog recovery
         # (the topics below set raw bytes explicitly).

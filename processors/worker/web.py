@@ -1,4 +1,5 @@
-"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results.
+"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results,
+and the web console (:mod:`processors.worker.console`, which also guards every endpoint with the token).
 
 The worker owns the embedded chdb directory, so it is also the process that
 answers queries for it: once the web server listens, the worker advertises
@@ -21,6 +22,7 @@ from processors.core.result_cache import ResultCache
 from processors.metrics import METRICS, Sample
 from processors.replay.compare import REPLAY_COUNTERS
 from processors.replay.served import TERMINAL_TYPES, results_answer
+from processors.worker import console
 from processors.worker.wiring import Wiring
 from streams.reader import read_run
 from streams.settings import Settings
@@ -60,8 +62,9 @@ def _replay_series() -> Iterator[Sample]:
 
 
 def install(wiring: Wiring) -> None:
-    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql`` and ``/replay/<run>/results`` on the app's web server."""
+    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console (#17)."""
     app = wiring.app
+    console.install(wiring)  # first: its "/" must be routed before Faust's own index page
     METRICS.add_collector(_replay_series)
 
     async def answer(view: View, request: Request, body: dict[str, Any]) -> Response:

@@ -85,7 +85,12 @@ SELECT
     true AS derived,
     toDateTime64('2025-01-01 00:00:00', 3, 'UTC') + toIntervalMillisecond(intDiv(number, 3) * 10000
         + (number % 3) * (50 + (cityHash64(number) % 1000))) AS event_time,
-    [] AS harvested_keys, '' AS error_code, '' AS error, '' AS doc
+    [] AS harvested_keys, '' AS error_code, '' AS error,
+    -- the Transition record itself, which the console's run page draws (bench_console)
+    concat('{"childRunId":"', child_run_id, '","derived":true,"dispatchId":"', dispatch_id, '","eventId":"',
+           event_id, '","from":"', from_state, '","parentRunId":"', parent_run_id, '","phase":"', phase,
+           '","timestamp":"', replaceOne(toString(event_time), ' ', 'T'), 'Z","to":"', to_state,
+           '","workerId":"', worker_id, '"}') AS doc
 FROM numbers({n:UInt64})
 """
 

@@ -1,0 +1,520 @@
+"""The console's pages: records in, one self-contained HTML string out (no I/O, no framework).
+
+Every page carries its CSS and its little script inline and loads nothing from anywhere
+else, like ``agentlog report``'s page, whose graph and handoff lanes it reuses
+(:mod:`processors.audit.report`). The script does two things only, and every page works
+without it: the state slider asks the worker for the state at another index (an HTML
+fragment, :func:`render_state_panel`), and pages marked live re-read themselves every few
+seconds and swap in the parts marked ``data-live`` (runs table, a run's events, graph,
+lanes and verdicts), so a page open on a running run follows it.
+
+Links carry no token: when the worker asks for one, a page opened once with ``?token=``
+has set a cookie that the browser sends with every later request (README "Console").
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from processors.audit.report import (
+    REPORT_CSS,
+    esc,
+    graph_svg,
+    legend_html,
+    normalise_events,
+    sort_transitions,
+    timeline_svg,
+    violated_by_event,
+    violations_table,
+)
+from processors.console.charts import bar_chart, line_chart
+from processors.console.state import StateView
+from processors.core.fold import STATUSES
+from processors.replay.compare import ComparisonResult
+from schemas.stability import is_volatile, iter_paths
+
+__all__ = [
+    "LIVE_POLL_MS",
+    "RUNS_FILTERS",
+    "VERDICTS",
+    "render_analytics_page",
+    "render_compare_page",
+    "render_error_page",
+    "render_replays_page",
+    "render_run_page",
+    "render_runs_page",
+    "render_state_panel",
+    "compare_section",
+    "run_href",
+]
+
+#: How often a live page re-reads itself (ms).
+LIVE_POLL_MS = 2000
+VERDICTS = ("match", "diverged", "diverged_at_refusal", "what-if")
+#: Query-string filters of the runs page, in the ``runs`` named query's names.
+RUNS_FILTERS = ("since", "until", "status", "model", "flagged", "verdict")
+_PAYLOAD_CHARS = 4000
+_FIELDS_PER_EVENT = 60
+
+_CSS = REPORT_CSS + """
+body{margin:0} main{padding:18px 32px 40px}
+nav{background:#1b2a4a;color:#fff;padding:10px 32px;display:flex;gap:22px;align-items:center}
+nav a{color:#dbe4ff;text-decoration:none;font-weight:600} nav a:hover{color:#fff} nav .brand{color:#fff;font-size:16px}
+nav .live{margin-left:auto;font-size:12px;color:#91a7ff}
+a{color:#364fc7}
+form.filters{display:flex;gap:10px;flex-wrap:wrap;align-items:end;margin:10px 0 14px;font-size:12px}
+form.filters label{display:flex;flex-direction:column;gap:2px;color:#495057}
+form.filters input,form.filters select{font:inherit;padding:3px 6px}
+table.list{width:100%} table.list td{vertical-align:top}
+tr.current td{background:#fff3bf} tr.divergence td{background:#ffe3e3} tr.diverged td{background:#fff5f5}
+tr[data-index]{cursor:pointer}
+.badge{display:inline-block;padding:0 6px;border-radius:9px;font-size:11px;background:#e9ecef;color:#343a40;
+margin:0 2px 1px 0}
+.badge.bad,.badge.failed,.badge.diverged,.badge.refused,.badge.violations,.badge.gap{background:#ffe3e3;color:#c92a2a}
+.badge.diverged_at_refusal{background:#c92a2a;color:#fff}
+.badge.match,.badge.completed,.badge.ok{background:#d3f9d8;color:#2b8a3e}
+.badge.running{background:#d0ebff;color:#1864ab} .badge.what-if{background:#fff3bf;color:#e67700}
+.badge.retried,.badge.handoff_failed{background:#fff4e6;color:#d9480f}
+pre{margin:0;white-space:pre-wrap;word-break:break-word;font-size:11px}
+details summary{cursor:pointer;color:#495057}
+.slider{display:flex;gap:12px;align-items:center;margin:8px 0} .slider input{flex:1}
+.state{display:grid;grid-template-columns:repeat(auto-fit,minmax(260px,1fr));gap:10px}
+.state section{border:1px solid #dee2e6;border-radius:8px;padding:6px 10px}
+.state h3{font-size:13px;margin:2px 0 6px}
+.kv{display:flex;gap:6px;padding:1px 3px;border-radius:3px;font-size:12px} .kv b{min-width:90px}
+.changed{background:#fff3bf;outline:1px solid #fab005}
+.field{font:11px/1.35 ui-monospace,Menlo,Consolas,monospace} .field.volatile{color:#adb5bd}
+.field.diff{background:#ffc9c9;font-weight:700}
+.divergence-box{border:2px solid #c92a2a;border-radius:8px;padding:10px 14px;margin:10px 0;background:#fff5f5}
+.divergence-box.none{border-color:#2b8a3e;background:#ebfbee}
+.pager{margin:10px 0;display:flex;gap:12px}
+.charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:18px}
+figure.chart{margin:0;border:1px solid #e9ecef;border-radius:8px;padding:8px 10px}
+figure.chart figcaption{font-weight:600;margin-bottom:4px}
+.bar-label{font-size:11px;fill:#343a40;text-anchor:end} .bar-value{font-size:11px;fill:#495057}
+.tick-y{font-size:10px;fill:#868e96;text-anchor:end}
+"""
+
+_SCRIPT = """
+(function () {
+  var slider = document.getElementById('slider');
+  function mark(i) {
+    document.querySelectorAll('tr.current').forEach(function (e) { e.classList.remove('current'); });
+    var row = document.getElementById('ev-' + i);
+    if (row) row.classList.add('current');
+  }
+  function loadState(i) {
+    var label = document.getElementById('at-label');
+    if (label) label.textContent = i;
+    return fetch(slider.dataset.src + '?at=' + i, {credentials: 'same-origin'}).then(function (r) {
+      return r.ok ? r.text() : null;
+    }).then(function (html) {
+      if (html === null) return;
+      document.getElementById('state').innerHTML = html;
+      document.body.dataset.stateAt = i;
+      mark(i);
+    });
+  }
+  if (slider) {
+    var timer = null;
+    slider.addEventListener('input', function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () { loadState(slider.value); }, 60);
+    });
+    document.addEventListener('click', function (ev) {
+      var row = ev.target.closest && ev.target.closest('tr[data-index]');
+      if (!row || ev.target.closest('details')) return;
+      slider.value = row.dataset.index;
+      loadState(row.dataset.index);
+    });
+    mark(slider.value);
+  }
+  var every = +document.body.dataset.live;
+  if (!every) return;
+  setInterval(function () {
+    if (document.hidden) return;
+    fetch(location.href, {credentials: 'same-origin'}).then(function (r) {
+      return r.ok ? r.text() : null;
+    }).then(function (html) {
+      if (html === null) return;
+      var fresh = new DOMParser().parseFromString(html, 'text/html');
+      document.querySelectorAll('[data-live]').forEach(function (el) {
+        var next = fresh.getElementById(el.id);
+        if (next && next.innerHTML !== el.innerHTML) el.innerHTML = next.innerHTML;
+      });
+      var nextSlider = fresh.getElementById('slider');
+      if (slider && nextSlider && nextSlider.max !== slider.max) {
+        var atEnd = slider.value === slider.max;
+        slider.max = nextSlider.max;
+        if (atEnd) { slider.value = nextSlider.max; loadState(nextSlider.max); } else { mark(slider.value); }
+      }
+      document.body.dataset.refreshed = String(Date.now());
+    });
+  }, every);
+})();
+"""
+
+
+def run_href(run_id: str) -> str:
+    return f"/runs/{quote(str(run_id), safe='')}"
+
+
+def _layout(title: str, body: str, *, live: bool = False) -> str:
+    live_attr = f' data-live="{LIVE_POLL_MS}"' if live else ""
+    live_note = f'<span class="live">live · refreshes every {LIVE_POLL_MS // 1000}s</span>' if live else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<title>{esc(title)} · agentlog</title>
+<style>{_CSS}</style></head>
+<body{live_attr}>
+<nav><a class="brand" href="/">agentlog</a><a href="/">Runs</a><a href="/analytics">Analytics</a>{live_note}</nav>
+<main>
+{body}
+</main>
+<script>{_SCRIPT}</script>
+</body></html>
+"""
+
+
+def _badge(text: Any, kind: Any = None) -> str:
+    if text in (None, ""):
+        return ""
+    return f'<span class="badge {esc(kind if kind is not None else text)}">{esc(text)}</span>'
+
+
+def _json(value: Any, limit: int = _PAYLOAD_CHARS) -> str:
+    text = json.dumps(value, indent=1, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _time(value: Any) -> str:
+    text = "" if value is None else str(value)
+    return text.replace("T", " ")[:23]
+
+
+def _duration(ms: Any) -> str:
+    if ms is None:
+        return ""
+    ms = int(ms)
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def render_error_page(title: str, message: str, *, code: str = "") -> str:
+    """A page that says what went wrong and what to do (a missing run, a store that is not there)."""
+    detail = f"<p><code>error[{esc(code)}]</code></p>" if code else ""
+    return _layout(title, f"<h1>{esc(title)}</h1><p>{esc(message)}</p>{detail}")
+
+
+# ---------------------------------------------------------------------------------------------
+# /
+
+
+def render_runs_page(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, str], *, limit: int,
+                     offset: int) -> str:
+    """The runs list: ``rows`` are the ``runs`` named query's rows (its columns only)."""
+    def selected(name: str, value: str) -> str:
+        return " selected" if filters.get(name, "") == value else ""
+
+    status_opts = "".join(f'<option value="{s}"{selected("status", s)}>{s}</option>' for s in ("", *STATUSES))
+    verdict_opts = "".join(f'<option value="{v}"{selected("verdict", v)}>{v}</option>' for v in ("", *VERDICTS))
+    flagged = " checked" if filters.get("flagged") == "1" else ""
+    form = f"""<form class="filters" method="get" action="/">
+<label>status<select name="status">{status_opts}</select></label>
+<label>since<input name="since" placeholder="2026-11-22T00:00:00Z" value="{esc(filters.get('since', ''))}"></label>
+<label>until<input name="until" placeholder="ISO 8601" value="{esc(filters.get('until', ''))}"></label>
+<label>model<input name="model" placeholder="claude-sonnet-4" value="{esc(filters.get('model', ''))}"></label>
+<label>last replay verdict<select name="verdict">{verdict_opts}</select></label>
+<label><span><input type="checkbox" name="flagged" value="1"{flagged}> flagged only</span></label>
+<label>per page<input name="limit" size="4" value="{limit}"></label>
+<button type="submit">Filter</button> <a href="/">clear</a></form>"""
+    body_rows = []
+    for r in rows:
+        verdict = r.get("last_verdict") or ""
+        replays = (f'{_badge(verdict)} <a href="{run_href(r["run_id"])}/replays">{r.get("replays")} replay(s)</a>'
+                   if r.get("replays") else "")
+        body_rows.append(
+            f'<tr class="run" data-run-id="{esc(r["run_id"])}"><td><a href="{run_href(r["run_id"])}">'
+            f'{esc(r["run_id"])}</a></td><td>{_badge(r.get("status"))}</td><td>{esc(_time(r.get("started_at")))}</td>'
+            f'<td>{esc(_duration(r.get("duration_ms")))}</td><td>{esc(r.get("events"))}</td>'
+            f'<td>{esc(r.get("cost_cents"))}¢</td><td>{esc(r.get("input_tokens"))} / {esc(r.get("output_tokens"))}</td>'
+            f'<td>{esc(r.get("refusals"))}</td><td>{esc(r.get("violations"))}</td>'
+            f'<td>{"".join(_badge(f) for f in r.get("flags") or [])}</td><td>{replays}</td></tr>')
+    table = ("<table class=\"list\"><thead><tr><th>run</th><th>status</th><th>started (UTC)</th><th>duration</th>"
+             "<th>events</th><th>cost</th><th>tokens in / out</th><th>refusals</th><th>violations</th><th>flags</th>"
+             f"<th>replays</th></tr></thead><tbody id=\"runs-body\" data-live>{''.join(body_rows)}</tbody></table>")
+    if not rows:
+        table += '<p class="empty">No runs match. Publish events (agentlog demo) or clear the filters.</p>'
+    kept = {k: v for k, v in filters.items() if v}
+    pager = []
+    if offset > 0:
+        pager.append(f'<a href="/?{esc(urlencode({**kept, "limit": limit, "offset": max(offset - limit, 0)}))}">'
+                     "← newer</a>")
+    if len(rows) >= limit:
+        pager.append(f'<a href="/?{esc(urlencode({**kept, "limit": limit, "offset": offset + limit}))}">older →</a>')
+    shown = f"runs {offset + 1}–{offset + len(rows)}" if rows else "no runs"
+    body = (f'<h1>Runs</h1><div class="meta" id="runs-count" data-live>{shown}, newest first</div>{form}{table}'
+            f'<div class="pager">{"".join(pager)}</div>')
+    return _layout("Runs", body, live=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# /runs/<runId>
+
+
+def render_state_panel(view: StateView) -> str:
+    """The state after one index, with what that index changed highlighted (the slider's fragment)."""
+    def kv(part: str, key: str, value: Any) -> str:
+        cls = " changed" if f"{part}.{key}" in view.changed else ""
+        return (f'<div class="kv{cls}" data-key="{esc(part)}.{esc(key)}"><b>{esc(key)}</b>'
+                f'<pre>{esc(_json(value, 1200))}</pre></div>')
+
+    status_cls = " changed" if "status" in view.changed else ""
+    sections = [f'<section><h3>status</h3><div class="kv{status_cls}" data-key="status">'
+                f'{_badge(view.status)}</div></section>']
+    for part, values in view.parts.items():
+        items = "".join(kv(part, k, v) for k, v in values.items()) or '<p class="empty">none</p>'
+        sections.append(f'<section><h3>{esc(part)} ({len(values)})</h3>{items}</section>')
+    changed = ", ".join(sorted(view.changed)) or "nothing observable"
+    return (f'<div class="meta" id="state-caption" data-index="{view.index}">after index <b>{view.index}</b> '
+            f'(sequence {esc(view.sequence)}, <code>{esc(view.event_type)}</code>) · changed: {esc(changed)}</div>'
+            f'<div class="state">{"".join(sections)}</div>')
+
+
+def _events_table(docs: Sequence[Mapping[str, Any]], violated: Mapping[str, list[str]]) -> str:
+    seq_of = {d.get("eventId"): d.get("sequence") for d in docs}
+    rows = []
+    for i, d in enumerate(docs):
+        cause = d.get("causationId")
+        caused = "" if not cause else f"#{seq_of[cause]}" if cause in seq_of else esc(str(cause)[:16])
+        codes = violated.get(str(d.get("eventId")), [])
+        flag = "".join(_badge(c, "bad") for c in codes)
+        if d.get("type") == "envelope.refusal":
+            flag += _badge("refusal", "bad")
+        rows.append(
+            f'<tr id="ev-{i}" data-index="{i}" data-type="{esc(d.get("type"))}"><td>{esc(d.get("sequence"))}</td>'
+            f'<td>{esc(_time(d.get("timestamp")))}</td><td><code>{esc(d.get("type"))}</code> {flag}</td>'
+            f'<td>{esc(d.get("nodeId"))}</td><td>{caused}</td>'
+            f'<td><details><summary>payload</summary><pre>{esc(_json(d.get("payload")))}</pre></details></td></tr>')
+    return ("<table class=\"list events\"><thead><tr><th>seq</th><th>time (UTC)</th><th>type</th><th>node</th>"
+            f"<th>caused by</th><th>payload</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+
+
+def _verdicts_table(source_run_id: str, verdicts: Sequence[Mapping[str, Any]]) -> str:
+    if not verdicts:
+        return '<p class="empty">No replay of this run has been judged.</p>'
+    rows = []
+    for v in verdicts:
+        first = v.get("first_divergence") or ""
+        try:
+            fd = json.loads(first) if first else None
+        except ValueError:
+            fd = None
+        where = (f'#{esc(fd.get("atSequence"))} {esc(fd.get("kind"))} <code>{esc(fd.get("path") or "")}</code>'
+                 if isinstance(fd, dict) else "")
+        replay = str(v.get("replay_run_id"))
+        compare = f'/compare?{esc(urlencode({"a": source_run_id, "b": replay}))}'
+        rows.append(f'<tr class="verdict" data-verdict="{esc(v.get("verdict"))}"><td>'
+                    f'<a href="{run_href(replay)}">{esc(replay)}</a></td><td>{esc(v.get("mode"))}</td>'
+                    f'<td>{_badge(v.get("verdict"))}</td><td>{esc(v.get("error_code"))}</td><td>{where}</td>'
+                    f'<td>{esc(v.get("compared_through"))}</td><td>{esc(_time(v.get("recorded_at")))}</td>'
+                    f'<td><a href="{compare}">compare side by side</a></td></tr>')
+    return ("<table class=\"list verdicts\"><thead><tr><th>replay run</th><th>mode</th><th>verdict</th><th>error</th>"
+            "<th>first divergence</th><th>compared through</th><th>recorded (UTC)</th><th></th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _run_links(run_id: str, links: Mapping[str, Sequence[str]]) -> str:
+    parts = []
+    for label, key in (("parent", "parents"), ("children", "children"), ("replay of", "replay_of"),
+                       ("replays", "replays")):
+        ids = links.get(key) or []
+        if ids:
+            parts.append(f'{label}: ' + ", ".join(f'<a href="{run_href(r)}">{esc(r)}</a>' for r in ids))
+    return " · ".join(parts) or "no parent, child or replay runs"
+
+
+def render_run_page(
+    run_id: str,
+    events: Sequence[Mapping[str, Any]],
+    transitions: Sequence[Mapping[str, Any]],
+    violations: Sequence[Mapping[str, Any]],
+    *,
+    status: str,
+    state: StateView,
+    head_hash: str,
+    chain_problem: str | None,
+    links: Mapping[str, Sequence[str]],
+    verdicts: Sequence[Mapping[str, Any]],
+) -> str:
+    """One run: header (status, head hash, chain check, links), state slider, lanes, graph, events, verdicts.
+
+    ``chain_problem`` is None when the hash chain recomputed from the stored events ends at
+    ``head_hash``, else a sentence saying where it breaks.
+    """
+    docs = normalise_events(events, transitions)
+    violated = violated_by_event(violations)
+    ordered = sort_transitions(transitions)
+    chain = (_badge("chain verifies", "ok") if chain_problem is None
+             else f'{_badge("chain broken", "bad")} {esc(chain_problem)}')
+    stats = "".join(
+        f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{esc(label)}</span></div>'
+        for label, n, bad in (
+            ("events", len(docs), False), ("transitions", len(ordered), False),
+            ("refusals", sum(d.get("type") == "envelope.refusal" for d in docs), False),
+            ("violations", len(violations), bool(violations)), ("replays", len(verdicts), False)))
+    last = max(len(docs) - 1, 0)
+    body = f"""<h1>Run <code>{esc(run_id)}</code> <span id="run-status">{_badge(status)}</span></h1>
+<div class="meta" id="run-meta" data-live>head hash <code id="head-hash">{esc(head_hash)}</code> · {chain}<br>
+{_run_links(run_id, links)}</div>
+<div class="stats" id="run-stats" data-live>{stats}</div>
+<h2>State at an index</h2>
+<form class="slider" method="get" action="{run_href(run_id)}">
+<label for="slider">index <b id="at-label">{state.index}</b> of {last}</label>
+<input type="range" id="slider" name="at" min="0" max="{last}" value="{state.index}"
+ data-src="{run_href(run_id)}/state"><noscript><button type="submit">show</button></noscript></form>
+<div id="state">{render_state_panel(state)}</div>
+<h2>Replay verdicts</h2>
+<div id="run-verdicts" data-live>{_verdicts_table(run_id, verdicts)}</div>
+<h2>Handoff lanes</h2>
+<div class="scroll" id="run-lanes" data-live>{timeline_svg(ordered)}</div>
+<h2>Causation graph</h2>
+{legend_html()}
+<div class="scroll" id="run-graph" data-live>{graph_svg(docs, violated) if docs else ''}</div>
+<h2>Events</h2>
+<div id="run-events" data-live>{_events_table(docs, violated)}</div>
+<h2>Violations</h2>
+<div id="run-violations" data-live>{violations_table(violations)}</div>"""
+    return _layout(f"run {run_id}", body, live=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# /compare and /runs/<runId>/replays
+
+
+def _fields(doc: Mapping[str, Any] | None, diff_path: str | None) -> str:
+    if doc is None:
+        return '<span class="empty">(no event at this index)</span>'
+    kind = str(doc.get("type"))
+    lines = [f"<b><code>{esc(kind)}</code></b>"]
+    for n, (path, value) in enumerate(iter_paths(doc)):
+        if path in ("type", "sequence"):
+            continue
+        if n >= _FIELDS_PER_EVENT:
+            lines.append('<div class="field">…</div>')
+            break
+        classes = ["field"]
+        if is_volatile(kind, path):
+            classes.append("volatile")
+        if diff_path and (path == diff_path or path.startswith(diff_path + ".") or path.startswith(diff_path + "[")):
+            classes.append("diff")
+        shown = json.dumps(value, ensure_ascii=False, default=str)
+        lines.append(f'<div class="{" ".join(classes)}" data-path="{esc(path)}">{esc(path)} = '
+                     f'{esc(shown if len(shown) < 200 else shown[:199] + "…")}</div>')
+    return "".join(lines)
+
+
+def _divergence_box(result: ComparisonResult) -> str:
+    d = result.first_divergence
+    if d is None:
+        return (f'<div class="divergence-box none" id="first-divergence-box">{_badge(result.verdict)} the replay '
+                f'reproduces the original through index {result.compared_through}.</div>')
+    refusal = ("<p><b>Refusal divergence</b>: one side has a valid LLM envelope where the other was refused "
+               "(RFC 0041 §B); judged as its own verdict, never folded into <code>diverged</code>.</p>"
+               if d.kind == "refusal" else "")
+    return (f'<div class="divergence-box" id="first-divergence-box" data-kind="{esc(d.kind)}" '
+            f'data-at="{d.at_sequence}">{_badge(result.verdict)} <code>{esc(result.error_code)}</code>'
+            f'<p>First divergence at index <b id="divergence-at">{d.at_sequence}</b>: kind <b>{esc(d.kind)}</b>'
+            f'{f" at <code>{esc(d.path)}</code>" if d.path else ""}{f" ({esc(d.event_type)})" if d.event_type else ""}'
+            f'</p>{refusal}<table><tr><th></th><th>original (expected)</th><th>replay (actual)</th></tr>'
+            f'<tr><td>value</td><td><pre>{esc(_json(d.expected, 1500))}</pre></td>'
+            f'<td><pre>{esc(_json(d.actual, 1500))}</pre></td></tr></table>'
+            f'{f"<p>{esc(d.detail)}</p>" if d.detail else ""}'
+            f'<p><a href="#idx-{d.at_sequence}">jump to index {d.at_sequence} in the aligned events</a></p></div>')
+
+
+def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str, Any]],
+             result: ComparisonResult) -> str:
+    a = {d.get("sequence"): d for d in original}
+    b = {d.get("sequence"): d for d in replay}
+    first = result.first_divergence
+    at_of: dict[Any, Any] = {d.at_sequence: d for d in result.divergences}
+    rows = []
+    for i in sorted({*a, *b}, key=lambda s: (s is None, s or 0)):
+        here = at_of.get(i)
+        cls = "divergence" if first is not None and i == first.at_sequence else "diverged" if here else ""
+        path = here.path if here is not None else None
+        mark = f'<br>{_badge(here.kind, "bad")}' if here is not None else ""
+        rows.append(f'<tr id="idx-{esc(i)}" class="{cls}" data-seq="{esc(i)}"><td>{esc(i)}{mark}</td>'
+                    f'<td>{_fields(a.get(i), path)}</td><td>{_fields(b.get(i), path)}</td></tr>')
+    return ("<table class=\"list aligned\"><thead><tr><th>index</th><th>original</th><th>replay</th></tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def render_compare_page(a_id: str, b_id: str, original: Sequence[Mapping[str, Any]],
+                        replay: Sequence[Mapping[str, Any]], result: ComparisonResult,
+                        verdicts: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Two runs aligned index by index (``result`` is ``compare_runs(original, replay)``), volatile fields dimmed."""
+    reordered = (f'<p class="meta">{len(result.reordered)} event(s) interleaved differently across lanes '
+                 "(not a divergence).</p>" if result.reordered else "")
+    body = (f'<h1>Compare <a href="{run_href(a_id)}"><code>{esc(a_id)}</code></a> with '
+            f'<a href="{run_href(b_id)}"><code>{esc(b_id)}</code></a></h1>'
+            f'<div class="meta">compared from index {result.from_seq} (replayOf.fromSeq); volatile fields '
+            '(ids, timestamps, call bytes) are dimmed and never count as a divergence</div>'
+            f'{_divergence_box(result)}{reordered}'
+            f'<h2>Recorded verdicts of {esc(a_id)}</h2>{_verdicts_table(a_id, verdicts)}'
+            f'<h2>Aligned events</h2>{_aligned(original, replay, result)}')
+    return _layout(f"compare {a_id} / {b_id}", body)
+
+
+def render_replays_page(run_id: str, verdicts: Sequence[Mapping[str, Any]], compare_html: str = "") -> str:
+    """A run's replay verdict records; ``compare_html`` is the latest replay's comparison, when there is one."""
+    body = (f'<h1>Replays of <a href="{run_href(run_id)}"><code>{esc(run_id)}</code></a></h1>'
+            f'<div id="replays-verdicts" data-live>{_verdicts_table(run_id, verdicts)}</div>{compare_html}')
+    return _layout(f"replays of {run_id}", body, live=True)
+
+
+def compare_section(a_id: str, b_id: str, original: Sequence[Mapping[str, Any]],
+                    replay: Sequence[Mapping[str, Any]], result: ComparisonResult) -> str:
+    """The comparison part of the compare page, for embedding in the replays page."""
+    return (f'<h2>Latest replay: <a href="{run_href(b_id)}"><code>{esc(b_id)}</code></a></h2>'
+            f'{_divergence_box(result)}{_aligned(original, replay, result)}')
+
+
+# ---------------------------------------------------------------------------------------------
+# /analytics
+
+
+def render_analytics_page(*, usage: Sequence[Mapping[str, Any]], refusals: Sequence[Mapping[str, Any]],
+                          latency: Sequence[Mapping[str, Any]], rejections: Sequence[Mapping[str, Any]],
+                          bucket_s: int) -> str:
+    """Charts over the named queries ``usage-over-time``, ``refusals``, ``handoff-latency`` and ``rejections``."""
+    buckets = sorted({_time(u.get("bucket"))[:16] for u in usage})
+    index = {b: i for i, b in enumerate(buckets)}
+    cost: dict[str, list[float]] = {}
+    tokens: dict[str, list[float]] = {}
+    for u in usage:
+        name = f'{u.get("provider") or "?"}/{u.get("model") or "?"}'
+        i = index[_time(u.get("bucket"))[:16]]
+        cost.setdefault(name, [0.0] * len(buckets))[i] += float(u.get("cost_cents") or 0)
+        tokens.setdefault(name, [0.0] * len(buckets))[i] += float((u.get("input_tokens") or 0)
+                                                                   + (u.get("output_tokens") or 0))
+    refusal_bars = [(f'{r.get("provider")}/{r.get("model")} ({r.get("refused")}/{r.get("outcomes")})',
+                     100.0 * float(r.get("refusal_rate") or 0)) for r in refusals]
+    lat = [r for r in latency if r.get("p95_ms") is not None]
+    latency_bars = [(f'{r.get("worker_id")} · {r.get("phase")}', float(r.get("p95_ms") or 0)) for r in lat]
+    latency_inner = [float(r.get("p50_ms") or 0) for r in lat]
+    rejection_bars = [(str(r.get("reason")), float(r.get("rejections") or 0)) for r in rejections]
+    charts = "".join((
+        line_chart(f"Cost per model (cents per {bucket_s // 60} min)", buckets, cost, unit="¢"),
+        line_chart(f"Tokens per model (in + out per {bucket_s // 60} min)", buckets, tokens),
+        bar_chart("Refusal rate per model", refusal_bars, unit="%"),
+        bar_chart("Handoff latency per worker and phase (ms from the previous transition)", latency_bars,
+                  unit=" ms", inner=latency_inner, inner_label="p50", outer_label="p95"),
+        bar_chart("Rejected ingest records by reason", rejection_bars),
+    ))
+    body = (f'<h1>Analytics</h1><div class="meta">from the named queries usage-over-time, refusals, '
+            f'handoff-latency and rejections</div><div class="charts" id="charts" data-live>{charts}</div>')
+    return _layout("Analytics", body, live=True)

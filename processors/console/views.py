@@ -1,0 +1,192 @@
+"""Each console page as one call: an open store and the request's parameters in, ``(status, html)`` out.
+
+This is where the console reads: the named queries (``runs``, ``replay-verdicts``, the
+analytics ones), the run's records as ``agentlog report`` reads them
+(:func:`processors.audit.server.report_records`), the fold for the state slider and the
+replay comparison engine for the compare page. It imports no web framework, so the worker
+(:mod:`processors.worker.console`) only routes, and the tests call these with a chdb store.
+Calls block (ClickHouse), so the worker runs them in an executor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from processors.audit.queries import run_named
+from processors.audit.server import report_records
+from processors.audit.store import Store
+from processors.console.pages import (
+    RUNS_FILTERS,
+    compare_section,
+    render_analytics_page,
+    render_compare_page,
+    render_error_page,
+    render_replays_page,
+    render_run_page,
+    render_runs_page,
+    render_state_panel,
+)
+from processors.console.state import state_at
+from processors.replay.compare import compare_runs
+from schemas.canonical import GENESIS, chain_hash
+from schemas.errors import AgentlogError, StoreError
+
+__all__ = [
+    "Page",
+    "analytics_view",
+    "chain_problem",
+    "compare_view",
+    "replays_view",
+    "run_view",
+    "runs_view",
+    "state_fragment",
+]
+
+#: ``(HTTP status, HTML)``.
+Page = tuple[int, str]
+
+_DEFAULT_LIMIT = 50
+
+
+def _guarded(title: str, build: Callable[[], Page]) -> Page:
+    """Turn a typed error into a page that says what to do (400 for the caller's mistakes, 500 otherwise)."""
+    try:
+        return build()
+    except AgentlogError as e:
+        status = 404 if e.code in ("unknown_run", "replay_error") else 400 if e.code == "bad_param" else 500
+        return status, render_error_page(title, str(e), code=e.code)
+
+
+def _int(raw: str | None, default: int, name: str) -> int:
+    if raw in (None, ""):
+        return default
+    if not raw.isdigit():
+        raise StoreError(f"parameter {name} must be a non-negative integer, got {raw!r}", code="bad_param")
+    return int(raw)
+
+
+def runs_view(store: Store, query: Mapping[str, str]) -> Page:
+    """``/``: the ``runs`` named query with the page's filters."""
+    def build() -> Page:
+        filters = {k: query.get(k, "") for k in RUNS_FILTERS if query.get(k, "")}
+        limit = max(1, min(_int(query.get("limit"), _DEFAULT_LIMIT, "limit"), 1000))
+        offset = _int(query.get("offset"), 0, "offset")
+        rows = run_named(store, "runs", {**filters, "limit": str(limit), "offset": str(offset)}).to_dicts()
+        return 200, render_runs_page(rows, filters, limit=limit, offset=offset)
+    return _guarded("Runs", build)
+
+
+def chain_problem(docs: Sequence[Mapping[str, Any]], hashes: Sequence[tuple[Any, str, str]]) -> str | None:
+    """None when every stored event chains from GENESIS to the next (``hash = chain_hash(prevHash, doc)``),
+    else where it breaks. ``hashes`` are ``(sequence, prev_hash, hash)`` in sequence order."""
+    prev = GENESIS
+    for doc, (sequence, prev_hash, hash_) in zip(docs, hashes, strict=True):
+        if prev_hash != prev:
+            return f"sequence {sequence} says its predecessor hashed {prev_hash[:12]}…, but it hashed {prev[:12]}…"
+        if chain_hash(prev_hash, dict(doc)) != hash_:
+            return f"sequence {sequence}'s event does not hash to the hash stored with it: it was altered"
+        prev = hash_
+    return None
+
+
+def _records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
+                                                  str]:
+    events, transitions, violations, head = report_records(store, run_id)
+    if not events:
+        raise StoreError(f"run {run_id!r} has no events in the audit history (the sink may not have written it "
+                         "yet; this page refreshes once it has)", code="unknown_run")
+    return events, transitions, violations, head
+
+
+def _verdicts(store: Store, run_id: str) -> list[dict[str, Any]]:
+    return run_named(store, "replay-verdicts", {"source_run_id": run_id}).to_dicts()
+
+
+def _links(store: Store, run_id: str, events: Sequence[Mapping[str, Any]], transitions: Sequence[Mapping[str, Any]],
+           verdicts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
+    # No FINAL: DISTINCT already collapses redelivered rows, and child_run_id is not in the sort key, so
+    # this reads the whole column; merging every part on read as well would make it the page's slowest query.
+    parents = store.query("SELECT DISTINCT parent_run_id FROM transitions WHERE child_run_id = {run_id:String} "
+                          "ORDER BY parent_run_id", {"run_id": run_id})
+    children = sorted({str(t["childRunId"]) for t in transitions if t.get("childRunId")})
+    replay_of = []
+    for e in events:
+        if e.get("type") == "run.started":
+            marker = (e.get("payload") or {}).get("replayOf")
+            if isinstance(marker, dict) and marker.get("sourceRunId"):
+                replay_of.append(str(marker["sourceRunId"]))
+            break
+    return {"parents": [str(r[0]) for r in parents.rows], "children": children, "replay_of": replay_of,
+            "replays": [str(v["replay_run_id"]) for v in verdicts]}
+
+
+def run_view(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
+    """``/runs/<runId>``: the run with the state at ``?at=`` (default: its last index)."""
+    def build() -> Page:
+        events, transitions, violations, head = _records(store, run_id)
+        hashes = store.query("SELECT sequence, prev_hash, hash FROM events FINAL WHERE run_id = {run_id:String} "
+                             "ORDER BY sequence", {"run_id": run_id}).rows
+        last = len(events) - 1
+        at = min(_int(query.get("at"), last, "at"), last)
+        final = state_at(events, last)
+        view = final if at == last else state_at(events, at)
+        verdicts = _verdicts(store, run_id)
+        return 200, render_run_page(
+            run_id, events, transitions, violations, status=final.status, state=view, head_hash=head,
+            chain_problem=chain_problem(events, hashes), links=_links(store, run_id, events, transitions, verdicts),
+            verdicts=verdicts)
+    return _guarded(f"run {run_id}", build)
+
+
+def state_fragment(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
+    """``/runs/<runId>/state?at=N``: the slider's HTML fragment."""
+    def build() -> Page:
+        events = _records(store, run_id)[0]
+        return 200, render_state_panel(state_at(events, _int(query.get("at"), len(events) - 1, "at")))
+    return _guarded(f"state of {run_id}", build)
+
+
+def compare_view(store: Store, query: Mapping[str, str]) -> Page:
+    """``/compare?a=<original>&b=<replay>``: the comparison engine's result on the two stored runs."""
+    def build() -> Page:
+        a, b = query.get("a", ""), query.get("b", "")
+        if not a or not b:
+            raise StoreError("compare needs two runs: /compare?a=<original run>&b=<replay run>", code="bad_param")
+        original, replay = _records(store, a)[0], _records(store, b)[0]
+        result = compare_runs(original, replay, collect_all=True)
+        return 200, render_compare_page(a, b, original, replay, result, _verdicts(store, a))
+    return _guarded("compare", build)
+
+
+def replays_view(store: Store, run_id: str) -> Page:
+    """``/runs/<runId>/replays``: the run's verdict records and its latest replay compared side by side."""
+    def build() -> Page:
+        verdicts = _verdicts(store, run_id)
+        section = ""
+        if verdicts:
+            # The replay that started last (verdicts of one sink batch share recorded_at), as `runs` decides.
+            ids = [str(v["replay_run_id"]) for v in verdicts]
+            started = dict(store.query("SELECT run_id, min(event_time) FROM events WHERE run_id IN {ids:Array(String)} "
+                                       "GROUP BY run_id", {"ids": ids}).rows)
+            latest = max(reversed(ids), key=lambda r: (r in started, started.get(r)))
+            original = _records(store, run_id)[0]
+            replay = report_records(store, latest)[0]
+            if replay:
+                section = compare_section(run_id, latest, original, replay,
+                                          compare_runs(original, replay, collect_all=True))
+        return 200, render_replays_page(run_id, verdicts, section)
+    return _guarded(f"replays of {run_id}", build)
+
+
+def analytics_view(store: Store, query: Mapping[str, str]) -> Page:
+    """``/analytics``: cost and tokens over time, refusal rates, handoff latency, rejections."""
+    def build() -> Page:
+        bucket_s = max(60, _int(query.get("bucket_s"), 3600, "bucket_s"))
+        return 200, render_analytics_page(
+            usage=run_named(store, "usage-over-time", {"bucket_s": str(bucket_s)}).to_dicts(),
+            refusals=run_named(store, "refusals").to_dicts(),
+            latency=run_named(store, "handoff-latency").to_dicts(),
+            rejections=run_named(store, "rejections").to_dicts(),
+            bucket_s=bucket_s)
+    return _guarded("Analytics", build)

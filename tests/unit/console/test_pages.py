@@ -1,0 +1,158 @@
+"""The console's pages, rendered offline from a chdb store holding the realistic scenario and golden replay pairs.
+
+Checked: what each page must show, that it loads nothing from elsewhere, that user data is escaped,
+and that a caller's mistake gets a page that says what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from processors.console import (
+    analytics_view,
+    chain_problem,
+    compare_view,
+    replays_view,
+    run_view,
+    runs_view,
+    state_fragment,
+)
+from processors.console.pages import render_runs_page
+from processors.replay.compare import compare_runs
+from tests.unit.audit.data import LLM_RUN, committed
+from tests.unit.core.runs import realistic_run
+
+pytestmark = pytest.mark.timeout(120)
+
+GOLDEN = Path(__file__).parents[1] / "replay" / "golden"
+
+
+class _Loads(HTMLParser):
+    """Every attribute that could make the browser fetch something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loads: list[tuple[str, str, str]] = []
+
+    def handle_starttag(self, tag: str, attrs: list) -> None:
+        for k, v in attrs:
+            if k in ("src", "srcset", "xlink:href") or (k == "href" and tag == "link") or (
+                    v and "url(" in v and "url(#" not in v):
+                self.loads.append((tag, k, v))
+
+
+def _self_contained(html: str) -> None:
+    parser = _Loads()
+    parser.feed(html)
+    assert parser.loads == []
+    assert not re.search(r"https?://", html.replace("http://www.w3.org/2000/svg", ""))
+
+
+def _golden(name: str) -> list[dict]:
+    return [json.loads(line) for line in (GOLDEN / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_runs_page_lists_runs_with_their_figures(loaded_store):
+    status, html = runs_view(loaded_store, {})
+    assert status == 200
+    _self_contained(html)
+    assert html.index('data-run-id="run-llm"') < html.index('data-run-id="run-1"')  # newest first
+    row = re.search(r'<tr class="run" data-run-id="run-1">.*?</tr>', html).group(0)
+    assert "handoff_failed" in row and "diverged_at_refusal" in row and "20" in row
+    status, html = runs_view(loaded_store, {"model": "gpt-y"})
+    assert re.findall(r'data-run-id="([^"]+)"', html) == [LLM_RUN]
+    assert 'value="gpt-y"' in html  # the filter is kept in the form
+
+
+def test_runs_page_pages(loaded_store):
+    _, first = runs_view(loaded_store, {"limit": "1"})
+    _, second = runs_view(loaded_store, {"limit": "1", "offset": "1"})
+    assert re.findall(r'data-run-id="([^"]+)"', first) == [LLM_RUN]
+    assert re.findall(r'data-run-id="([^"]+)"', second) == ["run-1"]
+    assert "offset=2" in second and "offset=0" in second
+
+
+def test_bad_filters_say_what_to_fix(loaded_store):
+    status, html = runs_view(loaded_store, {"since": "last tuesday"})
+    assert status == 400 and "ISO 8601" in html and "bad_param" in html
+    assert runs_view(loaded_store, {"limit": "many"})[0] == 400
+
+
+def test_run_page_shows_state_graph_events_and_verdicts(loaded_store):
+    status, html = run_view(loaded_store, "run-1", {"at": "1"})
+    assert status == 200
+    _self_contained(html)
+    assert html.count('<g class="node') == 20 and 'class="timeline"' in html
+    assert html.count('<tr id="ev-') == 20
+    assert 'id="state-caption" data-index="1"' in html and 'data-key="variables.goal"' in html
+    assert '<span id="run-status"><span class="badge completed">' in html  # final status, whatever the index
+    assert "chain verifies" in html
+    assert html.count('class="verdict"') == 2 and "run-1.replay-2" in html
+    assert 'href="/runs/run-1.child-a"' in html  # its children link
+    _, child = run_view(loaded_store, "run-1.child-a", {})
+    assert 'parent: <a href="/runs/run-1">' in child
+
+
+def test_state_fragment_is_the_state_at_the_index(loaded_store):
+    status, html = state_fragment(loaded_store, "run-1", {"at": "0"})
+    assert status == 200 and 'data-index="0"' in html and 'class="kv changed" data-key="status"' in html
+    assert "<html" not in html
+
+
+def test_a_missing_run_is_a_404_that_says_so(loaded_store):
+    status, html = run_view(loaded_store, "no-such-run", {})
+    assert status == 404 and "no-such-run" in html and "unknown_run" in html
+
+
+def test_chain_problem_finds_an_altered_event():
+    docs = realistic_run("run-c", mode="check")
+    records = committed(docs)
+    hashes = [(r["doc"]["sequence"], r["prevHash"], r["hash"]) for r in records]
+    assert chain_problem(docs, hashes) is None
+    altered = [dict(d) for d in docs]
+    altered[4] = {**altered[4], "nodeId": "intruder"}
+    assert "sequence 4" in chain_problem(altered, hashes)
+    relinked = [*hashes[:3], (3, "0" * 64, hashes[3][2]), *hashes[4:]]
+    assert "sequence 3" in chain_problem(docs, relinked)
+
+
+def test_compare_page_marks_the_refusal_divergence(store):
+    original, replay = _golden("refusal.original"), _golden("refusal.replay")
+    store.insert_records("committed", committed(original) + committed(replay, partition=1))
+    expected = compare_runs(original, replay)
+    status, html = compare_view(store, {"a": original[0]["runId"], "b": replay[0]["runId"]})
+    assert status == 200
+    _self_contained(html)
+    at = expected.first_divergence.at_sequence
+    assert f'data-kind="refusal" data-at="{at}"' in html and "Refusal divergence" in html
+    assert f'<tr id="idx-{at}" class="divergence"' in html
+    assert 'class="field volatile" data-path="eventId"' in html
+    assert compare_view(store, {"a": original[0]["runId"]})[0] == 400
+    assert compare_view(store, {"a": original[0]["runId"], "b": "nope"})[0] == 404
+
+
+def test_replays_page_compares_the_latest_replay(loaded_store):
+    status, html = replays_view(loaded_store, "run-1")
+    # run-1.replay-2 has no events in the store: only the verdict records are listed.
+    assert status == 200 and html.count('class="verdict"') == 2
+
+
+def test_analytics_draws_every_chart(loaded_store):
+    status, html = analytics_view(loaded_store, {})
+    assert status == 200
+    _self_contained(html)
+    assert html.count('<figure class="chart">') == 5
+    assert html.count('class="dot"') >= 3  # three models' cost
+    assert "anthropic/claude-x (2/3)" in html and "sequence_gap" in html and "p50" in html
+
+
+def test_user_data_is_escaped():
+    row = {"run_id": "<script>alert(1)</script>", "status": "running", "flags": ["<b>"], "replays": 0}
+    html = render_runs_page([row], {"model": '"><img src=x>'}, limit=10, offset=0)
+    assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
+    assert '"><img src=x>' not in html
