@@ -3,9 +3,12 @@
 Every value reaches ClickHouse as a server-side bound parameter (``{name:Type}``,
 which clickhouse-connect passes as query parameters over HTTP and as chdb
 ``params`` in-process): nothing a user types is ever formatted into SQL text.
-Every named query reads deduplicated rows with ``FINAL`` (the tables are
-ReplacingMergeTree on the record's natural key; see infra/clickhouse/README.md for
-why FINAL rather than argMax / LIMIT 1 BY).
+No query reads ``FINAL``: the tables are plain MergeTree filled exactly once by the sink
+(insert deduplication tokens from Kafka offset ranges, infra/clickhouse/README.md), so a
+row is never stored twice and reads need no deduplication. Sums come from rollup tables
+that ClickHouse maintains with materialized views (``usage_hourly``, ``run_rollup``),
+read with ``GROUP BY`` over their key. tests/unit/audit/test_queries.py greps this module
+so ``FINAL`` does not come back.
 
 Optional filters use ``'' = {p:String} OR col = {p:String}``: one plan for both
 cases, and the primary key still prunes when the value is given.
@@ -16,6 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from processors.audit.store import QueryResult, Store
@@ -32,6 +36,7 @@ __all__ = [
 ]
 
 _READ_ONLY_SETTINGS = {"readonly": 1}
+_TIME = "DateTime64(3, 'UTC')"
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,14 @@ class Param:
             if not re.fullmatch(r"-?\d{1,19}", raw.strip()):
                 raise StoreError(f"parameter {self.name} must be an integer, got {raw!r}", code="bad_param")
             return int(raw)
+        if self.type == _TIME:
+            try:
+                t = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise StoreError(f"parameter {self.name} must be an ISO 8601 time (2026-11-22T19:00:00Z), "
+                                 f"got {raw!r}", code="bad_param") from None
+            t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+            return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         if "\x00" in raw:
             raise StoreError(f"parameter {self.name} contains a NUL byte", code="bad_param")
         return raw
@@ -86,7 +99,7 @@ _RUN_FILTER = Param("run_id", help="only this run ('' = all runs)")
 
 _RUN_TIMELINE = """
 SELECT sequence, event_time, type, node_id, event_id, causation_id, hash
-FROM events FINAL
+FROM events
 WHERE run_id = {run_id:String}
 ORDER BY sequence
 LIMIT {limit:UInt64}
@@ -98,7 +111,7 @@ _CAUSATION_CHAIN = """
 WITH RECURSIVE
     ev AS (
         SELECT event_id, causation_id, sequence, type, node_id
-        FROM events FINAL
+        FROM events
         WHERE run_id = {run_id:String}
     ),
     up AS (
@@ -146,7 +159,7 @@ WITH steps AS (
         toUnixTimestamp64Milli(event_time)
             - lagInFrame(toUnixTimestamp64Milli(event_time)) OVER w AS ms,
         row_number() OVER w AS step
-    FROM transitions FINAL
+    FROM transitions
     WHERE ({{run_id:String}} = '' OR parent_run_id = {{run_id:String}})
     WINDOW w AS (PARTITION BY parent_run_id, dispatch_id ORDER BY phase_rank, event_time
                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
@@ -168,7 +181,7 @@ ORDER BY worker_id, phase_rank, phase
 _FAILURES = """
 WITH t AS (
     SELECT worker_id, dispatch_id, phase, error_code, parent_run_id
-    FROM transitions FINAL
+    FROM transitions
     WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})
 ),
 per_worker AS (
@@ -194,27 +207,26 @@ ORDER BY failures DESC, worker_id, phase, error_code
 _REFUSALS = """
 WITH
     ev AS (
-        SELECT run_id, sequence, event_id, causation_id, type, payload
-        FROM events FINAL
+        SELECT run_id, sequence, event_id, causation_id, type, cache_key,
+               request_provider, request_model, provider, model
+        FROM events
         WHERE type IN ('agent.invocation.started', 'agent.invocation.completed', 'envelope.refusal', 'provider.usage')
           AND ({run_id:String} = '' OR run_id = {run_id:String})
     ),
     starts AS (
-        SELECT run_id, sequence, event_id,
-               JSONExtractString(payload, 'cacheKey') AS cache_key,
-               JSONExtractString(payload, 'request', 'provider') AS provider,
-               JSONExtractString(payload, 'request', 'model') AS model
+        SELECT run_id, sequence, event_id, cache_key, request_provider AS provider, request_model AS model
         FROM ev WHERE type = 'agent.invocation.started'
     ),
     usage_by_cause AS (
-        SELECT run_id, causation_id,
-               any(JSONExtractString(payload, 'provider')) AS provider,
-               any(JSONExtractString(payload, 'model')) AS model
+        SELECT run_id, causation_id, any(provider) AS provider, any(model) AS model
         FROM ev WHERE type = 'provider.usage' AND causation_id != ''
+          -- only usage caused by an invocation start or outcome can pair; this keeps the join's
+          -- hash tables to LLM calls instead of every provider.usage event
+          AND causation_id IN (SELECT event_id FROM ev WHERE type != 'provider.usage')
         GROUP BY run_id, causation_id
     ),
     outcomes AS (
-        SELECT run_id, sequence, event_id, type, JSONExtractString(payload, 'cacheKey') AS cache_key
+        SELECT run_id, sequence, event_id, type, cache_key
         FROM ev WHERE type IN ('agent.invocation.completed', 'envelope.refusal')
     ),
     paired AS (
@@ -240,25 +252,89 @@ GROUP BY provider, model
 ORDER BY provider, model
 """
 
+# From the usage_hourly rollup (materialized view over provider.usage events).
 _USAGE = """
 SELECT
     run_id,
-    JSONExtractString(payload, 'provider') AS provider,
-    JSONExtractString(payload, 'model') AS model,
-    count() AS calls,
-    sum(JSONExtractUInt(payload, 'inputTokens')) AS input_tokens,
-    sum(JSONExtractUInt(payload, 'outputTokens')) AS output_tokens,
-    round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
-FROM events FINAL
-WHERE type = 'provider.usage'
-  AND ({run_id:String} = '' OR run_id = {run_id:String})
+    provider,
+    model,
+    sum(calls) AS calls,
+    sum(input_tokens) AS input_tokens,
+    sum(output_tokens) AS output_tokens,
+    round(sum(cost_cents), 4) AS cost_cents
+FROM usage_hourly
+WHERE ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY run_id, provider, model
 ORDER BY run_id, provider, model
 """
 
+# Runs from the run_rollup table (one aggregate row per run and insert, merged by GROUP BY run_id),
+# with violations and replay verdicts joined per run. Time window on the run's first event.
+_RUNS = """
+WITH
+    r AS (
+        SELECT
+            run_id,
+            min(started_at) AS started_at,
+            max(ended_at) AS ended_at,
+            if(argMaxMerge(status) = '', 'unknown', argMaxMerge(status)) AS status,
+            sum(events) AS events,
+            max(last_sequence) AS last_sequence,
+            round(sum(cost_cents), 4) AS cost_cents,
+            sum(input_tokens) AS input_tokens,
+            sum(output_tokens) AS output_tokens,
+            sum(refusals) AS refusals,
+            sum(retries) AS retries,
+            sum(failures) AS failures
+        FROM run_rollup
+        GROUP BY run_id
+        HAVING started_at >= {since:DateTime64(3, 'UTC')} AND started_at < {until:DateTime64(3, 'UTC')}
+           AND ({status:String} = '' OR status = {status:String})
+        ORDER BY started_at DESC, run_id
+        LIMIT {limit:UInt64} OFFSET {offset:UInt64}
+    ),
+    v AS (
+        SELECT run_id, count() AS violations FROM violations
+        WHERE run_id IN (SELECT run_id FROM r) GROUP BY run_id
+    ),
+    rv AS (
+        SELECT source_run_id, count() AS replays,
+               argMax(verdict, (recorded_at, replay_run_id)) AS last_verdict,
+               countIf(verdict != 'match') AS replays_not_matching
+        FROM replay_verdicts
+        WHERE source_run_id IN (SELECT run_id FROM r) GROUP BY source_run_id
+    )
+SELECT
+    r.run_id AS run_id,
+    r.status AS status,
+    r.started_at AS started_at,
+    r.ended_at AS ended_at,
+    toUnixTimestamp64Milli(r.ended_at) - toUnixTimestamp64Milli(r.started_at) AS duration_ms,
+    r.events AS events,
+    r.last_sequence AS last_sequence,
+    r.cost_cents AS cost_cents,
+    r.input_tokens AS input_tokens,
+    r.output_tokens AS output_tokens,
+    r.refusals AS refusals,
+    r.retries AS retries,
+    r.failures AS failures,
+    ifNull(v.violations, 0) AS violations,
+    arrayFilter(f -> f != '', [
+        if(r.refusals > 0, 'refused', ''), if(r.retries > 0, 'retried', ''),
+        if(r.failures > 0, 'handoff_failed', ''), if(ifNull(v.violations, 0) > 0, 'violations', ''),
+        if(r.events != r.last_sequence + 1, 'gap', '')]) AS flags,
+    ifNull(rv.replays, 0) AS replays,
+    ifNull(rv.last_verdict, '') AS last_verdict,
+    ifNull(rv.replays_not_matching, 0) AS replays_not_matching
+FROM r
+LEFT JOIN v ON v.run_id = r.run_id
+LEFT JOIN rv ON rv.source_run_id = r.run_id
+ORDER BY started_at DESC, run_id
+"""
+
 _REPLAY_VERDICTS = """
 SELECT source_run_id, replay_run_id, mode, verdict, error_code, compared_through, first_divergence, recorded_at
-FROM replay_verdicts FINAL
+FROM replay_verdicts
 WHERE ({source_run_id:String} = '' OR source_run_id = {source_run_id:String})
   AND ({verdict:String} = '' OR verdict = {verdict:String})
 ORDER BY source_run_id, recorded_at, replay_run_id
@@ -272,7 +348,7 @@ SELECT
     uniqExactIf(run_id, run_id != '') AS runs,
     min(source_time) AS first_seen,
     max(source_time) AS last_seen
-FROM rejections FINAL
+FROM rejections
 WHERE ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY reason
 ORDER BY rejections DESC, reason
@@ -281,7 +357,7 @@ ORDER BY rejections DESC, reason
 _VIOLATIONS = """
 SELECT run_id, code, count() AS violations, groupArray(10)(sequence) AS first_sequences
 FROM (
-    SELECT run_id, code, sequence FROM violations FINAL
+    SELECT run_id, code, sequence FROM violations
     WHERE ({run_id:String} = '' OR run_id = {run_id:String})
     ORDER BY run_id, sequence
 )
@@ -308,6 +384,17 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         NamedQuery("refusals", "refusal rate per provider/model: envelope.refusal vs agent.invocation.completed",
                    (_RUN_FILTER,), _REFUSALS),
         NamedQuery("usage", "tokens and cost per run and model (provider.usage)", (_RUN_FILTER,), _USAGE),
+        NamedQuery("runs", "runs in a time window with status, duration, events, cost, flags and replay verdicts "
+                   "(newest first, paged)",
+                   (Param("since", _TIME, default="1970-01-01T00:00:00Z",
+                          help="runs whose first event is at or after this time (ISO 8601, UTC if no offset)"),
+                    Param("until", _TIME, default="2299-12-31T23:59:59Z",
+                          help="runs whose first event is before this time (ISO 8601, UTC if no offset)"),
+                    Param("status", help="started | completed | failed | cancelled | paused | resumed | unknown "
+                                         "('' = all)"),
+                    Param("limit", "UInt64", default="100", help="page size"),
+                    Param("offset", "UInt64", default="0", help="rows to skip (page * limit)")),
+                   _RUNS),
         NamedQuery("replay-verdicts", "replay verdicts, newest last",
                    (Param("source_run_id", help="only replays of this run ('' = all)"),
                     Param("verdict", help="match | diverged | diverged_at_refusal | what-if ('' = all)"), _LIMIT),
@@ -329,7 +416,7 @@ def _bind(query: NamedQuery, params: Mapping[str, Any]) -> dict[str, Any]:
     bound: dict[str, Any] = {}
     for p in query.params:
         raw = params.get(p.name)
-        if raw is None or (raw == "" and p.required):
+        if raw is None or (raw == "" and (p.required or p.type == _TIME)):
             if p.required:
                 raise StoreError(f"query {query.name} needs --param {p.name}=<{p.type}>", code="bad_param")
             raw = p.default if p.default is not None else ""
@@ -446,6 +533,10 @@ class AuditQueries:
 
     def usage(self, run_id: str | None = None) -> QueryResult:
         return self.run("usage", run_id=run_id)
+
+    def runs(self, *, since: str | None = None, until: str | None = None, status: str | None = None,
+             limit: int | None = None, offset: int | None = None) -> QueryResult:
+        return self.run("runs", since=since, until=until, status=status, limit=limit, offset=offset)
 
     def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
                         limit: int | None = None) -> QueryResult:

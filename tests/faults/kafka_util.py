@@ -14,8 +14,9 @@ from aiokafka.admin import AIOKafkaAdminClient
 from streams.settings import Settings
 from streams.topics import topic_name
 
-CONSUMED = ("ingest", "log", "transitions", "violations", "rejections", "snapshots", "digests", "verdicts",
-            "handoff-links")
+#: What the worker's Faust group reads: ingest (sequencing and the fold in one pass) and handoff-links.
+#: The log is read by the worker's log check and the audit sink, each in a group of its own.
+CONSUMED = ("ingest", "handoff-links")
 
 
 class Offsets:
