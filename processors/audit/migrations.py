@@ -105,7 +105,9 @@ def _apply(store: Store, stmt: str, version: int) -> None:
     """Run one migration statement, upgrading what ``IF NOT EXISTS`` alone would silently skip.
 
     * ``CREATE TABLE IF NOT EXISTS t (...) ENGINE = E`` when ``t`` exists with another engine
-      (0001's ReplacingMergeTree tables under 0002's MergeTree): :func:`_rebuild`.
+      (0001's ReplacingMergeTree tables under 0002's MergeTree): :func:`_rebuild` on one node;
+      on a cluster :func:`_replace_empty` when the table is empty (a fresh cluster runs 0001
+      and 0002 back to back), else ``manual_upgrade``.
     * ``CREATE MATERIALIZED VIEW IF NOT EXISTS v TO t AS <select>`` when ``v`` does not exist yet:
       the target is emptied and backfilled with ``INSERT INTO t <select>`` before the view is
       created, so rows already in the store count in the rollup. A crash anywhere in between
@@ -117,7 +119,12 @@ def _apply(store: Store, stmt: str, version: int) -> None:
     if table and engine:
         existing = _table_engine(store, table.group(1))
         if existing is not None and existing != engine.group(1):
-            if " ON CLUSTER " in stmt:
+            cluster = _ON_CLUSTER.search(stmt)
+            if cluster and _empty(store, table.group(1)):
+                # a fresh cluster: 0001 created these tables a moment ago, nothing to carry over
+                _replace_empty(store, table.group(1), stmt, cluster.group(0))
+                return
+            if cluster:
                 raise StoreError(
                     f"table {table.group(1)} is {existing}, migration {version:04d} declares {engine.group(1)}: "
                     f"on a cluster the move is done by hand (infra/clickhouse/README.md, 'Upgrading a cluster')",
@@ -134,6 +141,32 @@ def _apply(store: Store, stmt: str, version: int) -> None:
         store.command(f"TRUNCATE TABLE IF EXISTS {target}")
         store.command(f"INSERT INTO {target} {select}")
     store.command(stmt)
+
+
+_ON_CLUSTER = re.compile(r"ON CLUSTER '[^']*'")
+
+
+def _empty(store: Store, local: str) -> bool:
+    """No row in ``local`` on any shard (read through its Distributed table when there is one)."""
+    dist = local.removesuffix("_local")
+    name = dist if dist != local and _table_engine(store, dist) == "Distributed" else local
+    return int(store.query(f"SELECT count() FROM {name}").rows[0][0]) == 0
+
+
+def _replace_empty(store: Store, local: str, create: str, on_cluster: str) -> None:
+    """Drop an EMPTY cluster table whose engine changed and create it as declared.
+
+    The Distributed table over it is dropped too: it was created ``AS <local>`` and would keep
+    the old columns; the migration's next statement creates it again from the new table.
+    Only for empty tables (a fresh cluster that just ran 0001): a table with rows is moved by
+    hand (infra/clickhouse/README.md, 'Upgrading a cluster').
+    """
+    dist = local.removesuffix("_local")
+    if dist != local:
+        store.command(f"DROP TABLE IF EXISTS {dist} {on_cluster} SYNC")
+    store.command(f"DROP TABLE IF EXISTS {local} {on_cluster} SYNC")
+    store.command(create)
+    log.warning("empty cluster table %s re-created with the engine of the current migration", local)
 
 
 def _rebuild(store: Store, name: str, create: str, version: int) -> None:

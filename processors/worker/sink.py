@@ -7,17 +7,28 @@ one batch when it holds ``sink_batch_rows`` records or is ``sink_flush_s`` old.
 
 Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
 
-1. before inserting the batch ``[lo, hi]`` of a partition, the sink records that range in
-   ``sink_offsets`` (ClickHouse itself, the same store as the data);
+1. before inserting the batch ``[lo, hi]`` of a partition, the sink appends that range to
+   ``sink_ranges`` (ClickHouse itself, the same store as the data; every range is kept);
 2. the batch is inserted with ``insert_deduplication_token = <topic>/<partition>/<lo>-<hi>``;
    the tables keep a deduplication window, so inserting the same range twice stores it once
    (their materialized views skip the duplicate too);
-3. on (re)assignment the sink reads the last range per partition: it seeks to ``lo``,
-   re-forms exactly ``[lo, hi]`` and inserts it with the same token — a no-op if the crash
-   came after the insert, the missing rows if it came before — then carries on from ``hi + 1``.
+3. on (re)assignment the sink reads the last range per partition, seeks to ``lo`` and re-forms
+   exactly ``[lo, hi]``. It does NOT trust that range's token: ClickHouse writes a token to the
+   table's deduplication log before the part carrying it is committed, so a SIGKILL in between
+   leaves a token whose rows do not exist, and a re-insert with it would be dropped silently.
+   The re-formed batch inserts only the rows whose natural key is missing, under a fresh token
+   ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not). Then it
+   carries on from ``hi + 1``.
+
+Batches are contiguous, so no offset can fall between two ranges: the sink knows, per partition,
+the next offset it expects (``hi + 1`` of the last range, or the partition's first offset). A
+record past that offset (a rebalance or a re-seek racing records fetched earlier) makes it seek
+back to the expected offset and read again; only when the same jump repeats are the offsets
+taken as absent from the topic (compaction, transaction markers), and the next range still starts
+at the expected offset. ``LEDGER_GAPS`` lists any gap between recorded ranges; there should be none.
 
 Records the topics hold twice (at-least-once producers) are dropped by natural key before
-the insert (:meth:`BlockingSink.insert_records`). So ``SELECT count()`` (no FINAL) equals
+the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) equals
 the records sent, whatever was killed when. Kafka
 offsets are committed too, but only for lag tooling: the sink never resumes from them.
 
@@ -84,26 +95,48 @@ class BlockingSink:
         self.store = store
         self._lock = threading.Lock()
 
-    def insert_records(self, kind: str, records: list[dict[str, Any]], token: str) -> int:
+    def insert_records(self, kind: str, records: list[dict[str, Any]], token: str, *, reform: bool = False) -> int:
         """Map ``records`` and :meth:`insert_rows` them."""
-        return self.insert_rows(*rows_for(kind, records), token)
+        return self.insert_rows(*rows_for(kind, records), token, reform=reform)
 
-    def insert_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
+    def insert_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str, *,
+                    reform: bool = False) -> int:
         """Insert the rows whose natural key is not stored yet, with ``token``; returns rows inserted.
 
         The log and the other output topics are written at least once (a producer retry or a
         processor crash re-emits a record at a new offset), so one natural key can occur at two
         offsets. Those copies are dropped here, by key, against the table and within the batch.
-        Sound with the token because one insert is one part: after a crash it either all landed
-        (same token: dropped) or none did (the check sees only earlier batches).
+        Sound with the token because one insert is one part: it either all landed or none did.
+
+        ``reform=True`` is a batch re-formed after a crash or a rebalance. Its token may be in the
+        table's deduplication log without its part (a SIGKILL between ClickHouse writing the token
+        and committing the part), so the missing rows go in under ``<token>/reform-<n>`` and are
+        looked up again afterwards; n grows until they are there. n is not random so that two
+        sinks re-forming the same range at once (a zombie owner) still deduplicate each other.
         """
         with self._lock:
-            keep = self._new_rows(table, names, cols)
-            if len(keep) != len(cols[0]):
-                cols = [[col[i] for i in keep] for col in cols]
-            if not keep:
+            cols = self._missing(table, names, cols)
+            if not cols:
                 return 0
-            return self.store.insert(table, cols, names, column_oriented=True, dedup_token=token)
+            if not reform:
+                return self.store.insert(table, cols, names, column_oriented=True, dedup_token=token)
+            for attempt in range(1, 1001):
+                self.store.insert(table, cols, names, column_oriented=True, dedup_token=f"{token}/reform-{attempt}")
+                still = self._missing(table, names, cols)
+                if not still:
+                    return len(cols[0])
+                METRICS.inc("agentlog_sink_dropped_tokens_total", table=table)
+                log.warning("%s: insert with token %s/reform-%d was dropped as a duplicate but %d rows are "
+                            "missing; retrying with the next token", table, token, attempt, len(still[0]))
+                cols = still
+            raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
+
+    def _missing(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[list[Any]]:
+        """The columns restricted to rows whose natural key is stored neither in ``table`` nor earlier in the batch."""
+        keep = self._new_rows(table, names, cols)
+        if not keep:
+            return []
+        return cols if len(keep) == len(cols[0]) else [[col[i] for i in keep] for col in cols]
 
     def _new_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[int]:
         key_cols = NATURAL_KEYS[table]
@@ -126,16 +159,45 @@ class BlockingSink:
         return keep
 
     def mark(self, topic: str, partition: int, lo: int, hi: int) -> None:
+        """Append ``[lo, hi]`` to the ledger (before its rows are inserted)."""
         with self._lock:
-            self.store.insert("sink_offsets", [[topic, partition, lo, hi]], ["topic", "partition", "lo", "hi"])
+            self.store.insert("sink_ranges", [[topic, partition, lo, hi]], ["topic", "partition", "lo", "hi"])
 
     def last_range(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The newest range of the partition: the batch a crash may have left half-written.
+
+        0002's ``sink_offsets`` is read too, so a store upgraded mid-stream resumes where it was.
+        """
         with self._lock:
             rows = self.store.query(
-                "SELECT argMax(lo, hi), max(hi), count() FROM sink_offsets "
-                "WHERE topic = {t:String} AND partition = {p:Int32}", {"t": topic, "p": partition}).rows
+                "SELECT argMax(lo, hi), max(hi), count() FROM ("
+                " SELECT lo, hi FROM sink_ranges WHERE topic = {t:String} AND partition = {p:Int32}"
+                " UNION ALL"
+                " SELECT lo, hi FROM sink_offsets WHERE topic = {t:String} AND partition = {p:Int32})",
+                {"t": topic, "p": partition}).rows
         lo, hi, n = rows[0]
         return (int(lo), int(hi)) if n else None
+
+
+#: Gaps in the ledger: a range starting past every earlier range's end + 1 in its partition.
+#: Batches are contiguous by construction (see the module docstring), so this must return nothing.
+LEDGER_GAPS = """
+SELECT topic, partition, prev_hi + 1 AS missing_from, lo - 1 AS missing_to
+FROM (
+    SELECT topic, partition, lo,
+           max(hi) OVER (PARTITION BY topic, partition ORDER BY lo, hi
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_hi,
+           row_number() OVER (PARTITION BY topic, partition ORDER BY lo, hi) AS n
+    FROM sink_ranges
+)
+WHERE n > 1 AND lo > prev_hi + 1
+ORDER BY topic, partition, lo
+"""
+
+
+def ledger_gaps(store: Store) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, missing_from, missing_to)`` for every gap between recorded ranges."""
+    return [(str(t), int(p), int(a), int(b)) for t, p, a, b in store.query(LEDGER_GAPS).rows]
 
 
 async def retrying(what: str, fn: Callable[[], Any], *, table: str) -> None:
@@ -153,10 +215,25 @@ async def retrying(what: str, fn: Callable[[], Any], *, table: str) -> None:
             delay = min(delay * 2, 10.0)
 
 
-@dataclass
-class _Buffer:
+@dataclass(eq=False)
+class _Partition:
+    """What the sink knows of one assigned partition; replaced (not mutated) on every assignment.
+
+    Code that awaited checks it still holds the current object, so a rebalance that happened
+    meanwhile (aiokafka runs the listener in its own task, concurrently with the consume loop)
+    is never mixed with the work of the previous assignment.
+    """
+
+    #: the offset the next accepted record must have: batches are contiguous
+    expected: int | None
+    #: the last range of the ledger, to re-form before anything else (None once done)
+    pending: tuple[int, int] | None = None
     messages: list[Any] = field(default_factory=list)
+    #: the range start of ``messages`` (the expected offset when the first was taken)
+    lo: int = 0
     since: float = field(default_factory=time.monotonic)
+    #: an offset jump seen once (expected, seen): seen again after a re-read, the offsets are absent
+    jump: tuple[int, int] | None = None
 
 
 def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
@@ -212,30 +289,51 @@ class AuditSink:
         self.sink = BlockingSink(store)
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
-        self._buffers: dict[TopicPartition, _Buffer] = {}
-        # ranges recorded in sink_offsets that may be half-written: re-form exactly these first
-        self._pending: dict[TopicPartition, tuple[int, int]] = {}
+        self._parts: dict[TopicPartition, _Partition] = {}
         self.consumer: AIOKafkaConsumer | None = None
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        """The sink's only Kafka client (connection settings go here, and only here)."""
+        s = self.settings
+        return AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=f"{s.topic_prefix}.audit-sink",
+            client_id=f"{s.worker_id}-sink",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_poll_records=s.sink_batch_rows,
+            session_timeout_ms=int(s.session_timeout_s * 1000),
+            rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
+        )
 
     async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
         assert self.consumer is not None
         loop = asyncio.get_running_loop()
         for tp in tps:
-            self._buffers.pop(tp, None)
+            self._parts.pop(tp, None)
             last = await loop.run_in_executor(None, self.sink.last_range, tp.topic, tp.partition)
-            if last is None:
-                await self.consumer.seek_to_beginning(tp)
-                self._pending.pop(tp, None)
-            else:
-                self._pending[tp] = last
+            if last is not None:
                 self.consumer.seek(tp, last[0])
+                self._parts[tp] = _Partition(expected=last[0], pending=last)
                 log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
+                continue
+            try:
+                first: int | None = (await self.consumer.beginning_offsets([tp]))[tp]
+            except Exception as e:  # the broker will not say: the first record read is the start
+                log.warning("sink: no first offset for %s/%d (%s); starting at the first record read",
+                            tp.topic, tp.partition, e)
+                first = None
+            if first is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, first)
+            self._parts[tp] = _Partition(expected=first)
 
     def _revoked(self, tps: Sequence[TopicPartition]) -> None:
-        # Unflushed buffers have no sink_offsets row yet: the next owner reads them again.
+        # Unflushed buffers have no ledger row yet: the next owner reads them again.
         for tp in tps:
-            self._buffers.pop(tp, None)
-            self._pending.pop(tp, None)
+            self._parts.pop(tp, None)
 
     def _listener(self) -> ConsumerRebalanceListener:
         sink = self
@@ -250,7 +348,11 @@ class AuditSink:
         return Listener()
 
     async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool) -> None:
-        """Insert one batch exactly once: record its range (unless re-forming one), then insert with its token."""
+        """Insert one batch exactly once: record its range, then insert with its token.
+
+        ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
+        what is missing, not by trusting the token (:meth:`BlockingSink.insert_rows`).
+        """
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
         if not marked:
@@ -261,11 +363,12 @@ class AuditSink:
         if good is not None:
             mapped = good
             await retrying(f"insert of {rows} {kind} rows ({token})",
-                           lambda: self.sink.insert_rows(*mapped, token), table=short)
+                           lambda: self.sink.insert_rows(*mapped, token, reform=marked), table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
             await retrying(f"insert of {len(bad)} sink rejections ({token})",
-                           lambda: self.sink.insert_records("rejection", bad, token + "/rejected"), table=short)
+                           lambda: self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked),
+                           table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
         METRICS.inc("agentlog_sink_rows_total", rows, table=short)
@@ -273,44 +376,68 @@ class AuditSink:
         if oldest_ms is not None:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
         if self.consumer is not None:
-            with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from sink_offsets
+            with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from its ledger
                 await self.consumer.commit({tp: hi + 1})
 
     async def _take(self, tp: TopicPartition, messages: Sequence[Any]) -> None:
-        buf = self._buffers.setdefault(tp, _Buffer())
+        """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
+        part = self._parts.get(tp)
         for m in messages:
-            pending = self._pending.get(tp)
-            if pending is not None and m.offset < pending[0]:
-                continue
-            buf.messages.append(m)
-            if pending is not None and m.offset >= pending[1]:
-                batch = [x for x in buf.messages if x.offset <= pending[1]]
-                rest = [x for x in buf.messages if x.offset > pending[1]]
-                await self.flush(tp, batch, lo=pending[0], hi=pending[1], marked=True)
-                del self._pending[tp]
-                buf = self._buffers[tp] = _Buffer(rest)
-        if tp not in self._pending and len(buf.messages) >= self.settings.sink_batch_rows:
-            await self._flush_buffer(tp)
+            if part is None or self._parts.get(tp) is not part:
+                return  # revoked or reassigned meanwhile: the new assignment starts from the ledger
+            if part.expected is None:
+                part.expected = m.offset
+            if m.offset < part.expected:
+                continue  # fetched before a seek back; read again in order
+            if m.offset > part.expected and not self._absent(tp, part, m.offset):
+                return  # seeked back to the expected offset: the rest of this fetch comes again
+            part.jump = None
+            if not part.messages:
+                part.lo, part.since = part.expected, time.monotonic()
+            part.messages.append(m)
+            part.expected = m.offset + 1
+            if part.pending is not None and m.offset >= part.pending[1]:
+                lo, hi = part.pending
+                batch = [x for x in part.messages if x.offset <= hi]
+                rest = [x for x in part.messages if x.offset > hi]
+                await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
+                if self._parts.get(tp) is not part:
+                    return
+                part.pending, part.messages, part.lo, part.since = None, rest, hi + 1, time.monotonic()
+        if part is not None and part.pending is None and len(part.messages) >= self.settings.sink_batch_rows:
+            await self._flush_buffer(tp, part)
 
-    async def _flush_buffer(self, tp: TopicPartition) -> None:
-        buf = self._buffers.pop(tp, None)
-        if buf is None or not buf.messages:
+    def _absent(self, tp: TopicPartition, part: _Partition, offset: int) -> bool:
+        """A record past the expected offset: True if the offsets between are confirmed absent.
+
+        The first time, seek back to the expected offset (a gap is far more likely a stale fetch
+        racing a seek or a rebalance than missing records) and return False. If the re-read
+        lands on the same record again, the broker has nothing in between: return True.
+        """
+        assert self.consumer is not None and part.expected is not None
+        jump = (part.expected, offset)
+        if part.jump == jump:
+            log.info("sink: offsets %d-%d of %s/%d are absent (confirmed by a re-read)",
+                     jump[0], offset - 1, tp.topic, tp.partition)
+            METRICS.inc("agentlog_sink_absent_offsets_total", offset - jump[0], table=self.shorts[tp.topic])
+            return True
+        log.warning("sink: %s/%d jumped from expected offset %d to %d; re-reading from %d",
+                    tp.topic, tp.partition, jump[0], offset, jump[0])
+        METRICS.inc("agentlog_sink_reseeks_total", table=self.shorts[tp.topic])
+        part.jump = jump
+        self.consumer.seek(tp, jump[0])
+        return False
+
+    async def _flush_buffer(self, tp: TopicPartition, part: _Partition) -> None:
+        if part.pending is not None or not part.messages:
             return
-        await self.flush(tp, buf.messages, lo=buf.messages[0].offset, hi=buf.messages[-1].offset, marked=False)
+        messages, lo = part.messages, part.lo
+        part.messages = []
+        await self.flush(tp, messages, lo=lo, hi=messages[-1].offset, marked=False)
 
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
         s = self.settings
-        self.consumer = AIOKafkaConsumer(
-            bootstrap_servers=s.kafka_bootstrap,
-            group_id=f"{s.topic_prefix}.audit-sink",
-            client_id=f"{s.worker_id}-sink",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            isolation_level="read_committed",
-            max_poll_records=s.sink_batch_rows,
-            session_timeout_ms=int(s.session_timeout_s * 1000),
-            rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
-        )
+        self.consumer = self._new_consumer()
         self.consumer.subscribe(list(self.kinds), listener=self._listener())
         await self.consumer.start()
         try:
@@ -323,9 +450,9 @@ class AuditSink:
                     if tp.topic in self.kinds:
                         await self._take(tp, messages)
                 now = time.monotonic()
-                for tp, buf in list(self._buffers.items()):
-                    if tp not in self._pending and buf.messages and now - buf.since >= s.sink_flush_s:
-                        await self._flush_buffer(tp)
+                for tp, part in list(self._parts.items()):
+                    if part.pending is None and part.messages and now - part.since >= s.sink_flush_s:
+                        await self._flush_buffer(tp, part)
         finally:
             await self.consumer.stop()
 

@@ -48,7 +48,7 @@ def test_migrate_is_idempotent_and_recorded(store_url):
     with open_store(store_url) as s:
         ledger = s.query("SELECT version, name FROM schema_migrations ORDER BY version").rows
         tables = {r[0] for r in s.query("SHOW TABLES").rows}
-    assert ledger == [(1, "0001_audit_tables"), (2, "0002_immutable_tables")]
+    assert ledger == [(1, "0001_audit_tables"), (2, "0002_immutable_tables"), (3, "0003_sink_ranges")]
     assert set(COLUMNS) <= tables
 
 
@@ -286,7 +286,7 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert engine.rows == [("ReplacingMergeTree",)]
         assert s.query("SELECT count() FROM events").rows[0][0] == 2 * len(audit_batches()["committed"])
 
-        assert migrate(s) == ["0002_immutable_tables"]
+        assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges"]
         expected = {"events": "committed", "transitions": "transition", "violations": "violation",
                     "rejections": "rejection", "snapshots": "snapshot", "state_digests": "digest",
                     "replay_verdicts": "verdict"}
