@@ -417,7 +417,7 @@ class AuditSink:
         assert self.consumer is not None and part.expected is not None
         jump = (part.expected, offset)
         if part.jump == jump:
-            log.info("sink: offsets %d-%d of %s/%d are absent (confirmed by a re-read)",
+            log.warning("sink: offsets %d-%d of %s/%d are absent (confirmed by a re-read)",
                      jump[0], offset - 1, tp.topic, tp.partition)
             METRICS.inc("agentlog_sink_absent_offsets_total", offset - jump[0], table=self.shorts[tp.topic])
             return True
