@@ -192,3 +192,64 @@ def test_sink_is_exactly_once_across_crashes(settings, mode):
             assert store.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(committed)
 
     asyncio.run(scenario())
+
+
+# -- the sink sees an offset gap: it must seek back and heal it, not skip the records -------------
+
+def _gapping_sink(settings, store, *, how: str):
+    """A sink that is shown a gap once: a fetch missing its first records, or a seek forward behind its back."""
+    from processors.worker.sink import AuditSink
+
+    class Gapping(AuditSink):
+        gapped = False
+
+        async def _take(self, tp, messages):
+            # (records fetched while the rebalance listener still runs arrive with no partition state: the
+            # sink drops them and re-reads after its seek, so the gap is shown to an assigned partition)
+            if Gapping.gapped or len(messages) < 3 or self._parts.get(tp) is None:
+                return await super()._take(tp, messages)
+            Gapping.gapped = True
+            if how == "stale_fetch":  # a fetch that starts past the expected offset (a re-seek racing it)
+                return await super()._take(tp, messages[2:])
+            await super()._take(tp, messages[:2])  # then the position jumps forward, as a stray seek would
+            assert self.consumer is not None
+            self.consumer.seek(tp, messages[0].offset + 8)
+            return None
+
+    return Gapping(settings, store)
+
+
+@pytest.mark.parametrize("how", ["stale_fetch", "seek_forward"])
+def test_sink_heals_an_offset_gap_with_zero_loss(settings, how):
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.metrics import METRICS
+    from processors.worker.sink import ledger_gaps
+    from streams.codec import encode_record
+    from streams.topics import topic_name
+    from tests.unit.audit.data import audit_batches
+
+    settings = settings.replace(sink_batch_rows=4, sink_flush_s=0.2)
+    asyncio.run(ensure_topics(settings))
+    committed = audit_batches()["committed"]
+    one_run = [r for r in committed if r["doc"]["runId"] == committed[0]["doc"]["runId"]]
+    assert len(one_run) >= 12  # one key: one partition, so the gap lands inside a run of records
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in one_run], [r["doc"]["runId"] for r in one_run])
+        with open_store(settings) as store:
+            migrate(store)
+            reseeks = METRICS.total("agentlog_sink_reseeks_total")
+            await _run_until(_gapping_sink(settings, store, how=how),
+                             lambda: store.query("SELECT count() FROM events").rows[0][0] >= len(one_run))
+            await asyncio.sleep(0.5)
+            assert store.query("SELECT count() FROM events").rows[0][0] == len(one_run)
+            got = [r[0] for r in store.query("SELECT sequence FROM events ORDER BY sequence").rows]
+            assert got == sorted(r["doc"]["sequence"] for r in one_run)
+            assert METRICS.total("agentlog_sink_reseeks_total") > reseeks  # the defence fired
+            assert ledger_gaps(store) == []
+            ranges = store.query("SELECT partition, min(lo), max(hi) FROM sink_ranges "
+                                 "WHERE topic = {t:String} GROUP BY partition", {"t": topic_name(settings, "log")})
+            assert [(lo, hi) for _, lo, hi in ranges.rows] == [(0, len(one_run) - 1)]
+
+    asyncio.run(scenario())
