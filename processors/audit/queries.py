@@ -39,6 +39,9 @@ _READ_ONLY_SETTINGS = {"readonly": 1}
 _TIME = "DateTime64(3, 'UTC')"
 
 
+_UINT_BITS = {"UInt8": 8, "UInt32": 32, "UInt64": 64}
+
+
 @dataclass(frozen=True)
 class Param:
     """A named-query parameter: ``type`` is the ClickHouse type it is bound as."""
@@ -53,11 +56,11 @@ class Param:
         """Validate a user-supplied string before it is bound (StoreError ``bad_param``)."""
         if not isinstance(raw, str):
             raw = str(raw)
-        if self.type in ("UInt32", "UInt64"):
+        if self.type in _UINT_BITS:
             if not re.fullmatch(r"\d{1,19}", raw.strip()):
                 raise StoreError(f"parameter {self.name} must be a non-negative integer, got {raw!r}", code="bad_param")
             value = int(raw)
-            if value >= 2 ** (32 if self.type == "UInt32" else 64):
+            if value >= 2 ** _UINT_BITS[self.type]:
                 raise StoreError(f"parameter {self.name} is out of range for {self.type}: {raw!r}", code="bad_param")
             return value
         if self.type == "Int64":
@@ -287,11 +290,14 @@ WITH
             sum(retries) AS retries,
             sum(failures) AS failures
         FROM run_rollup
+        WHERE {model:String} = ''
+           OR run_id IN (SELECT run_id FROM usage_hourly WHERE model = {model:String})
         GROUP BY run_id
         HAVING started_at >= {since:DateTime64(3, 'UTC')} AND started_at < {until:DateTime64(3, 'UTC')}
            AND ({status:String} = '' OR status = {status:String})
         ORDER BY started_at DESC, run_id
-        LIMIT {limit:UInt64} OFFSET {offset:UInt64}
+        -- page here unless a filter on flags or verdicts (known only after the joins) must see every run
+        LIMIT if({flagged:UInt8} = 0 AND {verdict:String} = '', {limit:UInt64} + {offset:UInt64}, 18446744073709551615)
     ),
     v AS (
         SELECT run_id, count() AS violations FROM violations
@@ -329,7 +335,10 @@ SELECT
 FROM r
 LEFT JOIN v ON v.run_id = r.run_id
 LEFT JOIN rv ON rv.source_run_id = r.run_id
+WHERE ({flagged:UInt8} = 0 OR notEmpty(flags))
+  AND ({verdict:String} = '' OR last_verdict = {verdict:String})
 ORDER BY started_at DESC, run_id
+LIMIT {limit:UInt64} OFFSET {offset:UInt64}
 """
 
 _REPLAY_VERDICTS = """
@@ -392,6 +401,9 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                           help="runs whose first event is before this time (ISO 8601, UTC if no offset)"),
                     Param("status", help="started | completed | failed | cancelled | paused | resumed | unknown "
                                          "('' = all)"),
+                    Param("model", help="runs that used this model (provider.usage; '' = all)"),
+                    Param("flagged", "UInt8", default="0", help="1 = only runs with a non-empty flags"),
+                    Param("verdict", help="runs whose last replay verdict is this ('' = all)"),
                     Param("limit", "UInt64", default="100", help="page size"),
                     Param("offset", "UInt64", default="0", help="rows to skip (page * limit)")),
                    _RUNS),
@@ -535,8 +547,11 @@ class AuditQueries:
         return self.run("usage", run_id=run_id)
 
     def runs(self, *, since: str | None = None, until: str | None = None, status: str | None = None,
+             model: str | None = None, flagged: bool | int | None = None, verdict: str | None = None,
              limit: int | None = None, offset: int | None = None) -> QueryResult:
-        return self.run("runs", since=since, until=until, status=status, limit=limit, offset=offset)
+        return self.run("runs", since=since, until=until, status=status, model=model,
+                        flagged=None if flagged is None else int(flagged), verdict=verdict, limit=limit,
+                        offset=offset)
 
     def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
                         limit: int | None = None) -> QueryResult:

@@ -311,3 +311,37 @@ def test_runs_lists_each_run_from_its_events(loaded_store):
     with pytest.raises(StoreError) as e:
         run_named(loaded_store, "runs", {"since": "yesterday"})
     assert e.value.code == "bad_param"
+
+
+def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store):
+    """The console's filters (#17): model used, flagged only, last replay verdict; paging applies after them."""
+    models: dict[str, set[str]] = {}
+    for rec in audit_batches()["committed"]:
+        if rec["doc"]["type"] == "provider.usage":
+            models.setdefault(rec["doc"]["payload"]["model"], set()).add(rec["doc"]["runId"])
+    assert len(models) >= 2
+    for model, expected in models.items():
+        assert {r["run_id"] for r in rows(loaded_store, "runs", model=model)} == expected, model
+    assert rows(loaded_store, "runs", model="no-such-model") == []
+
+    every = rows(loaded_store, "runs")
+    flagged = [r["run_id"] for r in every if r["flags"]]
+    assert 0 < len(flagged) < len(every)  # the filter has something to keep and something to drop
+    assert [r["run_id"] for r in rows(loaded_store, "runs", flagged="1")] == flagged
+    assert [r["run_id"] for r in rows(loaded_store, "runs", flagged="1", limit="1", offset="1")] == flagged[1:2]
+
+    by_source: dict[str, list[dict]] = {}
+    for v in audit_batches()["verdict"]:
+        by_source.setdefault(v["sourceRunId"], []).append(v)
+    last = {run: max(vs, key=lambda v: v["replayRunId"])["verdict"] for run, vs in by_source.items()}
+    for verdict in {"match", "diverged_at_refusal"}:
+        expected = sorted(run for run, v in last.items() if v == verdict)
+        assert sorted(r["run_id"] for r in rows(loaded_store, "runs", verdict=verdict)) == expected, verdict
+    assert any(last.values())
+    assert list(every[0]) == ["run_id", "status", "started_at", "ended_at", "duration_ms", "events",
+                              "last_sequence", "cost_cents", "input_tokens", "output_tokens", "refusals",
+                              "retries", "failures", "violations", "flags", "replays", "last_verdict",
+                              "replays_not_matching"]
+    with pytest.raises(StoreError) as e:
+        run_named(loaded_store, "runs", {"flagged": "256"})
+    assert e.value.code == "bad_param"
