@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from processors.audit.migrations import migrate
 from processors.audit.rows import COLUMNS, committed_rows, rows_for
 from processors.audit.server import handle_query_request, query_via_worker
-from processors.audit.store import open_store, owner_file, read_owner
+from processors.audit.store import Store, open_store, owner_file, read_owner
 from schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 
@@ -321,3 +322,49 @@ def test_retention_is_a_ttl_on_events_and_off_by_default(tmp_path):
         with pytest.raises(StoreError) as e:
             apply_retention(s, -1)
         assert e.value.code == "bad_setting"
+
+
+class _ClusterOnOneNode(Store):
+    """A chdb store that runs the cluster DDL as its single-node equivalent (no Keeper, no cluster here).
+
+    ``ON CLUSTER`` is dropped, ``Replicated<Engine>('<path>', '<replica>', args)`` becomes
+    ``<Engine>(args)`` and ``Distributed(... <t>_local ...)`` a ``Merge`` over ``<t>_local``, so the
+    runner's own decisions (which engine a table has, whether it is empty, what to drop) are what
+    is tested, on ClickHouse itself.
+    """
+
+    def command(self, sql, parameters=None, *, settings=None):
+        sql = re.sub(r" ON CLUSTER '[^']*'", "", sql)
+        sql = re.sub(r"Replicated(\w*MergeTree)\('[^']*',\s*'[^']*'(?:,\s*)?", r"\1(", sql)
+        sql = re.sub(r"Distributed\('[^']*',\s*currentDatabase\(\),\s*(\w+)[^)]*\)+",
+                     r"Merge(currentDatabase(), '^\1$')", sql)
+        return super().command(sql, parameters, settings=settings)
+
+
+def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refused(tmp_path):
+    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR
+
+    with open_store(f"chdb://{tmp_path / 'ch'}") as real:
+        node = _ClusterOnOneNode(real._engine, real.url)
+        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
+            "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges"]
+        engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
+        assert engines["events_local"] == "MergeTree" and engines["sink_ranges_local"] == "MergeTree"
+        # the table over events_local was re-created from the new one: it has 0002's extracted columns
+        assert "model" in {r[0] for r in real.query("DESCRIBE TABLE events").rows}
+        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == []
+
+    with open_store(f"chdb://{tmp_path / 'ch2'}") as real:
+        node = _ClusterOnOneNode(real._engine, real.url)
+        mig = tmp_path / "only-0001"
+        mig.mkdir()
+        for name in ("schema_migrations.sql", "0001_audit_tables.sql"):
+            (mig / name).write_text((CLUSTER_MIGRATIONS_DIR / name).read_text())
+        migrate(node, directory=mig)
+        table, names, cols = rows_for("committed", audit_batches()["committed"])
+        keep = [i for i, n in enumerate(names) if n != "state_hash"]  # 0001 has no state_hash
+        real.insert("events_local", [cols[i] for i in keep], [names[i] for i in keep], column_oriented=True)
+        with pytest.raises(StoreError) as e:
+            migrate(node, directory=CLUSTER_MIGRATIONS_DIR)
+        assert e.value.code == "manual_upgrade"
+        assert real.query("SELECT count() FROM events_local").rows[0][0] == len(audit_batches()["committed"])
