@@ -17,7 +17,9 @@ Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offse
    table's deduplication log before the part carrying it is committed, so a SIGKILL in between
    leaves a token whose rows do not exist, and a re-insert with it would be dropped silently.
    The re-formed batch inserts only the rows whose natural key is missing, under a fresh token
-   ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not). Then it
+   ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not). ClickHouse
+   also commits the events part before it runs the rollup views, so the runs of a re-formed log
+   range get their rollups repaired from ``events`` (:mod:`processors.audit.rollups`). Then it
    carries on from ``hi + 1``.
 
 Batches are contiguous, so no offset can fall between two ranges: the sink knows, per partition,
@@ -53,6 +55,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from processors.audit.migrations import open_owned
+from processors.audit.rollups import repair as repair_rollups
 from processors.audit.rows import rows_for
 from processors.audit.store import Store
 from processors.metrics import METRICS
@@ -115,21 +118,39 @@ class BlockingSink:
         sinks re-forming the same range at once (a zombie owner) still deduplicate each other.
         """
         with self._lock:
-            cols = self._missing(table, names, cols)
-            if not cols:
-                return 0
+            missing = self._missing(table, names, cols)
             if not reform:
-                return self.store.insert(table, cols, names, column_oriented=True, dedup_token=token)
-            for attempt in range(1, 1001):
-                self.store.insert(table, cols, names, column_oriented=True, dedup_token=f"{token}/reform-{attempt}")
-                still = self._missing(table, names, cols)
-                if not still:
-                    return len(cols[0])
-                METRICS.inc("agentlog_sink_dropped_tokens_total", table=table)
-                log.warning("%s: insert with token %s/reform-%d was dropped as a duplicate but %d rows are "
-                            "missing; retrying with the next token", table, token, attempt, len(still[0]))
-                cols = still
-            raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
+                if not missing:
+                    return 0
+                return self.store.insert(table, missing, names, column_oriented=True, dedup_token=token)
+            inserted = self._reinsert(table, names, missing, token)
+            if table == "events":
+                self._repair_rollups(cols[names.index("run_id")], token)
+            return inserted
+
+    def _reinsert(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
+        """Insert the missing rows of a re-formed batch under fresh tokens until they are stored."""
+        if not cols:
+            return 0
+        n = len(cols[0])
+        for attempt in range(1, 1001):
+            self.store.insert(table, cols, names, column_oriented=True, dedup_token=f"{token}/reform-{attempt}")
+            still = self._missing(table, names, cols)
+            if not still:
+                return n
+            METRICS.inc("agentlog_sink_dropped_tokens_total", table=table)
+            log.warning("%s: insert with token %s/reform-%d was dropped as a duplicate but %d rows are "
+                        "missing; retrying with the next token", table, token, attempt, len(still[0]))
+            cols = still
+        raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
+
+    def _repair_rollups(self, run_ids: list[Any], token: str) -> None:
+        """The crash may have come after the events part and before the views ran: see processors.audit.rollups."""
+        short = repair_rollups(self.store, [str(r) for r in run_ids])
+        for rollup, runs in short.items():
+            METRICS.inc("agentlog_sink_rollups_repaired_total", runs, table=rollup)
+            log.warning("%s was short for %d runs of %s (a crash between the events part and the views); "
+                        "repaired from events", rollup, runs, token)
 
     def _missing(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[list[Any]]:
         """The columns restricted to rows whose natural key is stored neither in ``table`` nor earlier in the batch."""

@@ -208,12 +208,20 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         ).rows
         hashes = dict(((r, s), h) for r, s, h in store.query("SELECT run_id, sequence, hash FROM events").rows)
         gaps = ledger_gaps(store)
+        # the rollups must hold every event once too: a SIGKILL can fall between the events part and the views
+        rollups = {
+            "run_rollup_events": store.query("SELECT sum(events) FROM run_rollup").rows[0][0],
+            "usage_hourly_calls": store.query("SELECT sum(calls) FROM usage_hourly").rows[0][0],
+            "usage_events": store.query("SELECT count() FROM events WHERE type = 'provider.usage'").rows[0][0],
+        }
     # What the sink's two defences did in this run (its warnings, one line each): seeks back after an
     # offset jump, and re-formed inserts ClickHouse dropped as duplicates although their rows were missing.
     sink_log = worker.log_path.read_text(errors="replace")
     defences = {"reseeks": sink_log.count("re-reading from"), "absent_confirmed": sink_log.count("are absent"),
-                "dropped_tokens": sink_log.count("dropped as a duplicate but")}
+                "dropped_tokens": sink_log.count("dropped as a duplicate but"),
+                "rollups_repaired": sink_log.count("repaired from events")}
     assert gaps == [], gaps
+    assert rollups["run_rollup_events"] == total and rollups["usage_hourly_calls"] == rollups["usage_events"], rollups
     assert dup_rows == []
     assert counts["events"] == len(hashes) == total
     assert counts["violations"] == len(violations) == 0 and counts["rejections"] == len(rejections) == 0
@@ -225,7 +233,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     ledger.record(
         "worker_crashes", sent=total, accepted=total, lost=lost, duplicated=conflicts + len(dup_rows),
         runs=len(runs), kills=len(kills), kill_points_log_end=kills, log_redelivered_copies=copies,
-        clickhouse_counts_without_final=counts, sink_defences=defences,
+        clickhouse_counts_without_final=counts, rollups=rollups, sink_defences=defences,
         seconds_to_drain=round(drained_after, 1),
     )
     del worker_log
