@@ -191,8 +191,11 @@ def measure(events: int, *, reps: int = 20, directory: Path | None = None) -> di
                 latency[name] = _timed(lambda name=name: run_named(store, name, {}), max(3, reps // 4))
             slowest = max(latency, key=lambda k: latency[k]["p95_ms"])
             sql = NAMED_QUERIES[slowest.split(" (")[0]].sql
-            params = _bind(NAMED_QUERIES[slowest.split(" (")[0]], {"run_id": pick_run()} if "(one run)" in slowest
-                           else {})
+            point = {"run-timeline": lambda: {"run_id": pick_run()},
+                     "causation-chain": lambda: dict(zip(("run_id", "event_id"), pick_event(), strict=True))}
+            given = (point[slowest]() if slowest in point
+                     else {"run_id": pick_run()} if "(one run)" in slowest else {})
+            params = _bind(NAMED_QUERIES[slowest.split(" (")[0]], given)
             explain = [r[0] for r in store.query("EXPLAIN indexes = 1 " + sql, params).rows]
             disk = store.query("SELECT table, sum(rows), sum(bytes_on_disk) FROM system.parts WHERE active "
                                "AND database = currentDatabase() GROUP BY table ORDER BY table").rows
