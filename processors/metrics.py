@@ -28,6 +28,14 @@ _HELP = {
     "agentlog_sink_rows_total": "Rows inserted into ClickHouse, by table.",
     "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",
     "agentlog_sink_errors_total": "Failed ClickHouse inserts, by table (the batch is retried).",
+    "agentlog_sink_rejected_total": "Records the sink could not decode or map, by topic (stored in rejections).",
+    "agentlog_sink_reseeks_total": "Times the sink read past its expected offset and seeked back, by topic.",
+    "agentlog_sink_absent_offsets_total": "Offsets a re-read confirmed absent from a topic (compaction, "
+                                          "transaction markers), by topic.",
+    "agentlog_sink_rollups_repaired_total": "Runs whose rollup lacked events after a crash (the events part landed, "
+                                            "the views had not run), repaired by the sink, by rollup.",
+    "agentlog_sink_dropped_tokens_total": "Re-formed inserts ClickHouse dropped as duplicates although their rows "
+                                          "were missing (a token that outlived its part), by table.",
     "agentlog_batches_total": "Batches processed, by agent.",
     "agentlog_batch_events_total": "Events in those batches, by agent (divide by batches for the mean batch size).",
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",

@@ -85,6 +85,8 @@ class Settings:
     # default): take_events(batch_max, batch_within_s).
     batch_pipelined: bool = False
     batch_tick_s: float = 0.005
+    # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
+    events_ttl_days: int = 0
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
     # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
     otel_run_index_max: int = 100_000

@@ -3,9 +3,12 @@
 Every value reaches ClickHouse as a server-side bound parameter (``{name:Type}``,
 which clickhouse-connect passes as query parameters over HTTP and as chdb
 ``params`` in-process): nothing a user types is ever formatted into SQL text.
-Every named query reads deduplicated rows with ``FINAL`` (the tables are
-ReplacingMergeTree on the record's natural key; see infra/clickhouse/README.md for
-why FINAL rather than argMax / LIMIT 1 BY).
+No query reads ``FINAL``: the tables are plain MergeTree filled exactly once by the sink
+(insert deduplication tokens from Kafka offset ranges, infra/clickhouse/README.md), so a
+row is never stored twice and reads need no deduplication. Sums come from rollup tables
+that ClickHouse maintains with materialized views (``usage_hourly``, ``run_rollup``),
+read with ``GROUP BY`` over their key. tests/unit/audit/test_queries.py greps this module
+so ``FINAL`` does not come back.
 
 Optional filters use ``'' = {p:String} OR col = {p:String}``: one plan for both
 cases, and the primary key still prunes when the value is given.
@@ -16,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from processors.audit.store import QueryResult, Store
@@ -33,6 +36,10 @@ __all__ = [
 ]
 
 _READ_ONLY_SETTINGS = {"readonly": 1}
+_TIME = "DateTime64(3, 'UTC')"
+
+
+_UINT_BITS = {"UInt8": 8, "UInt32": 32, "UInt64": 64}
 
 
 def _is_iso_time(text: str) -> bool:
@@ -70,17 +77,25 @@ class Param:
                 raise StoreError(f"parameter {self.name} must be an ISO 8601 time such as 2026-11-22T10:00:00Z, "
                                  f"got {raw!r}", code="bad_param")
             return raw.strip()
-        if self.type in ("UInt32", "UInt64"):
+        if self.type in _UINT_BITS:
             if not re.fullmatch(r"\d{1,19}", raw.strip()):
                 raise StoreError(f"parameter {self.name} must be a non-negative integer, got {raw!r}", code="bad_param")
             value = int(raw)
-            if value >= 2 ** (32 if self.type == "UInt32" else 64):
+            if value >= 2 ** _UINT_BITS[self.type]:
                 raise StoreError(f"parameter {self.name} is out of range for {self.type}: {raw!r}", code="bad_param")
             return value
         if self.type == "Int64":
             if not re.fullmatch(r"-?\d{1,19}", raw.strip()):
                 raise StoreError(f"parameter {self.name} must be an integer, got {raw!r}", code="bad_param")
             return int(raw)
+        if self.type == _TIME:
+            try:
+                t = datetime.fromisoformat(raw.strip().replace("Z", "+00:00"))
+            except ValueError:
+                raise StoreError(f"parameter {self.name} must be an ISO 8601 time (2026-11-22T19:00:00Z), "
+                                 f"got {raw!r}", code="bad_param") from None
+            t = t.replace(tzinfo=UTC) if t.tzinfo is None else t.astimezone(UTC)
+            return t.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
         if "\x00" in raw:
             raise StoreError(f"parameter {self.name} contains a NUL byte", code="bad_param")
         return raw
@@ -108,7 +123,7 @@ _RUN_FILTER = Param("run_id", help="only this run ('' = all runs)")
 
 _RUN_TIMELINE = """
 SELECT sequence, event_time, type, node_id, event_id, causation_id, hash
-FROM events FINAL
+FROM events
 WHERE run_id = {run_id:String}
 ORDER BY sequence
 LIMIT {limit:UInt64}
@@ -120,7 +135,7 @@ _CAUSATION_CHAIN = """
 WITH RECURSIVE
     ev AS (
         SELECT event_id, causation_id, sequence, type, node_id
-        FROM events FINAL
+        FROM events
         WHERE run_id = {run_id:String}
     ),
     up AS (
@@ -168,7 +183,7 @@ WITH steps AS (
         toUnixTimestamp64Milli(event_time)
             - lagInFrame(toUnixTimestamp64Milli(event_time)) OVER w AS ms,
         row_number() OVER w AS step
-    FROM transitions FINAL
+    FROM transitions
     WHERE ({{run_id:String}} = '' OR parent_run_id = {{run_id:String}})
     WINDOW w AS (PARTITION BY parent_run_id, dispatch_id ORDER BY phase_rank, event_time
                  ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
@@ -190,7 +205,7 @@ ORDER BY worker_id, phase_rank, phase
 _FAILURES = """
 WITH t AS (
     SELECT worker_id, dispatch_id, phase, error_code, parent_run_id
-    FROM transitions FINAL
+    FROM transitions
     WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})
 ),
 per_worker AS (
@@ -216,27 +231,26 @@ ORDER BY failures DESC, worker_id, phase, error_code
 _REFUSALS = """
 WITH
     ev AS (
-        SELECT run_id, sequence, event_id, causation_id, type, payload
-        FROM events FINAL
+        SELECT run_id, sequence, event_id, causation_id, type, cache_key,
+               request_provider, request_model, provider, model
+        FROM events
         WHERE type IN ('agent.invocation.started', 'agent.invocation.completed', 'envelope.refusal', 'provider.usage')
           AND ({run_id:String} = '' OR run_id = {run_id:String})
     ),
     starts AS (
-        SELECT run_id, sequence, event_id,
-               JSONExtractString(payload, 'cacheKey') AS cache_key,
-               JSONExtractString(payload, 'request', 'provider') AS provider,
-               JSONExtractString(payload, 'request', 'model') AS model
+        SELECT run_id, sequence, event_id, cache_key, request_provider AS provider, request_model AS model
         FROM ev WHERE type = 'agent.invocation.started'
     ),
     usage_by_cause AS (
-        SELECT run_id, causation_id,
-               any(JSONExtractString(payload, 'provider')) AS provider,
-               any(JSONExtractString(payload, 'model')) AS model
+        SELECT run_id, causation_id, any(provider) AS provider, any(model) AS model
         FROM ev WHERE type = 'provider.usage' AND causation_id != ''
+          -- only usage caused by an invocation start or outcome can pair; this keeps the join's
+          -- hash tables to LLM calls instead of every provider.usage event
+          AND causation_id IN (SELECT event_id FROM ev WHERE type != 'provider.usage')
         GROUP BY run_id, causation_id
     ),
     outcomes AS (
-        SELECT run_id, sequence, event_id, type, JSONExtractString(payload, 'cacheKey') AS cache_key
+        SELECT run_id, sequence, event_id, type, cache_key
         FROM ev WHERE type IN ('agent.invocation.completed', 'envelope.refusal')
     ),
     paired AS (
@@ -262,28 +276,105 @@ GROUP BY provider, model
 ORDER BY provider, model
 """
 
-# What one provider.usage event contributes, summed per group by `usage` and `usage-over-time`.
-_USAGE_MEASURES = """
-    JSONExtractString(payload, 'provider') AS provider,
-    JSONExtractString(payload, 'model') AS model,
-    count() AS calls,
-    sum(JSONExtractUInt(payload, 'inputTokens')) AS input_tokens,
-    sum(JSONExtractUInt(payload, 'outputTokens')) AS output_tokens,
-    round(sum(JSONExtractFloat(payload, 'costCents')), 4) AS cost_cents
-FROM events FINAL
-WHERE type = 'provider.usage'
-"""
-
+# From the usage_hourly rollup (materialized view over provider.usage events).
 _USAGE = """
 SELECT
-    run_id,""" + _USAGE_MEASURES + """  AND ({run_id:String} = '' OR run_id = {run_id:String})
+    run_id,
+    provider,
+    model,
+    sum(calls) AS calls,
+    sum(input_tokens) AS input_tokens,
+    sum(output_tokens) AS output_tokens,
+    round(sum(cost_cents), 4) AS cost_cents
+FROM usage_hourly
+WHERE ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY run_id, provider, model
 ORDER BY run_id, provider, model
 """
 
+# Runs from the run_rollup table (one aggregate row per run and insert, merged by GROUP BY run_id),
+# with violations and replay verdicts joined per run. Time window on the run's first event.
+_RUNS = """
+WITH
+    r AS (
+        SELECT
+            run_id,
+            min(started_at) AS started_at,
+            max(ended_at) AS ended_at,
+            transform(argMaxMerge(status), ['', 'started', 'resumed', 'resuming', 'paused', 'completed', 'failed',
+                                                'cancelled'],
+                      ['pending', 'running', 'running', 'running', 'paused', 'completed', 'failed', 'cancelled'],
+                      'running') AS status,
+            sum(events) AS events,
+            max(last_sequence) AS last_sequence,
+            round(sum(cost_cents), 4) AS cost_cents,
+            sum(input_tokens) AS input_tokens,
+            sum(output_tokens) AS output_tokens,
+            sum(refusals) AS refusals,
+            sum(retries) AS retries,
+            sum(failures) AS failures
+        FROM run_rollup
+        WHERE {model:String} = ''
+           OR run_id IN (SELECT run_id FROM usage_hourly WHERE model = {model:String})
+        GROUP BY run_id
+        HAVING started_at >= {since:DateTime64(3, 'UTC')} AND started_at < {until:DateTime64(3, 'UTC')}
+           AND ({status:String} = '' OR status = {status:String})
+        ORDER BY started_at DESC, run_id
+        -- page here unless a filter on flags or verdicts (known only after the joins) must see every run
+        LIMIT if({flagged:UInt8} = 0 AND {verdict:String} = '', {limit:UInt64} + {offset:UInt64}, 18446744073709551615)
+    ),
+    v AS (
+        SELECT run_id, count() AS violations FROM violations
+        WHERE run_id IN (SELECT run_id FROM r) GROUP BY run_id
+    ),
+    rv AS (
+        SELECT source_run_id, count() AS replays,
+               -- the verdict of the replay run that started last: two verdicts written in one
+               -- sink batch share recorded_at (replays with no stored events fall back to it)
+               argMax(verdict, (s.started, recorded_at, replay_run_id)) AS last_verdict,
+               countIf(verdict != 'match') AS replays_not_matching
+        FROM replay_verdicts AS vv
+        LEFT JOIN (
+            SELECT run_id, min(started_at) AS started FROM run_rollup
+            WHERE run_id IN (SELECT replay_run_id FROM replay_verdicts WHERE source_run_id IN (SELECT run_id FROM r))
+            GROUP BY run_id
+        ) AS s ON s.run_id = vv.replay_run_id
+        WHERE source_run_id IN (SELECT run_id FROM r) GROUP BY source_run_id
+    )
+SELECT
+    r.run_id AS run_id,
+    r.status AS status,
+    r.started_at AS started_at,
+    r.ended_at AS ended_at,
+    toUnixTimestamp64Milli(r.ended_at) - toUnixTimestamp64Milli(r.started_at) AS duration_ms,
+    r.events AS events,
+    r.last_sequence AS last_sequence,
+    r.cost_cents AS cost_cents,
+    r.input_tokens AS input_tokens,
+    r.output_tokens AS output_tokens,
+    r.refusals AS refusals,
+    r.retries AS retries,
+    r.failures AS failures,
+    ifNull(v.violations, 0) AS violations,
+    arrayFilter(f -> f != '', [
+        if(r.refusals > 0, 'refused', ''), if(r.retries > 0, 'retried', ''),
+        if(r.failures > 0, 'handoff_failed', ''), if(ifNull(v.violations, 0) > 0, 'violations', ''),
+        if(r.events != r.last_sequence + 1, 'gap', '')]) AS flags,
+    ifNull(rv.replays, 0) AS replays,
+    ifNull(rv.last_verdict, '') AS last_verdict,
+    ifNull(rv.replays_not_matching, 0) AS replays_not_matching
+FROM r
+LEFT JOIN v ON v.run_id = r.run_id
+LEFT JOIN rv ON rv.source_run_id = r.run_id
+WHERE ({flagged:UInt8} = 0 OR notEmpty(flags))
+  AND ({verdict:String} = '' OR last_verdict = {verdict:String})
+ORDER BY started_at DESC, run_id
+LIMIT {limit:UInt64} OFFSET {offset:UInt64}
+"""
+
 _REPLAY_VERDICTS = """
 SELECT source_run_id, replay_run_id, mode, verdict, error_code, compared_through, first_divergence, recorded_at
-FROM replay_verdicts FINAL
+FROM replay_verdicts
 WHERE ({source_run_id:String} = '' OR source_run_id = {source_run_id:String})
   AND ({verdict:String} = '' OR verdict = {verdict:String})
 ORDER BY source_run_id, recorded_at, replay_run_id
@@ -297,7 +388,7 @@ SELECT
     uniqExactIf(run_id, run_id != '') AS runs,
     min(source_time) AS first_seen,
     max(source_time) AS last_seen
-FROM rejections FINAL
+FROM rejections
 WHERE ({run_id:String} = '' OR run_id = {run_id:String})
 GROUP BY reason
 ORDER BY rejections DESC, reason
@@ -306,7 +397,7 @@ ORDER BY rejections DESC, reason
 _VIOLATIONS = """
 SELECT run_id, code, count() AS violations, groupArray(10)(sequence) AS first_sequences
 FROM (
-    SELECT run_id, code, sequence FROM violations FINAL
+    SELECT run_id, code, sequence FROM violations
     WHERE ({run_id:String} = '' OR run_id = {run_id:String})
     ORDER BY run_id, sequence
 )
@@ -314,118 +405,18 @@ GROUP BY run_id, code
 ORDER BY run_id, code
 """
 
-# issue #17: the runs list of the console. The interface (name, params, columns) is fixed: the
-# audit-schema issue (#14) replaces this SQL with one on its new tables, and the console reads
-# nothing but these columns. This version aggregates today's tables (read with FINAL).
-# A run's status is the one its last status-setting event gives (the fold's _STATUS_BY_TYPE);
-# 'gap' flags a run whose sequences are not 0..last (events != last_sequence + 1).
-_RUNS = """
-WITH
-    per_run AS (
-        SELECT
-            run_id,
-            count() AS events,
-            max(sequence) AS last_sequence,
-            min(event_time) AS started_at,
-            max(event_time) AS last_at,
-            argMaxIf(type, sequence, type IN ('run.started', 'run.paused', 'run.resumed', 'run.resuming',
-                     'run.completed', 'run.failed', 'run.cancelled', 'approval.requested', 'approval.granted',
-                     'approval.received', 'approval.rejected', 'clarification.requested',
-                     'clarification.resolved')) AS status_type,
-            maxIf(event_time, type IN ('run.completed', 'run.failed', 'run.cancelled')) AS ended_raw,
-            countIf(type IN ('run.completed', 'run.failed', 'run.cancelled')) AS terminal,
-            -- if() short-circuits (short_circuit_function_evaluation), so only usage and LLM-call
-            -- payloads are parsed; a -If combinator would parse every event's payload first.
-            round(sum(if(type = 'provider.usage', JSONExtractFloat(payload, 'costCents'), 0)), 4) AS cost_cents,
-            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'inputTokens'), 0)) AS input_tokens,
-            sum(if(type = 'provider.usage', JSONExtractUInt(payload, 'outputTokens'), 0)) AS output_tokens,
-            countIf(type = 'envelope.refusal') AS refusals,
-            countIf(type = 'node.retried') AS retries,
-            groupUniqArrayIf(multiIf(type = 'provider.usage', JSONExtractString(payload, 'model'),
-                                     type = 'agent.invocation.started',
-                                     JSONExtractString(payload, 'request', 'model'), ''),
-                             type IN ('provider.usage', 'agent.invocation.started')) AS models
-        FROM events FINAL
-        GROUP BY run_id
-    ),
-    failed AS (
-        SELECT parent_run_id AS run_id, count() AS failures
-        FROM transitions FINAL
-        WHERE phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
-        GROUP BY parent_run_id
-    ),
-    violated AS (
-        SELECT run_id, count() AS violations FROM violations FINAL GROUP BY run_id
-    ),
-    -- The last verdict is that of the replay run that started last (two verdicts written in one sink
-    -- batch share recorded_at); replays whose events are not stored fall back to recorded_at.
-    replayed AS (
-        SELECT v.source_run_id AS run_id, count() AS replays,
-               argMax(v.verdict, (s.started, v.recorded_at, v.replay_run_id)) AS last_verdict,
-               countIf(v.verdict != 'match') AS replays_not_matching
-        FROM replay_verdicts AS v FINAL
-        LEFT JOIN (
-            SELECT run_id, min(event_time) AS started FROM events
-            WHERE run_id IN (SELECT replay_run_id FROM replay_verdicts)
-            GROUP BY run_id
-        ) AS s ON s.run_id = v.replay_run_id
-        GROUP BY v.source_run_id
-    ),
-    runs AS (
-        SELECT
-            p.run_id AS run_id,
-            transform(p.status_type,
-                      ['run.started', 'run.paused', 'run.resumed', 'run.resuming', 'run.completed', 'run.failed',
-                       'run.cancelled', 'approval.requested', 'approval.granted', 'approval.received',
-                       'approval.rejected', 'clarification.requested', 'clarification.resolved'],
-                      ['running', 'paused', 'running', 'running', 'completed', 'failed', 'cancelled',
-                       'waiting-approval', 'running', 'running', 'running', 'waiting-input', 'running'],
-                      'pending') AS status,
-            p.started_at AS started_at,
-            if(p.terminal > 0, toNullable(p.ended_raw), NULL) AS ended_at,
-            toInt64(dateDiff('millisecond', p.started_at, if(p.terminal > 0, p.ended_raw, p.last_at))) AS duration_ms,
-            p.events AS events,
-            p.last_sequence AS last_sequence,
-            p.cost_cents AS cost_cents,
-            p.input_tokens AS input_tokens,
-            p.output_tokens AS output_tokens,
-            p.refusals AS refusals,
-            p.retries AS retries,
-            f.failures AS failures,
-            v.violations AS violations,
-            arrayFilter(x -> x != '', [
-                if(p.refusals > 0, 'refused', ''),
-                if(p.retries > 0, 'retried', ''),
-                if(f.failures > 0, 'handoff_failed', ''),
-                if(v.violations > 0, 'violations', ''),
-                if(p.events != p.last_sequence + 1, 'gap', '')]) AS flags,
-            r.replays AS replays,
-            r.last_verdict AS last_verdict,
-            r.replays_not_matching AS replays_not_matching,
-            p.models AS models
-        FROM per_run AS p
-        LEFT JOIN failed AS f ON f.run_id = p.run_id
-        LEFT JOIN violated AS v ON v.run_id = p.run_id
-        LEFT JOIN replayed AS r ON r.run_id = p.run_id
-    )
-SELECT run_id, status, started_at, ended_at, duration_ms, events, last_sequence, cost_cents, input_tokens,
-       output_tokens, refusals, retries, failures, violations, flags, replays, last_verdict, replays_not_matching
-FROM runs
-WHERE ({since:String} = '' OR started_at >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
-  AND ({until:String} = '' OR started_at < parseDateTime64BestEffortOrZero({until:String}, 3, 'UTC'))
-  AND ({status:String} = '' OR status = {status:String})
-  AND ({model:String} = '' OR has(models, {model:String}))
-  AND ({flagged:UInt8} = 0 OR notEmpty(flags))
-  AND ({verdict:String} = '' OR last_verdict = {verdict:String})
-ORDER BY started_at DESC, run_id
-LIMIT {limit:UInt64} OFFSET {offset:UInt64}
-SETTINGS join_use_nulls = 0
-"""
-
 # issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
 _USAGE_OVER_TIME = """
 SELECT
-    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,""" + _USAGE_MEASURES + """\
+    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
+    provider,
+    model,
+    count() AS calls,
+    sum(input_tokens) AS input_tokens,
+    sum(output_tokens) AS output_tokens,
+    round(sum(cost_cents), 4) AS cost_cents
+FROM events
+WHERE type = 'provider.usage'
   AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
 GROUP BY bucket, provider, model
 ORDER BY bucket, provider, model
@@ -452,6 +443,20 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         NamedQuery("refusals", "refusal rate per provider/model: envelope.refusal vs agent.invocation.completed",
                    (_RUN_FILTER,), _REFUSALS),
         NamedQuery("usage", "tokens and cost per run and model (provider.usage)", (_RUN_FILTER,), _USAGE),
+        NamedQuery("runs", "runs in a time window with status, duration, events, cost, flags and replay verdicts "
+                   "(newest first, paged)",
+                   (Param("since", _TIME, default="1970-01-01T00:00:00Z",
+                          help="runs whose first event is at or after this time (ISO 8601, UTC if no offset)"),
+                    Param("until", _TIME, default="2299-12-31T23:59:59Z",
+                          help="runs whose first event is before this time (ISO 8601, UTC if no offset)"),
+                    Param("status", help="pending | running | paused | completed | failed | cancelled "
+                                         "(from run.* events; '' = all)"),
+                    Param("model", help="runs that used this model (provider.usage; '' = all)"),
+                    Param("flagged", "UInt8", default="0", help="1 = only runs with a non-empty flags"),
+                    Param("verdict", help="runs whose last replay verdict is this ('' = all)"),
+                    Param("limit", "UInt64", default="100", help="page size"),
+                    Param("offset", "UInt64", default="0", help="rows to skip (page * limit)")),
+                   _RUNS),
         NamedQuery("replay-verdicts", "replay verdicts, newest last",
                    (Param("source_run_id", help="only replays of this run ('' = all)"),
                     Param("verdict", help="match | diverged | diverged_at_refusal | what-if ('' = all)"), _LIMIT),
@@ -459,16 +464,6 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         NamedQuery("rejections", "rejected ingest records by reason", (_RUN_FILTER,), _REJECTIONS),
         NamedQuery("violations", "handoff violations by run and code", (_RUN_FILTER,), _VIOLATIONS),
         # issue #17 (the console)
-        NamedQuery("runs", "runs, newest first, with their cost, refusals, flags and replay verdicts",
-                   (Param("since", "IsoTime", help="runs started at or after this " + _ISO_HELP),
-                    Param("until", "IsoTime", help="runs started before this " + _ISO_HELP),
-                    Param("status", help="running | completed | failed | ... ('' = all)"),
-                    Param("model", help="only runs that called this model ('' = all)"),
-                    Param("flagged", "UInt8", default="0", help="1 = only runs with a flag"),
-                    Param("verdict", help="only runs whose last replay verdict is this ('' = all)"),
-                    Param("limit", "UInt64", default="100", help="at most this many runs"),
-                    Param("offset", "UInt64", default="0", help="skip this many runs (paging)")),
-                   _RUNS),
         NamedQuery("usage-over-time", "calls, tokens and cost per model per time bucket (provider.usage)",
                    (Param("bucket_s", "UInt32", default="3600", help="bucket width in seconds"),
                     Param("since", "IsoTime", help="usage at or after this " + _ISO_HELP)),
@@ -488,7 +483,7 @@ def _bind(query: NamedQuery, params: Mapping[str, Any]) -> dict[str, Any]:
     bound: dict[str, Any] = {}
     for p in query.params:
         raw = params.get(p.name)
-        if raw is None or (raw == "" and p.required):
+        if raw is None or (raw == "" and (p.required or p.type == _TIME)):
             if p.required:
                 raise StoreError(f"query {query.name} needs --param {p.name}=<{p.type}>", code="bad_param")
             raw = p.default if p.default is not None else ""
@@ -605,6 +600,13 @@ class AuditQueries:
 
     def usage(self, run_id: str | None = None) -> QueryResult:
         return self.run("usage", run_id=run_id)
+
+    def runs(self, *, since: str | None = None, until: str | None = None, status: str | None = None,
+             model: str | None = None, flagged: bool | int | None = None, verdict: str | None = None,
+             limit: int | None = None, offset: int | None = None) -> QueryResult:
+        return self.run("runs", since=since, until=until, status=status, model=model,
+                        flagged=None if flagged is None else int(flagged), verdict=verdict, limit=limit,
+                        offset=offset)
 
     def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
                         limit: int | None = None) -> QueryResult:

@@ -1,8 +1,8 @@
 """Map internal records (the :mod:`schemas.records` shapes) to ClickHouse rows.
 
 Pure functions, no I/O: the sink and the tests share them, and a row is a
-deterministic function of its record so a redelivered batch produces
-byte-identical rows that the ReplacingMergeTree key collapses. Missing optional
+deterministic function of its record (a re-formed sink batch is the same rows, and
+the same insert deduplication token drops it). Missing optional
 fields become ``''`` rather than NULL (ClickHouse reads plain columns faster
 and the queries never have to tell "absent" from "empty").
 
@@ -55,7 +55,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "events": (
         "run_id", "sequence", "event_id", "causation_id", "type", "node_id", "event_time",
         "ingested_at", "source_topic", "kafka_partition", "kafka_offset", "hash", "prev_hash",
-        "payload", "doc",
+        "payload", "doc", "state_hash",
     ),
     "transitions": (
         "parent_run_id", "dispatch_id", "phase", "worker_id", "child_run_id", "from_state",
@@ -174,6 +174,7 @@ def committed_rows(records: Iterable[CommittedEvent]) -> Columns:
             rec["hash"],
             rec["prevHash"],
             *_payload_and_doc(doc),
+            _s(rec.get("stateHash")),  # format 2 (CONTRACT.md CommittedEvent); '' for format 1
         )
 
     return _columnar("events", (row(r) for r in records))

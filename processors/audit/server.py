@@ -205,11 +205,11 @@ def report_records(store: Store, run_id: str) -> tuple[Records, Records, Records
     Shared by ``agentlog report`` and the web console's run page, which draw the same records.
     """
     params = {"run_id": run_id}
-    events = store.query("SELECT doc FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence", params)
-    transitions = store.query("SELECT doc FROM transitions FINAL WHERE parent_run_id = {run_id:String}", params)
-    violations = store.query("SELECT doc FROM violations FINAL WHERE run_id = {run_id:String} ORDER BY sequence",
+    events = store.query("SELECT doc FROM events WHERE run_id = {run_id:String} ORDER BY sequence", params)
+    transitions = store.query("SELECT doc FROM transitions WHERE parent_run_id = {run_id:String}", params)
+    violations = store.query("SELECT doc FROM violations WHERE run_id = {run_id:String} ORDER BY sequence",
                              params)
-    head = store.query("SELECT hash FROM events FINAL WHERE run_id = {run_id:String} ORDER BY sequence DESC "
+    head = store.query("SELECT hash FROM events WHERE run_id = {run_id:String} ORDER BY sequence DESC "
                        "LIMIT 1", params)
 
     def load(result: QueryResult) -> Records:

@@ -265,26 +265,37 @@ class Store:
             raise _server_error(e, "statement failed") from e
 
     def insert(self, table: str, data: Sequence[Sequence[Any]], column_names: Sequence[str], *,
-               column_oriented: bool = False) -> int:
-        """Insert rows (or columns with ``column_oriented=True``); returns the row count."""
+               column_oriented: bool = False, dedup_token: str | None = None) -> int:
+        """Insert rows (or columns with ``column_oriented=True``); returns the row count.
+
+        With ``dedup_token`` the insert is idempotent: ClickHouse drops a later insert carrying a
+        token it still holds in the table's deduplication window (``non_replicated_deduplication_window``
+        on one node, the replicated log on a cluster), and the materialized views skip it too.
+        """
         self._check_open()
         n = (len(data[0]) if data else 0) if column_oriented else len(data)
         if n == 0:
             return 0
+        settings: dict[str, Any] = {}
+        if dedup_token is not None:
+            settings = {"insert_deduplicate": 1, "insert_deduplication_token": dedup_token,
+                        "deduplicate_blocks_in_dependent_materialized_views": 1}
         try:
-            self.client.insert(table, data, column_names=list(column_names), column_oriented=column_oriented)
+            self.client.insert(table, data, column_names=list(column_names), column_oriented=column_oriented,
+                               settings=settings or None)
         except _CCError as e:
             raise _server_error(e, f"insert into {table} failed") from e
         return n
 
-    def insert_records(self, kind: str, records: Iterable[Mapping[str, Any]]) -> int:
+    def insert_records(self, kind: str, records: Iterable[Mapping[str, Any]], *,
+                       dedup_token: str | None = None) -> int:
         """Map a batch of one record kind (CONTRACT.md shapes) and insert it in one columnar insert.
 
-        Idempotent in query results: the table's ReplacingMergeTree key collapses a
-        redelivered batch, and every named query reads with FINAL.
+        The tables are plain MergeTree: a batch inserted twice is stored twice unless both
+        inserts carry the same ``dedup_token`` (the sink's is its Kafka offset range).
         """
         table, names, cols = rows_for(kind, records)
-        return self.insert(table, cols, names, column_oriented=True)
+        return self.insert(table, cols, names, column_oriented=True, dedup_token=dedup_token)
 
     # -- ownership ----------------------------------------------------------------------------
     def set_query_url(self, query_url: str | None) -> None:

@@ -105,8 +105,7 @@ def _verdicts(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def _links(store: Store, run_id: str, events: Sequence[Mapping[str, Any]], transitions: Sequence[Mapping[str, Any]],
            verdicts: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    # No FINAL: DISTINCT already collapses redelivered rows, and child_run_id is not in the sort key, so
-    # this reads the whole column; merging every part on read as well would make it the page's slowest query.
+    # child_run_id is not in the sort key, so this reads the whole column (the tables hold each record once).
     parents = store.query("SELECT DISTINCT parent_run_id FROM transitions WHERE child_run_id = {run_id:String} "
                           "ORDER BY parent_run_id", {"run_id": run_id})
     children = sorted({str(t["childRunId"]) for t in transitions if t.get("childRunId")})
@@ -125,7 +124,7 @@ def run_view(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
     """``/runs/<runId>``: the run with the state at ``?at=`` (default: its last index)."""
     def build() -> Page:
         events, transitions, violations, head = _records(store, run_id)
-        hashes = store.query("SELECT sequence, prev_hash, hash FROM events FINAL WHERE run_id = {run_id:String} "
+        hashes = store.query("SELECT sequence, prev_hash, hash FROM events WHERE run_id = {run_id:String} "
                              "ORDER BY sequence", {"run_id": run_id}).rows
         last = len(events) - 1
         at = min(_int(query.get("at"), last, "at"), last)

@@ -10,7 +10,9 @@ sequencer       ingest                log (with stateHash), rejections,         
                                       handoff-links, verdicts, checkpoints
 log-check       log (plain consumer)  violations (hash_chain_broken)              —
 handoff         handoff-links         transitions (derive mode)                   links
-sink-<topic>    every output topic    ClickHouse (:mod:`processors.audit`)         sink-positions
+audit sink      every output topic    ClickHouse (:mod:`processors.audit`)         (none: a plain
+                                                                                  consumer task, its
+                                                                                  state in ClickHouse)
 otel-spans      spans                 otel-events, rejections                     otel-held
 otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
@@ -105,7 +107,6 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
         "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
-        "sink-positions": table("sink-positions"),  # only in_order positions of the sink agents
     }
     durable = positions.DurablePositions()
     positions.install(app, durable)

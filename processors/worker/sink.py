@@ -1,27 +1,69 @@
-"""Audit sink: every output topic → ClickHouse, in column-oriented batches.
+"""Audit sink: every output topic → ClickHouse, exactly once, as a plain bulk Kafka consumer.
 
-One agent per topic, each taking up to ``sink_batch_rows`` records or what
-arrived within ``sink_flush_s``. Offsets are committed only after the insert
-returned, so a crash redelivers the batch; the tables' natural keys
-(ReplacingMergeTree) and the deduplicating reads make that invisible in query
-results. A failing insert is retried with backoff and never skipped: losing an
-audit row silently is the one thing this sink must not do.
+Not a Faust agent: it needs no table, and Faust's per-record stream machinery is most of
+what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
+all output topics; records are buffered per (topic, partition) and a buffer is flushed as
+one batch when it holds ``sink_batch_rows`` records or is ``sink_flush_s`` old.
+
+Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
+
+1. before inserting the batch ``[lo, hi]`` of a partition, the sink appends that range to
+   ``sink_ranges`` (ClickHouse itself, the same store as the data; every range is kept);
+2. the batch is inserted with ``insert_deduplication_token = <topic>/<partition>/<lo>-<hi>``;
+   the tables keep a deduplication window, so inserting the same range twice stores it once
+   (their materialized views skip the duplicate too);
+3. on (re)assignment the sink reads the last range per partition, seeks to ``lo`` and re-forms
+   exactly ``[lo, hi]``. It does NOT trust that range's token: ClickHouse writes a token to the
+   table's deduplication log before the part carrying it is committed, so a SIGKILL in between
+   leaves a token whose rows do not exist, and a re-insert with it would be dropped silently.
+   The re-formed batch inserts only the rows whose natural key is missing, under a fresh token
+   ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not). ClickHouse
+   also commits the events part before it runs the rollup views, so the runs of a re-formed log
+   range get their rollups repaired from ``events`` (:mod:`processors.audit.rollups`). Then it
+   carries on from ``hi + 1``.
+
+Batches are contiguous, so no offset can fall between two ranges: the sink knows, per partition,
+the next offset it expects (``hi + 1`` of the last range, or the partition's first offset). A
+record past that offset (a rebalance or a re-seek racing records fetched earlier) makes it seek
+back to the expected offset and read again; only when the same jump repeats are the offsets
+taken as absent from the topic (compaction, transaction markers), and the next range still starts
+at the expected offset. ``LEDGER_GAPS`` lists any gap between recorded ranges; there should be none.
+
+Records the topics hold twice (at-least-once producers) are dropped by natural key before
+the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) equals
+the records sent, whatever was killed when. Kafka
+offsets are committed too, but only for lag tooling: the sink never resumes from them.
+
+A record that cannot be decoded or mapped is not skipped silently: it goes to the
+``rejections`` table (reason ``sink_undecodable`` / ``sink_unmappable``, raw bytes kept) in
+the same exactly-once way, and the rest of its batch is inserted. A failing insert is
+retried with backoff, never dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
 from processors.audit.migrations import open_owned
+from processors.audit.rollups import repair as repair_rollups
+from processors.audit.rows import rows_for
 from processors.audit.store import Store
 from processors.metrics import METRICS
-from processors.worker.batch import Batch, SourceRecord, batched_agent
 from processors.worker.wiring import Wiring
+from schemas.errors import StoreError
 from streams.codec import decode_record
+from streams.settings import Settings
+from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.sink")
 
@@ -32,70 +74,421 @@ SINK_TOPICS = {
     "violations": "violation",
     "rejections": "rejection",
     "snapshots": "snapshot",
-    "digests": "digest",
+    "digests": "digest",  # quiet once the log carries stateHash (format 2); kept for old data
     "verdicts": "verdict",
     "checkpoints": "checkpoint",  # issue #18 signing
 }
 
 
+#: The natural key of each table's records (0001's ReplacingMergeTree keys): one row per key.
+NATURAL_KEYS: dict[str, tuple[str, ...]] = {
+    "events": ("run_id", "sequence"),
+    "transitions": ("parent_run_id", "dispatch_id", "phase"),
+    "violations": ("run_id", "sequence", "event_id", "code"),
+    "rejections": ("source_topic", "source_partition", "source_offset"),
+    "snapshots": ("run_id", "at_sequence"),
+    "state_digests": ("run_id", "sequence"),
+    "replay_verdicts": ("source_run_id", "replay_run_id", "record_hash"),
+    "checkpoints": ("run_id", "sequence", "key_id"),
+}
+
+
 class BlockingSink:
-    """Serialises inserts into one store from the event loop (chdb is in-process and blocking)."""
+    """Serialises statements on one store from the event loop (chdb is in-process and blocking)."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         self._lock = threading.Lock()
 
-    def insert(self, kind: str, records: list[dict[str, Any]]) -> None:
+    def insert_records(self, kind: str, records: list[dict[str, Any]], token: str, *, reform: bool = False) -> int:
+        """Map ``records`` and :meth:`insert_rows` them."""
+        return self.insert_rows(*rows_for(kind, records), token, reform=reform)
+
+    def insert_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str, *,
+                    reform: bool = False) -> int:
+        """Insert the rows whose natural key is not stored yet, with ``token``; returns rows inserted.
+
+        The log and the other output topics are written at least once (a producer retry or a
+        processor crash re-emits a record at a new offset), so one natural key can occur at two
+        offsets. Those copies are dropped here, by key, against the table and within the batch.
+        Sound with the token because one insert is one part: it either all landed or none did.
+
+        ``reform=True`` is a batch re-formed after a crash or a rebalance. Its token may be in the
+        table's deduplication log without its part (a SIGKILL between ClickHouse writing the token
+        and committing the part), so the missing rows go in under ``<token>/reform-<n>`` and are
+        looked up again afterwards; n grows until they are there. n is not random so that two
+        sinks re-forming the same range at once (a zombie owner) still deduplicate each other.
+        """
         with self._lock:
-            self.store.insert_records(kind, records)
+            missing = self._missing(table, names, cols)
+            if not reform:
+                if not missing:
+                    return 0
+                return self.store.insert(table, missing, names, column_oriented=True, dedup_token=token)
+            inserted = self._reinsert(table, names, missing, token)
+            if table == "events":
+                self._repair_rollups(cols[names.index("run_id")], token)
+            return inserted
+
+    def _reinsert(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
+        """Insert the missing rows of a re-formed batch under fresh tokens until they are stored."""
+        if not cols:
+            return 0
+        n = len(cols[0])
+        for attempt in range(1, 1001):
+            self.store.insert(table, cols, names, column_oriented=True, dedup_token=f"{token}/reform-{attempt}")
+            still = self._missing(table, names, cols)
+            if not still:
+                return n
+            METRICS.inc("agentlog_sink_dropped_tokens_total", table=table)
+            log.warning("%s: insert with token %s/reform-%d was dropped as a duplicate but %d rows are "
+                        "missing; retrying with the next token", table, token, attempt, len(still[0]))
+            cols = still
+        raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
+
+    def _repair_rollups(self, run_ids: list[Any], token: str) -> None:
+        """The crash may have come after the events part and before the views ran: see processors.audit.rollups."""
+        short = repair_rollups(self.store, [str(r) for r in run_ids])
+        for rollup, runs in short.items():
+            METRICS.inc("agentlog_sink_rollups_repaired_total", runs, table=rollup)
+            log.warning("%s was short for %d runs of %s (a crash between the events part and the views); "
+                        "repaired from events", rollup, runs, token)
+
+    def _missing(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[list[Any]]:
+        """The columns restricted to rows whose natural key is stored neither in ``table`` nor earlier in the batch."""
+        keep = self._new_rows(table, names, cols)
+        if not keep:
+            return []
+        return cols if len(keep) == len(cols[0]) else [[col[i] for i in keep] for col in cols]
+
+    def _new_rows(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[int]:
+        key_cols = NATURAL_KEYS[table]
+        idx = [names.index(k) for k in key_cols]
+        keys = list(zip(*(cols[i] for i in idx), strict=True))
+        first = sorted({k[0] for k in keys})
+        where = f"{key_cols[0]} IN {{first:Array(String)}}"
+        params: dict[str, Any] = {"first": first}
+        second = [k[1] for k in keys]
+        if len(key_cols) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in second):
+            where += f" AND {key_cols[1]} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
+            params.update(lo=min(second), hi=max(second))
+        stored = {tuple(r) for r in self.store.query(
+            f"SELECT {', '.join(key_cols)} FROM {table} WHERE {where}", params).rows}
+        keep: list[int] = []
+        for i, k in enumerate(keys):
+            if k not in stored:
+                stored.add(k)
+                keep.append(i)
+        return keep
+
+    def mark(self, topic: str, partition: int, lo: int, hi: int) -> None:
+        """Append ``[lo, hi]`` to the ledger (before its rows are inserted)."""
+        with self._lock:
+            self.store.insert("sink_ranges", [[topic, partition, lo, hi]], ["topic", "partition", "lo", "hi"])
+
+    def last_range(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The newest range of the partition: the batch a crash may have left half-written.
+
+        0002's ``sink_offsets`` is read too, so a store upgraded mid-stream resumes where it was.
+        """
+        with self._lock:
+            rows = self.store.query(
+                "SELECT argMax(lo, hi), max(hi), count() FROM ("
+                " SELECT lo, hi FROM sink_ranges WHERE topic = {t:String} AND partition = {p:Int32}"
+                " UNION ALL"
+                " SELECT lo, hi FROM sink_offsets WHERE topic = {t:String} AND partition = {p:Int32})",
+                {"t": topic, "p": partition}).rows
+        lo, hi, n = rows[0]
+        return (int(lo), int(hi)) if n else None
 
 
-async def insert_with_retry(sink: BlockingSink, kind: str, records: list[dict[str, Any]], *, table: str) -> None:
+#: Gaps in the ledger: a range starting past every earlier range's end + 1 in its partition.
+#: Batches are contiguous by construction (see the module docstring), so this must return nothing.
+LEDGER_GAPS = """
+SELECT topic, partition, prev_hi + 1 AS missing_from, lo - 1 AS missing_to
+FROM (
+    SELECT topic, partition, lo,
+           max(hi) OVER (PARTITION BY topic, partition ORDER BY lo, hi
+                         ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_hi,
+           row_number() OVER (PARTITION BY topic, partition ORDER BY lo, hi) AS n
+    FROM sink_ranges
+)
+WHERE n > 1 AND lo > prev_hi + 1
+ORDER BY topic, partition, lo
+"""
+
+
+def ledger_gaps(store: Store) -> list[tuple[str, int, int, int]]:
+    """``(topic, partition, missing_from, missing_to)`` for every gap between recorded ranges."""
+    return [(str(t), int(p), int(a), int(b)) for t, p, a, b in store.query(LEDGER_GAPS).rows]
+
+
+async def retrying(what: str, fn: Callable[[], Any], *, table: str) -> None:
+    """Run a blocking store call in a thread until it succeeds; an audit row is never dropped."""
     delay = 0.5
     loop = asyncio.get_running_loop()
     while True:
         try:
-            await loop.run_in_executor(None, sink.insert, kind, records)
+            await loop.run_in_executor(None, fn)
             return
         except Exception as e:
             METRICS.inc("agentlog_sink_errors_total", table=table)
-            log.error("insert of %d %s rows failed (%s); retrying in %.1fs", len(records), kind, e, delay)
+            log.error("%s failed (%s); retrying in %.1fs", what, e, delay)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 10.0)
 
 
-def install(wiring: Wiring) -> None:
-    """Open (and migrate) the audit store and register one sink agent per output topic."""
-    settings = wiring.settings
-    wiring.store = open_owned(settings)
-    sink = BlockingSink(wiring.store)
-    for short, kind in SINK_TOPICS.items():
-        _install_one(wiring, sink, short, kind)
+@dataclass(eq=False)
+class _Partition:
+    """What the sink knows of one assigned partition; replaced (not mutated) on every assignment.
+
+    Code that awaited checks it still holds the current object, so a rebalance that happened
+    meanwhile (aiokafka runs the listener in its own task, concurrently with the consume loop)
+    is never mixed with the work of the previous assignment.
+    """
+
+    #: the offset the next accepted record must have: batches are contiguous
+    expected: int | None
+    #: the last range of the ledger, to re-form before anything else (None once done)
+    pending: tuple[int, int] | None = None
+    messages: list[Any] = field(default_factory=list)
+    #: the range start of ``messages`` (the expected offset when the first was taken)
+    lo: int = 0
+    since: float = field(default_factory=time.monotonic)
+    #: an offset jump seen once (expected, seen): seen again after a re-read, the offsets are absent
+    jump: tuple[int, int] | None = None
 
 
-def _install_one(wiring: Wiring, sink: BlockingSink, short: str, kind: str) -> None:
-    settings = wiring.settings
+def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
+    """The insert deduplication token of a batch: its offset range, nothing else."""
+    return f"{topic}/{partition}/{lo}-{hi}"
 
-    async def handle(batch: Batch, record: SourceRecord) -> None:
+
+Mapped = tuple[str, tuple[str, ...], list[list[Any]]]
+
+
+def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list[dict[str, Any]]]:
+    """Decode and map a batch: (the kind's table, columns and data — None if no record maps —,
+    rejections for the records that cannot go there).
+
+    Mapping is tried on the whole batch first and per record only when that fails, so the
+    common case stays one columnar mapping, done once.
+    """
+    good: list[dict[str, Any]] = []
+    bad: list[dict[str, Any]] = []
+
+    def reject(m: Any, reason: str, detail: str, value: dict[str, Any] | None) -> None:
+        bad.append({
+            "reason": reason, "detail": detail[:2000],
+            "runId": (value or {}).get("runId") or ((value or {}).get("doc") or {}).get("runId"),
+            "raw": base64.b64encode(m.value or b"").decode("ascii"),
+            "source": {"topic": m.topic, "partition": m.partition, "offset": m.offset, "timestampMs": m.timestamp},
+        })
+
+    decoded: list[tuple[Any, dict[str, Any]]] = []
+    for m in messages:
         try:
-            value = decode_record(record.value)
-        except Exception:
-            log.exception("undecodable %s record %s/%s", short, record.partition, record.offset)
-            return
-        value["_position"] = {"partition": record.partition, "offset": record.offset}
-        batch.collected.append((value, record.timestamp_ms))
+            decoded.append((m, decode_record(m.value)))
+        except Exception as e:
+            reject(m, "sink_undecodable", f"{type(e).__name__}: {e}", None)
+    try:
+        return (rows_for(kind, [v for _, v in decoded]) if decoded else None), bad
+    except StoreError:
+        for m, v in decoded:
+            try:
+                rows_for(kind, [v])
+                good.append(v)
+            except StoreError as e:
+                reject(m, "sink_unmappable", str(e), v)
+    return (rows_for(kind, good) if good else None), bad
 
-    async def insert(batch: Batch) -> None:
-        if not batch.collected:
-            return
-        records = [value for value, _ in batch.collected]
-        await insert_with_retry(sink, kind, records, table=short)
-        # positions (and skipped records read around the consumer) are committed after the insert
+
+class AuditSink:
+    """The consumer loop; :meth:`run` until cancelled (started as a task of the worker app)."""
+
+    def __init__(self, settings: Settings, store: Store, *,
+                 topics: dict[str, str] | None = None) -> None:
+        self.settings = settings
+        self.sink = BlockingSink(store)
+        self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
+        self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
+        self._parts: dict[TopicPartition, _Partition] = {}
+        self.consumer: AIOKafkaConsumer | None = None
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        """The sink's only Kafka client (connection settings go here, and only here)."""
+        s = self.settings
+        return AIOKafkaConsumer(
+            bootstrap_servers=s.kafka_bootstrap,
+            group_id=f"{s.topic_prefix}.audit-sink",
+            client_id=f"{s.worker_id}-sink",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            isolation_level="read_committed",
+            max_poll_records=s.sink_batch_rows,
+            session_timeout_ms=int(s.session_timeout_s * 1000),
+            rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
+        )
+
+    async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
+        assert self.consumer is not None
+        loop = asyncio.get_running_loop()
+        for tp in tps:
+            self._parts.pop(tp, None)
+            last = await loop.run_in_executor(None, self.sink.last_range, tp.topic, tp.partition)
+            if last is not None:
+                self.consumer.seek(tp, last[0])
+                self._parts[tp] = _Partition(expected=last[0], pending=last)
+                log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
+                continue
+            try:
+                first: int | None = (await self.consumer.beginning_offsets([tp]))[tp]
+            except Exception as e:  # the broker will not say: the first record read is the start
+                log.warning("sink: no first offset for %s/%d (%s); starting at the first record read",
+                            tp.topic, tp.partition, e)
+                first = None
+            if first is None:
+                await self.consumer.seek_to_beginning(tp)
+            else:
+                self.consumer.seek(tp, first)
+            self._parts[tp] = _Partition(expected=first)
+
+    def _revoked(self, tps: Sequence[TopicPartition]) -> None:
+        # Unflushed buffers have no ledger row yet: the next owner reads them again.
+        for tp in tps:
+            self._parts.pop(tp, None)
+
+    def _listener(self) -> ConsumerRebalanceListener:
+        sink = self
+
+        class Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+            async def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+                sink._revoked(revoked)
+
+            async def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+                await sink._assigned(assigned)
+
+        return Listener()
+
+    async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool) -> None:
+        """Insert one batch exactly once: record its range, then insert with its token.
+
+        ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
+        what is missing, not by trusting the token (:meth:`BlockingSink.insert_rows`).
+        """
+        kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
+        token = token_for(tp.topic, tp.partition, lo, hi)
+        if not marked:
+            await retrying(f"recording range {token}", lambda: self.sink.mark(tp.topic, tp.partition, lo, hi),
+                           table=short)
+        good, bad = split_batch(kind, messages)
+        rows = len(good[2][0]) if good is not None else 0
+        if good is not None:
+            mapped = good
+            await retrying(f"insert of {rows} {kind} rows ({token})",
+                           lambda: self.sink.insert_rows(*mapped, token, reform=marked), table=short)
+        if bad:
+            log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
+            await retrying(f"insert of {len(bad)} sink rejections ({token})",
+                           lambda: self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked),
+                           table=short)
+            METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
-        METRICS.inc("agentlog_sink_rows_total", len(records), table=short)
-        oldest_ms = min((ts for _, ts in batch.collected if ts), default=None)
+        METRICS.inc("agentlog_sink_rows_total", rows, table=short)
+        oldest_ms = min((m.timestamp for m in messages if m.timestamp), default=None)
         if oldest_ms is not None:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
+        if self.consumer is not None:
+            with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from its ledger
+                await self.consumer.commit({tp: hi + 1})
 
-    batched_agent(wiring, short, name=f"sink-{short}", table="sink-positions", handle=handle,
-                  before_commit=insert, max_events=settings.sink_batch_rows, within_s=settings.sink_flush_s)
+    async def _take(self, tp: TopicPartition, messages: Sequence[Any]) -> None:
+        """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
+        part = self._parts.get(tp)
+        for m in messages:
+            if part is None or self._parts.get(tp) is not part:
+                return  # revoked or reassigned meanwhile: the new assignment starts from the ledger
+            if part.expected is None:
+                part.expected = m.offset
+            if m.offset < part.expected:
+                continue  # fetched before a seek back; read again in order
+            if m.offset > part.expected and not self._absent(tp, part, m.offset):
+                return  # seeked back to the expected offset: the rest of this fetch comes again
+            part.jump = None
+            if not part.messages:
+                part.lo, part.since = part.expected, time.monotonic()
+            part.messages.append(m)
+            part.expected = m.offset + 1
+            if part.pending is not None and m.offset >= part.pending[1]:
+                lo, hi = part.pending
+                batch = [x for x in part.messages if x.offset <= hi]
+                rest = [x for x in part.messages if x.offset > hi]
+                await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
+                if self._parts.get(tp) is not part:
+                    return
+                part.pending, part.messages, part.lo, part.since = None, rest, hi + 1, time.monotonic()
+        if part is not None and part.pending is None and len(part.messages) >= self.settings.sink_batch_rows:
+            await self._flush_buffer(tp, part)
+
+    def _absent(self, tp: TopicPartition, part: _Partition, offset: int) -> bool:
+        """A record past the expected offset: True if the offsets between are confirmed absent.
+
+        The first time, seek back to the expected offset (a gap is far more likely a stale fetch
+        racing a seek or a rebalance than missing records) and return False. If the re-read
+        lands on the same record again, the broker has nothing in between: return True.
+        """
+        assert self.consumer is not None and part.expected is not None
+        jump = (part.expected, offset)
+        if part.jump == jump:
+            log.warning("sink: offsets %d-%d of %s/%d are absent (confirmed by a re-read)",
+                     jump[0], offset - 1, tp.topic, tp.partition)
+            METRICS.inc("agentlog_sink_absent_offsets_total", offset - jump[0], table=self.shorts[tp.topic])
+            return True
+        log.warning("sink: %s/%d jumped from expected offset %d to %d; re-reading from %d",
+                    tp.topic, tp.partition, jump[0], offset, jump[0])
+        METRICS.inc("agentlog_sink_reseeks_total", table=self.shorts[tp.topic])
+        part.jump = jump
+        self.consumer.seek(tp, jump[0])
+        return False
+
+    async def _flush_buffer(self, tp: TopicPartition, part: _Partition) -> None:
+        if part.pending is not None or not part.messages:
+            return
+        messages, lo = part.messages, part.lo
+        part.messages = []
+        await self.flush(tp, messages, lo=lo, hi=messages[-1].offset, marked=False)
+
+    async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
+        s = self.settings
+        self.consumer = self._new_consumer()
+        self.consumer.subscribe(list(self.kinds), listener=self._listener())
+        await self.consumer.start()
+        try:
+            if started is not None:
+                await started()
+            poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
+            while True:
+                data = await self.consumer.getmany(timeout_ms=poll_ms, max_records=s.sink_batch_rows)
+                for tp, messages in data.items():
+                    if tp.topic in self.kinds:
+                        await self._take(tp, messages)
+                now = time.monotonic()
+                for tp, part in list(self._parts.items()):
+                    if part.pending is None and part.messages and now - part.since >= s.sink_flush_s:
+                        await self._flush_buffer(tp, part)
+        finally:
+            await self.consumer.stop()
+
+
+def install(wiring: Wiring) -> None:
+    """Open (and migrate) the audit store and start the sink as a task of the worker app.
+
+    Faust is touched only here: the sink is an asyncio task the app starts and cancels,
+    not an agent, so the app's consumer group commit does not wait for it.
+    """
+    wiring.store = open_owned(wiring.settings)
+    sink = AuditSink(wiring.settings, wiring.store)
+
+    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
+    async def audit_sink() -> None:
+        await sink.run()

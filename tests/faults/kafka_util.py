@@ -1,9 +1,11 @@
 """Broker-side observations the fault tests make without asking the worker.
 
-Progress is the committed log's end offsets; "drained" is the worker's consumer group having
-committed every record of every topic it consumes. The group commits, per partition, the lowest
-durable position of the agents reading the topic (processors/worker/positions.py), and the sink's position
-moves only after its insert returned, so a drained group means ClickHouse holds everything.
+Progress is the committed log's end offsets; "drained" is the worker's Faust group having
+committed every record of every topic it consumes (ingest, handoff-links) and, when the worker runs
+the audit sink, the sink's own group having committed every record of the topics it stores. The
+Faust group commits, per partition, the lowest durable position of the agents reading the topic
+(processors/worker/positions.py); the sink commits a batch only after its insert returned, so a
+drained sink group means ClickHouse holds everything.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
-CONSUMED = ("ingest", "log", "transitions", "violations", "rejections", "snapshots", "digests", "verdicts",
-            "handoff-links")
+#: What the worker's Faust group reads: ingest (sequencing and the fold in one pass) and handoff-links.
+#: The log is read by the worker's log check and the audit sink, each in a group of its own.
+CONSUMED = ("ingest", "handoff-links")
 
 
 class Offsets:
@@ -48,13 +51,27 @@ class Offsets:
     async def log_end(self) -> int:
         return sum((await self.ends(("log",))).values())
 
-    async def lag(self, shorts: tuple[str, ...] = CONSUMED) -> int:
-        """Records the worker's group has not committed yet, over every topic it consumes."""
+    async def lag(self, shorts: tuple[str, ...] = CONSUMED, *, group: str | None = None) -> int:
+        """Records a group (the worker's Faust group by default) has not committed yet, over ``shorts``."""
         ends = await self.ends(shorts)
-        committed = await self.admin.list_consumer_group_offsets(self.group, partitions=list(ends))
+        committed = await self.admin.list_consumer_group_offsets(group or self.group, partitions=list(ends))
         lag = 0
         for tp, end in ends.items():
             meta = committed.get(tp)
             done = meta.offset if meta is not None and meta.offset >= 0 else 0
             lag += max(0, end - done)
         return lag
+
+    async def sink_lag(self) -> int:
+        """Records the audit sink's own group (``<prefix>.audit-sink``) has not committed, over the topics it stores.
+
+        The sink resumes from its ledger in ClickHouse and commits only after an insert returned, so
+        zero here means ClickHouse holds every record.
+        """
+        from processors.worker.sink import SINK_TOPICS
+
+        return await self.lag(tuple(SINK_TOPICS), group=f"{self.settings.topic_prefix}.audit-sink")
+
+    async def drained(self, *, sink: bool) -> bool:
+        """The Faust group has committed all of ingest and handoff-links (and the sink all it stores)."""
+        return await self.lag() == 0 and (not sink or await self.sink_lag() == 0)

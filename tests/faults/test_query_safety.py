@@ -31,7 +31,7 @@ def test_injection_and_writes_are_refused(tmp_path, ledger):
         migrate(store)
         for kind, records in audit_batches().items():
             store.insert_records(kind, records)
-        before = run_sql(store, "SELECT count() FROM events FINAL").rows[0][0]
+        before = run_sql(store, "SELECT count() FROM events").rows[0][0]
         assert before > 0
         leaked = []
         for payload in INJECTIONS:
@@ -54,7 +54,7 @@ def test_injection_and_writes_are_refused(tmp_path, ledger):
                 run_sql(store, stmt)
             assert e.value.code == "read_only", (stmt, e.value)
             refused.append(stmt)
-        assert run_sql(store, "SELECT count() FROM events FINAL").rows[0][0] == before
+        assert run_sql(store, "SELECT count() FROM events").rows[0][0] == before
         assert "evil" not in {r[0] for r in run_sql(store, "SHOW TABLES").rows}
     ledger.record("query_safety", injections_tried=len(INJECTIONS) * 3, injections_leaked=len(leaked),
                   writes_tried=len(WRITES), writes_refused=len(refused))

@@ -56,5 +56,5 @@ def store(store_url: str):
 def loaded_store(store):
     """The store holding every record kind of the realistic scenario in tests/unit/audit/data.py."""
     for kind, records in audit_batches().items():
-        store.insert_records(kind, records)
+        store.insert_records(kind, records, dedup_token=f"fixture:{kind}")
     return store

@@ -6,6 +6,9 @@ transitions below are at those seconds. tests/unit/audit/data.py: run-llm's LLM 
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 from processors.audit.queries import NAMED_QUERIES, AuditQueries, run_named, run_sql
@@ -141,22 +144,46 @@ def test_violations_by_code(loaded_store):
         ("run-1", "wrong_causation", 1)]
 
 
+AUDIT_TABLES = ("events", "transitions", "violations", "rejections", "snapshots", "state_digests",
+                "replay_verdicts")
+
+
+def _counts(store) -> dict[str, int]:
+    return {t: run_sql(store, f"SELECT count() FROM {t}").rows[0][0] for t in AUDIT_TABLES}
+
+
 def test_redelivered_batches_never_show_twice(loaded_store):
     before = {name: run_named(loaded_store, name, _params(name)).rows for name in NAMED_QUERIES}
-    for _ in range(2):  # the sink crashed after inserting, twice
+    counts = _counts(loaded_store)
+    assert counts["events"] == len(audit_batches()["committed"])
+    for _ in range(2):  # the sink crashed after inserting, twice: it re-forms the same batches, same tokens
         for kind, records in audit_batches().items():
-            loaded_store.insert_records(kind, records)
+            loaded_store.insert_records(kind, records, dedup_token=f"fixture:{kind}")
     after = {name: run_named(loaded_store, name, _params(name)).rows for name in NAMED_QUERIES}
     for name in NAMED_QUERIES:
-        if name == "replay-verdicts":  # recorded_at is insert time; compare everything else
-            assert [r[:-1] for r in after[name]] == [r[:-1] for r in before[name]], name
-        else:
-            assert after[name] == before[name], name
-    dup = run_sql(loaded_store, "SELECT run_id, sequence, count() AS c FROM events FINAL GROUP BY run_id, sequence "
-                                "HAVING c != 1")
-    assert dup.rows == []
-    n = run_sql(loaded_store, "SELECT count() FROM events FINAL").rows[0][0]
-    assert n == len(audit_batches()["committed"])
+        assert after[name] == before[name], name
+    assert _counts(loaded_store) == counts  # plain count(), no FINAL, every table
+    rollup = run_sql(loaded_store, "SELECT sum(calls) FROM usage_hourly").rows[0][0]
+    assert rollup == sum(1 for r in audit_batches()["committed"] if r["doc"]["type"] == "provider.usage")
+
+
+def test_a_batch_without_its_token_is_stored_twice(loaded_store):
+    """The counterpart of the test above: dedup comes from the token, not from the table's key."""
+    loaded_store.insert_records("committed", audit_batches()["committed"], dedup_token="another-range")
+    assert _counts(loaded_store)["events"] == 2 * len(audit_batches()["committed"])
+
+
+def test_no_named_query_or_reader_uses_final():
+    import processors.audit.queries as q
+    import processors.audit.report as report
+    import processors.audit.server as server
+    import processors.console.views as console_views
+
+    for name, query in NAMED_QUERIES.items():
+        assert not re.search(r"\bFINAL\b", query.sql, re.I), name
+    for mod in (server, report, console_views):
+        assert not re.search(r"\bFINAL\b", Path(mod.__file__).read_text()), mod.__name__
+    assert q.__doc__ and "FINAL" in q.__doc__  # the module says why; only its docstring names it
 
 
 def _params(name: str) -> dict[str, str]:
@@ -225,7 +252,7 @@ def test_sql_is_read_only(loaded_store, stmt):
     with pytest.raises(StoreError) as e:
         run_sql(loaded_store, stmt)
     assert e.value.code == "read_only"
-    assert run_sql(loaded_store, "SELECT count() FROM events FINAL").rows[0][0] == len(audit_batches()["committed"])
+    assert run_sql(loaded_store, "SELECT count() FROM events").rows[0][0] == len(audit_batches()["committed"])
 
 
 def test_server_side_readonly_backs_the_parser(loaded_store):
@@ -236,7 +263,7 @@ def test_server_side_readonly_backs_the_parser(loaded_store):
 
 
 def test_sql_reads_and_keeps_server_error_codes(loaded_store):
-    r = run_sql(loaded_store, "SELECT type, count() AS n FROM events FINAL WHERE run_id = 'run-1' "
+    r = run_sql(loaded_store, "SELECT type, count() AS n FROM events WHERE run_id = 'run-1' "
                               "AND type = 'core.workflowChain.event' GROUP BY type;")
     assert r.rows == [("core.workflowChain.event", sum(1 for d in realistic_run() if d["type"] == r.rows[0][0]))]
     with pytest.raises(StoreError) as e:
@@ -253,3 +280,69 @@ def test_python_api(loaded_store):
         "ancestor", "self", "descendant"}
     df = q.usage().to_dataframe()
     assert int(df["input_tokens"].sum()) == 812 + 100 + 50 + 10
+
+
+def test_runs_lists_each_run_from_its_events(loaded_store):
+    """Every column checked against the input docs, computed here without the store."""
+    by_run: dict[str, list[dict]] = {}
+    for rec in audit_batches()["committed"]:
+        by_run.setdefault(rec["doc"]["runId"], []).append(rec["doc"])
+    got = {r["run_id"]: r for r in rows(loaded_store, "runs")}
+    assert set(got) == set(by_run)
+    for run_id, docs in by_run.items():
+        row = got[run_id]
+        assert row["events"] == len(docs), run_id
+        assert row["last_sequence"] == max(d["sequence"] for d in docs)
+        run_types = [d["type"] for d in sorted(docs, key=lambda d: d["sequence"]) if d["type"].startswith("run.")]
+        assert row["status"] == (run_types[-1][4:] if run_types else "unknown"), run_id
+        usage = [d["payload"] for d in docs if d["type"] == "provider.usage"]
+        assert row["input_tokens"] == sum(p["inputTokens"] for p in usage)
+        assert row["cost_cents"] == pytest.approx(sum(p.get("costCents", 0) for p in usage))
+        assert row["refusals"] == sum(d["type"] == "envelope.refusal" for d in docs)
+        assert ("refused" in row["flags"]) == (row["refusals"] > 0)
+    verdicts = [v for v in audit_batches()["verdict"] if v["sourceRunId"] == "run-1"]
+    assert got["run-1"]["replays"] == len(verdicts)
+    assert got["run-1"]["replays_not_matching"] == sum(v["verdict"] != "match" for v in verdicts)
+    assert got["run-1"]["violations"] == 1 and "violations" in got["run-1"]["flags"]
+    # paging and the time window
+    first = run_named(loaded_store, "runs", {"limit": "1"}).to_dicts()
+    second = run_named(loaded_store, "runs", {"limit": "1", "offset": "1"}).to_dicts()
+    assert len(first) == 1 and len(second) == min(1, len(by_run) - 1) and first != second
+    assert run_named(loaded_store, "runs", {"since": "2299-01-01T00:00:00Z"}).rows == []
+    with pytest.raises(StoreError) as e:
+        run_named(loaded_store, "runs", {"since": "yesterday"})
+    assert e.value.code == "bad_param"
+
+
+def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store):
+    """The console's filters (#17): model used, flagged only, last replay verdict; paging applies after them."""
+    models: dict[str, set[str]] = {}
+    for rec in audit_batches()["committed"]:
+        if rec["doc"]["type"] == "provider.usage":
+            models.setdefault(rec["doc"]["payload"]["model"], set()).add(rec["doc"]["runId"])
+    assert len(models) >= 2
+    for model, expected in models.items():
+        assert {r["run_id"] for r in rows(loaded_store, "runs", model=model)} == expected, model
+    assert rows(loaded_store, "runs", model="no-such-model") == []
+
+    every = rows(loaded_store, "runs")
+    flagged = [r["run_id"] for r in every if r["flags"]]
+    assert 0 < len(flagged) < len(every)  # the filter has something to keep and something to drop
+    assert [r["run_id"] for r in rows(loaded_store, "runs", flagged="1")] == flagged
+    assert [r["run_id"] for r in rows(loaded_store, "runs", flagged="1", limit="1", offset="1")] == flagged[1:2]
+
+    by_source: dict[str, list[dict]] = {}
+    for v in audit_batches()["verdict"]:
+        by_source.setdefault(v["sourceRunId"], []).append(v)
+    last = {run: max(vs, key=lambda v: v["replayRunId"])["verdict"] for run, vs in by_source.items()}
+    for verdict in {"match", "diverged_at_refusal"}:
+        expected = sorted(run for run, v in last.items() if v == verdict)
+        assert sorted(r["run_id"] for r in rows(loaded_store, "runs", verdict=verdict)) == expected, verdict
+    assert any(last.values())
+    assert list(every[0]) == ["run_id", "status", "started_at", "ended_at", "duration_ms", "events",
+                              "last_sequence", "cost_cents", "input_tokens", "output_tokens", "refusals",
+                              "retries", "failures", "violations", "flags", "replays", "last_verdict",
+                              "replays_not_matching"]
+    with pytest.raises(StoreError) as e:
+        run_named(loaded_store, "runs", {"flagged": "256"})
+    assert e.value.code == "bad_param"

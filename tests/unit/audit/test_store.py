@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -15,7 +16,7 @@ import pytest
 from processors.audit.migrations import migrate
 from processors.audit.rows import COLUMNS, committed_rows, rows_for
 from processors.audit.server import handle_query_request, query_via_worker
-from processors.audit.store import open_store, owner_file, read_owner
+from processors.audit.store import Store, open_store, owner_file, read_owner
 from schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 
@@ -43,10 +44,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 def test_migrate_is_idempotent_and_recorded(store_url):
     first = migrate(store_url)
-    assert first and first[0] == "0001_audit_tables"
+    assert first[:2] == ["0001_audit_tables", "0002_immutable_tables"]
     assert migrate(store_url) == []
     with open_store(store_url) as s:
-        ledger = s.query("SELECT version, name FROM schema_migrations FINAL ORDER BY version").rows
+        ledger = s.query("SELECT version, name FROM schema_migrations ORDER BY version").rows
         tables = {r[0] for r in s.query("SHOW TABLES").rows}
     from processors.audit.migrations import MIGRATIONS_DIR
 
@@ -264,18 +265,127 @@ def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
     cluster = [s for f in sorted(CLUSTER_MIGRATIONS_DIR.glob("*.sql")) for s in _statements(f.read_text())]
     for stmt in cluster:
         store.query("SELECT formatQuery({q:String})", {"q": stmt})  # raises on a syntax error
-    single = _statements((MIGRATIONS_DIR / "0001_audit_tables.sql").read_text())
-    for stmt in single:
-        name = stmt.split("EXISTS", 1)[1].split()[0]
-        local = next(s for s in cluster if f"EXISTS {name}_local ON CLUSTER" in s)
-        def columns(ddl: str) -> str:
-            return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+    for path in sorted(MIGRATIONS_DIR.glob("0*.sql")):
+        cluster_file = _statements((CLUSTER_MIGRATIONS_DIR / path.name).read_text())
+        for stmt in _statements(path.read_text()):
+            if not stmt.startswith("CREATE TABLE"):
+                view = stmt.split("EXISTS", 1)[1].split()[0]
+                assert any(f"EXISTS {view} ON CLUSTER" in s for s in cluster_file), view
+                continue
+            name = stmt.split("EXISTS", 1)[1].split()[0]
+            local = next(s for s in cluster_file if f"EXISTS {name}_local ON CLUSTER" in s)
 
-        assert columns(local) == columns(stmt)
-        assert f"ReplicatedReplacingMergeTree('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
-        assert stmt.split("ORDER BY")[1].split() == local.split("ORDER BY")[1].split()
-        assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
-                   for s in cluster)
+            def columns(ddl: str) -> str:
+                return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+
+            assert columns(local) == columns(stmt), (path.name, name)
+            engine = stmt.split("ENGINE = ")[1].split()[0].split("(")[0]
+            assert f"Replicated{engine}('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
+            assert (stmt.split("ORDER BY")[1].split("SETTINGS")[0].split()
+                    == local.split("ORDER BY")[1].split("SETTINGS")[0].split())
+            assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
+                       for s in cluster_file)
+
+
+def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
+    """A store built by 0001 (ReplacingMergeTree, duplicates not yet merged) moves to 0002 without loss."""
+    only_0001 = tmp_path / "mig0001"
+    only_0001.mkdir()
+    for name in ("schema_migrations.sql", "0001_audit_tables.sql"):
+        (only_0001 / name).write_text((REPO / "infra/clickhouse/migrations" / name).read_text())
+    url = f"chdb://{tmp_path / 'ch'}"
+    with open_store(url) as s:
+        assert migrate(s, directory=only_0001) == ["0001_audit_tables"]
+        for _ in range(2):  # today's sink redelivered every batch once: duplicates wait for a merge
+            for kind, records in audit_batches().items():
+                table, names, cols = rows_for(kind, records)
+                keep = [i for i, n in enumerate(names) if n != "state_hash"]  # 0001 has no state_hash
+                s.insert(table, [cols[i] for i in keep], [names[i] for i in keep], column_oriented=True)
+        engine = s.query("SELECT engine FROM system.tables WHERE name = 'events' AND database = currentDatabase()")
+        assert engine.rows == [("ReplacingMergeTree",)]
+        assert s.query("SELECT count() FROM events").rows[0][0] == 2 * len(audit_batches()["committed"])
+
+        assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints"]
+        expected = {"events": "committed", "transitions": "transition", "violations": "violation",
+                    "rejections": "rejection", "snapshots": "snapshot", "state_digests": "digest",
+                    "replay_verdicts": "verdict"}
+        for table, kind in expected.items():
+            engine = s.query("SELECT engine FROM system.tables WHERE name = {t:String} "
+                             "AND database = currentDatabase()", {"t": table}).rows
+            assert engine == [("MergeTree",)], table
+            assert s.query(f"SELECT count() FROM {table}").rows[0][0] == len(audit_batches()[kind]), table
+            assert s.query(f"SELECT count() FROM {table}_0001").rows[0][0] == 2 * len(audit_batches()[kind])
+        # the rollups were backfilled from the rows already there
+        usage = sum(1 for r in audit_batches()["committed"] if r["doc"]["type"] == "provider.usage")
+        assert s.query("SELECT sum(calls) FROM usage_hourly").rows[0][0] == usage
+        assert s.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(audit_batches()["committed"])
+        assert migrate(s) == []
+
+
+def test_retention_is_a_ttl_on_events_and_off_by_default(tmp_path):
+    from processors.audit.migrations import apply_retention
+
+    with open_store(f"chdb://{tmp_path / 'ch'}") as s:
+        migrate(s)
+
+        def ddl() -> str:
+            return s.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
+                           "AND name = 'events'").rows[0][0]
+
+        assert "TTL" not in ddl()
+        apply_retention(s, 30)
+        assert "TTL toDateTime(event_time) + toIntervalDay(30)" in ddl()
+        apply_retention(s, 0)
+        assert "TTL" not in ddl()
+        with pytest.raises(StoreError) as e:
+            apply_retention(s, -1)
+        assert e.value.code == "bad_setting"
+
+
+class _ClusterOnOneNode(Store):
+    """A chdb store that runs the cluster DDL as its single-node equivalent (no Keeper, no cluster here).
+
+    ``ON CLUSTER`` is dropped, ``Replicated<Engine>('<path>', '<replica>', args)`` becomes
+    ``<Engine>(args)`` and ``Distributed(... <t>_local ...)`` a ``Merge`` over ``<t>_local``, so the
+    runner's own decisions (which engine a table has, whether it is empty, what to drop) are what
+    is tested, on ClickHouse itself.
+    """
+
+    def command(self, sql, parameters=None, *, settings=None):
+        sql = re.sub(r" ON CLUSTER '[^']*'", "", sql)
+        sql = re.sub(r"Replicated(\w*MergeTree)\('[^']*',\s*'[^']*'(?:,\s*)?", r"\1(", sql)
+        sql = re.sub(r"Distributed\('[^']*',\s*currentDatabase\(\),\s*(\w+)[^)]*\)+",
+                     r"Merge(currentDatabase(), '^\1$')", sql)
+        return super().command(sql, parameters, settings=settings)
+
+
+def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refused(tmp_path):
+    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR
+
+    with open_store(f"chdb://{tmp_path / 'ch'}") as real:
+        node = _ClusterOnOneNode(real._engine, real.url)
+        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
+            "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints"]
+        engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
+        assert engines["events_local"] == "MergeTree" and engines["sink_ranges_local"] == "MergeTree"
+        # the table over events_local was re-created from the new one: it has 0002's extracted columns
+        assert "model" in {r[0] for r in real.query("DESCRIBE TABLE events").rows}
+        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == []
+
+    with open_store(f"chdb://{tmp_path / 'ch2'}") as real:
+        node = _ClusterOnOneNode(real._engine, real.url)
+        mig = tmp_path / "only-0001"
+        mig.mkdir()
+        for name in ("schema_migrations.sql", "0001_audit_tables.sql"):
+            (mig / name).write_text((CLUSTER_MIGRATIONS_DIR / name).read_text())
+        migrate(node, directory=mig)
+        table, names, cols = rows_for("committed", audit_batches()["committed"])
+        keep = [i for i, n in enumerate(names) if n != "state_hash"]  # 0001 has no state_hash
+        real.insert("events_local", [cols[i] for i in keep], [names[i] for i in keep], column_oriented=True)
+        with pytest.raises(StoreError) as e:
+            migrate(node, directory=CLUSTER_MIGRATIONS_DIR)
+        assert e.value.code == "manual_upgrade"
+        assert real.query("SELECT count() FROM events_local").rows[0][0] == len(audit_batches()["committed"])
 
 
 def test_checkpoints_land_in_their_table_and_verify_from_it(store):

@@ -1,4 +1,4 @@
--- Signed checkpoints on a cluster (issue #18); columns and rationale: ../migrations/0003_checkpoints.sql.
+-- Signed checkpoints on a cluster (issue #18); columns and rationale: ../migrations/0004_checkpoints.sql.
 CREATE TABLE IF NOT EXISTS checkpoints_local ON CLUSTER '{cluster}'
 (
     run_id     String,

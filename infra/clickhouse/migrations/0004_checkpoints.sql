@@ -1,6 +1,6 @@
 -- Signed checkpoints of the committed log (issue #18): one row per checkpoint record.
--- A plain MergeTree: a row is the exact record (doc), and a sink batch redelivered after a crash may
--- insert it twice; readers take one row per (run_id, sequence, key_id), e.g. with LIMIT 1 BY.
+-- A plain MergeTree filled exactly once by the sink (natural key (run_id, sequence, key_id), insert
+-- deduplication tokens from offset ranges), like every table since 0002: no FINAL on reads.
 -- An auditor can re-check every signature from this table and the events table alone
 -- (agentlog verify reads the same records from Kafka or an export).
 CREATE TABLE IF NOT EXISTS checkpoints
@@ -14,4 +14,5 @@ CREATE TABLE IF NOT EXISTS checkpoints
     doc        String                                 -- JCS JSON of the Checkpoint record
 )
 ENGINE = MergeTree
-ORDER BY (run_id, sequence, key_id);
+ORDER BY (run_id, sequence, key_id)
+SETTINGS non_replicated_deduplication_window = 10000;
