@@ -193,3 +193,35 @@ def test_avro_and_json_share_the_ingest_topic(settings: Settings) -> None:
     sent = asyncio.run(scenario())
     got = [item["doc"] for item in asyncio.run(read_run(settings, "run-f", short_name="ingest"))]
     assert got == sent
+
+
+def test_batches_keep_per_run_order_under_concurrent_emitters(settings: Settings) -> None:
+    """The SDK fills its own per-partition batches (#13): full ones, lingered ones and the ones
+    emit_and_wait sends at once interleave across concurrent runs; each run still lands whole,
+    once, in sequence order."""
+    per_run, runs = 400, 6
+
+    async def emitter(pub: Publisher, r: int) -> list[str]:
+        run = pub.run(f"run-b{r}")
+        ids = []
+        for i in range(per_run):
+            if i % 97 == 50:
+                doc = await run.emit_and_wait("variable.changed", {"name": "w", "value": i})
+            else:
+                doc = await run.emit("variable.changed", {"name": "i", "value": i, "pad": "x" * (i % 300)})
+            ids.append(doc["eventId"])
+            if i % 7 == r:
+                await asyncio.sleep(0.002 if i % 2 else 0)  # let timers fire and other runs interleave
+        return ids
+
+    async def scenario() -> tuple[list[list[str]], list[dict]]:
+        async with Publisher(settings, linger_ms=1, max_batch_bytes=4096) as pub:
+            ids = await asyncio.gather(*(emitter(pub, r) for r in range(runs)))
+        got = [v async for _, _, _, v in read_topic(settings, "ingest")]
+        return ids, got
+
+    ids, got = asyncio.run(scenario())
+    for r in range(runs):
+        mine = [d for d in got if d["runId"] == f"run-b{r}"]
+        assert [d["sequence"] for d in mine] == list(range(per_run))
+        assert [d["eventId"] for d in mine] == ids[r]
