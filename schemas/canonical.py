@@ -128,7 +128,6 @@ class _NotFast(Exception):
 # ``:1e+5`` or an emoji) only costs the slower path.
 _ORJSON_OPTS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
                 | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
-_FLOAT_NOT_JCS = re.compile(rb"(?:^|[:,\[])-?\d+(?:\.\d+)?(?:e[+-]|\.0(?:[,\]}]|$))")
 _UTF8_LEAD4 = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
 
 
@@ -140,11 +139,49 @@ def _orjson_jcs(obj: Any) -> bytes | None:
         return None
     if not data.isascii() and any(lead in data for lead in _UTF8_LEAD4):
         return None
-    if (b"e+" in data or b"e-" in data or b".0" in data) and _FLOAT_NOT_JCS.search(data) is not None:
+    if _float_unlike_jcs(data):
         return None
     if orjson.loads(data) != obj:
         return None
     return data
+
+
+_NUMBER_BODY = frozenset(b"0123456789.")
+_BEFORE_VALUE = frozenset(b":,[")
+_AFTER_VALUE = frozenset(b",]}")
+
+
+def _number_ends_at(data: bytes, end: int) -> bool:
+    """True when ``data[:end]`` ends in a number token: digits/dot run after ``:``, ``,``, ``[`` or the start."""
+    j = end - 1
+    while j >= 0 and data[j] in _NUMBER_BODY:
+        j -= 1
+    if j == end - 1:
+        return False
+    if j >= 0 and data[j] == 0x2D:  # '-'
+        j -= 1
+    return j < 0 or data[j] in _BEFORE_VALUE
+
+
+def _float_unlike_jcs(data: bytes) -> bool:
+    """Whether orjson's output holds a float token JCS spells otherwise: an exponent, or integral (``2.0``).
+
+    Found with ``bytes.find`` (C) and each hit checked as a token; a string that merely contains
+    ``e-`` or ``.0`` is a hit that checks false, or at worst (``":1.0]"`` inside a string) a false alarm.
+    """
+    for needle in (b"e+", b"e-"):
+        i = data.find(needle)
+        while i != -1:
+            if _number_ends_at(data, i):
+                return True
+            i = data.find(needle, i + 1)
+    i = data.find(b".0")
+    while i != -1:
+        after = i + 2
+        if (after == len(data) or data[after] in _AFTER_VALUE) and _number_ends_at(data, i):
+            return True
+        i = data.find(b".0", i + 1)
+    return False
 
 
 def jcs(obj: Any) -> bytes:

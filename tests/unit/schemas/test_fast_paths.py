@@ -219,3 +219,14 @@ def test_compact_duplicate_keys_are_refused_on_the_fast_path_too(data):
     with pytest.raises(EventRejected) as info:
         loads_strict(data)
     assert info.value.code == "decode_error"
+
+
+@pytest.mark.parametrize("data, unlike", [
+    (b'{"a":2.0}', True), (b"[1,-0.0]", True), (b"1e+16", True), (b'{"a":[5e-324]}', True), (b"10.0", True),
+    (b'{"a":1.05}', False), (b'{"v":"1.4.0"}', False), (b'{"t":"one-time e+"}', False), (b'{"a":0.5}', False),
+    (b'{"id":"0196f0c9e-7000"}', False), (b'{"a":"x:1.0]"}', True),  # the last: a string, a false alarm only
+])
+def test_float_screen_finds_number_tokens_only(data, unlike):
+    from schemas.canonical import _float_unlike_jcs
+
+    assert _float_unlike_jcs(data) is unlike
