@@ -31,6 +31,7 @@ __all__ = [
     "chain_link",
     "check_json_safe",
     "doc_hash",
+    "hashes_to",
     "jcs",
     "jcs_size_bound",
     "loads_strict",
@@ -305,6 +306,24 @@ def doc_hash(doc: Any) -> str:
 def chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
     """Hash of a committed event: ASCII hex of the previous hash, then the doc's JCS bytes."""
     return sha256_hex(prev_hash.encode("ascii") + jcs(doc))
+
+
+def hashes_to(recorded: str | None, obj: Any, prefix: bytes = b"") -> bool:
+    """Whether ``sha256_hex(prefix + jcs(obj)) == recorded``, for checking a hash someone recorded.
+
+    orjson's sorted-key bytes are hashed as they are, without the screening :func:`jcs` does:
+    if they hash to the recorded JCS hash they *are* those JCS bytes (SHA-256), and a value
+    they spell faithfully has the same JCS. A ``False`` proves nothing (orjson may spell a
+    float unlike JCS): the caller then computes the exact hash. For values read from strict
+    JSON and folded from them (no NaN, which orjson would write as ``null``).
+    """
+    if recorded is None:
+        return False
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return hashlib.sha256(prefix + data).hexdigest() == recorded
 
 
 def chain_link(prev_hash: str, doc: dict[str, Any]) -> tuple[str, bytes]:

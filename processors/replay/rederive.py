@@ -26,6 +26,11 @@ Records past the last digest (the worker has not got there yet) are still chain-
 counted as ``undigested``, never called a divergence: a replay racing the live worker must
 not report its lag as tampering.
 
+Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to`: orjson's
+sorted bytes hashed as they are; equal SHA-256 proves they are the JCS bytes), and only a hash
+that does not match that way is computed exactly, through the incremental hasher and then the
+reference encoder, which is what every reported divergence rests on.
+
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
 sequence 0 instead and says so (``snapshot_used`` is ``None``).
@@ -45,7 +50,7 @@ from processors.metrics import METRICS
 from processors.replay.compare import ABSENT, first_difference
 from processors.replay.divergence import Divergence, DivergenceKind
 from processors.replay.host import host_verdicts
-from schemas.canonical import GENESIS, chain_hash, reference_jcs, sha256_hex
+from schemas.canonical import GENESIS, chain_hash, hashes_to, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from schemas.records import Verdict
 from streams.reader import partition_for, read_topic
@@ -314,10 +319,14 @@ class _Walk:
         if digest is None and isinstance(committed.get("stateHash"), str):  # format 2: the record is its digest
             digest = _carried_digest(committed, None, offset)
             self.last_digest = max(self.last_digest, seq)
-        expected_head = chain_hash(self.head, doc)
-        if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
-            # A divergence is only ever reported from the reference hash.
-            expected_head = _reference_chain_hash(self.head, doc)
+        claimed = committed.get("hash")
+        if hashes_to(claimed, doc, self.head.encode("ascii")) and (digest is None or digest.get("headHash") == claimed):
+            expected_head = cast(str, claimed)  # proven by its SHA-256: the usual case, no canonicalisation
+        else:
+            expected_head = chain_hash(self.head, doc)
+            if claimed != expected_head or (digest is not None and digest.get("headHash") != expected_head):
+                # A divergence is only ever reported from the reference hash.
+                expected_head = _reference_chain_hash(self.head, doc)
         found: Divergence | None = None
         if prev_claimed != self.head:
             found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
@@ -331,9 +340,14 @@ class _Walk:
         s_hash = None
         if not self.state_blind:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
-            s_hash = self.hasher(self.state)
-            if digest is not None and s_hash != digest.get("stateHash"):
-                s_hash = _reference_state_hash(self.state)  # a divergence is only ever reported from the reference hash
+            if digest is not None:  # past the last digest nothing is compared, so nothing is hashed
+                recorded = digest.get("stateHash")
+                if hashes_to(recorded, self.state):
+                    s_hash = recorded
+                else:
+                    s_hash = self.hasher(self.state)
+                    if s_hash != recorded:
+                        s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
         if digest is None:
             if seq <= self.last_digest and found is None:
                 found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,

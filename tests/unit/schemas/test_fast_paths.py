@@ -230,3 +230,25 @@ def test_float_screen_finds_number_tokens_only(data, unlike):
     from schemas.canonical import _float_unlike_jcs
 
     assert _float_unlike_jcs(data) is unlike
+
+
+@_settings
+@given(st.dictionaries(_keys, _values, max_size=5), st.sampled_from([b"", GENESIS.encode()]))
+def test_hashes_to_agrees_with_the_reference_hash(value, prefix):
+    from schemas.canonical import hashes_to
+
+    reference = sha256_hex(prefix + rfc8785.dumps(value))
+    assert not hashes_to(None, value, prefix)
+    assert not hashes_to("0" * 64, value, prefix)
+    if hashes_to(reference, value, prefix):  # a True is always right; a False only sends the caller the exact way
+        assert sha256_hex(prefix + jcs(value)) == reference
+    if not any(isinstance(v, float) for v in _leaves(value)) and not _has_wide_keys(value):
+        assert hashes_to(reference, value, prefix)  # and with no floats or non-BMP keys it is the usual answer
+
+
+def _has_wide_keys(value):
+    if isinstance(value, dict):
+        return any(max(k, default="a") > "\uffff" for k in value) or any(_has_wide_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_wide_keys(v) for v in value)
+    return False
