@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
 from streams import internals
@@ -69,8 +71,16 @@ async def put(table: Any, partition: int, key: str, value: Any) -> Any:
 
 
 def _json_bytes(obj: Any) -> bytes:
-    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does).
+
+    orjson (#13): a ``runs`` record carries a run's whole state, once per run per batch. What
+    orjson refuses (integers past 64 bits, non-string keys) goes through ``json`` as before;
+    NaN cannot occur (every value was read by the strict decoder or folded from such values).
+    """
+    try:
+        return orjson.dumps(obj)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 #: Order in which a batch's table writes are made durable (tables not named go last).
