@@ -81,6 +81,12 @@ class Settings:
     # default): take_events(batch_max, batch_within_s).
     batch_pipelined: bool = False
     batch_tick_s: float = 0.005
+    # Adaptive batches (#13, session 4; opt-in, 0 = off; README "Benchmarks"): the stream is taken in
+    # ticks of batch_tick_s; a tick bringing fewer than batch_idle_events records means the stream is
+    # keeping up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
+    # into one batch of up to batch_max records or batch_within_s (under load: fewer table records
+    # per event, as per run per batch). Faust keeps collecting the next tick while a batch is handled.
+    batch_idle_events: int = 0
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
     # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
     otel_run_index_max: int = 100_000
