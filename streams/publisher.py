@@ -291,19 +291,24 @@ class Publisher:
             return
         if batch.timer is not None:
             batch.timer.cancel()
-        lock = self._submit_locks.setdefault(partition, asyncio.Lock())
-        async with lock:
-            batch.builder.close()
-            try:
-                fut: asyncio.Future[Any] = await self._producer.send_batch(batch.builder, self.topic,
-                                                                           partition=partition)
-            except KafkaError as e:
-                fut = asyncio.get_running_loop().create_future()
-                fut.set_exception(e)
-        _chain(fut, batch.acked)
+        # Tracked from here on, so a flush that starts while this waits for the lock still waits for it.
         self._pending.append((batch.acked, batch.docs))
         if len(self._pending) >= self._prune_at:
             self._prune()
+        lock = self._submit_locks.setdefault(partition, asyncio.Lock())
+        try:
+            async with lock:
+                batch.builder.close()
+                fut: asyncio.Future[Any] = await self._producer.send_batch(batch.builder, self.topic,
+                                                                           partition=partition)
+        except KafkaError as e:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(e)
+        except BaseException as e:  # cancelled (shutdown) or a bug: the batch's records are not delivered
+            if not batch.acked.done():
+                batch.acked.set_exception(InfraError(f"batch for {self.topic}[{partition}] not handed over: {e!r}"))
+            raise
+        _chain(fut, batch.acked)
 
     async def _submit_all(self) -> None:
         for partition in list(self._open):
@@ -332,6 +337,8 @@ class Publisher:
         """Wait until every enqueued record is acknowledged; raise ``PublishError`` if any failed."""
         if self._started and not self._closed:
             await self._submit_all()
+            while self._background:  # lingered batches being handed over right now: in _pending once done
+                await asyncio.gather(*self._background, return_exceptions=True)
             await self._producer.flush()
         while self._pending:
             await asyncio.gather(*(fut for fut, _ in self._pending), return_exceptions=True)

@@ -269,6 +269,9 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
     nxt: asyncio.Future[Any] = asyncio.ensure_future(takes.__anext__())
     try:
         while True:
+            # A tick already collected while the last batch was handled says the stream is ahead of
+            # us, however few records it holds (the handling starves Faust's delivery): pile up.
+            ahead = nxt.done()
             timeout = max(0.0, deadline - loop.time()) if pending else None
             done, _ = await asyncio.wait({nxt}, timeout=timeout)
             if not done:  # the window closed and the stream is silent: handle what piled up
@@ -283,7 +286,8 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
             if not pending:
                 deadline = loop.time() + window_s
             pending.extend(events)
-            if len(events) < idle_events or len(pending) >= max_events or loop.time() >= deadline:
+            quiet = not ahead and len(events) < idle_events
+            if quiet or len(pending) >= max_events or loop.time() >= deadline:
                 batch, pending = pending, []
                 await process(batch)
     finally:
