@@ -337,12 +337,16 @@ class Publisher:
         """Wait until every enqueued record is acknowledged; raise ``PublishError`` if any failed."""
         if self._started and not self._closed:
             await self._submit_all()
-            while self._background:  # lingered batches being handed over right now: in _pending once done
-                await asyncio.gather(*self._background, return_exceptions=True)
+            if self._background:  # lingered batches being handed over right now
+                await asyncio.gather(*list(self._background), return_exceptions=True)
             await self._producer.flush()
-        while self._pending:
-            await asyncio.gather(*(fut for fut, _ in self._pending), return_exceptions=True)
-            self._prune()
+        # Every batch holding a record emitted before this call is in _pending by now (a batch is
+        # tracked from the moment it leaves the open slot). Wait for those only: emitters that keep
+        # going while this waits must not keep it from returning.
+        waiting = [fut for fut, _ in self._pending]
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
+        self._prune()
         if self._failed:
             failed, self._failed = self._failed, []
             first = failed[0][1]

@@ -225,3 +225,37 @@ def test_batches_keep_per_run_order_under_concurrent_emitters(settings: Settings
         mine = [d for d in got if d["runId"] == f"run-b{r}"]
         assert [d["sequence"] for d in mine] == list(range(per_run))
         assert [d["eventId"] for d in mine] == ids[r]
+
+
+def test_flush_returns_while_emitters_go_on_and_covers_what_came_before(settings: Settings) -> None:
+    """``flush`` waits for what was emitted before it, not for what other emitters add meanwhile (it
+    used to loop until nothing at all was pending, so continuous emitters kept it from returning),
+    and every record emitted before it is on the topic when it returns (#13)."""
+    emitted: list[str] = []
+    stop = asyncio.Event()
+
+    async def emitter(pub: Publisher, r: int) -> None:
+        run = pub.run(f"run-f{r}")
+        i = 0
+        while not stop.is_set():
+            doc = await run.emit("variable.changed", {"name": "i", "value": i, "pad": "x" * 200})
+            emitted.append(doc["eventId"])
+            i += 1
+            if i % 3 == 0:
+                await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        async with Publisher(settings, linger_ms=20, max_batch_bytes=2048) as pub:
+            tasks = [asyncio.ensure_future(emitter(pub, r)) for r in range(4)]
+            try:
+                for _ in range(4):
+                    await asyncio.sleep(0.05)
+                    before = set(emitted)
+                    await pub.flush()
+                    on_topic = {v["eventId"] async for _, _, _, v in read_topic(settings, "ingest")}
+                    assert before <= on_topic, f"{len(before - on_topic)} emitted before flush are not on the topic"
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())
