@@ -82,8 +82,8 @@ class Settings:
     batch_pipelined: bool = False
     batch_tick_s: float = 0.005
     # Adaptive batches (#13, session 4; opt-in, 0 = off; README "Benchmarks"): the stream is taken in
-    # ticks of batch_tick_s; a tick bringing fewer than batch_idle_events records means the stream is
-    # keeping up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
+    # ticks of batch_tick_s; a tick that had to be waited for and brought fewer than batch_idle_events
+    # records means we keep up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
     # into one batch of up to batch_max records or batch_within_s (under load: fewer table records
     # per event, as per run per batch). Faust keeps collecting the next tick while a batch is handled.
     batch_idle_events: int = 0
