@@ -75,7 +75,7 @@ class Metrics:
         self._collectors.append(collect)
 
     def inc(self, name: str, amount: float = 1.0, **labels: str) -> None:
-        key = tuple(sorted(labels.items()))
+        key = tuple(sorted(labels.items())) if labels else ()  # called several times per event
         with self._lock:
             series = self._values[name]
             series[key] = series.get(key, 0.0) + amount

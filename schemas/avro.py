@@ -37,8 +37,11 @@ PARSED_SCHEMA: Final = fastavro.parse_schema(RAW_SCHEMA)
 _HEADER = struct.Struct(">bI")
 
 
-def encode_avro(doc: dict[str, Any]) -> bytes:
+def encode_avro(doc: dict[str, Any], payload_json: bytes | None = None) -> bytes:
     """Frame one RunEventDoc (already validated) for the ingest topic.
+
+    ``payload_json``, when given, must be ``jcs(doc["payload"])`` (the SDK has it from
+    validation; canonicalising the payload again would be most of the encoding cost).
 
     Raises:
         EventRejected: ``invalid_envelope`` when a field cannot be written with the
@@ -50,7 +53,7 @@ def encode_avro(doc: dict[str, Any]) -> bytes:
             record[name] = doc[name]
     except KeyError as e:
         raise EventRejected("invalid_envelope", f"missing required field {e.args[0]!r}") from None
-    record["payload"] = jcs(doc["payload"]).decode("utf-8")
+    record["payload"] = (jcs(doc["payload"]) if payload_json is None else payload_json).decode("utf-8")
     body = _record_body(record)
     if body is not None:
         return _FRAME + body

@@ -19,6 +19,7 @@ from json.encoder import c_make_encoder as _c_make_encoder  # type: ignore[attr-
 from json.encoder import encode_basestring as _encode_basestring
 from typing import Any
 
+import orjson
 import rfc8785
 
 from schemas.errors import EventRejected
@@ -30,6 +31,7 @@ __all__ = [
     "chain_link",
     "check_json_safe",
     "doc_hash",
+    "hashes_to",
     "jcs",
     "jcs_size_bound",
     "loads_strict",
@@ -109,20 +111,98 @@ class _NotFast(Exception):
     """A value the composed fast path leaves to the reference encoder (which also reports errors)."""
 
 
+# orjson (C) writes every exact JSON value in JCS form except in four places, each of which
+# shows in its output, so the output is checked instead of walking the value first:
+# * floats: integral ones as ``2.0`` (JCS ``2``) and large/tiny ones with an exponent
+#   (``1e+16``; JCS ``10000000000000000``); a fractional float in plain decimal is spelled
+#   as JCS does (shortest round-trip digits in both). NaN/Infinity come out as ``null``.
+# * key order: orjson sorts by code point, JCS by UTF-16 unit; they differ only where a
+#   supplementary character (4 UTF-8 bytes, lead byte F0-F4) meets U+E000-U+FFFF.
+# * types JSON does not have: orjson writes UUIDs, enums, tuples (…) where the reference refuses.
+# So a result is taken when it has no exponent/integral-float number token and no 4-byte
+# character, and reads back equal to the value (catching NaN → null and every non-JSON type);
+# integers beyond ±(2**53 - 1) make orjson raise (OPT_STRICT_INTEGER), as do subclasses,
+# dataclasses and datetimes (the passthrough options), lone surrogates and nesting past 254
+# levels. Anything refused goes the composed/reference way below. The output is screened with
+# substring tests first (C memmem; a regex scan of every byte costs more than the encoding) and
+# only a hit is looked at as a number token; a false alarm (a string that happens to hold
+# ``:1e+5`` or an emoji) only costs the slower path.
+_ORJSON_OPTS = (orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS
+                | orjson.OPT_PASSTHROUGH_DATACLASS | orjson.OPT_PASSTHROUGH_DATETIME)
+_UTF8_LEAD4 = (b"\xf0", b"\xf1", b"\xf2", b"\xf3", b"\xf4")
+
+
+def _orjson_jcs(obj: Any) -> bytes | None:
+    """JCS of ``obj`` by orjson when its output is provably the JCS form (see above); else ``None``."""
+    try:
+        data = orjson.dumps(obj, option=_ORJSON_OPTS)
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+    if not data.isascii() and any(lead in data for lead in _UTF8_LEAD4):
+        return None
+    if _float_unlike_jcs(data):
+        return None
+    if orjson.loads(data) != obj:
+        return None
+    return data
+
+
+_NUMBER_BODY = frozenset(b"0123456789.")
+_BEFORE_VALUE = frozenset(b":,[")
+_AFTER_VALUE = frozenset(b",]}")
+
+
+def _number_ends_at(data: bytes, end: int) -> bool:
+    """True when ``data[:end]`` ends in a number token: digits/dot run after ``:``, ``,``, ``[`` or the start."""
+    j = end - 1
+    while j >= 0 and data[j] in _NUMBER_BODY:
+        j -= 1
+    if j == end - 1:
+        return False
+    if j >= 0 and data[j] == 0x2D:  # '-'
+        j -= 1
+    return j < 0 or data[j] in _BEFORE_VALUE
+
+
+def _float_unlike_jcs(data: bytes) -> bool:
+    """Whether orjson's output holds a float token JCS spells otherwise: an exponent, or integral (``2.0``).
+
+    Found with ``bytes.find`` (C) and each hit checked as a token; a string that merely contains
+    ``e-`` or ``.0`` is a hit that checks false, or at worst (``":1.0]"`` inside a string) a false alarm.
+    """
+    for needle in (b"e+", b"e-"):
+        i = data.find(needle)
+        while i != -1:
+            if _number_ends_at(data, i):
+                return True
+            i = data.find(needle, i + 1)
+    i = data.find(b".0")
+    while i != -1:
+        after = i + 2
+        if (after == len(data) or data[after] in _AFTER_VALUE) and _number_ends_at(data, i):
+            return True
+        i = data.find(b".0", i + 1)
+    return False
+
+
 def jcs(obj: Any) -> bytes:
     """RFC 8785 canonical UTF-8 bytes of ``obj``.
 
-    Values the C ``json`` encoder already spells canonically (see :func:`_plain_json`;
-    most events) are serialised by it. Other exact JSON values are composed from canonical
+    Most values are written by orjson and its output checked (:func:`_orjson_jcs`).
+    Values the C ``json`` encoder already spells canonically (see :func:`_plain_json`)
+    are serialised by it. Other exact JSON values are composed from canonical
     leaves (:func:`canonical_leaf`) in UTF-16 key order, which JCS is by definition.
     Anything else (tuples, subclasses, lone surrogates, unsafe numbers) goes through the
-    reference ``rfc8785`` package, which also produces the errors. All three give the
+    reference ``rfc8785`` package, which also produces the errors. All give the
     reference bytes; the contract tests check them against ``rfc8785`` on generated values.
 
     Raises:
         EventRejected: ``unsafe_integer`` / ``non_finite_number`` naming the JSON path,
             or ``invalid_payload`` for values JSON cannot carry (lone surrogates, sets, ...).
     """
+    data = _orjson_jcs(obj)
+    if data is not None:
+        return data
     if _plain_json(obj):
         try:
             return _DUMPS(obj).encode("utf-8")
@@ -226,6 +306,24 @@ def doc_hash(doc: Any) -> str:
 def chain_hash(prev_hash: str, doc: dict[str, Any]) -> str:
     """Hash of a committed event: ASCII hex of the previous hash, then the doc's JCS bytes."""
     return sha256_hex(prev_hash.encode("ascii") + jcs(doc))
+
+
+def hashes_to(recorded: str | None, obj: Any, prefix: bytes = b"") -> bool:
+    """Whether ``sha256_hex(prefix + jcs(obj)) == recorded``, for checking a hash someone recorded.
+
+    orjson's sorted-key bytes are hashed as they are, without the screening :func:`jcs` does:
+    if they hash to the recorded JCS hash they *are* those JCS bytes (SHA-256), and a value
+    they spell faithfully has the same JCS. A ``False`` proves nothing (orjson may spell a
+    float unlike JCS): the caller then computes the exact hash. For values read from strict
+    JSON and folded from them (no NaN, which orjson would write as ``null``).
+    """
+    if recorded is None:
+        return False
+    try:
+        data = orjson.dumps(obj, option=orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER)
+    except (orjson.JSONEncodeError, TypeError):
+        return False
+    return hashlib.sha256(prefix + data).hexdigest() == recorded
 
 
 def chain_link(prev_hash: str, doc: dict[str, Any]) -> tuple[str, bytes]:
@@ -374,6 +472,31 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+_NO_VALUE = object()
+
+
+def _orjson_loads(data: bytes | bytearray | memoryview | str) -> Any:
+    """The value of ``data`` by orjson when writing it back gives ``data`` again; else ``_NO_VALUE``.
+
+    orjson keeps the last of duplicate keys, so its result alone proves nothing. But a
+    dict has unique keys, so text that orjson writes back byte for byte (insertion order is
+    kept) has none either; equal text also means every number and string reads as the
+    reference decoder reads it (a float's shortest round-trip spelling is that float). That
+    is what the log and every other internal topic hold (compact JCS), and SDK payloads.
+    Integers beyond ±(2**53 - 1) make the write-back raise (the reference path decides
+    what they mean), and anything else that differs (whitespace, exponents, escapes of
+    other spellings, NaN, invalid UTF-8) is left to the reference path, which also words the error.
+    """
+    try:
+        value = orjson.loads(data)
+        back = orjson.dumps(value, option=orjson.OPT_STRICT_INTEGER)
+    except (orjson.JSONDecodeError, orjson.JSONEncodeError):
+        return _NO_VALUE
+    if isinstance(data, str):
+        return value if back == data.encode("utf-8", "surrogatepass") else _NO_VALUE
+    return value if back == data else _NO_VALUE
+
+
 def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON the way the contract reads it: no NaN/Infinity, no duplicate keys, UTF-8.
 
@@ -386,6 +509,9 @@ def loads_strict(data: bytes | bytearray | memoryview | str) -> Any:
         EventRejected: ``decode_error`` (not JSON, not UTF-8, duplicate key) or
             ``non_finite_number`` (NaN/Infinity literal, or a number that overflows).
     """
+    value = _orjson_loads(data)
+    if value is not _NO_VALUE:
+        return value
     try:
         if not isinstance(data, str):
             data = bytes(data).decode("utf-8")

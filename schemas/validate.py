@@ -32,6 +32,7 @@ __all__ = [
     "RUN_EVENT_TYPES",
     "is_rfc3339",
     "validate_doc",
+    "validate_minted",
     "validate_payload",
 ]
 
@@ -170,3 +171,52 @@ def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
     validate_payload(event_type, doc["payload"])
     return doc
+
+
+def _check_caller_parts(doc: dict[str, Any]) -> None:
+    """:func:`_check_envelope` for the fields a caller of the SDK supplies (the rest it minted)."""
+    if not doc.keys() <= ENVELOPE_FIELDS:
+        extra = sorted(str(k) for k in doc.keys() - ENVELOPE_FIELDS)
+        raise _bad(f"unknown envelope field(s) {extra}; store-side data travels beside the doc")
+    if type(doc["type"]) is not str:
+        raise _bad(f"type must be a string, got {type(doc['type']).__name__}")
+    if "nodeId" in doc:
+        _check_id(doc, "nodeId")
+    if "causationId" in doc:
+        _check_id(doc, "causationId")
+
+
+# Bytes a RunEventDoc's JCS adds around its payload and its string fields: braces, member names,
+# quotes, separators and a 16-digit sequence, well rounded up.
+_ENVELOPE_OVERHEAD = 256
+
+
+def validate_minted(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """:func:`validate_doc` for a doc the SDK assembled itself; returns its payload's JCS bytes.
+
+    The publisher mints ``eventId`` (UUIDv7), ``timestamp`` (RFC 3339) and ``sequence``
+    (a counter >= 0) and checks ``runId`` and ``engineVersion`` once per run handle, so per
+    event only what the caller passed is checked: the type, ``nodeId``, ``causationId`` and
+    the payload. The payload is canonicalised once here: its JCS bytes give the size (exactly,
+    when the cheap bound is over the limit) and are what the Avro record carries, so the SDK
+    never walks a payload twice. Same reasons, in the same order, as :func:`validate_doc`.
+
+    Raises:
+        EventRejected: as :func:`validate_doc`.
+    """
+    _check_caller_parts(doc)
+    event_type = doc["type"]
+    if event_type not in RUN_EVENT_TYPES:
+        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    try:
+        payload_bytes = jcs(doc["payload"])
+    except EventRejected:
+        check_json_safe(doc)  # the same error validate_doc gives, its path from the doc's root
+        raise
+    bound = len(payload_bytes) + _ENVELOPE_OVERHEAD + 6 * sum(len(v) for v in doc.values() if type(v) is str)
+    if bound > max_bytes:
+        size = len(jcs(doc))
+        if size > max_bytes:
+            raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
+    validate_payload(event_type, doc["payload"])
+    return payload_bytes

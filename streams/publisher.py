@@ -7,8 +7,9 @@ event is an exception at the call site instead of a rejection record downstream.
 
 Delivery guarantee
 ------------------
-* ``emit`` returns once the record is in the producer's in-memory buffer. It is
-  not yet durable; a process crash at this point loses it.
+* ``emit`` returns once the record is in the publisher's in-memory batch for its
+  partition (handed to the producer when full, after ``linger_ms``, or at ``flush``).
+  It is not yet durable; a process crash at this point loses it.
 * ``flush`` (and ``close`` / leaving ``async with``) waits until every buffered
   record is acknowledged by all in-sync replicas (``acks="all"``) and raises
   :class:`PublishError` listing every record that could not be delivered. When
@@ -43,7 +44,7 @@ from aiokafka.partitioner import murmur2
 
 from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
-from schemas.validate import validate_doc
+from schemas.validate import validate_doc, validate_minted
 from streams.admin import ensure_topics
 from streams.codec import encode_avro, encode_json
 from streams.security import client_kwargs
@@ -176,7 +177,6 @@ class Publisher:
         self.settings = settings
         self.topic = topic or topic_name(settings, "ingest")
         self.wire: Wire = wire
-        self._encode = encode_avro if wire == "avro" else encode_json
         self._ensure = ensure
         self._producer = AIOKafkaProducer(
             **client_kwargs(settings),
@@ -187,10 +187,17 @@ class Publisher:
             max_batch_size=max_batch_bytes,
             max_request_size=settings.max_event_bytes + _REQUEST_OVERHEAD,
         )
-        # (future, doc) per enqueued record; settled ones are pruned in bulk (a done-callback
-        # per record costs more than the send itself at tens of thousands of events/s).
-        self._pending: list[tuple[asyncio.Future[Any], dict[str, Any]]] = []
+        self._linger_s = linger_ms / 1000
+        # Records are appended to one open batch per partition (aiokafka's BatchBuilder) and
+        # the batch is handed to the producer whole: per record, send() costs several times
+        # what appending does (metadata checks, a future and its metadata per record).
+        self._open: dict[int, _OpenBatch] = {}
+        self._submit_locks: dict[int, asyncio.Lock] = {}
+        # One entry per submitted batch: its delivery future and its docs; settled ones are
+        # pruned in bulk, failures remembered per doc for ``flush``.
+        self._pending: list[tuple[asyncio.Future[Any], list[dict[str, Any]]]] = []
         self._failed: list[tuple[dict[str, Any], BaseException]] = []
+        self._background: set[asyncio.Task[None]] = set()
         self._partitions: int | None = None
         self._started = False
         self._closed = False
@@ -228,39 +235,98 @@ class Publisher:
         h: int = murmur2(run_id.encode())
         return (h & 0x7FFFFFFF) % self._partitions
 
-    async def send_doc(self, doc: dict[str, Any], *, partition: int | None = None) -> asyncio.Future[Any]:
+    async def send_doc(self, doc: dict[str, Any], *, partition: int | None = None,
+                       payload_json: bytes | None = None) -> asyncio.Future[Any]:
         """Enqueue one already-validated doc (key = runId); return its delivery future.
 
         ``partition``, when given, must be ``partition_of(runId)`` (a run handle caches
-        it); it only saves re-hashing the key. The future is tracked, so ``flush``
-        reports its failure.
+        it); it only saves re-hashing the key. ``payload_json``, when given, must be
+        ``jcs(doc["payload"])`` (validation computed it; the Avro record carries it as is).
+        The future (shared by the records of one batch) settles when the record's batch
+        is acknowledged; it is tracked, so ``flush`` reports its failure.
         """
         if not self._started or self._closed:
             raise InfraError("Publisher is not started (use `async with Publisher(...)`) or already closed")
-        value = self._encode(doc)
-        try:
-            fut: asyncio.Future[Any] = await self._producer.send(
-                self.topic, value=value, key=doc["runId"].encode(), partition=partition
-            )
-        except KafkaError as e:
-            raise InfraError(f"could not enqueue event for {self.topic}: {e}") from e
-        self._pending.append((fut, doc))
+        value = encode_avro(doc, payload_json) if self.wire == "avro" else encode_json(doc)
+        if partition is None:
+            partition = await self.partition_of(doc["runId"])
+        return await self._append(partition, doc["runId"].encode(), value, doc)
+
+    async def _append(self, partition: int, key: bytes, value: bytes, doc: dict[str, Any]) -> asyncio.Future[Any]:
+        """Add one record to the partition's open batch; the batch's future is the record's."""
+        while True:
+            batch = self._open.get(partition)
+            fresh = batch is None
+            if batch is None:
+                batch = self._open[partition] = self._new_batch(partition)
+            if batch.builder.append(key=key, value=value, timestamp=None) is not None:
+                batch.docs.append(doc)
+                return batch.acked
+            if fresh:  # pragma: no cover - an empty builder takes any first record
+                raise InfraError(f"a record of {len(value)} bytes does not fit an empty producer batch")
+            # Full: send it. Other emitters may open the partition's next batch while this waits,
+            # so look again afterwards rather than replacing whatever is open then.
+            await self._submit(partition)
+
+    def _new_batch(self, partition: int) -> _OpenBatch:
+        batch = _OpenBatch(self._producer.create_batch(), asyncio.get_running_loop().create_future())
+        # Sent after linger_ms at the latest, like the producer's own batches.
+        batch.timer = asyncio.get_running_loop().call_later(self._linger_s, self._submit_soon, partition, batch)
+        return batch
+
+    def _submit_soon(self, partition: int, batch: _OpenBatch) -> None:
+        if self._open.get(partition) is batch:
+            task = asyncio.ensure_future(self._submit(partition))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _submit(self, partition: int) -> None:
+        """Hand the partition's open batch to the producer (closed: no second linger there).
+
+        Batches of a partition are submitted in the order they were opened: the batch is taken
+        off ``_open`` and the partition's lock (first come, first served) entered with no await
+        in between, so idempotent sequence numbers follow emit order.
+        """
+        batch = self._open.pop(partition, None)
+        if batch is None:
+            return
+        if batch.timer is not None:
+            batch.timer.cancel()
+        # Tracked from here on, so a flush that starts while this waits for the lock still waits for it.
+        self._pending.append((batch.acked, batch.docs))
         if len(self._pending) >= self._prune_at:
             self._prune()
-        return fut
+        lock = self._submit_locks.setdefault(partition, asyncio.Lock())
+        try:
+            async with lock:
+                batch.builder.close()
+                fut: asyncio.Future[Any] = await self._producer.send_batch(batch.builder, self.topic,
+                                                                           partition=partition)
+        except KafkaError as e:
+            fut = asyncio.get_running_loop().create_future()
+            fut.set_exception(e)
+        except BaseException as e:  # cancelled (shutdown) or a bug: the batch's records are not delivered
+            if not batch.acked.done():
+                batch.acked.set_exception(InfraError(f"batch for {self.topic}[{partition}] not handed over: {e!r}"))
+            raise
+        _chain(fut, batch.acked)
 
-    _prune_at = 8192
+    async def _submit_all(self) -> None:
+        for partition in list(self._open):
+            await self._submit(partition)
+
+    _prune_at = 1024
 
     def _prune(self) -> None:
-        """Drop settled futures, remembering failures; keeps memory bounded for long-lived publishers."""
+        """Drop settled batches, remembering failures per doc; keeps memory bounded for long-lived publishers."""
         still = []
-        for fut, doc in self._pending:
+        for fut, docs in self._pending:
             if not fut.done():
-                still.append((fut, doc))
+                still.append((fut, docs))
             elif not fut.cancelled() and (exc := fut.exception()) is not None:
-                self._failed.append((doc, exc))
+                self._failed.extend((doc, exc) for doc in docs)
         self._pending = still
-        self._prune_at = max(8192, 2 * len(still))
+        self._prune_at = max(1024, 2 * len(still))
 
     async def resend(self, docs: Iterable[dict[str, Any]]) -> None:
         """Re-send docs that a ``PublishError`` reported, unchanged, and wait for them."""
@@ -271,10 +337,17 @@ class Publisher:
     async def flush(self) -> None:
         """Wait until every enqueued record is acknowledged; raise ``PublishError`` if any failed."""
         if self._started and not self._closed:
+            await self._submit_all()
+            if self._background:  # lingered batches being handed over right now
+                await asyncio.gather(*list(self._background), return_exceptions=True)
             await self._producer.flush()
-        while self._pending:
-            await asyncio.gather(*(fut for fut, _ in self._pending), return_exceptions=True)
-            self._prune()
+        # Every batch holding a record emitted before this call is in _pending by now (a batch is
+        # tracked from the moment it leaves the open slot). Wait for those only: emitters that keep
+        # going while this waits must not keep it from returning.
+        waiting = [fut for fut, _ in self._pending]
+        if waiting:
+            await asyncio.gather(*waiting, return_exceptions=True)
+        self._prune()
         if self._failed:
             failed, self._failed = self._failed, []
             first = failed[0][1]
@@ -296,6 +369,34 @@ class Publisher:
             await self._producer.stop()
 
 
+class _OpenBatch:
+    """A partition's batch being filled: the builder, its docs, and the future every record of it gets."""
+
+    __slots__ = ("acked", "builder", "docs", "timer")
+
+    def __init__(self, builder: Any, acked: asyncio.Future[Any]) -> None:
+        self.builder = builder
+        self.acked = acked
+        self.docs: list[dict[str, Any]] = []
+        self.timer: asyncio.TimerHandle | None = None
+
+
+def _chain(source: asyncio.Future[Any], target: asyncio.Future[Any]) -> None:
+    """Settle ``target`` as ``source`` settles (a batch's delivery → the future its records were given)."""
+
+    def settle(fut: asyncio.Future[Any]) -> None:
+        if target.done():
+            return
+        if fut.cancelled():
+            target.cancel()
+        elif (exc := fut.exception()) is not None:
+            target.set_exception(exc)
+        else:
+            target.set_result(fut.result())
+
+    source.add_done_callback(settle)
+
+
 class Run:
     """The events of one run: assigns eventId, sequence, causation and timestamp, validates, sends."""
 
@@ -307,6 +408,9 @@ class Run:
         self.engine_version = engine_version
         self._next_sequence = start_sequence
         self._partition: int | None = None
+        # runId and engineVersion are the handle's: once one doc with them passed validate_doc,
+        # docs whose other envelope fields the handle minted need only their caller's parts checked.
+        self._envelope_checked = False
         # Sequence assignment and enqueue must happen as one step, or two concurrent emits
         # could share a number or enqueue out of order.
         self._lock = asyncio.Lock()
@@ -349,10 +453,16 @@ class Run:
     async def _enqueue(self, type: str, payload: Any, **kw: Any) -> tuple[dict[str, Any], asyncio.Future[Any]]:
         async with self._lock:
             doc = self.build(type, payload, sequence=self._next_sequence, **kw)
-            doc = validate_doc(doc, max_bytes=self.publisher.settings.max_event_bytes)
+            max_bytes = self.publisher.settings.max_event_bytes
+            payload_json: bytes | None = None
+            if self._envelope_checked and kw.get("event_id") is None and kw.get("timestamp") is None:
+                payload_json = validate_minted(doc, max_bytes=max_bytes)
+            else:
+                validate_doc(doc, max_bytes=max_bytes)
+                self._envelope_checked = True
             if self._partition is None:
                 self._partition = await self.publisher.partition_of(self.run_id)
-            fut = await self.publisher.send_doc(doc, partition=self._partition)
+            fut = await self.publisher.send_doc(doc, partition=self._partition, payload_json=payload_json)
             # Only now is the number spent: a ContractError or a refused enqueue leaves it free.
             self._next_sequence += 1
         return doc, fut
@@ -376,6 +486,8 @@ class Run:
     async def emit_and_wait(self, type: str, payload: Any, **kw: Any) -> dict[str, Any]:
         """Like ``emit``, but return only after the broker acknowledged the record."""
         doc, fut = await self._enqueue(type, payload, **kw)
+        if self._partition is not None:
+            await self.publisher._submit(self._partition)  # no linger: the caller is waiting
         try:
             await fut
         except KafkaError as e:

@@ -26,6 +26,11 @@ Records past the last digest (the worker has not got there yet) are still chain-
 counted as ``undigested``, never called a divergence: a replay racing the live worker must
 not report its lag as tampering.
 
+Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to`: orjson's
+sorted bytes hashed as they are; equal SHA-256 proves they are the JCS bytes), and only a hash
+that does not match that way is computed exactly, through the incremental hasher and then the
+reference encoder, which is what every reported divergence rests on.
+
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
 sequence 0 instead and says so (``snapshot_used`` is ``None``).
@@ -33,6 +38,7 @@ sequence 0 instead and says so (``snapshot_used`` is ``None``).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
@@ -44,7 +50,7 @@ from processors.metrics import METRICS
 from processors.replay.compare import ABSENT, first_difference
 from processors.replay.divergence import Divergence, DivergenceKind
 from processors.replay.host import host_verdicts
-from schemas.canonical import GENESIS, chain_hash, reference_jcs, sha256_hex
+from schemas.canonical import GENESIS, chain_hash, hashes_to, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from schemas.records import Verdict
 from streams.reader import partition_for, read_topic
@@ -269,6 +275,10 @@ class _Walk:
         self.state_blind = False  # after a missing record the state can no longer be refolded
         self.state_diverged = False  # the previous index already had a state divergence
         self.conflicts: list[tuple[int, int, dict[str, Any]]] = []  # (seq, offset of the altered copy, copy)
+        # Copies of indexes before the start with no digest to judge them by (a replay that read
+        # nothing before its snapshot): judged after the walk, against the log's first copies.
+        self.defer_early = False
+        self.unjudged: list[tuple[int, int, dict[str, Any], str]] = []  # (seq, offset, copy, recomputed hash)
 
     @property
     def stopped(self) -> bool:
@@ -309,10 +319,14 @@ class _Walk:
         if digest is None and isinstance(committed.get("stateHash"), str):  # format 2: the record is its digest
             digest = _carried_digest(committed, None, offset)
             self.last_digest = max(self.last_digest, seq)
-        expected_head = chain_hash(self.head, doc)
-        if committed.get("hash") != expected_head or (digest is not None and digest.get("headHash") != expected_head):
-            # A divergence is only ever reported from the reference hash.
-            expected_head = _reference_chain_hash(self.head, doc)
+        claimed = committed.get("hash")
+        if hashes_to(claimed, doc, self.head.encode("ascii")) and (digest is None or digest.get("headHash") == claimed):
+            expected_head = cast(str, claimed)  # proven by its SHA-256: the usual case, no canonicalisation
+        else:
+            expected_head = chain_hash(self.head, doc)
+            if claimed != expected_head or (digest is not None and digest.get("headHash") != expected_head):
+                # A divergence is only ever reported from the reference hash.
+                expected_head = _reference_chain_hash(self.head, doc)
         found: Divergence | None = None
         if prev_claimed != self.head:
             found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
@@ -326,9 +340,14 @@ class _Walk:
         s_hash = None
         if not self.state_blind:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
-            s_hash = self.hasher(self.state)
-            if digest is not None and s_hash != digest.get("stateHash"):
-                s_hash = _reference_state_hash(self.state)  # a divergence is only ever reported from the reference hash
+            if digest is not None:  # past the last digest nothing is compared, so nothing is hashed
+                recorded = digest.get("stateHash")
+                if hashes_to(recorded, self.state):
+                    s_hash = recorded
+                else:
+                    s_hash = self.hasher(self.state)
+                    if s_hash != recorded:
+                        s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
         if digest is None:
             if seq <= self.last_digest and found is None:
                 found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,
@@ -387,6 +406,8 @@ class _Walk:
         else:  # before where this replay started: judge the copy by the recorded digest
             digest = self.digests.get(seq)
             if digest is None:
+                if self.defer_early:
+                    self.unjudged.append((seq, offset, committed, recomputed))
                 return
             identical = recomputed == claimed == digest.get("headHash")
         if not identical:
@@ -450,13 +471,18 @@ async def replay_run(
         raise ReplayError("give --from-offset or --from-seq, not both")
     if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
         raise ReplayError("the start offset/sequence must be >= 0")
-    digests = await _digests(settings, run_id)  # format-1 records: the digests topic
+    # format-1 records: the digests topic; both reads start at once (each is a consumer's round trips)
+    digests, snapshots = await asyncio.gather(_digests(settings, run_id), _snapshots(settings, run_id))
+    if not digests and (from_offset is not None or from_seq):
+        quick = await _replay_from_snapshot(settings, run_id, snapshots, from_offset=from_offset, from_seq=from_seq,
+                                            collect_all=collect_all, progress=progress)
+        if quick is not None:
+            return quick
     if from_offset is not None or from_seq:
         # Format 2: the digests are in the log records; a replay that does not walk from 0 needs
         # those before its start point too (the digests topic wins where both exist).
         for seq, digest in (await _log_digests(settings, run_id)).items():
             digests.setdefault(seq, digest)
-    snapshots = await _snapshots(settings, run_id)
     partition = next(iter(digests.values()))["logPartition"] if digests else partition_for(settings, run_id)
     if from_offset is not None:
         start_seq = await _first_seq_at_offset(settings, run_id, partition, from_offset, digests)
@@ -482,15 +508,31 @@ async def replay_run(
         walk.record(offset, value)
         if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
             progress(walk.events, total)
+    if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
+        walk.finish()
+        return _error(run_id, start_seq, ReplayError(
+            f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
+    return await _result(settings, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
+                         read_from=read_from, note=note, total=total, progress=progress)
+
+
+async def _result(settings: Settings, run_id: str, walk: _Walk, *, partition: int, start_seq: int,
+                  snap: Mapping[str, Any] | None, read_from: int | None, note: str | None, total: int | None,
+                  progress: Progress | None) -> RederivationResult:
+    """Finish a walk: its last checks, the rewrites of earlier indexes, the frozen result and its metrics."""
+    collect_all = walk.collect_all
     walk.finish()
     if walk.state is not None and not walk.state_blind and walk.hasher(walk.state) != state_hash(walk.state):
         raise ReplayError("internal: the incremental state hash disagrees with state_hash; report this bug",
                           code="replay_internal")
     if progress is not None:
         progress(walk.events, total)
-    if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
-        return _error(run_id, start_seq, ReplayError(
-            f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
+    if walk.unjudged:
+        early = await _log_digests(settings, run_id)
+        for seq, offset, copy, recomputed in walk.unjudged:
+            digest = early.get(seq)
+            if digest is not None and not recomputed == copy.get("hash") == digest.get("headHash"):
+                walk.conflicts.append((seq, offset, copy))
     divergences = walk.divergences + await _conflict_divergences(settings, run_id, partition, walk)
     divergences.sort(key=lambda d: (d.at_sequence, d.kind != "tampered"))
     if not collect_all:
@@ -516,6 +558,68 @@ async def replay_run(
     )
     record_metrics(result)
     return result
+
+
+def _snapshot_before(snapshots: Mapping[int, dict[str, Any]], *, from_offset: int | None,
+                     from_seq: int | None) -> dict[str, Any] | None:
+    """The latest well-formed, self-consistent snapshot whose log record is before the start point."""
+    for at in sorted(snapshots, reverse=True):
+        snap = snapshots[at]
+        if not isinstance(snap.get("state"), dict) or not isinstance(snap.get("logOffset"), int):
+            continue
+        before = snap["logOffset"] < from_offset if from_offset is not None else at < (from_seq or 0)
+        if before and isinstance(snap.get("headHash"), str) and state_hash(snap["state"]) == snap.get("stateHash"):
+            return snap
+    return None
+
+
+async def _replay_from_snapshot(settings: Settings, run_id: str, snapshots: Mapping[int, dict[str, Any]], *,
+                                from_offset: int | None, from_seq: int | None, collect_all: bool,
+                                progress: Progress | None) -> RederivationResult | None:
+    """Re-derivation from a later start, reading the log once: from the snapshot's own record on.
+
+    Format-2 records carry their digests, so nothing before the snapshot is needed up front: the
+    snapshot is checked against the record it names (same sequence, stateHash and hash, which is
+    what :func:`_snapshot_problem` checks against a digest), the start sequence is the first index
+    reached at or after ``from_offset``, and the rare later copy of an index before the snapshot is
+    judged after the walk, against the log's first copies. ``None`` when this cannot be done here (no
+    snapshot before the start, or the snapshot does not match its record): the caller then takes the
+    general path, which reads the digests of the whole log first.
+    """
+    snap = _snapshot_before(snapshots, from_offset=from_offset, from_seq=from_seq)
+    if snap is None:
+        return None
+    at, partition = snap["atSequence"], partition_for(settings, run_id)
+    walk = _Walk(state=snap["state"], head=snap["headHash"], next_seq=at + 1, collect_all=collect_all, digests={},
+                 snapshots=snapshots, handoff_mode=settings.handoff_mode)
+    walk.defer_early = True
+    start_seq: int | None = from_seq if from_offset is None else None
+    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: snap["logOffset"]})
+    try:
+        async for _, offset, _, value in reader:
+            doc = value.get("doc")
+            if not isinstance(doc, dict) or doc.get("runId") != run_id:
+                continue
+            if offset == snap["logOffset"]:
+                if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
+                        or value.get("hash") != snap["headHash"]):
+                    return None  # the snapshot disagrees with the record it names: the general path says so
+                continue
+            seq = doc.get("sequence")
+            if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
+                start_seq = seq
+            walk.record(offset, value)
+            if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+                progress(walk.events, None)
+    finally:
+        await reader.aclose()
+    if walk.events == 0 and walk.next_seq == at + 1 and not walk.unjudged:
+        return None  # nothing read past the snapshot (or its record is gone): let the general path explain
+    if start_seq is None:
+        raise ReplayError(f"run {run_id} has no committed event at or after log offset {from_offset} "
+                          f"(partition {partition})")
+    return await _result(settings, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
+                         read_from=snap["logOffset"] + 1, note=None, total=None, progress=progress)
 
 
 async def replay_run_with_host_verdict(

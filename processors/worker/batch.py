@@ -34,6 +34,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
 from streams import internals
@@ -69,8 +71,16 @@ async def put(table: Any, partition: int, key: str, value: Any) -> Any:
 
 
 def _json_bytes(obj: Any) -> bytes:
-    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does)."""
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does).
+
+    orjson (#13): a ``runs`` record carries a run's whole state, once per run per batch. What
+    orjson refuses (integers past 64 bits, non-string keys) goes through ``json`` as before;
+    NaN cannot occur (every value was read by the strict decoder or folded from such values).
+    """
+    try:
+        return orjson.dumps(obj)
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
 #: Order in which a batch's table writes are made durable (tables not named go last).
@@ -240,6 +250,52 @@ async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]
         raise task.exception()  # type: ignore[misc]  # the agent crashes as it would have inline
 
 
+async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
+                    tick_s: float, window_s: float, idle_events: int) -> None:
+    """Batches sized by the load: a quiet tick is handled at once, busy ticks pile up (``batch_idle_events``).
+
+    Each ``take_events`` tick is handed over as soon as Faust has it, and the next tick is already
+    being collected while a batch is handled (the take is resumed first), so, as in
+    :func:`_pipelined`, records are acknowledged to Faust when collected and positions decide what
+    is committed. Batches are handled one at a time, in offset order. A batch that is still piling
+    up when the stream falls silent is handled when ``window_s`` has passed since its first tick:
+    the pending take is waited on with a timeout, never cancelled (cancelling Faust's
+    ``take_events`` would leave its passive drainer acknowledging records nobody handles).
+    """
+    loop = asyncio.get_running_loop()
+    takes = stream.take_events(max_events, within=tick_s).__aiter__()
+    pending: list[Any] = []
+    deadline = 0.0
+    nxt: asyncio.Future[Any] = asyncio.ensure_future(takes.__anext__())
+    try:
+        while True:
+            # A tick already collected while the last batch was handled says the stream is ahead of
+            # us, however few records it holds (the handling starves Faust's delivery): pile up.
+            ahead = nxt.done()
+            timeout = max(0.0, deadline - loop.time()) if pending else None
+            done, _ = await asyncio.wait({nxt}, timeout=timeout)
+            if not done:  # the window closed and the stream is silent: handle what piled up
+                batch, pending = pending, []
+                await process(batch)
+                continue
+            try:
+                events = list(nxt.result())
+            except StopAsyncIteration:
+                break
+            nxt = asyncio.ensure_future(takes.__anext__())
+            if not pending:
+                deadline = loop.time() + window_s
+            pending.extend(events)
+            quiet = not ahead and len(events) < idle_events
+            if quiet or len(pending) >= max_events or loop.time() >= deadline:
+                batch, pending = pending, []
+                await process(batch)
+    finally:
+        if not nxt.done():
+            nxt.cancel()  # shutting down: a batch cut short is a crash's redelivery
+        await asyncio.wait([nxt])
+
+
 def batched_agent(
     wiring: Wiring,
     short: str,
@@ -265,6 +321,7 @@ def batched_agent(
     settings = wiring.settings
     max_events = max_events or settings.batch_max
     pipelined = settings.batch_pipelined and within_s is None
+    adaptive = settings.batch_idle_events > 0 and within_s is None
     within_s = settings.batch_within_s if within_s is None else within_s
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 
@@ -280,6 +337,10 @@ def batched_agent(
             await after_commit(batch)
 
     async def agent(stream: Any) -> None:
+        if adaptive:
+            await _adaptive(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
+                            window_s=within_s, idle_events=settings.batch_idle_events)
+            return
         if not pipelined:
             async for events in stream.take_events(max_events, within=within_s):
                 await process(list(events))

@@ -62,6 +62,7 @@ from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
 from schemas.errors import StoreError
 from streams.codec import decode_record
+from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 
@@ -319,7 +320,7 @@ class AuditSink:
         """The sink's only Kafka client (connection settings go here, and only here)."""
         s = self.settings
         return AIOKafkaConsumer(
-            bootstrap_servers=s.kafka_bootstrap,
+            **client_kwargs(s),
             group_id=f"{s.topic_prefix}.audit-sink",
             client_id=f"{s.worker_id}-sink",
             enable_auto_commit=False,

@@ -13,9 +13,10 @@ process start-up and group join are not counted for anyone.
 - ``raw``: the same loop doing the worker's per-event work, state in dicts, no tables
   (how much of the gap to ``bare`` is the work itself).
 
-Latency: a second worker on a fresh prefix is fed at a steady rate (``LATENCY_RATE`` ev/s);
-publish → committed log latency is each log record's broker timestamp minus its source
-record's timestamp (one clock: this machine).
+Latency: a second worker on a fresh prefix is fed at a steady rate (``LATENCY_RATE`` ev/s)
+once every partition has been warmed by a run.started (not measured); publish → committed log
+latency is each paced record's log broker timestamp minus its source record's timestamp (one
+clock: this machine).
 """
 
 from __future__ import annotations
@@ -202,6 +203,10 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
         runs = [pub.run(f"lat-run-{r}") for r in range(50)]
         for r in runs:
             await r.emit("run.started", {"bindings": {"engineVersion": "bench"}})
+        await pub.flush()
+        # Every partition warm (50 runs cover the 4): a partition's first record makes the worker look
+        # up where that partition starts (a consumer's start-up), once; steady state is what is measured.
+        await _span(settings, "log", 1 + len(runs), timeout=300, proc=proc)
         total = int(LATENCY_RATE * seconds)
         t0 = time.monotonic()
         for i in range(total):
@@ -215,7 +220,8 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
     expected = 1 + len(runs) + total
     await _span(settings, "log", expected, timeout=300, proc=proc)
     lat = sorted([ts - v["source"]["timestampMs"]
-                  async for _, _, ts, v in _read_log_with_ts(settings) if v["doc"]["runId"] != "lat-warm"])
+                  async for _, _, ts, v in _read_log_with_ts(settings)
+                  if v["doc"]["runId"] != "lat-warm" and v["doc"]["type"] != "run.started"])
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
     return {"rate_per_s": LATENCY_RATE, "events": len(lat), "p50_ms": pick(0.5), "p95_ms": pick(0.95),
             "p99_ms": pick(0.99), "max_ms": lat[-1]}

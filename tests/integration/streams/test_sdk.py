@@ -194,3 +194,69 @@ def test_avro_and_json_share_the_ingest_topic(settings: Settings) -> None:
     sent = asyncio.run(scenario())
     got = [item["doc"] for item in asyncio.run(read_run(settings, "run-f", short_name="ingest"))]
     assert got == sent
+
+
+def test_batches_keep_per_run_order_under_concurrent_emitters(settings: Settings) -> None:
+    """The SDK fills its own per-partition batches (#13): full ones, lingered ones and the ones
+    emit_and_wait sends at once interleave across concurrent runs; each run still lands whole,
+    once, in sequence order."""
+    per_run, runs = 400, 6
+
+    async def emitter(pub: Publisher, r: int) -> list[str]:
+        run = pub.run(f"run-b{r}")
+        ids = []
+        for i in range(per_run):
+            if i % 97 == 50:
+                doc = await run.emit_and_wait("variable.changed", {"name": "w", "value": i})
+            else:
+                doc = await run.emit("variable.changed", {"name": "i", "value": i, "pad": "x" * (i % 300)})
+            ids.append(doc["eventId"])
+            if i % 7 == r:
+                await asyncio.sleep(0.002 if i % 2 else 0)  # let timers fire and other runs interleave
+        return ids
+
+    async def scenario() -> tuple[list[list[str]], list[dict]]:
+        async with Publisher(settings, linger_ms=1, max_batch_bytes=4096) as pub:
+            ids = await asyncio.gather(*(emitter(pub, r) for r in range(runs)))
+        got = [v async for _, _, _, v in read_topic(settings, "ingest")]
+        return ids, got
+
+    ids, got = asyncio.run(scenario())
+    for r in range(runs):
+        mine = [d for d in got if d["runId"] == f"run-b{r}"]
+        assert [d["sequence"] for d in mine] == list(range(per_run))
+        assert [d["eventId"] for d in mine] == ids[r]
+
+
+def test_flush_returns_while_emitters_go_on_and_covers_what_came_before(settings: Settings) -> None:
+    """``flush`` waits for what was emitted before it, not for what other emitters add meanwhile (it
+    used to loop until nothing at all was pending, so continuous emitters kept it from returning),
+    and every record emitted before it is on the topic when it returns (#13)."""
+    emitted: list[str] = []
+    stop = asyncio.Event()
+
+    async def emitter(pub: Publisher, r: int) -> None:
+        run = pub.run(f"run-f{r}")
+        i = 0
+        while not stop.is_set():
+            doc = await run.emit("variable.changed", {"name": "i", "value": i, "pad": "x" * 200})
+            emitted.append(doc["eventId"])
+            i += 1
+            if i % 3 == 0:
+                await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        async with Publisher(settings, linger_ms=20, max_batch_bytes=2048) as pub:
+            tasks = [asyncio.ensure_future(emitter(pub, r)) for r in range(4)]
+            try:
+                for _ in range(4):
+                    await asyncio.sleep(0.05)
+                    before = set(emitted)
+                    await pub.flush()
+                    on_topic = {v["eventId"] async for _, _, _, v in read_topic(settings, "ingest")}
+                    assert before <= on_topic, f"{len(before - on_topic)} emitted before flush are not on the topic"
+            finally:
+                stop.set()
+                await asyncio.gather(*tasks)
+
+    asyncio.run(scenario())

@@ -18,13 +18,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.canonical import (
+    _NO_VALUE,
     GENESIS,
     MAX_SAFE_INTEGER,
     _compose,
+    _orjson_jcs,
+    _orjson_loads,
     _plain_json,
     canonical_leaf,
     chain_hash,
     jcs,
+    loads_strict,
     reference_jcs,
     sha256_hex,
 )
@@ -150,3 +154,101 @@ def test_chain_hash_equals_reference(payload, prev):
            "timestamp": "2025-01-01T00:00:00.000Z"}
     for p in (GENESIS, prev):
         assert chain_hash(p, doc) == sha256_hex(p.encode("ascii") + rfc8785.dumps(doc))
+
+
+# --- orjson (#13): the encoder whose output is screened, and the decoder that writes back -----
+
+
+@settings(max_examples=600, deadline=None)
+@given(_values)
+def test_orjson_path_is_taken_only_when_it_is_the_reference(value):
+    got = _orjson_jcs(value)
+    if got is not None:
+        assert got == rfc8785.dumps(value)
+
+
+@settings(max_examples=2000, deadline=None)
+@given(_floats)
+def test_orjson_path_float_spellings(value):
+    for wrapped in (value, [value], {"k": value}, {"a": [1, value], "b": "x"}):
+        got = _orjson_jcs(wrapped)
+        assert got is None or got == rfc8785.dumps(wrapped)
+
+
+def test_orjson_path_takes_ordinary_events_and_refuses_what_it_cannot_spell():
+    doc = {"eventId": "0196f0c0-0000-7000-8000-00000000002a", "runId": "r-1", "type": "variable.changed",
+           "payload": {"name": "v", "value": {"score": 0.25, "note": "é\n\"", "n": None, "ok": True}},
+           "sequence": 42, "timestamp": "2025-01-01T00:00:00.045Z"}
+    assert _orjson_jcs(doc) == rfc8785.dumps(doc)  # the common case is fast (no fallback)
+    import enum
+    import uuid
+
+    class Plain(enum.Enum):
+        A = "a"
+
+    for value in [2.0, -0.0, {"a": 1e16}, [1e-7], {"\ue000": 1, "\U00010000": 2}, {"a": float("nan")},
+                  {"a": uuid.UUID(int=1)}, {"a": Plain.A}, (1, 2), {"a": 2**53}, {"a": "\ud800"}]:
+        assert _orjson_jcs(value) is None, value
+
+
+@settings(max_examples=600, deadline=None)
+@given(_values)
+def test_loads_strict_reads_jcs_text_as_the_reference_decoder_does(value):
+    text = rfc8785.dumps(value)
+    got = loads_strict(text)
+    # The reference (stdlib) path sees the same text once it is no longer compact.
+    slow = loads_strict(b" " + text)
+    assert _orjson_loads(b" " + text) is _NO_VALUE
+    assert got == slow == value and jcs(got) == jcs(slow) == text
+    assert [type(x) for x in _leaves(got)] == [type(x) for x in _leaves(slow)]
+    assert loads_strict(text.decode("utf-8")) == value
+
+
+def _leaves(value):
+    if isinstance(value, dict):
+        return [leaf for k in sorted(value) for leaf in _leaves(value[k])]
+    if isinstance(value, list):
+        return [leaf for v in value for leaf in _leaves(v)]
+    return [value]
+
+
+@pytest.mark.parametrize("data", [b'{"a":1,"a":2}', b'{"a":{"b":1,"b":1}}', b'[{"x":null,"x":null}]',
+                                  b'{"a":1,"b":2,"a":1}'])
+def test_compact_duplicate_keys_are_refused_on_the_fast_path_too(data):
+    assert _orjson_loads(data) is _NO_VALUE
+    with pytest.raises(EventRejected) as info:
+        loads_strict(data)
+    assert info.value.code == "decode_error"
+
+
+@pytest.mark.parametrize("data, unlike", [
+    (b'{"a":2.0}', True), (b"[1,-0.0]", True), (b"1e+16", True), (b'{"a":[5e-324]}', True), (b"10.0", True),
+    (b'{"a":1.05}', False), (b'{"v":"1.4.0"}', False), (b'{"t":"one-time e+"}', False), (b'{"a":0.5}', False),
+    (b'{"id":"0196f0c9e-7000"}', False), (b'{"a":"x:1.0]"}', True),  # the last: a string, a false alarm only
+])
+def test_float_screen_finds_number_tokens_only(data, unlike):
+    from schemas.canonical import _float_unlike_jcs
+
+    assert _float_unlike_jcs(data) is unlike
+
+
+@_settings
+@given(st.dictionaries(_keys, _values, max_size=5), st.sampled_from([b"", GENESIS.encode()]))
+def test_hashes_to_agrees_with_the_reference_hash(value, prefix):
+    from schemas.canonical import hashes_to
+
+    reference = sha256_hex(prefix + rfc8785.dumps(value))
+    assert not hashes_to(None, value, prefix)
+    assert not hashes_to("0" * 64, value, prefix)
+    if hashes_to(reference, value, prefix):  # a True is always right; a False only sends the caller the exact way
+        assert sha256_hex(prefix + jcs(value)) == reference
+    if not any(isinstance(v, float) for v in _leaves(value)) and not _has_wide_keys(value):
+        assert hashes_to(reference, value, prefix)  # and with no floats or non-BMP keys it is the usual answer
+
+
+def _has_wide_keys(value):
+    if isinstance(value, dict):
+        return any(max(k, default="a") > "\uffff" for k in value) or any(_has_wide_keys(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_wide_keys(v) for v in value)
+    return False
