@@ -14,7 +14,7 @@ Who may do what (the single-writer rule of SPEC §4, enforced by Kafka instead o
 
 * ``host``: WRITE and DESCRIBE on ``<prefix>.ingest`` and nothing else;
 * ``worker``: everything on topics ``<prefix>.*`` and ``<prefix>-worker*`` (its Faust changelogs) and
-  on groups ``<prefix>-worker*``; the only principal besides ``admin`` that may write the log,
+  on groups ``<prefix>-worker*`` and ``<prefix>.audit-sink``; the only principal besides ``admin`` that may write the log,
   snapshots, transitions, violations and verdicts;
 * ``admin``: super user (also the inter-broker principal);
 * the client listener takes SCRAM-SHA-512 (what the files name) and, inside TLS, PLAIN for the same
@@ -230,6 +230,7 @@ def acl_lines(prefix: str) -> list[str]:
     for name in worker_prefixes:
         lines.append(f"TOPIC PREFIXED {name} User:worker ALL")
     lines.append(f"GROUP PREFIXED {prefix}-worker User:worker ALL")
+    lines.append(f"GROUP LITERAL {prefix}.audit-sink User:worker ALL")  # the audit sink's own group
     return lines
 
 

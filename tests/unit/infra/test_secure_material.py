@@ -50,7 +50,7 @@ def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix():
         "TOPIC LITERAL p1.ingest User:host WRITE", "TOPIC LITERAL p1.ingest User:host DESCRIBE"]
     assert [line for line in lines if "User:worker" in line] == [
         "TOPIC PREFIXED p1. User:worker ALL", "TOPIC PREFIXED p1-worker User:worker ALL",
-        "GROUP PREFIXED p1-worker User:worker ALL"]
+        "GROUP PREFIXED p1-worker User:worker ALL", "GROUP LITERAL p1.audit-sink User:worker ALL"]
     assert all(len(line.split()) == 5 for line in lines)
 
 
