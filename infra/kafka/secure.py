@@ -14,8 +14,8 @@ Who may do what (the single-writer rule of SPEC §4, enforced by Kafka instead o
 
 * ``host``: WRITE and DESCRIBE on ``<prefix>.ingest`` and nothing else;
 * ``worker``: everything on topics ``<prefix>.*`` and ``<prefix>-worker*`` (its Faust changelogs) and
-  on groups ``<prefix>-worker*`` and ``<prefix>.audit-sink``; the only principal besides ``admin`` that may write the log,
-  snapshots, transitions, violations and verdicts;
+  on groups ``<prefix>-worker*`` and ``<prefix>.audit-sink``; the only principal besides ``admin``
+  that may write the log, snapshots, transitions, violations and verdicts;
 * ``admin``: super user (also the inter-broker principal);
 * the client listener takes SCRAM-SHA-512 (what the files name) and, inside TLS, PLAIN for the same
   users: librdkafka before 2.6.1 (Debian 12's kcat) cannot finish SCRAM with Kafka 4 (its client
