@@ -293,15 +293,15 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list
         except Exception as e:
             reject(m, "sink_undecodable", f"{type(e).__name__}: {e}", None)
     try:
-        return (rows_for(kind, [v for _, v in decoded]) if decoded else None), bad
+        return (rows_for(kind, [v for _, v in decoded], parsed=True) if decoded else None), bad
     except StoreError:
         for m, v in decoded:
             try:
-                rows_for(kind, [v])
+                rows_for(kind, [v], parsed=True)
                 good.append(v)
             except StoreError as e:
                 reject(m, "sink_unmappable", str(e), v)
-    return (rows_for(kind, good) if good else None), bad
+    return (rows_for(kind, good, parsed=True) if good else None), bad
 
 
 class AuditSink:
@@ -406,6 +406,17 @@ class AuditSink:
     async def _take(self, tp: TopicPartition, messages: Sequence[Any]) -> None:
         """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
         part = self._parts.get(tp)
+        if (part is not None and part.pending is None and messages and part.expected is not None
+                and messages[0].offset == part.expected
+                and messages[-1].offset == part.expected + len(messages) - 1):
+            # The common case, without a per-record loop: a fetch that continues the buffer with no
+            # offset missing (offsets rise within a partition, so first and last prove it).
+            if not part.messages:
+                part.lo, part.since = part.expected, time.monotonic()
+            part.messages.extend(messages)
+            part.expected = messages[-1].offset + 1
+            part.jump = None
+            messages = ()
         for m in messages:
             if part is None or self._parts.get(tp) is not part:
                 return  # revoked or reassigned meanwhile: the new assignment starts from the ledger
