@@ -171,8 +171,21 @@ class BlockingSink:
         params: dict[str, Any] = {"first": first}
         second = [k[1] for k in keys]
         if len(key_cols) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in second):
-            where += f" AND {key_cols[1]} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
-            params.update(lo=min(second), hi=max(second))
+            # Bounded by the batch, not by history: the whole batch's range prunes granules by the
+            # sort key, and each key's own range (a hash lookup, transform) keeps the rows returned
+            # to those the batch could repeat, wherever each run's sequence stands.
+            lows: dict[Any, int] = {}
+            highs: dict[Any, int] = {}
+            for k in keys:
+                if k[1] < lows.get(k[0], k[1] + 1):
+                    lows[k[0]] = k[1]
+                if k[1] > highs.get(k[0], k[1] - 1):
+                    highs[k[0]] = k[1]
+            c0, c1 = key_cols[0], key_cols[1]
+            where += (f" AND {c1} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
+                      f" AND {c1} BETWEEN transform({c0}, {{first:Array(String)}}, {{lows:Array(Int64)}}, toInt64(0))"
+                      f" AND transform({c0}, {{first:Array(String)}}, {{highs:Array(Int64)}}, toInt64(-1))")
+            params.update(lo=min(second), hi=max(second), lows=[lows[r] for r in first], highs=[highs[r] for r in first])
         stored = {tuple(r) for r in self.store.query(
             f"SELECT {', '.join(key_cols)} FROM {table} WHERE {where}", params).rows}
         keep: list[int] = []
