@@ -185,7 +185,8 @@ class BlockingSink:
             where += (f" AND {c1} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
                       f" AND {c1} BETWEEN transform({c0}, {{first:Array(String)}}, {{lows:Array(Int64)}}, toInt64(0))"
                       f" AND transform({c0}, {{first:Array(String)}}, {{highs:Array(Int64)}}, toInt64(-1))")
-            params.update(lo=min(second), hi=max(second), lows=[lows[r] for r in first], highs=[highs[r] for r in first])
+            params.update(lo=min(second), hi=max(second),
+                          lows=[lows[r] for r in first], highs=[highs[r] for r in first])
         stored = {tuple(r) for r in self.store.query(
             f"SELECT {', '.join(key_cols)} FROM {table} WHERE {where}", params).rows}
         keep: list[int] = []
