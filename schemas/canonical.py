@@ -25,6 +25,8 @@ import rfc8785
 from schemas.errors import EventRejected
 
 __all__ = [
+    "jcs_parsed",
+    "jcs_parsed_and_member",
     "GENESIS",
     "MAX_SAFE_INTEGER",
     "chain_hash",
@@ -214,6 +216,43 @@ def jcs(obj: Any) -> bytes:
         except (_NotFast, RecursionError):
             pass
     return reference_jcs(obj)
+
+
+def jcs_parsed(obj: Any) -> bytes:
+    """:func:`jcs` of a value that :func:`loads_strict` returned: the same bytes, for less work.
+
+    :func:`_orjson_jcs` reads its output back to catch values JSON does not have (tuples, NaN,
+    UUIDs …). A value parsed from JSON has none: it is dicts, lists, str, int, float, bool and
+    None, and orjson writes a parsed float as its shortest round-trip spelling, so the read-back
+    could only agree. What can still differ from JCS is screened as in :func:`_orjson_jcs`
+    (exponent or integral float tokens, 4-byte characters, which change the key order; ints past
+    2**53 and lone surrogates make orjson raise); any of them goes to :func:`jcs`. The audit sink
+    canonicalises every record it stores, which is why the read-back is worth saving.
+    """
+    try:
+        data = orjson.dumps(obj, option=_ORJSON_OPTS)
+    except (orjson.JSONEncodeError, TypeError):
+        return jcs(obj)
+    if (not data.isascii() and any(lead in data for lead in _UTF8_LEAD4)) or _float_unlike_jcs(data):
+        return jcs(obj)
+    return data
+
+
+def jcs_parsed_and_member(obj: dict[str, Any], key: str) -> tuple[bytes, bytes]:
+    """``(jcs_parsed(obj), jcs_parsed(obj[key]))`` with one screen: the audit sink's doc and payload.
+
+    When orjson's bytes for the whole pass the screens, every part of them passes too (the
+    screens look for tokens and characters, and a part's bytes are a slice of the whole's), so the
+    member is written by orjson unscreened. Otherwise both take :func:`jcs`.
+    """
+    try:
+        whole = orjson.dumps(obj, option=_ORJSON_OPTS)
+        part = orjson.dumps(obj[key], option=_ORJSON_OPTS)
+    except (orjson.JSONEncodeError, TypeError):
+        return jcs(obj), jcs(obj[key])
+    if (not whole.isascii() and any(lead in whole for lead in _UTF8_LEAD4)) or _float_unlike_jcs(whole):
+        return jcs(obj), jcs(obj[key])
+    return whole, part
 
 
 def reference_jcs(obj: Any) -> bytes:

@@ -171,8 +171,22 @@ class BlockingSink:
         params: dict[str, Any] = {"first": first}
         second = [k[1] for k in keys]
         if len(key_cols) > 1 and all(isinstance(v, int) and not isinstance(v, bool) for v in second):
-            where += f" AND {key_cols[1]} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
-            params.update(lo=min(second), hi=max(second))
+            # Bounded by the batch, not by history: the whole batch's range prunes granules by the
+            # sort key, and each key's own range (a hash lookup, transform) keeps the rows returned
+            # to those the batch could repeat, wherever each run's sequence stands.
+            lows: dict[Any, int] = {}
+            highs: dict[Any, int] = {}
+            for k in keys:
+                if k[1] < lows.get(k[0], k[1] + 1):
+                    lows[k[0]] = k[1]
+                if k[1] > highs.get(k[0], k[1] - 1):
+                    highs[k[0]] = k[1]
+            c0, c1 = key_cols[0], key_cols[1]
+            where += (f" AND {c1} BETWEEN {{lo:Int64}} AND {{hi:Int64}}"
+                      f" AND {c1} BETWEEN transform({c0}, {{first:Array(String)}}, {{lows:Array(Int64)}}, toInt64(0))"
+                      f" AND transform({c0}, {{first:Array(String)}}, {{highs:Array(Int64)}}, toInt64(-1))")
+            params.update(lo=min(second), hi=max(second),
+                          lows=[lows[r] for r in first], highs=[highs[r] for r in first])
         stored = {tuple(r) for r in self.store.query(
             f"SELECT {', '.join(key_cols)} FROM {table} WHERE {where}", params).rows}
         keep: list[int] = []
@@ -293,15 +307,15 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list
         except Exception as e:
             reject(m, "sink_undecodable", f"{type(e).__name__}: {e}", None)
     try:
-        return (rows_for(kind, [v for _, v in decoded]) if decoded else None), bad
+        return (rows_for(kind, [v for _, v in decoded], parsed=True) if decoded else None), bad
     except StoreError:
         for m, v in decoded:
             try:
-                rows_for(kind, [v])
+                rows_for(kind, [v], parsed=True)
                 good.append(v)
             except StoreError as e:
                 reject(m, "sink_unmappable", str(e), v)
-    return (rows_for(kind, good) if good else None), bad
+    return (rows_for(kind, good, parsed=True) if good else None), bad
 
 
 class AuditSink:
@@ -406,6 +420,17 @@ class AuditSink:
     async def _take(self, tp: TopicPartition, messages: Sequence[Any]) -> None:
         """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
         part = self._parts.get(tp)
+        if (part is not None and part.pending is None and messages and part.expected is not None
+                and messages[0].offset == part.expected
+                and messages[-1].offset == part.expected + len(messages) - 1):
+            # The common case, without a per-record loop: a fetch that continues the buffer with no
+            # offset missing (offsets rise within a partition, so first and last prove it).
+            if not part.messages:
+                part.lo, part.since = part.expected, time.monotonic()
+            part.messages.extend(messages)
+            part.expected = messages[-1].offset + 1
+            part.jump = None
+            messages = ()
         for m in messages:
             if part is None or self._parts.get(tp) is not part:
                 return  # revoked or reassigned meanwhile: the new assignment starts from the ledger

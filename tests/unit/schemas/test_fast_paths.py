@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import struct
 
+import orjson
 import pytest
 import rfc8785
 from hypothesis import given, settings
@@ -28,6 +29,8 @@ from schemas.canonical import (
     canonical_leaf,
     chain_hash,
     jcs,
+    jcs_parsed,
+    jcs_parsed_and_member,
     loads_strict,
     reference_jcs,
     sha256_hex,
@@ -252,3 +255,37 @@ def _has_wide_keys(value):
     if isinstance(value, list):
         return any(_has_wide_keys(v) for v in value)
     return False
+
+
+def _parsed(value):
+    """``value`` as the audit sink holds it: parsed back from its JCS text (None: not representable)."""
+    try:
+        text = reference_jcs(value)
+    except EventRejected:
+        return None
+    return loads_strict(text), text
+
+
+@settings(max_examples=600, deadline=None)
+@given(_values)
+def test_jcs_of_a_parsed_value_equals_reference(value):
+    parsed = _parsed(value)
+    if parsed is not None:
+        assert jcs_parsed(parsed[0]) == parsed[1]
+
+
+@settings(max_examples=600, deadline=None)
+@given(_values, _values)
+def test_jcs_of_a_parsed_doc_and_its_payload_equal_reference(payload, other):
+    parsed = _parsed({"payload": payload, "runId": "r", "other": other})
+    if parsed is not None:
+        doc, text = parsed
+        assert jcs_parsed_and_member(doc, "payload") == (text, reference_jcs(doc["payload"]))
+
+
+def test_parsed_values_that_orjson_spells_otherwise_take_the_reference_path():
+    """Non-BMP keys sort otherwise in orjson (UTF-8) than in JCS (UTF-16): the screen must send them on."""
+    doc, text = _parsed({"payload": {"\U0001F600": 1, "\uE000": [1e21, 1e-7, -0.0]}})
+    assert orjson.dumps(doc, option=orjson.OPT_SORT_KEYS) != text
+    assert jcs_parsed(doc) == text
+    assert jcs_parsed_and_member(doc, "payload") == (text, reference_jcs(doc["payload"]))

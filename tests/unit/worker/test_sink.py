@@ -64,3 +64,32 @@ def test_ledger_gaps_are_found_and_overlaps_are_not_gaps(store_url):  # noqa: F8
         assert sink.last_range("p.log", 0) == (25, 30)
         assert sink.last_range("p.log", 1) == (13, 13)
         assert sink.last_range("p.log", 2) is None
+
+
+def test_records_stored_at_another_offset_are_dropped_by_key_wherever_each_run_stands(store_url):  # noqa: F811
+    """The natural-key filter bounds its lookup by each run's own range in the batch (issue 14 throughput).
+
+    Two runs far apart in sequence: a record the log holds twice (stored by an earlier batch) and
+    a repeat inside the batch are dropped; the stored history outside each run's range neither
+    hides a new key nor comes back from the lookup.
+    """
+    migrate(store_url)
+    with open_store(store_url) as s:
+        sink = BlockingSink(s)
+
+        def events(pairs: list[tuple[str, int]]) -> tuple[str, tuple[str, ...], list[list[object]]]:
+            return rows_for("committed", [
+                {"doc": {"eventId": f"{r}-{q}", "runId": r, "type": "variable.changed", "sequence": q,
+                         "timestamp": "2026-01-01T00:00:00.000Z", "payload": {"q": q}},
+                 "prevHash": "0" * 64, "hash": f"{q:064x}",
+                 "source": {"topic": "p.ingest", "partition": 0, "offset": q, "timestampMs": 0}}
+                for r, q in pairs])
+
+        stored = [("a", q) for q in range(0, 10)] + [("b", q) for q in range(1000, 1010)]
+        assert sink.insert_rows(*events(stored), token_for("p.log", 0, 0, 19)) == 20
+        # a:9 and b:1005 again (at-least-once), b:1010 twice in the batch; a:10, b:1010, b:1011 are new
+        batch = [("a", 9), ("a", 10), ("b", 1005), ("b", 1010), ("b", 1010), ("b", 1011)]
+        table, names, cols = events(batch)
+        assert sink._new_rows(table, names, cols) == [1, 3, 5]
+        assert sink.insert_rows(table, names, cols, token_for("p.log", 0, 20, 25)) == 3
+        assert s.query("SELECT count(), uniqExact(run_id, sequence) FROM events").rows[0] == (23, 23)
