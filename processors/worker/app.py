@@ -46,8 +46,8 @@ from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
-from streams.admin import ensure_topics_patiently
 from schemas.errors import ConfigError
+from streams.admin import ensure_topics_patiently
 from streams.settings import Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 

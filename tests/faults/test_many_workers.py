@@ -16,7 +16,7 @@ Afterwards, against oracles computed here from the published docs alone:
 * no partition left uncommitted: lag 0 for every group (the Faust group on every topic it reads,
   the log check's group on the log, the sink's group on every topic it stores).
 
-Size: ``AGENTLOG_FAULT_EVENTS`` (default 15,000 here, so the test stays within ~4 minutes on the
+Size: ``AGENTLOG_FAULT_EVENTS`` (default 20,000 here, so the test stays within ~4 minutes on the
 2-core CI machine; the issue's 50,000 is ``AGENTLOG_FAULT_EVENTS=50000``);
 ``AGENTLOG_FAULT_KILL_EVERY_S`` the mean seconds between kills (default 4); ``AGENTLOG_FAULT_SEED``.
 """
@@ -44,7 +44,7 @@ from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
 
-EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", 15_000))
+EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", 20_000))
 KILL_EVERY_S = float(os.environ.get("AGENTLOG_FAULT_KILL_EVERY_S", 4.0))
 PARTITIONS = 8
 PER_RUN = 100
