@@ -38,10 +38,11 @@ async def _members(settings, group: str) -> int:
     admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()
     try:
-        (described,) = await admin.describe_consumer_groups([group])
+        (response,) = await admin.describe_consumer_groups([group])
     finally:
         await admin.close()
-    return len(described.members)
+    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
+    return len(described[5])
 
 
 def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
