@@ -18,7 +18,8 @@ Afterwards, against oracles computed here from the published docs alone:
 
 Size: ``AGENTLOG_FAULT_EVENTS`` (default 20,000 here, so the test stays within ~4 minutes on the
 2-core CI machine; the issue's 50,000 is ``AGENTLOG_FAULT_EVENTS=50000``);
-``AGENTLOG_FAULT_KILL_EVERY_S`` the mean seconds between kills (default 4); ``AGENTLOG_FAULT_SEED``.
+``AGENTLOG_FAULT_KILL_EVERY_S`` the mean seconds between kills (default 3); ``AGENTLOG_FAULT_KILLS`` the
+fewest kills (default 8: they go on while the group drains if the stream ended first); ``AGENTLOG_FAULT_SEED``.
 """
 
 from __future__ import annotations
@@ -45,7 +46,9 @@ from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", 20_000))
-KILL_EVERY_S = float(os.environ.get("AGENTLOG_FAULT_KILL_EVERY_S", 4.0))
+KILL_EVERY_S = float(os.environ.get("AGENTLOG_FAULT_KILL_EVERY_S", 3.0))
+#: Kills go on after the stream ends (while the group drains) until at least this many were made.
+MIN_KILLS = int(os.environ.get("AGENTLOG_FAULT_KILLS", 8))
 PARTITIONS = 8
 PER_RUN = 100
 FAMILIES = 3
@@ -111,14 +114,20 @@ def test_three_workers_one_group_random_sigkills(settings, ledger):
 
     async def kill_loop() -> None:
         """Every few seconds (random), SIGKILL a random worker and start it again at once."""
-        while not published.is_set():
-            try:
-                await asyncio.wait_for(published.wait(), timeout=rng.uniform(0.5, 1.5) * KILL_EVERY_S)
-            except TimeoutError:
-                victim = rng.choice(workers)
-                kills.append(victim.role)
-                victim.kill()
-                victim.start()
+        while not published.is_set() or len(kills) < MIN_KILLS:
+            pause = rng.uniform(0.5, 1.5) * KILL_EVERY_S
+            if published.is_set():
+                await asyncio.sleep(pause)
+            else:
+                try:
+                    await asyncio.wait_for(published.wait(), timeout=pause)
+                    continue  # the stream ended: stop here unless too few kills were made
+                except TimeoutError:
+                    pass
+            victim = rng.choice(workers)
+            kills.append(victim.role)
+            victim.kill()
+            victim.start()
 
     async def scenario() -> dict[str, int]:
         async with Offsets(settings) as offsets:
