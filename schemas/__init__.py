@@ -25,6 +25,7 @@ from schemas.errors import (
     InfraError,
     ReplayError,
     StoreError,
+    StoreLockedError,
 )
 from schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
 from schemas.payloads import PAYLOAD_MODELS
@@ -71,6 +72,7 @@ __all__ = [
     "InfraError",
     "ReplayError",
     "StoreError",
+    "StoreLockedError",
     # canonical bytes and hashes
     "GENESIS",
     "MAX_SAFE_INTEGER",

@@ -46,6 +46,21 @@ class StoreError(AgentlogError):
     code = "store_error"
 
 
+class StoreLockedError(StoreError):
+    """Another live process owns the embedded chdb directory (code ``store_locked``); ``owner`` is its record.
+
+    The embedded store is in-process, so one process at a time holds its directory (issue #18): query
+    through that process's endpoint, stop it, or run this worker with ``--role process``. A ClickHouse
+    server (``AGENTLOG_CLICKHOUSE_URL``) has no such limit.
+    """
+
+    code = "store_locked"
+
+    def __init__(self, message: str, *, owner: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+
 class ReplayError(AgentlogError):
     """Replay could not run (missing run, unreadable log); a divergence is *not* an error."""
 

@@ -109,6 +109,11 @@ class Settings:
     # (README "Console"). The token is never printed: it is left out of repr.
     web_host: str = "127.0.0.1"
     web_token: str = field(default="", repr=False)
+    # issue #18 roles: what `agentlog worker` runs (README "Scaling out"). "process": the Faust agents
+    # (sequencer, fold, handoff, OTel) and the log check, no audit store opened; "sink": only the audit
+    # sink (and the HTTP endpoints that read the store), no Faust consumer group joined; "all": both.
+    # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
+    worker_role: str = "all"
 
     @property
     def chdb_dir(self) -> Path:

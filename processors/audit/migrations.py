@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from processors.audit.store import Store, open_store
-from schemas.errors import StoreError
+from schemas.errors import StoreError, StoreLockedError
 from streams.settings import Settings
 
 __all__ = ["CLUSTER_MIGRATIONS_DIR", "MIGRATIONS_DIR", "apply_retention", "migrate", "open_owned"]
@@ -216,22 +216,48 @@ def apply_retention(store: Store, days: int) -> None:
         store.command("ALTER TABLE events REMOVE TTL")
 
 
+#: The owner-record role of a worker running the audit sink (:func:`open_owned`): long-lived.
+SINK_ROLE = "audit-sink"
+
+
 def open_owned(settings: Settings, *, wait_s: float = 60.0) -> Store:
-    """Migrate and open the store for a long-lived owner, waiting out a short-lived opener such as a CLI query.
+    """Open (and migrate) the store for a long-lived owner, waiting out a short-lived opener such as a CLI query.
 
     chdb lets one process own a directory; a user's ``agentlog query`` run while
     no worker owned it holds the lock for a moment. A worker that died on that
     would be absurd, so it retries; a long-lived owner still ends in one clear error.
+    Another worker running the audit sink on the directory is not waited for (issue #18):
+    with the embedded store there is one sink per directory, and this one refuses at once.
+
+    Raises:
+        StoreLockedError: another worker's audit sink owns the chdb directory, or any
+            other owner kept it past ``wait_s``.
     """
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            migrate(settings)
-            store = open_store(settings)
-            apply_retention(store, settings.events_ttl_days)
+            store = open_store(settings, role=SINK_ROLE)
+            try:
+                migrate(store)
+                apply_retention(store, settings.events_ttl_days)
+            except BaseException:
+                store.close()
+                raise
             return store
+        except StoreLockedError as e:
+            if e.owner is not None and e.owner.get("role") == SINK_ROLE:
+                raise StoreLockedError(
+                    f"the embedded audit store {settings.store_url} is owned by another worker running the audit "
+                    f"sink (pid {e.owner.get('pid')}, {e.owner.get('cmd', '?')}): one sink per chdb directory. "
+                    "Run this worker with --role process (AGENTLOG_WORKER_ROLE=process), give it its own "
+                    "AGENTLOG_HOME and prefix, or use a ClickHouse server (AGENTLOG_CLICKHOUSE_URL) for many sinks",
+                    owner=e.owner) from e
+            if time.monotonic() > deadline:
+                raise
+            log.warning("audit store busy (%s); retrying", e)
+            time.sleep(1.0)
         except StoreError as e:
-            if e.code not in {"store_locked", "store_unavailable", "store_busy"} or time.monotonic() > deadline:
+            if e.code not in {"store_unavailable", "store_busy"} or time.monotonic() > deadline:
                 raise
             log.warning("audit store busy (%s); retrying", e)
             time.sleep(1.0)

@@ -14,17 +14,22 @@ ClickHouse 26.9):
   clients on the same directory in one process share the engine and work.
 
 So within a process every ``open_store`` of a directory shares one client
-(reference-counted registry), and across processes an owner file
-``<dir>.owner.json`` ``{pid, cmd, started, queryUrl?}`` says who holds the
-directory, so a second process gets a one-line ``store_locked`` error naming the
-owner instead of the engine's lock message, and the CLI can send its query to
-the owner's ``queryUrl`` instead.
+(reference-counted registry), and across processes one process owns the directory:
+it holds an exclusive ``flock`` on ``<dir>.lock`` (issue #18), taken before the
+engine opens and released by the kernel when the process ends, however it ends, so
+a SIGKILLed owner never blocks its own restart and a recycled pid is never taken for
+an owner. Beside it an owner file ``<dir>.owner.json`` ``{pid, cmd, started, role?,
+queryUrl?}`` says who holds the lock, so a second process gets a one-line
+``store_locked`` error (:class:`schemas.errors.StoreLockedError`) naming the owner
+instead of the engine's lock message, and the CLI can send its query to the
+owner's ``queryUrl`` instead. The owner file is only ever believed while the lock is held.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -41,13 +46,14 @@ import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError as _CCError
 
 from processors.audit.rows import rows_for
-from schemas.errors import StoreError
+from schemas.errors import StoreError, StoreLockedError
 from streams.settings import Settings
 
 __all__ = [
     "ClickHouseError",
     "QueryResult",
     "Store",
+    "lock_file",
     "open_store",
     "owner_file",
     "read_owner",
@@ -148,14 +154,64 @@ def owner_file(path: str | os.PathLike[str]) -> Path:
     return Path(str(Path(path)) + ".owner.json")
 
 
+def lock_file(path: str | os.PathLike[str]) -> Path:
+    """``<dir>.lock`` beside the chdb directory: its owner holds an exclusive ``flock`` on it."""
+    return Path(str(Path(path)) + ".lock")
+
+
+#: How long an opener retries a held lock before it says ``store_locked``: long enough to ride
+#: out a :func:`read_owner` probe (a shared lock held for microseconds), short for a real owner.
+_LOCK_PATIENCE_S = 1.0
+
+
+def _take_lock(path: str) -> int:
+    """Take the directory's exclusive lock; its descriptor is kept open while the store is.
+
+    Raises:
+        StoreLockedError: another live process holds it (the message names it from the owner file).
+    """
+    fd = os.open(lock_file(path), os.O_RDWR | os.O_CREAT, 0o644)
+    deadline = time.monotonic() + _LOCK_PATIENCE_S
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise _locked_error(path, _load_owner(owner_file(path))) from None
+            time.sleep(0.05)
+
+
+def _lock_held(path: str) -> bool:
+    """True while some process (this one included) holds the directory's lock.
+
+    Probed with a shared non-blocking ``flock`` on a fresh descriptor, released at once; an
+    opener racing the probe retries for :data:`_LOCK_PATIENCE_S`.
+    """
+    try:
+        fd = os.open(lock_file(path), os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)  # closing the probe's descriptor drops its shared lock, never the owner's
+    return False
+
+
 def read_owner(settings_or_url: Settings | str) -> dict[str, Any] | None:
-    """The owner record of a chdb store if a *live* process holds it, else ``None``."""
+    """The owner record of a chdb store if a *live* process holds its lock, else ``None``."""
     path = _chdb_path(store_url(settings_or_url))
     if path is None or path == ":memory:":
         return None
+    if not _lock_held(path):
+        return None
     owner = _load_owner(owner_file(path))
     if owner is None or not _pid_alive(owner.get("pid")):
-        return None
+        return None  # locked by a process that has not written its record yet (or a pre-lock file)
     return owner
 
 
@@ -190,16 +246,18 @@ def _write_owner(p: Path, record: dict[str, Any]) -> None:
     os.replace(tmp, p)
 
 
-def _locked_error(path: str, owner: dict[str, Any] | None) -> StoreError:
+def _locked_error(path: str, owner: dict[str, Any] | None) -> StoreLockedError:
+    if owner and not _pid_alive(owner.get("pid")):
+        owner = None  # a record left by an earlier owner: the lock's holder has not written its own yet
     if owner:
         who = f"pid {owner.get('pid')} ({owner.get('cmd', '?')})"
         where = f"; its query endpoint is {owner['queryUrl']}" if owner.get("queryUrl") else ""
     else:
         who, where = "another process", ""
-    return StoreError(
+    return StoreLockedError(
         f"chdb directory {path} is in use by {who}{where}: query through the worker's endpoint "
         f"(agentlog query/sql do this automatically) or stop that process first",
-        code="store_locked",
+        owner=owner,
     )
 
 
@@ -212,6 +270,8 @@ class _Engine:
     path: str | None
     refs: int = 0
     owner: dict[str, Any] | None = None
+    #: the descriptor holding the directory's exclusive flock (None for a server or ``:memory:``)
+    lock_fd: int | None = None
 
 
 _REGISTRY: dict[str, _Engine] = {}
@@ -346,6 +406,9 @@ def _release(eng: _Engine) -> None:
                 current = _load_owner(p)
                 if current is not None and current.get("pid") == os.getpid():
                     p.unlink(missing_ok=True)
+            if eng.lock_fd is not None:
+                os.close(eng.lock_fd)  # releases the flock: the next owner may open the directory
+                eng.lock_fd = None
 
 
 def _release_all_at_exit() -> None:
@@ -366,7 +429,8 @@ def _command_line() -> str:
     return " ".join([head, *argv[1:]])[:200]
 
 
-def _open_chdb(path: str) -> _Engine:
+def _open_chdb(path: str, role: str | None) -> _Engine:
+    lock_fd: int | None = None
     if path != ":memory:":
         others = [e.path for e in _REGISTRY.values() if e.path is not None and e.path != path]
         if others:
@@ -375,13 +439,14 @@ def _open_chdb(path: str) -> _Engine:
                 f"per process; close that store before opening {path}",
                 code="store_busy",
             )
-        owner = _load_owner(owner_file(path))
-        if owner is not None and owner.get("pid") != os.getpid() and _pid_alive(owner.get("pid")):
-            raise _locked_error(path, owner)
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        lock_fd = _take_lock(path)
         Path(path).mkdir(parents=True, exist_ok=True)
     try:
         client = clickhouse_connect.get_client(dsn=f"chdb://{path}")
     except Exception as e:  # chdb raises ProgrammingError/RuntimeError depending on the failure
+        if lock_fd is not None:
+            os.close(lock_fd)
         text = str(e)
         if "Cannot lock file" in text:
             raise _locked_error(path, _load_owner(owner_file(path))) from e
@@ -393,12 +458,13 @@ def _open_chdb(path: str) -> _Engine:
             ) from e
         raise StoreError(f"cannot open chdb directory {path}: {' '.join(text.split())[:300]}",
                          code="store_unavailable") from e
-    eng = _Engine(key=f"chdb:{path}", client=client, path=path)
+    eng = _Engine(key=f"chdb:{path}", client=client, path=path, lock_fd=lock_fd)
     if path != ":memory:":
         eng.owner = {
             "pid": os.getpid(),
             "cmd": _command_line(),
             "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **({"role": role} if role else {}),
         }
         _write_owner(owner_file(path), eng.owner)
     return eng
@@ -414,8 +480,11 @@ def _open_server(url: str) -> _Engine:
     return _Engine(key=f"server:{url}", client=client, path=None)
 
 
-def open_store(settings_or_url: Settings | str) -> Store:
+def open_store(settings_or_url: Settings | str, *, role: str | None = None) -> Store:
     """Open (or share, within this process) the store named by ``Settings.store_url`` or a URL.
+
+    ``role`` goes into the chdb owner record when this call opens the directory (``audit-sink``:
+    a long-lived worker, which another worker must not wait for).
 
     Raises:
         StoreError: ``store_locked`` when another live process owns the chdb directory
@@ -432,7 +501,7 @@ def open_store(settings_or_url: Settings | str) -> Store:
     with _REGISTRY_LOCK:
         eng = _REGISTRY.get(key)
         if eng is None:
-            eng = _open_chdb(path) if path is not None else _open_server(url)
+            eng = _open_chdb(path, role) if path is not None else _open_server(url)
             _REGISTRY[key] = eng
         eng.refs += 1
     return Store(eng, url)

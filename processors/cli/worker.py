@@ -1,4 +1,4 @@
-"""``agentlog worker``: run every processor in one Faust worker."""
+"""``agentlog worker``: run the processors, the audit sink, or both (``--role``), in one Faust worker."""
 
 from __future__ import annotations
 
@@ -10,18 +10,26 @@ def register(app: typer.Typer) -> None:
     def worker(
         web_port: int = typer.Option(None, help="Serve /metrics and /query on this port (default: AGENTLOG_WEB_PORT)."),
         web: bool = typer.Option(True, "--web/--no-web", help="Enable the HTTP endpoint."),
-        sink: bool = typer.Option(True, "--sink/--no-sink", help="Write the audit history to ClickHouse."),
+        role: str = typer.Option(None, help="all | process | sink (default: AGENTLOG_WORKER_ROLE, else all): "
+                                             "process = the Faust agents, no audit store; sink = only the audit "
+                                             "sink and the HTTP endpoints; all = both (README \"Scaling out\")."),
+        sink: bool = typer.Option(None, "--sink/--no-sink",
+                                  help="Deprecated: --no-sink is --role process; --sink changes nothing."),
         handoff_mode: str = typer.Option(None, help="auto | check | derive (default: AGENTLOG_HANDOFF_MODE)."),
         loglevel: str = typer.Option("warning", help="Faust log level."),
         wait: float = typer.Option(300.0, help="Seconds to wait for an unreachable broker, or for enough brokers "
                                                 "to create topics at the replication factor, before giving up."),
     ) -> None:
-        """Sequencer, handoff, snapshots, replay comparison and the audit sink, in one process."""
+        """Sequencer, handoff, snapshots, replay comparison and the audit sink (by --role), in one process."""
         # Imported here, not at module level, so `agentlog --help` does not load Faust.
         from processors.worker.app import run_worker
         from streams.settings import load_settings
 
-        settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode)
+        settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode, worker_role=role)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
-        run_worker(settings, sink=sink, loglevel=loglevel, wait_s=wait)
+        if sink is False:
+            typer.echo("note: --no-sink is deprecated; it means --role process", err=True)
+        elif sink is True and settings.worker_role == "process":
+            raise typer.BadParameter("--sink contradicts --role process (use --role all)")
+        run_worker(settings, sink=sink is not False, loglevel=loglevel, wait_s=wait)

@@ -229,7 +229,8 @@ def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY
     env = {**os.environ, **settings_env(settings.replace(web_enabled=True)), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "processors", "worker", "--web", "--web-port", str(settings.web_port)],
+            [sys.executable, "-m", "processors", "worker", "--role", "all", "--web",
+             "--web-port", str(settings.web_port)],
             env=env, cwd=_REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives the demo command, like `agentlog infra up`'s broker
         )

@@ -19,6 +19,16 @@ otel-sequencer  otel-events           ingest, rejections                        
 
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
 acknowledged before table writes, positions committed only once both are durable).
+
+Roles (issue #18, ``agentlog worker --role``): ``process`` runs every row above but the audit
+sink and opens no store; ``sink`` runs only the audit sink (and the HTTP endpoints, which read
+the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only mode: Faust
+still serves the web endpoints and runs the sink's task, but it subscribes to nothing and so
+never joins the ``<prefix>-worker`` group, whose members would otherwise rebalance every time a
+sink starts or dies. With the embedded chdb store one process owns the directory
+(:func:`processors.audit.store.open_store` takes an exclusive lock), so a second ``sink``/``all``
+worker on one home stops at start with ``store_locked``; with a ClickHouse server any number of
+sinks share the ``<prefix>.audit-sink`` group's partitions.
 """
 
 from __future__ import annotations
@@ -36,6 +46,7 @@ from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
+from schemas.errors import ConfigError
 from streams.admin import ensure_topics_patiently
 from streams.settings import Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
@@ -43,8 +54,34 @@ from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 log = logging.getLogger("agentlog.worker")
 
 
+#: ``agentlog worker --role`` values (issue #18 roles); see the module docstring.
+ROLES = ("all", "process", "sink")
+
+
+def worker_role(settings: Settings, *, sink: bool = True) -> str:
+    """The role to run: ``settings.worker_role``, with ``sink=False`` (``--no-sink``) meaning ``process``.
+
+    Raises:
+        ConfigError: ``bad_worker_role`` for a role not in :data:`ROLES`, or ``sink=False`` with role ``sink``.
+    """
+    role = settings.worker_role
+    if role not in ROLES:
+        raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
+                          code="bad_worker_role")
+    if not sink:
+        if role == "sink":
+            raise ConfigError("--no-sink contradicts --role sink: a sink worker runs nothing else; "
+                              "use --role process for a worker without the audit sink", code="bad_worker_role")
+        role = "process"
+    return role
+
+
 def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
-    """Create the worker's Faust app. ``sink=False`` leaves ClickHouse out (benchmarks, tests)."""
+    """Create the worker's Faust app for ``settings.worker_role``; ``sink=False`` leaves ClickHouse out.
+
+    ``sink=False`` (benchmarks, tests, ``--no-sink``) is the ``process`` role.
+    """
+    role = worker_role(settings, sink=sink)
     if settings.web_enabled:
         check_web_access(settings)  # issue #17: never serve beyond loopback without a token
     (settings.home / "faust").mkdir(parents=True, exist_ok=True)
@@ -80,6 +117,9 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         key_serializer="json",
         value_serializer="json",
     )
+    if role == "sink":
+        # Faust's own switch for "no consumer, no agents, no tables": web server + producer only.
+        app.producer_only = True
     topics = {
         short: app.topic(
             topic_name(settings, short),
@@ -107,7 +147,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
         "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
-    }
+    } if role != "sink" else {}
     durable = positions.DurablePositions()
     positions.install(app, durable)
     METRICS.add_collector(durable.series)
@@ -115,13 +155,15 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
 
     # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
-    sequencer.install(wiring, replay=replay)
-    runstate.install_log_check(wiring)
-    handoff.install(wiring)
-    if sink:
+    if role != "sink":
+        sequencer.install(wiring, replay=replay)
+        runstate.install_log_check(wiring)
+        handoff.install(wiring)
+    if role != "process":
         audit_sink.install(wiring)
-    # OpenTelemetry ingest (issue #16): OTLP/HTTP receiver + span mapper (spans → ingest).
-    otel_spans.install(wiring)
+    if role != "sink":
+        # OpenTelemetry ingest (issue #16): OTLP/HTTP receiver + span mapper (spans → ingest).
+        otel_spans.install(wiring)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:

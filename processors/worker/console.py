@@ -119,7 +119,7 @@ def install(wiring: Wiring) -> None:
         store = wiring.store
         if store is None:
             return view.html(render_error_page("No audit store", "this worker runs without the audit sink "
-                                               "(--no-sink); the console reads the audit history",
+                                               "(--role process); the console reads the audit history",
                                                code="no_store"), status=503)
         status, body = await asyncio.get_running_loop().run_in_executor(None, build, store)
         return view.html(body, status=status)

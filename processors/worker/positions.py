@@ -31,6 +31,9 @@ from typing import Any
 from processors.metrics import Sample
 from streams import internals
 
+#: Generations of :meth:`DurablePositions.holding` kept (a few hours of rebalances at most).
+_HELD_GENERATIONS = 64
+
 
 class DurablePositions:
     """Per (table, topic, partition): the next offset the agent owning the table has made durable."""
@@ -38,6 +41,26 @@ class DurablePositions:
     def __init__(self) -> None:
         self._tables_by_topic: dict[str, list[str]] = {}
         self._positions: dict[tuple[str, str, int], tuple[int, Any]] = {}
+        #: generation -> the (topic, partition)s this worker was seen holding in it (by the commit filter)
+        self._held: dict[Any, set[tuple[str, int]]] = {}
+
+    def holding(self, generation: Any, tps: Any) -> None:
+        """Note the partitions this worker holds in ``generation`` (seen outside a rebalance)."""
+        self._held.setdefault(generation, set()).update((tp.topic, tp.partition) for tp in tps)
+        while len(self._held) > _HELD_GENERATIONS:  # generations arrive in order: drop the first seen
+            self._held.pop(next(iter(self._held)))
+
+    def _held_since(self, topic: str, partition: int, since: Any, generation: Any) -> bool:
+        """True if this worker held the partition in every generation after ``since`` up to ``generation``.
+
+        Then nobody else can have handled it in between (a partition changes hands only at a
+        generation boundary), so a position made durable in ``since`` still holds now (issue #18:
+        three workers, a batch made durable while a rebalance went by, then no more records on
+        that partition: without this its commit waited for a record that never came).
+        """
+        if not (isinstance(since, int) and isinstance(generation, int)) or not since < generation:
+            return False
+        return all((topic, partition) in self._held.get(g, ()) for g in range(since + 1, generation + 1))
 
     def consumes(self, topic: str, table: str) -> None:
         """Declare that the agent keeping its positions in ``table`` reads ``topic`` (before start)."""
@@ -63,7 +86,7 @@ class DurablePositions:
         offsets = []
         for table in tables:
             held = self._positions.get((table, topic, partition))
-            if held is None or held[1] != generation:
+            if held is None or (held[1] != generation and not self._held_since(topic, partition, held[1], generation)):
                 return None
             offsets.append(held[0])
         return min(offsets)
@@ -76,7 +99,9 @@ class DurablePositions:
     def offsets_to_commit(self, consumer: Any, generation: Any) -> dict[Any, int]:
         """For each assigned partition, the new committable offset if it is past the committed one."""
         out: dict[Any, int] = {}
-        for tp in consumer.assignment():
+        assigned = consumer.assignment()
+        self.holding(generation, assigned)
+        for tp in assigned:
             offset = self.committable(tp.topic, tp.partition, generation)
             if offset is None:
                 continue

@@ -5,7 +5,7 @@ partitions, same broker) and writes one record per event to its ``log`` topic
 (acks=all). Throughput = N / (last log record's broker timestamp − first one's), so
 process start-up and group join are not counted for anyone.
 
-- ``ours``: ``agentlog worker --no-sink`` (the one-pass sequencer: decode, validate,
+- ``ours``: ``agentlog worker --role process`` (the one-pass sequencer: decode, validate,
   decide, fold, state hash, the committed record with its stateHash, tables).
 - ``passthrough``: a Faust agent that forwards each record with no work
   (:mod:`tests.bench.passthrough_faust`): Faust's own ceiling, the issue's yardstick.
@@ -263,7 +263,7 @@ def run(ctx: BenchContext) -> dict:
             asyncio.run(_publish(s, events))
         return s
 
-    worker = ["-m", "processors", "worker", "--no-sink", "--no-web"]
+    worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
     bare = n / asyncio.run(_bare(variant("bare"), n))
     passthrough = n / _run_subprocess(variant("pass"), ["-m", "tests.bench.passthrough_faust", "worker", "-l",
                                                         "warn"], n, home / "passthrough.log")

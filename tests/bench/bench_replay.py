@@ -74,7 +74,7 @@ def _worker(settings: Settings) -> subprocess.Popen:
     log = open(settings.home / "bench-replay-worker.log", "a")  # noqa: SIM115 - owned by the child
     env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
     return subprocess.Popen([sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
-                             "--no-sink", "--no-web"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                             "--role", "process", "--no-web"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
 
 async def _build(settings: Settings, run_id: str, n: int, timeout_s: float) -> None:

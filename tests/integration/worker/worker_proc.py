@@ -14,9 +14,12 @@ from streams.settings import Settings, settings_env
 
 
 class WorkerProcess:
-    def __init__(self, settings: Settings, *, sink: bool = False, web: bool = False, log_name: str = "worker") -> None:
+    def __init__(self, settings: Settings, *, sink: bool = False, web: bool = False, log_name: str = "worker",
+                 role: str | None = None) -> None:
         self.settings = settings
         self.sink = sink
+        #: ``agentlog worker --role`` (issue #18); None: ``all`` with ``sink``, else ``process``
+        self.role = role or ("all" if sink else "process")
         self.web = web
         self.log_path = Path(settings.home) / f"{log_name}.log"
         self.proc: subprocess.Popen | None = None
@@ -26,7 +29,7 @@ class WorkerProcess:
         Path(self.settings.home).mkdir(parents=True, exist_ok=True)
         env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
         args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
-                "--sink" if self.sink else "--no-sink", "--web" if self.web else "--no-web"]
+                "--role", self.role, "--web" if self.web else "--no-web"]
         self.starts += 1
         with open(self.log_path, "a") as log:  # the child keeps its own copy of the descriptor
             log.write(f"\n===== start #{self.starts} at {time.time():.3f}\n")

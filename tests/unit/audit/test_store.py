@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -402,3 +403,69 @@ def test_checkpoints_land_in_their_table_and_verify_from_it(store):
     assert [(r[0], r[1], r[2]) for r in rows] == [(9, key_id(key), f"{9:064x}"), (19, key_id(key), f"{19:064x}")]
     assert [json.loads(r[3]) for r in rows] == cps
     assert all(verify_checkpoint(json.loads(r[3]), {key_id(key): key.public_key()}) is None for r in rows)
+
+
+# --- issue #18: one owner per chdb directory, held by an flock the kernel drops with the process -------------
+
+SINK_HOLDER = """
+import sys
+from processors.audit.store import open_store
+s = open_store(sys.argv[1], role=sys.argv[2])
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+def _holder(url: str, role: str = "audit-sink") -> subprocess.Popen:
+    holder = subprocess.Popen([sys.executable, "-c", SINK_HOLDER, url, role], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True, env=_env(), cwd=REPO)
+    assert holder.stdout.readline().strip() == "ready"
+    return holder
+
+
+def test_a_sigkilled_owner_frees_the_directory_at_once(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    holder = _holder(url)
+    assert read_owner(url)["pid"] == holder.pid
+    holder.kill()
+    holder.wait(timeout=30)
+    # its owner file is still there, naming a dead pid; the lock went with the process
+    assert json.loads(owner_file(tmp_path / "ch").read_text())["pid"] == holder.pid
+    assert read_owner(url) is None
+    with open_store(url) as s:
+        assert s.query("SELECT 1").rows == [(1,)]
+
+
+def test_an_owner_file_naming_a_live_stranger_does_not_lock(tmp_path):
+    """A recycled pid: the record names a live process that holds no lock, so it owns nothing."""
+    url = f"chdb://{tmp_path / 'ch'}"
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        owner_file(tmp_path / "ch").write_text(json.dumps({"pid": stranger.pid, "cmd": "agentlog worker"}))
+        assert read_owner(url) is None
+        with open_store(url) as s:
+            assert read_owner(url)["pid"] == os.getpid()
+            assert s.query("SELECT 1").rows == [(1,)]
+    finally:
+        stranger.kill()
+        stranger.wait(timeout=30)
+
+
+def test_a_second_sink_worker_refuses_at_once_naming_the_owner(tmp_path):
+    from processors.audit.migrations import open_owned
+    from schemas.errors import StoreLockedError
+    from streams.settings import Settings
+
+    settings = Settings(home=tmp_path, clickhouse_url=f"chdb://{tmp_path / 'ch'}")
+    holder = _holder(settings.store_url)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreLockedError) as e:
+            open_owned(settings, wait_s=60)
+        assert time.monotonic() - t0 < 10  # not the 60 s a short-lived opener is waited for
+        assert e.value.code == "store_locked" and e.value.owner["pid"] == holder.pid
+        assert f"pid {holder.pid}" in str(e.value) and "--role process" in str(e.value)
+    finally:
+        holder.communicate("\n", timeout=60)
+    with open_owned(settings, wait_s=5) as store:  # the owner left: this one owns it now
+        assert read_owner(settings)["role"] == "audit-sink" and store.path == str(tmp_path / "ch")

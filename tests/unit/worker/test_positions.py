@@ -98,3 +98,20 @@ def test_positions_are_exported_as_a_gauge():
     text = metrics.render()
     assert "# TYPE agentlog_durable_position gauge" in text
     assert 'agentlog_durable_position{partition="1",table="runs",topic="t.log"} 1234' in text
+
+
+def test_a_position_outlives_rebalances_the_worker_held_the_partition_through():
+    """Issue #18: a batch made durable just before a rebalance, then no more records on the partition."""
+    pos = DurablePositions()
+    pos.consumes("links", "links")
+    a, b = _TP(("links", 7)), _TP(("links", 3))
+    pos.offsets_to_commit(_consumer([a, b]), 4)  # seen holding both in generation 4
+    pos.advance("links", "links", 7, 23, generation=4)
+    pos.advance("links", "links", 3, 10, generation=4)
+    # generation 5: still holds 7, lost 3 (someone else may have handled 3 meanwhile)
+    assert pos.offsets_to_commit(_consumer([a]), 5) == {a: 23}
+    # generation 6: 3 comes back, but 5 went by without it: its old position does not count
+    assert pos.offsets_to_commit(_consumer([a, b]), 6) == {a: 23}
+    assert pos.committable("links", 3, 6) is None
+    # a generation this worker was never seen in breaks the chain too
+    assert pos.committable("links", 7, 8) is None

@@ -1,0 +1,66 @@
+"""Issue #18 roles: what ``agentlog worker --role process|sink|all`` builds (no broker: nothing connects)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from processors.worker.app import build_app, worker_role
+from schemas.errors import ConfigError
+from streams.settings import load_settings
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _settings(tmp_path, role: str):
+    # Port 9 (discard): nothing listens there, and nothing here connects anyway.
+    return load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path, worker_role=role,
+                         clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2)
+
+
+def _agents(wiring) -> set[str]:
+    return {agent.name.rsplit(".", 1)[-1] for agent in wiring.app.agents.values()}
+
+
+def test_process_runs_the_agents_and_opens_no_store(tmp_path):
+    wiring = build_app(_settings(tmp_path, "process"), replay=False)
+    assert wiring.store is None and not wiring.app.producer_only
+    assert wiring.tables and _agents(wiring)
+    assert not (tmp_path / "ch").exists()
+
+
+def test_sink_runs_only_the_sink_and_joins_no_group(tmp_path):
+    wiring = build_app(_settings(tmp_path, "sink"), replay=False)
+    try:
+        assert wiring.app.producer_only  # Faust starts no consumer: the processing group never sees it
+        assert _agents(wiring) == set() and wiring.tables == {}
+        assert wiring.store is not None and wiring.store.path == str(tmp_path / "ch")
+    finally:
+        wiring.store.close()
+
+
+def test_all_runs_both(tmp_path):
+    wiring = build_app(_settings(tmp_path, "all"), replay=False)
+    try:
+        assert wiring.store is not None and _agents(wiring) and not wiring.app.producer_only
+    finally:
+        wiring.store.close()
+
+
+def test_no_sink_is_process_and_nonsense_is_refused(tmp_path):
+    assert worker_role(_settings(tmp_path, "all"), sink=False) == "process"
+    for role, sink in (("nonsense", True), ("sink", False)):
+        with pytest.raises(ConfigError) as e:
+            worker_role(_settings(tmp_path, role), sink=sink)
+        assert e.value.code == "bad_worker_role"
+
+
+def test_the_cli_says_so_in_one_line(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "processors", "worker", "--role", "nonsense", "--no-web"],
+                         capture_output=True, text=True, cwd=REPO, timeout=120,
+                         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "AGENTLOG_HOME": str(tmp_path),
+                              "AGENTLOG_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
+    assert out.returncode == 2 and out.stderr.startswith("error[bad_worker_role]:"), out.stderr
