@@ -16,8 +16,8 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from processors.core.checkpoint import VerifyResult, key_id, load_public_key, verify_history
-from schemas.canonical import loads_strict
-from schemas.errors import AgentlogError, ReplayError
+from processors.replay.exported import json_lines
+from schemas.errors import ReplayError
 from streams.reader import read_run, read_topic
 from streams.settings import Settings
 
@@ -77,19 +77,9 @@ def load_export(path: Path, run_id: str) -> RunHistory:
     Raises:
         ReplayError: the file cannot be read or a line is not a JSON object.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ReplayError(f"cannot read {path}: {e}", code="export_unreadable") from e
     records: list[dict[str, Any]] = []
     checkpoints: list[dict[str, Any]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            value = loads_strict(line)
-        except AgentlogError as e:
-            raise ReplayError(f"{path}:{number}: {e}", code="export_unreadable") from e
+    for number, value in json_lines(path, code="export_unreadable"):
         if not isinstance(value, dict):
             raise ReplayError(f"{path}:{number}: expected a JSON object", code="export_unreadable")
         if isinstance(value.get(CHECKPOINT_LINE_KEY), dict):
