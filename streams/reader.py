@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncGenerator, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -26,6 +27,24 @@ from streams.topics import topic_name
 log = logging.getLogger(__name__)
 
 Record = tuple[int, int, str | None, dict[str, Any]]
+
+
+@dataclass
+class ReadProgress:
+    """Where a bounded read is, for a caller that gives up on it: the error then says which step stalled.
+
+    ``stage`` is one of ``connecting``, ``metadata``, ``offsets``, ``fetching``, ``done``;
+    ``records`` counts the records fetched so far and ``ends`` the end offsets the read aims for.
+    """
+
+    stage: str = "connecting"
+    records: int = 0
+    ends: dict[int, int] = field(default_factory=dict)
+    positions: dict[int, int] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        where = ", ".join(f"p{p}: {self.positions.get(p, '?')}/{e}" for p, e in sorted(self.ends.items()))
+        return f"stage {self.stage}, {self.records} records read" + (f", position/end {where}" if where else "")
 
 
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
@@ -77,6 +96,7 @@ async def read_topic(
     until_end: bool = True,
     isolation_level: str = "read_committed",
     skip_undecodable: bool = False,
+    progress: ReadProgress | None = None,
 ) -> AsyncGenerator[Record, None]:
     """Yield ``(partition, offset, key, value)`` from a catalogue topic.
 
@@ -85,21 +105,25 @@ async def read_topic(
     With ``until_end`` the read stops at the end offsets seen when it started.
     Undecodable values raise (their ``EventRejected``), or are skipped with a log
     line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
-    sequencer rejected.
+    sequencer rejected. ``progress``, when given, is kept up to date (see :class:`ReadProgress`).
     """
     topic = topic_name(settings, short_name)
     decode = _decoder(short_name)
     consumer = _consumer(settings, isolation_level)
+    progress = progress if progress is not None else ReadProgress()
+    progress.stage = "connecting"
     try:
         await consumer.start()
     except KafkaConnectionError as e:
         raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
     try:
+        progress.stage = "metadata"
         parts = await _partitions(consumer, topic, settings)
         if key is not None:
             parts = [partition_for(settings, key, short_name, partitions=len(parts))]
         tps = [TopicPartition(topic, p) for p in parts]
         consumer.assign(tps)
+        progress.stage = "offsets"
         starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
         begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
         for tp in tps:
@@ -107,9 +131,14 @@ async def read_topic(
         ends = await consumer.end_offsets(tps) if until_end else {}
         live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
         key_bytes = key.encode() if key is not None else None
+        progress.stage = "fetching"
+        progress.ends = {tp.partition: end for tp, end in ends.items()}
         while live:
             batches = await consumer.getmany(*live, timeout_ms=500)
             for tp, messages in batches.items():
+                progress.records += len(messages)
+                if messages:
+                    progress.positions[tp.partition] = messages[-1].offset + 1
                 for m in messages:
                     if until_end and m.offset >= ends[tp]:
                         break
@@ -127,6 +156,7 @@ async def read_topic(
                 for tp in list(live):
                     if await consumer.position(tp) >= ends[tp]:
                         live.discard(tp)
+        progress.stage = "done"
     except KafkaError as e:
         raise InfraError(f"reading {topic} from {settings.kafka_bootstrap} failed: {e}") from e
     finally:
@@ -147,7 +177,8 @@ class RunLog(list[dict[str, Any]]):
 
 
 async def read_run(
-    settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None
+    settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None,
+    progress: ReadProgress | None = None,
 ) -> RunLog:
     """The records of ``run_id`` from its partition, deduplicated by ``(runId, sequence)``.
 
@@ -164,7 +195,8 @@ async def read_run(
     if from_offset is not None:
         from_offsets = {partition_for(settings, run_id, short_name): from_offset}
     async for partition, offset, _, value in read_topic(
-        settings, short_name, key=run_id, from_offsets=from_offsets, skip_undecodable=short_name == "ingest"
+        settings, short_name, key=run_id, from_offsets=from_offsets, skip_undecodable=short_name == "ingest",
+        progress=progress,
     ):
         item = value if short_name != "ingest" else {
             "doc": value,

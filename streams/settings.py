@@ -114,6 +114,12 @@ class Settings:
     # sink (and the HTTP endpoints that read the store), no Faust consumer group joined; "all": both.
     # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
     worker_role: str = "all"
+    # Upgrade/repair path (session 5): a run whose run state lags its log is caught up by reading its
+    # log partition inside the sequencer's batch. Each read may take this long; a read that does not
+    # finish is abandoned and started again with a fresh consumer (catch_up_attempts reads in all), so
+    # one stalled read cannot hold the partition's batch for ever.
+    catch_up_timeout_s: float = 30.0
+    catch_up_attempts: int = 3
 
     @property
     def chdb_dir(self) -> Path:

@@ -30,8 +30,9 @@ from processors.replay.host import host_replay_verdict
 from processors.worker.batch import Batch
 from processors.worker.wiring import Wiring
 from streams.codec import decode_record, encode_record
-from streams.reader import read_run
+from streams.reader import ReadProgress, read_run
 from streams.security import client_kwargs
+from streams.settings import Settings
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.runstate")
@@ -47,6 +48,11 @@ async def catch_up(wiring: Wiring, batch: Batch, run_id: str, rec: RunRecord | N
     hot one). Returns None when the log does not hold every sequence in between; the event is
     then committed without a state hash (a format-1 record, which readers check against the
     ``digests`` topic, if any) and the error is logged.
+
+    The read runs inside the sequencer's batch, so it is bounded: each attempt may take
+    ``catch_up_timeout_s``, and one that does not finish is abandoned (its consumer closed) and
+    tried again with a fresh one, ``catch_up_attempts`` times in all; the log line says which
+    step stalled (:class:`streams.reader.ReadProgress`).
     """
     if run_id in _HOPELESS:
         return None
@@ -55,7 +61,8 @@ async def catch_up(wiring: Wiring, batch: Batch, run_id: str, rec: RunRecord | N
     log.warning("run %s: run state is at sequence %d, the log at %d; folding the gap from the log", run_id,
                 start, seq)
     try:
-        for committed in await read_run(settings, run_id):
+        records = await _read_bounded(settings, run_id)
+        for committed in records:
             doc = committed["doc"]
             s = doc.get("sequence")
             if type(s) is not int or s < start or s >= seq:
@@ -73,6 +80,27 @@ async def catch_up(wiring: Wiring, batch: Batch, run_id: str, rec: RunRecord | N
         return None
     METRICS.inc("agentlog_runs_caught_up_total")
     return rec
+
+
+async def _read_bounded(settings: Settings, run_id: str) -> list[dict[str, Any]]:
+    """``read_run`` of the run's log, each attempt bounded by ``catch_up_timeout_s``.
+
+    Raises:
+        TimeoutError: every attempt stalled; the message says where the last one was.
+    """
+    attempts = max(1, settings.catch_up_attempts)
+    for attempt in range(1, attempts + 1):
+        progress = ReadProgress()
+        try:
+            return await asyncio.wait_for(read_run(settings, run_id, progress=progress),
+                                          timeout=settings.catch_up_timeout_s)
+        except TimeoutError:
+            METRICS.inc("agentlog_catch_up_read_timeouts_total")
+            where = f"the read of run {run_id}'s log stalled for {settings.catch_up_timeout_s:g} s at {progress}"
+            if attempt == attempts:
+                raise TimeoutError(f"{where}; gave up after {attempts} attempts") from None
+            log.warning("%s; reading again with a fresh consumer (attempt %d of %d)", where, attempt + 1, attempts)
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def send_verdicts(wiring: Wiring, requests: list[dict[str, Any]]) -> None:
