@@ -34,13 +34,13 @@ from collections import Counter
 import pytest
 
 from processors.audit.store import open_store
-from processors.core.fold import fold_all, state_hash
 from processors.worker.sink import SINK_TOPICS, ledger_gaps
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import read_topic
 from tests.faults.gen import chain_of, interleave, realistic_family, synthetic_run
 from tests.faults.kafka_util import Offsets
+from tests.faults.readback import check_runs, read_outputs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -156,44 +156,9 @@ def test_three_workers_one_group_random_sigkills(settings, ledger):
             w.stop()
     assert sum(w.starts for w in workers) == len(kills) + 3
 
-    async def read_back():
-        log: dict[str, dict[int, dict]] = {}
-        copies = conflicts = 0
-        async for _, _, _, rec in read_topic(settings, "log"):
-            doc = rec["doc"]
-            seen = log.setdefault(doc["runId"], {})
-            first = seen.get(doc["sequence"])
-            if first is None:
-                seen[doc["sequence"]] = rec
-            else:
-                copies += 1
-                conflicts += first != rec
-        snaps: dict[str, dict] = {}
-        async for _, _, key, snap in read_topic(settings, "snapshots"):
-            if snap["atSequence"] >= snaps.get(key, {}).get("atSequence", -1):
-                snaps[key] = snap
-        rejections = [r async for _, _, _, r in read_topic(settings, "rejections")]
-        violations = [v async for _, _, _, v in read_topic(settings, "violations")]
-        return log, copies, conflicts, snaps, rejections, violations
-
-    log, copies, conflicts, snaps, rejections, violations = asyncio.run(read_back())
-    assert conflicts == 0, "different records at the same (runId, sequence)"
-    assert rejections == [], rejections[:3]
-    assert violations == [], violations[:3]
-    lost = 0
-    for run_id, docs in runs.items():
-        got = log.get(run_id, {})
-        lost += sum(1 for d in docs if d["sequence"] not in got)
-        assert len(got) == len(docs), f"{run_id}: {len(got)} of {len(docs)} committed"
-        chain = chain_of(docs)
-        for doc, (prev, h) in zip(docs, chain, strict=True):
-            rec = got[doc["sequence"]]
-            assert rec["doc"] == doc and rec["prevHash"] == prev and rec["hash"] == h
-        clean, _ = fold_all(docs)
-        snap = snaps[run_id]
-        assert snap["atSequence"] == len(docs) - 1
-        assert snap["state"] == clean and snap["stateHash"] == state_hash(clean)
-        assert snap["headHash"] == chain[-1][1]
+    out = asyncio.run(read_outputs(settings))
+    lost = check_runs(runs, out)
+    copies, conflicts = out.copies, out.conflicts
 
     # --- ClickHouse: the workers are stopped, so this process may own the chdb directory now ------------
     with open_store(settings) as store:

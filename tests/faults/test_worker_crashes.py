@@ -31,7 +31,6 @@ import pytest
 
 from processors.audit.store import open_store
 from processors.core.checkpoint import key_id, load_public_key, verify_history
-from processors.core.fold import fold_all, state_hash
 from processors.worker.sink import ledger_gaps
 from streams.admin import ensure_topics
 from streams.codec import encode_record
@@ -39,6 +38,7 @@ from streams.publisher import Publisher
 from streams.reader import read_run, read_topic
 from tests.faults.gen import chain_of, interleave, realistic_family, synthetic_run
 from tests.faults.kafka_util import Offsets
+from tests.faults.readback import check_runs, read_outputs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -143,23 +143,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
 
     # --- the committed log, read once, deduplicated as every reader does -----------------------
     async def read_back():
-        log: dict[str, dict[int, dict]] = {}
-        copies = conflicts = 0
-        async for _, _, _, rec in read_topic(settings, "log"):
-            doc = rec["doc"]
-            seen = log.setdefault(doc["runId"], {})
-            first = seen.get(doc["sequence"])
-            if first is None:
-                seen[doc["sequence"]] = rec
-            else:
-                copies += 1
-                conflicts += first != rec
-        snaps: dict[str, dict] = {}
-        async for _, _, key, snap in read_topic(settings, "snapshots"):
-            if snap["atSequence"] >= snaps.get(key, {}).get("atSequence", -1):
-                snaps[key] = snap
-        rejections = [r async for _, _, _, r in read_topic(settings, "rejections")]
-        violations = [v async for _, _, _, v in read_topic(settings, "violations")]
+        out = await read_outputs(settings)
         transitions = set()
         keys: dict[str, set] = {"transitions": set(), "snapshots": set(), "state_digests": set(),
                                 "replay_verdicts": set(), "checkpoints": set()}
@@ -178,28 +162,13 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
         async for _, _, _, cp in read_topic(settings, "checkpoints"):
             signed.setdefault(cp["runId"], []).append(cp)
             keys["checkpoints"].add((cp["runId"], cp["sequence"], cp["keyId"]))
-        return log, copies, conflicts, snaps, rejections, violations, transitions, sample, signed
+        return out, transitions, sample, signed
 
     sink_keys: dict[str, set] = {}
-    log, copies, conflicts, snaps, rejections, violations, transitions, sample, signed = asyncio.run(read_back())
-    assert conflicts == 0, "different records at the same (runId, sequence)"
+    out, transitions, sample, signed = asyncio.run(read_back())
     assert all(s.conflicts == [] for s in sample)
-    assert rejections == [], rejections[:3]
-    assert violations == [], violations[:3]
-    lost = 0
-    for run_id, docs in runs.items():
-        got = log.get(run_id, {})
-        lost += sum(1 for d in docs if d["sequence"] not in got)
-        assert len(got) == len(docs), f"{run_id}: {len(got)} of {len(docs)} committed"
-        for doc, (prev, h) in zip(docs, chain_of(docs), strict=False):
-            rec = got[doc["sequence"]]
-            assert rec["doc"] == doc and rec["prevHash"] == prev and rec["hash"] == h
-        clean, _ = fold_all(docs)
-        snap = snaps[run_id]
-        assert snap["atSequence"] == len(docs) - 1
-        assert snap["state"] == clean
-        assert snap["stateHash"] == state_hash(clean)
-        assert snap["headHash"] == chain_of(docs)[-1][1]
+    lost = check_runs(runs, out)
+    log, copies, conflicts, rejections, violations = out.log, out.copies, out.conflicts, out.rejections, out.violations
     assert sum(len(v) for k, v in log.items() if k in runs) == total
     public = load_public_key((settings.home / "keys" / "ed25519.pub.pem").read_bytes())
     unverified = {}
