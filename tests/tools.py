@@ -1,4 +1,5 @@
-"""External programs some tests drive (Debian packages): skip where missing, fail where CI promised them.
+"""External programs some tests drive: Debian packages (skip where missing, fail where CI promised them),
+our own CLI in a child process, and a free local port for the servers they start.
 
 Tests never install anything. ``.ci/run`` installs the packages below when their binary is missing and
 sets ``AGENTLOG_TEST_REQUIRE_TOOLS=1``, which turns a missing tool into a failure instead of a skip, so
@@ -9,8 +10,15 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 REQUIRE_TOOLS_ENV = "AGENTLOG_TEST_REQUIRE_TOOLS"
 
@@ -27,3 +35,19 @@ def require_tool(binary: str) -> str:
     if os.environ.get(REQUIRE_TOOLS_ENV):
         pytest.fail(f"{message}, and {REQUIRE_TOOLS_ENV} is set", pytrace=False)
     pytest.skip(message)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listened on a moment ago (for a worker's web/OTLP server)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def agentlog_cli(settings: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """``agentlog <args>`` in a child process configured like ``settings`` (as a user's shell would be)."""
+    from streams.settings import settings_env
+
+    env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=timeout)

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import time
 import uuid
 
@@ -35,6 +34,7 @@ from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
+from tests.tools import free_port
 
 TRACES_PER_REQUEST = 10
 
@@ -61,12 +61,6 @@ def _requests(n_traces: int) -> list[bytes]:
     return bodies
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 async def _ours(settings: Settings, bodies: list[bytes], n_spans: int, phases: dict[str, float]) -> float:
     producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                                 linger_ms=5, max_batch_size=1 << 20)
@@ -82,7 +76,7 @@ async def _ours(settings: Settings, bodies: list[bytes], n_spans: int, phases: d
     receiver = Receiver(send, reject, ack_timeout_s=60, max_body_bytes=64 << 20)
     runner = web.AppRunner(receiver.app(), access_log=None)
     await runner.setup()
-    port = _free_port()
+    port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     try:
         t0 = time.perf_counter()

@@ -9,7 +9,6 @@ from the console itself.
 from __future__ import annotations
 
 import io
-import socket
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from rich.console import Console
 
 from processors.demo.tour import DemoSummary, run_demo, stop_worker
 from streams.settings import Settings, load_settings
+from tests.tools import free_port
 
 
 @dataclass(frozen=True)
@@ -35,18 +35,12 @@ class DemoConsole:
                     if r["type"] == type_ and (node is None or r["node_id"] == node))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def demo_console(kafka_bootstrap: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoConsole]:
     home = tmp_path_factory.mktemp("console-demo")
     settings = load_settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=f"c{uuid.uuid4().hex[:8]}", home=home,
                              clickhouse_url=f"chdb://{home / 'ch'}", replication_factor=1, partitions=2,
-                             web_port=_free_port())
+                             web_port=free_port())
     try:
         out = io.StringIO()
         summary = run_demo(settings, Console(file=out, width=200, color_system=None))

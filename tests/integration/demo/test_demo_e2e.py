@@ -12,21 +12,15 @@ each verdict back from the verdicts topic itself.
 from __future__ import annotations
 
 import asyncio
-import socket
 
 import pytest
 from rich.console import Console
 
 from processors.demo.tour import run_demo, stop_worker
 from streams.reader import read_topic
+from tests.tools import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _worker_verdicts(settings, replay_run_id: str) -> list[dict]:
@@ -35,7 +29,7 @@ async def _worker_verdicts(settings, replay_run_id: str) -> list[dict]:
 
 
 def test_demo_end_to_end(settings):
-    demo_settings = settings.replace(web_port=_free_port())
+    demo_settings = settings.replace(web_port=free_port())
     try:
         summary = run_demo(demo_settings, Console(quiet=True))
     finally:

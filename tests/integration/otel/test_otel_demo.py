@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -17,20 +16,15 @@ import pytest
 
 from processors.demo.tour import stop_worker
 from streams.settings import settings_env
+from tests.tools import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def test_demo_otel_cli(settings):
-    demo = settings.replace(web_port=_free_port(), otlp_port=_free_port(), otel_settle_ms=500, otel_tick_s=0.2)
+def test_demo_otelagentlog_cli(settings):
+    demo = settings.replace(web_port=free_port(), otlp_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2)
     env = {**os.environ, **settings_env(demo), "PYTHONPATH": str(REPO)}
     try:
         out = subprocess.run([sys.executable, "-m", "processors", "demo", "--otel", "--json"], env=env, cwd=REPO,

@@ -10,11 +10,7 @@ own attributes — nothing here is computed by the mapper under test.
 from __future__ import annotations
 
 import json
-import os
 import random
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -29,26 +25,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 from processors.demo.otel import run_planner
 from schemas.upstream import upstream_file
-from streams.settings import settings_env
 from tests.integration.worker.worker_proc import WorkerProcess
+from tests.tools import agentlog_cli, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[3]
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cli(settings, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
 
 
 def _post(port: int, body: bytes, ctype: str = "application/x-protobuf") -> int:
@@ -73,13 +57,13 @@ def _wait_for(what: str, probe, timeout_s: float = 240.0):
 
 
 def _export(settings, run: str) -> list[dict]:
-    out = _cli(settings, "export", "--run", run, "--no-checkpoints")  # docs only
+    out = agentlog_cli(settings, "export", "--run", run, "--no-checkpoints")  # docs only
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
 def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
-    port = _free_port()
-    settings = settings.replace(otlp_port=port, web_port=_free_port(), otel_settle_ms=500, otel_tick_s=0.2)
+    port = free_port()
+    settings = settings.replace(otlp_port=port, web_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2)
     worker = WorkerProcess(settings, sink=True, web=True, log_name="otel-worker").start()
     try:
         # Garbage first: a 400 also says the receiver is up.
@@ -123,7 +107,7 @@ def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
 
         # The audit history (ClickHouse, via the CLI): the handoff and the tokens.
         def transitions():
-            out = _cli(settings, "sql", "--json",
+            out = agentlog_cli(settings, "sql", "--json",
                        f"SELECT phase, child_run_id FROM transitions WHERE parent_run_id = '{planner_run}'")
             rows = json.loads(out.stdout)["rows"] if out.returncode == 0 else []
             return rows if len(rows) >= 3 else None
@@ -136,7 +120,7 @@ def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
         assert expected_in > 0
 
         def usage():
-            out = _cli(settings, "query", "usage", "--json")
+            out = agentlog_cli(settings, "query", "usage", "--json")
             if out.returncode != 0:
                 return None
             payload = json.loads(out.stdout)

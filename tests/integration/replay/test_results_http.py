@@ -13,7 +13,6 @@ import asyncio
 import copy
 import json
 import shutil
-import socket
 import subprocess
 import uuid
 
@@ -23,18 +22,13 @@ from processors.core.result_cache import args_digest
 from schemas.canonical import jcs, sha256_hex
 from tests.integration.replay.helpers import HandLog, chained
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import free_port
 from tests.unit.replay.runs import ENVELOPE, REQUEST, TOOL_ARGS, TOOL_RESULT, llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600),
               pytest.mark.skipif(shutil.which("curl") is None, reason="needs curl")]
 
 LLM_KEY = sha256_hex(jcs(REQUEST))  # the key llm_run records
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def curl(*args: str) -> tuple[int, dict]:
@@ -46,7 +40,7 @@ def curl(*args: str) -> tuple[int, dict]:
 
 
 def test_a_non_python_host_gets_recorded_results_and_miss_diagnoses(settings) -> None:
-    settings = settings.replace(web_port=_free_port(), web_enabled=True)
+    settings = settings.replace(web_port=free_port(), web_enabled=True)
     run_id = f"rec-{uuid.uuid4().hex[:8]}"
     base = f"http://127.0.0.1:{settings.web_port}/replay/{run_id}/results"
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import urllib.request
 import uuid
 from collections import defaultdict
@@ -28,6 +27,7 @@ from streams.reader import read_run, read_topic
 from streams.security import client_kwargs
 from streams.topics import topic_name
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import free_port
 from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -74,12 +74,6 @@ def parse_exposition(text: str) -> tuple[dict[str, str], dict[str, list[tuple[di
     return types, samples
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _get(port: int, path: str) -> tuple[int, str]:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
         return response.status, response.read().decode()
@@ -94,7 +88,7 @@ def _value(samples, name: str, **labels: str) -> float | None:
 
 def test_metrics_lists_every_documented_series_and_health_is_ok(settings):
     documented = readme_series()
-    settings = settings.replace(web_port=_free_port())
+    settings = settings.replace(web_port=free_port())
     port = settings.web_port
     asyncio.run(ensure_topics(settings))
     worker = WorkerProcess(settings, sink=True, web=True, log_name="metrics-worker").start()

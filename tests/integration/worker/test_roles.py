@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,15 +22,10 @@ from streams.publisher import publish_docs
 from streams.security import client_kwargs
 from streams.settings import settings_env
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import free_port
 from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 async def _members(settings, group: str) -> int:
@@ -50,7 +44,7 @@ def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
     asyncio.run(ensure_topics(settings))
     run_id = f"roles-{uuid.uuid4().hex[:8]}"
     docs = realistic_run(run_id, mode="check")
-    sink_settings = settings.replace(web_port=_free_port(), web_enabled=True)
+    sink_settings = settings.replace(web_port=free_port(), web_enabled=True)
     process = WorkerProcess(settings, role="process", log_name="roles-process").start()
     sink = WorkerProcess(sink_settings, role="sink", web=True, log_name="roles-sink").start()
     try:

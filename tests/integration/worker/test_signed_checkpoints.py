@@ -9,11 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import socket
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -24,35 +20,23 @@ from processors.core.runstate import chain_problem
 from schemas.canonical import jcs
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
-from streams.settings import settings_env
 from tests.faults.gen import synthetic_run
 from tests.integration.replay.helpers import records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import agentlog_cli, free_port
 from tests.unit.core.forgery import forge
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cli(settings, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **settings_env(settings)}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
 def _verify(settings, run_id: str, pub: Path, *extra: str) -> tuple[int, dict]:
-    done = _cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--json", *extra)
+    done = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--json", *extra)
     assert done.stdout.strip(), done.stderr
     return done.returncode, json.loads(done.stdout)
 
 
 def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
-    settings = settings.replace(checkpoint_every=5, snapshot_every=10, web_port=_free_port(), web_enabled=True,
+    settings = settings.replace(checkpoint_every=5, snapshot_every=10, web_port=free_port(), web_enabled=True,
                                 sink_flush_s=0.3)
     asyncio.run(ensure_topics(settings))
     run_id = f"signed-{uuid.uuid4().hex[:8]}"
@@ -73,7 +57,7 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
         assert pub.exists() and (settings.home / "keys" / "ed25519.pem").stat().st_mode & 0o777 == 0o600
 
         export = tmp_path / "run.jsonl"
-        done = _cli(settings, "export", "--run", run_id, "--out", str(export), "--json")
+        done = agentlog_cli(settings, "export", "--run", run_id, "--out", str(export), "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stderr.strip().splitlines()[-1])["checkpoints"] == 5
         lines = [json.loads(line) for line in export.read_text().splitlines()]
@@ -83,11 +67,11 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
         assert (code, offline["verified"], offline["checkpointsVerified"], offline["lastSigned"]) == (0, True, 5, 22)
         code, live = _verify(settings, run_id, pub)
         assert (code, live["verified"], live["headHash"]) == (0, True, offline["headHash"])
-        human = _cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--export", str(export))
+        human = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--export", str(export))
         assert human.returncode == 0 and "verified" in human.stdout
 
         async def audited():
-            done = _cli(settings, "sql", f"SELECT sequence FROM checkpoints WHERE run_id = '{run_id}' "
+            done = agentlog_cli(settings, "sql", f"SELECT sequence FROM checkpoints WHERE run_id = '{run_id}' "
                                          "ORDER BY sequence LIMIT 1 BY sequence", "--json")
             rows = json.loads(done.stdout)["rows"] if done.returncode == 0 else []
             return rows if len(rows) == 5 else None
@@ -124,5 +108,5 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
     stranger.write_bytes(public_key_pem(Ed25519PrivateKey.generate().public_key()))
     code, result = _verify(settings, run_id, stranger, "--export", str(export))
     assert (code, result["failure"]["code"], result["failure"]["atSequence"]) == (1, "unknown_key", 0)
-    bad = _cli(settings, "verify", "--run", run_id, "--public-key", str(export), "--export", str(export))
+    bad = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(export), "--export", str(export))
     assert bad.returncode == 2 and bad.stderr.startswith("error[checkpoint_key_invalid]")

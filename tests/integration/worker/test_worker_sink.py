@@ -10,10 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import socket
-import subprocess
-import sys
 import urllib.request
 import uuid
 
@@ -21,27 +17,15 @@ import pytest
 
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
-from streams.settings import settings_env
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import agentlog_cli, free_port
 from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _cli(settings, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, **settings_env(settings)}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, capture_output=True,
-                          text=True, timeout=120)
-
-
 def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
-    settings = settings.replace(web_port=_free_port(), web_enabled=True, sink_flush_s=0.3)
+    settings = settings.replace(web_port=free_port(), web_enabled=True, sink_flush_s=0.3)
     asyncio.run(ensure_topics(settings))
     run_id = f"sink-{uuid.uuid4().hex[:8]}"
     docs = realistic_run(run_id, mode="check")
@@ -59,7 +43,7 @@ def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
             assert summary.accepted == len(docs)
 
             async def timeline():
-                done = _cli(settings, "query", "run-timeline", "--param", f"run_id={run_id}", "--json")
+                done = agentlog_cli(settings, "query", "run-timeline", "--param", f"run_id={run_id}", "--json")
                 if done.returncode != 0:
                     return None
                 rows = json.loads(done.stdout)["rows"]
@@ -67,13 +51,13 @@ def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
 
             rows = await wait_until(timeline, timeout=180, interval=2, what="run-timeline via the worker",
                                     worker=worker)
-            columns = json.loads(_cli(settings, "query", "run-timeline", "--param", f"run_id={run_id}",
+            columns = json.loads(agentlog_cli(settings, "query", "run-timeline", "--param", f"run_id={run_id}",
                                       "--json").stdout)["columns"]
             seq_col, type_col = columns.index("sequence"), columns.index("type")
             assert [r[seq_col] for r in rows] == list(range(len(docs)))
             assert [r[type_col] for r in rows] == [d["type"] for d in docs]
 
-            refused = _cli(settings, "sql", "DROP TABLE events")
+            refused = agentlog_cli(settings, "sql", "DROP TABLE events")
             assert refused.returncode == 2 and "read_only" in refused.stderr
 
             with urllib.request.urlopen(f"http://127.0.0.1:{settings.web_port}/metrics", timeout=10) as resp:
