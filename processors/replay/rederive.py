@@ -45,7 +45,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from processors.core.fold import fold, state_hash
-from processors.core.statehash import StateHasher
+from processors.core.statehash import ResumableStateHash, StateHasher
 from processors.metrics import METRICS
 from processors.replay.compare import ABSENT, first_difference
 from processors.replay.divergence import Divergence, DivergenceKind
@@ -265,6 +265,7 @@ class _Walk:
         self.snapshots = snapshots
         self.handoff_mode = handoff_mode
         self.hasher = StateHasher()
+        self.candidate_hash = ResumableStateHash()
         self.last_digest = max(digests) if digests else -1
         # seq -> (offset, prevHash as the record claims it (absent: None), recomputed head)
         self.seen: dict[int, tuple[int, str | None, str]] = {}
@@ -341,13 +342,7 @@ class _Walk:
         if not self.state_blind:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
             if digest is not None:  # past the last digest nothing is compared, so nothing is hashed
-                recorded = digest.get("stateHash")
-                if hashes_to(recorded, self.state):
-                    s_hash = recorded
-                else:
-                    s_hash = self.hasher(self.state)
-                    if s_hash != recorded:
-                        s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
+                s_hash = self._state_hash(digest.get("stateHash"))
         if digest is None:
             if seq <= self.last_digest and found is None:
                 found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,
@@ -377,6 +372,21 @@ class _Walk:
         else:
             self.head = expected_head
         self.next_seq = seq + 1
+
+    def _state_hash(self, recorded: str | None) -> str:
+        """``state_hash(self.state)``, checked against ``recorded`` the cheap way first.
+
+        The resumable candidate equal to the recorded hash proves it (see
+        :class:`ResumableStateHash`); otherwise the exact incremental hasher, and where that
+        disagrees too, the reference encoder, which is what a reported divergence rests on.
+        """
+        assert self.state is not None
+        if recorded is not None and self.candidate_hash(self.state) == recorded:
+            return recorded
+        s_hash = self.hasher(self.state)
+        if s_hash != recorded:
+            s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
+        return s_hash
 
     def _state_divergence(self, seq: int, offset: int, digest: dict[str, Any], s_hash: str | None) -> Divergence:
         snap = self.snapshots.get(seq)
