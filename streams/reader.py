@@ -46,6 +46,12 @@ def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
     return decode_ingest if short_name == "ingest" else decode_record
 
 
+#: How long the broker may hold a fetch that has nothing to return. Every read here is bounded by
+#: the end offsets seen at its start, so an empty fetch only happens once a partition is read to
+#: its end; aiokafka's 500 ms default then held up the next read on the same consumer by that long.
+READER_FETCH_MAX_WAIT_MS = 10
+
+
 def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         **client_kwargs(settings),
@@ -54,6 +60,7 @@ def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
         auto_offset_reset="earliest",
         isolation_level=isolation_level,
         client_id="agentlog-reader",
+        fetch_max_wait_ms=READER_FETCH_MAX_WAIT_MS,
     )
 
 
@@ -66,6 +73,110 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings
             f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`{acl_hint(settings)}"
         )
     return sorted(parts)
+
+
+class TopicReader:
+    """One started group-less consumer for several bounded reads, one after another.
+
+    Each read is an explicit assignment and seek, so a reader can read the snapshots
+    topic, then a run's log, then ask whether the digests topic holds anything for that
+    run, paying one consumer start-up (connection, metadata round trips) instead of one
+    per read; for a short replay the start-ups were most of the wall time. Use it as an
+    async context manager; reads must not overlap (one consumer, one assignment).
+    """
+
+    def __init__(self, settings: Settings, *, isolation_level: str = "read_committed") -> None:
+        self.settings = settings
+        self._consumer = _consumer(settings, isolation_level)
+
+    async def __aenter__(self) -> TopicReader:
+        try:
+            await self._consumer.start()
+        except KafkaConnectionError as e:
+            raise InfraError(
+                f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+
+    async def _assign(self, short_name: str, key: str | None) -> tuple[str, list[TopicPartition]]:
+        topic = topic_name(self.settings, short_name)
+        parts = await _partitions(self._consumer, topic, self.settings)
+        if key is not None:
+            parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
+        tps = [TopicPartition(topic, p) for p in parts]
+        self._consumer.assign(tps)
+        return topic, tps
+
+    async def holds_records(self, short_name: str, *, key: str) -> bool:
+        """Whether the partition ``key`` maps to on a catalogue topic holds any record now.
+
+        Two offset look-ups instead of a read: an empty partition cannot hold ``key``'s records.
+        """
+        topic = topic_name(self.settings, short_name)
+        try:
+            _, tps = await self._assign(short_name, key)
+            begin = await self._consumer.beginning_offsets(tps)
+            end = await self._consumer.end_offsets(tps)
+        except KafkaError as e:
+            raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
+        return any(end[tp] > begin[tp] for tp in tps)
+
+    async def batches(
+        self,
+        short_name: str,
+        *,
+        key: str | None = None,
+        from_offsets: dict[int, int] | None = None,
+        until_end: bool = True,
+        skip_undecodable: bool = False,
+    ) -> AsyncGenerator[list[Record], None]:
+        """:func:`read_topic`'s records, a fetched batch at a time (one hand-off per batch, not per record)."""
+        consumer = self._consumer
+        decode = _decoder(short_name)
+        topic = topic_name(self.settings, short_name)
+        try:
+            _, tps = await self._assign(short_name, key)
+            starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
+            begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
+            for tp in tps:
+                consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
+            ends = await consumer.end_offsets(tps) if until_end else {}
+            live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
+            key_bytes = key.encode() if key is not None else None
+            while live:
+                fetched = await consumer.getmany(*live, timeout_ms=500)
+                for tp, messages in fetched.items():
+                    batch: list[Record] = []
+                    partition, end = tp.partition, ends.get(tp)
+                    for m in messages:
+                        if end is not None and m.offset >= end:
+                            break
+                        if key_bytes is not None and m.key != key_bytes:
+                            continue
+                        try:
+                            value = decode(m.value)
+                        except AgentlogError as e:
+                            if not skip_undecodable:
+                                raise
+                            log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
+                            continue
+                        batch.append((partition, m.offset, m.key.decode() if m.key is not None else None, value))
+                    if batch:
+                        yield batch
+                if until_end:
+                    for tp in list(live):
+                        if await consumer.position(tp) >= ends[tp]:
+                            live.discard(tp)
+        except KafkaError as e:
+            raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
+
+    async def read(self, short_name: str, **kwargs: Any) -> AsyncGenerator[Record, None]:
+        """:meth:`batches`, record by record."""
+        async for batch in self.batches(short_name, **kwargs):
+            for record in batch:
+                yield record
 
 
 async def read_topic(
@@ -85,52 +196,13 @@ async def read_topic(
     With ``until_end`` the read stops at the end offsets seen when it started.
     Undecodable values raise (their ``EventRejected``), or are skipped with a log
     line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
-    sequencer rejected.
+    sequencer rejected. One consumer per call; :class:`TopicReader` reuses one.
     """
-    topic = topic_name(settings, short_name)
-    decode = _decoder(short_name)
-    consumer = _consumer(settings, isolation_level)
-    try:
-        await consumer.start()
-    except KafkaConnectionError as e:
-        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
-    try:
-        parts = await _partitions(consumer, topic, settings)
-        if key is not None:
-            parts = [partition_for(settings, key, short_name, partitions=len(parts))]
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
-        begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
-        for tp in tps:
-            consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
-        ends = await consumer.end_offsets(tps) if until_end else {}
-        live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
-        key_bytes = key.encode() if key is not None else None
-        while live:
-            batches = await consumer.getmany(*live, timeout_ms=500)
-            for tp, messages in batches.items():
-                for m in messages:
-                    if until_end and m.offset >= ends[tp]:
-                        break
-                    if key_bytes is not None and m.key != key_bytes:
-                        continue
-                    try:
-                        value = decode(m.value)
-                    except AgentlogError as e:
-                        if not skip_undecodable:
-                            raise
-                        log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
-                        continue
-                    yield tp.partition, m.offset, m.key.decode() if m.key is not None else None, value
-            if until_end:
-                for tp in list(live):
-                    if await consumer.position(tp) >= ends[tp]:
-                        live.discard(tp)
-    except KafkaError as e:
-        raise InfraError(f"reading {topic} from {settings.kafka_bootstrap} failed: {e}") from e
-    finally:
-        await consumer.stop()
+    async with TopicReader(settings, isolation_level=isolation_level) as reader:
+        async for batch in reader.batches(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
+                                          skip_undecodable=skip_undecodable):
+            for record in batch:
+                yield record
 
 
 class RunLog(list[dict[str, Any]]):
