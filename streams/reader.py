@@ -8,8 +8,9 @@ while producers keep writing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -75,6 +76,10 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings
     return sorted(parts)
 
 
+async def _nothing() -> dict[TopicPartition, int]:
+    return {}
+
+
 class TopicReader:
     """One started group-less consumer for several bounded reads, one after another.
 
@@ -85,9 +90,13 @@ class TopicReader:
     async context manager; reads must not overlap (one consumer, one assignment).
     """
 
-    def __init__(self, settings: Settings, *, isolation_level: str = "read_committed") -> None:
+    def __init__(self, settings: Settings, *, isolation_level: str = "read_committed",
+                 topics: Iterable[str] = ()) -> None:
+        """``topics``: the catalogue topics (short names) the reads will touch, so their metadata
+        is fetched together at the start instead of one round trip per first read of each."""
         self.settings = settings
         self._consumer = _consumer(settings, isolation_level)
+        self._topics = tuple(topic_name(settings, short) for short in topics)
 
     async def __aenter__(self) -> TopicReader:
         try:
@@ -95,6 +104,11 @@ class TopicReader:
         except KafkaConnectionError as e:
             raise InfraError(
                 f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        try:
+            await asyncio.gather(*(load_topic_metadata(self._consumer, topic) for topic in self._topics))
+        except BaseException:
+            await self._consumer.stop()
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -117,8 +131,7 @@ class TopicReader:
         topic = topic_name(self.settings, short_name)
         try:
             _, tps = await self._assign(short_name, key)
-            begin = await self._consumer.beginning_offsets(tps)
-            end = await self._consumer.end_offsets(tps)
+            begin, end = await asyncio.gather(self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps))
         except KafkaError as e:
             raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
         return any(end[tp] > begin[tp] for tp in tps)
@@ -139,14 +152,27 @@ class TopicReader:
         try:
             _, tps = await self._assign(short_name, key)
             starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
-            begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
+            unset = [tp for tp, o in starts.items() if o is None]
+            begin, ends = await asyncio.gather(
+                consumer.beginning_offsets(unset) if unset else _nothing(),
+                consumer.end_offsets(tps) if until_end else _nothing())
             for tp in tps:
                 consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
-            ends = await consumer.end_offsets(tps) if until_end else {}
             live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
+            for tp in tps:
+                if tp not in live:
+                    consumer.pause(tp)  # nothing to read there: no fetch for it (see below)
             key_bytes = key.encode() if key is not None else None
             while live:
                 fetched = await consumer.getmany(*live, timeout_ms=500)
+                if until_end:
+                    for tp in list(live):
+                        if await consumer.position(tp) >= ends[tp]:
+                            # Read to its end: pause it before the fetcher asks for more, or the
+                            # fetch it would send (held by the broker up to fetch_max_wait_ms) would
+                            # hold up the next read on this consumer's connection.
+                            live.discard(tp)
+                            consumer.pause(tp)
                 for tp, messages in fetched.items():
                     batch: list[Record] = []
                     partition, end = tp.partition, ends.get(tp)
@@ -165,10 +191,6 @@ class TopicReader:
                         batch.append((partition, m.offset, m.key.decode() if m.key is not None else None, value))
                     if batch:
                         yield batch
-                if until_end:
-                    for tp in list(live):
-                        if await consumer.position(tp) >= ends[tp]:
-                            live.discard(tp)
         except KafkaError as e:
             raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
 

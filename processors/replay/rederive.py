@@ -495,7 +495,7 @@ async def replay_run(
     if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
         raise ReplayError("the start offset/sequence must be >= 0")
     # Every read of one replay goes through one consumer: its start-up is paid once.
-    async with TopicReader(settings) as reader:
+    async with TopicReader(settings, topics=("snapshots", "digests", "log")) as reader:
         return await _replay(reader, run_id, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
                              progress=progress)
 
