@@ -127,11 +127,11 @@ class ResumableStateHash:
     One instance per walk over one run; states are read-only (the fold's rule).
     """
 
-    __slots__ = ("_checkpoints", "_hex", "_keys", "_keyset", "_last", "_names", "_parts", "_values")
+    __slots__ = ("_checkpoints", "_hex", "_keys", "_last", "_names", "_parts", "_valid", "_values")
 
     def __init__(self) -> None:
-        self._keys: list[str] = []
-        self._keyset: Any = None  # the dict_keys view of the state the keys were sorted for
+        self._keys: list[str] = []  # the member names of the last state, in JCS order
+        self._valid = False  # whether the lists below describe the last state
         self._names: list[bytes] = []  # '"key":' (with the ',' before every member but the first)
         self._values: list[Any] = []  # the member objects the bytes below describe
         self._parts: list[bytes] = []
@@ -147,18 +147,22 @@ class ResumableStateHash:
         except (orjson.JSONEncodeError, TypeError, ValueError, EventRejected):
             # Not spellable this way (orjson) or not JCS at all (the reference errors): no
             # candidate; the caller's exact path decides. Start over with the next state.
-            self._keyset = None
+            self._valid = False
             digest = None
         self._last, self._hex = state, digest
         return digest
 
     def _digest(self, state: Mapping[str, Any]) -> str:
-        if self._keyset is None or state.keys() != self._keyset:
+        keys = self._keys
+        try:
+            # As many members, each of them present: the same member names (no set to build).
+            values = list(map(state.__getitem__, keys)) if self._valid and len(state) == len(keys) else None
+        except KeyError:
+            values = None
+        if values is None:
             self._reset(state)
             start = 0
         else:
-            keys = self._keys
-            values = [state[k] for k in keys]
             same = list(map(operator.is_, values, self._values))
             if all(same):
                 return cast(str, self._hex)
@@ -181,12 +185,12 @@ class ResumableStateHash:
     def _reset(self, state: Mapping[str, Any]) -> None:
         keys = sorted(state) if "".join(state).isascii() else sorted(state, key=utf16_key)
         self._keys = keys
-        self._keyset = None
+        self._valid = False
         self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(keys)]
         self._values = [state[k] for k in keys]
         self._parts = [orjson.dumps(v, option=_SORTED) for v in self._values]
         self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
-        self._keyset = state.keys()
+        self._valid = True
 
 
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER

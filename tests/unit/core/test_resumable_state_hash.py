@@ -77,7 +77,8 @@ def test_any_history_gives_what_a_fresh_instance_gives(steps, rnd: random.Random
     states = _steps_to_states(steps)
     # Out of order, repeated, and copies loaded from JSON (other objects, other insertion order)
     # and states with other key sets, as a snapshot start or a hand-made state would be.
-    extra = [orjson.loads(orjson.dumps(s)) for s in states[:3]] + [{"status": "x"}, {}, {"é": 1, "e": [2.0]}]
+    extra = [orjson.loads(orjson.dumps(s)) for s in states[:3]] + [{"status": "x"}, {}, {"é": 1, "e": [2.0]},
+                                                              {"a": 1, "b": 2}, {"a": 1, "c": 2}, {"c": 2, "a": 1}]
     order = states + extra + [rnd.choice(states + extra) for _ in range(len(states))] if states else extra
     candidate = ResumableStateHash()
     for state in order:
