@@ -135,7 +135,7 @@ class ResumableStateHash:
         self._names: list[bytes] = []  # '"key":' (with the ',' before every member but the first)
         self._values: list[Any] = []  # the member objects the bytes below describe
         self._parts: list[bytes] = []
-        self._checkpoints: list[Any] = []  # SHA-256 after '{' and members[:i]
+        self._checkpoints: list[Any] = []  # SHA-256 contexts after '{' and members[:i]
         self._last: Any = None
         self._hex: str | None = None
 
@@ -172,7 +172,7 @@ class ResumableStateHash:
                     self._values[i] = values[i]
                     self._parts[i] = orjson.dumps(values[i], option=_SORTED)
         checkpoints, names, parts = self._checkpoints, self._names, self._parts
-        h = checkpoints[start].copy()
+        h: hashlib._Hash = checkpoints[start].copy()
         last = len(names) - 1
         for i in range(start, last + 1):
             h.update(names[i])
