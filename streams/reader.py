@@ -121,6 +121,10 @@ class TopicReader:
             parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
         tps = [TopicPartition(topic, p) for p in parts]
         self._consumer.assign(tps)
+        # No fetch until a read has sought and resumed what it reads: a fetch of a partition
+        # nobody reads, held by the broker up to fetch_max_wait_ms, would hold up the next
+        # request on this connection.
+        self._consumer.pause(*tps)
         return topic, tps
 
     async def holds_records(self, short_name: str, *, key: str) -> bool:
@@ -136,7 +140,7 @@ class TopicReader:
             raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
         return any(end[tp] > begin[tp] for tp in tps)
 
-    async def batches(
+    async def read(
         self,
         short_name: str,
         *,
@@ -144,8 +148,14 @@ class TopicReader:
         from_offsets: dict[int, int] | None = None,
         until_end: bool = True,
         skip_undecodable: bool = False,
-    ) -> AsyncGenerator[list[Record], None]:
-        """:func:`read_topic`'s records, a fetched batch at a time (one hand-off per batch, not per record)."""
+    ) -> AsyncGenerator[Record, None]:
+        """:func:`read_topic` on this reader's consumer.
+
+        Each record is decoded as it is handed over, not a fetched batch at a time: decoding a
+        batch of a thousand log records up front and then walking them made each decode take
+        twice as long (measured in a replay; most likely the decoded objects of a whole batch
+        no longer fit the CPU caches, where one record's do).
+        """
         consumer = self._consumer
         decode = _decoder(short_name)
         topic = topic_name(self.settings, short_name)
@@ -159,22 +169,17 @@ class TopicReader:
             for tp in tps:
                 consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
             live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
-            for tp in tps:
-                if tp not in live:
-                    consumer.pause(tp)  # nothing to read there: no fetch for it (see below)
+            consumer.resume(*live)
             key_bytes = key.encode() if key is not None else None
             while live:
                 fetched = await consumer.getmany(*live, timeout_ms=500)
                 if until_end:
                     for tp in list(live):
                         if await consumer.position(tp) >= ends[tp]:
-                            # Read to its end: pause it before the fetcher asks for more, or the
-                            # fetch it would send (held by the broker up to fetch_max_wait_ms) would
-                            # hold up the next read on this consumer's connection.
+                            # Read to its end: pause it before the fetcher asks for more (see _assign).
                             live.discard(tp)
                             consumer.pause(tp)
                 for tp, messages in fetched.items():
-                    batch: list[Record] = []
                     partition, end = tp.partition, ends.get(tp)
                     for m in messages:
                         if end is not None and m.offset >= end:
@@ -188,17 +193,9 @@ class TopicReader:
                                 raise
                             log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
                             continue
-                        batch.append((partition, m.offset, m.key.decode() if m.key is not None else None, value))
-                    if batch:
-                        yield batch
+                        yield partition, m.offset, m.key.decode() if m.key is not None else None, value
         except KafkaError as e:
             raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
-
-    async def read(self, short_name: str, **kwargs: Any) -> AsyncGenerator[Record, None]:
-        """:meth:`batches`, record by record."""
-        async for batch in self.batches(short_name, **kwargs):
-            for record in batch:
-                yield record
 
 
 async def read_topic(
@@ -221,10 +218,9 @@ async def read_topic(
     sequencer rejected. One consumer per call; :class:`TopicReader` reuses one.
     """
     async with TopicReader(settings, isolation_level=isolation_level) as reader:
-        async for batch in reader.batches(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
-                                          skip_undecodable=skip_undecodable):
-            for record in batch:
-                yield record
+        async for record in reader.read(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
+                                        skip_undecodable=skip_undecodable):
+            yield record
 
 
 class RunLog(list[dict[str, Any]]):

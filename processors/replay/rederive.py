@@ -533,14 +533,13 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
         read_from = digests[0].get("logOffset") if 0 in digests else None
     total = (walk.last_digest + 1 - walk.first_seq) if digests else None
     from_offsets = {partition: read_from} if read_from is not None else None
-    async for batch in reader.batches("log", key=run_id, from_offsets=from_offsets):
-        for _, offset, _, value in batch:
-            doc = value.get("doc")
-            if not isinstance(doc, dict) or doc.get("runId") != run_id:
-                continue
-            walk.record(offset, value)
-            if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
-                progress(walk.events, total)
+    async for _, offset, _, value in reader.read("log", key=run_id, from_offsets=from_offsets):
+        doc = value.get("doc")
+        if not isinstance(doc, dict) or doc.get("runId") != run_id:
+            continue
+        walk.record(offset, value)
+        if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+            progress(walk.events, total)
     if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
         walk.finish()
         return _error(run_id, start_seq, ReplayError(
@@ -628,26 +627,25 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                  snapshots=snapshots, handoff_mode=settings.handoff_mode)
     walk.defer_early = True
     start_seq: int | None = from_seq if from_offset is None else None
-    batches = reader.batches("log", key=run_id, from_offsets={partition: snap["logOffset"]})
+    records = reader.read("log", key=run_id, from_offsets={partition: snap["logOffset"]})
     try:
-        async for batch in batches:
-            for _, offset, _, value in batch:
-                doc = value.get("doc")
-                if not isinstance(doc, dict) or doc.get("runId") != run_id:
-                    continue
-                if offset == snap["logOffset"]:
-                    if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
-                            or value.get("hash") != snap["headHash"]):
-                        return None  # the snapshot disagrees with the record it names: the general path says so
-                    continue
-                seq = doc.get("sequence")
-                if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
-                    start_seq = seq
-                walk.record(offset, value)
-                if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
-                    progress(walk.events, None)
+        async for _, offset, _, value in records:
+            doc = value.get("doc")
+            if not isinstance(doc, dict) or doc.get("runId") != run_id:
+                continue
+            if offset == snap["logOffset"]:
+                if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
+                        or value.get("hash") != snap["headHash"]):
+                    return None  # the snapshot disagrees with the record it names: the general path says so
+                continue
+            seq = doc.get("sequence")
+            if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
+                start_seq = seq
+            walk.record(offset, value)
+            if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+                progress(walk.events, None)
     finally:
-        await batches.aclose()
+        await records.aclose()
     if walk.events == 0 and walk.next_seq == at + 1 and not walk.unjudged:
         return None  # nothing read past the snapshot (or its record is gone): let the general path explain
     if start_seq is None:
