@@ -172,7 +172,7 @@ class ResumableStateHash:
                     self._values[i] = values[i]
                     self._parts[i] = orjson.dumps(values[i], option=_SORTED)
         checkpoints, names, parts = self._checkpoints, self._names, self._parts
-        h: hashlib._Hash = checkpoints[start].copy()
+        h = checkpoints[start].copy()
         last = len(names) - 1
         for i in range(start, last + 1):
             h.update(names[i])
@@ -180,7 +180,7 @@ class ResumableStateHash:
             if i < last:
                 checkpoints[i + 1] = h.copy()
         h.update(b"}")
-        return h.hexdigest()
+        return str(h.hexdigest())
 
     def _reset(self, state: Mapping[str, Any]) -> None:
         keys = sorted(state) if "".join(state).isascii() else sorted(state, key=utf16_key)
