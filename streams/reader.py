@@ -47,9 +47,10 @@ def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
     return decode_ingest if short_name == "ingest" else decode_record
 
 
-#: How long the broker may hold a fetch that has nothing to return. Every read here is bounded by
-#: the end offsets seen at its start, so an empty fetch only happens once a partition is read to
-#: its end; aiokafka's 500 ms default then held up the next read on the same consumer by that long.
+#: How long the broker may hold a fetch that has nothing to return. Reads are bounded by the end
+#: offsets seen at their start (``until_end``, what every caller uses), so an empty fetch only
+#: happens at a partition's end, and aiokafka's 500 ms default then held up the next request on the
+#: same connection by that long. An unbounded read would poll every 10 ms while idle.
 READER_FETCH_MAX_WAIT_MS = 10
 
 

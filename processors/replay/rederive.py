@@ -26,10 +26,15 @@ Records past the last digest (the worker has not got there yet) are still chain-
 counted as ``undigested``, never called a divergence: a replay racing the live worker must
 not report its lag as tampering.
 
-Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to`: orjson's
-sorted bytes hashed as they are; equal SHA-256 proves they are the JCS bytes), and only a hash
-that does not match that way is computed exactly, through the incremental hasher and then the
+Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to` for the
+chain: orjson's sorted bytes hashed as they are, an equal SHA-256 proving they are the JCS bytes;
+:class:`processors.core.statehash.ResumableStateHash` for the state: the same kind of candidate,
+with SHA-256 resumed from the first top-level member the event changed), and only a hash that
+does not match that way is computed exactly, through the incremental hasher and then the
 reference encoder, which is what every reported divergence rests on.
+
+Every read of one replay goes through one consumer (:class:`streams.reader.TopicReader`); the
+digests topic is only read when the run's partition of it holds records (format 1).
 
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
