@@ -115,18 +115,12 @@ class TopicReader:
     async def __aexit__(self, *exc: object) -> None:
         await self._consumer.stop()
 
-    async def _assign(self, short_name: str, key: str | None) -> tuple[str, list[TopicPartition]]:
+    async def _topic_partitions(self, short_name: str, key: str | None) -> list[TopicPartition]:
         topic = topic_name(self.settings, short_name)
         parts = await _partitions(self._consumer, topic, self.settings)
         if key is not None:
             parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
-        tps = [TopicPartition(topic, p) for p in parts]
-        self._consumer.assign(tps)
-        # No fetch until a read has sought and resumed what it reads: a fetch of a partition
-        # nobody reads, held by the broker up to fetch_max_wait_ms, would hold up the next
-        # request on this connection.
-        self._consumer.pause(*tps)
-        return topic, tps
+        return [TopicPartition(topic, p) for p in parts]
 
     async def holds_records(self, short_name: str, *, key: str) -> bool:
         """Whether the partition ``key`` maps to on a catalogue topic holds any record now.
@@ -135,7 +129,7 @@ class TopicReader:
         """
         topic = topic_name(self.settings, short_name)
         try:
-            _, tps = await self._assign(short_name, key)
+            tps = await self._topic_partitions(short_name, key)  # offsets need no assignment
             begin, end = await asyncio.gather(self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps))
         except KafkaError as e:
             raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
@@ -161,23 +155,33 @@ class TopicReader:
         decode = _decoder(short_name)
         topic = topic_name(self.settings, short_name)
         try:
-            _, tps = await self._assign(short_name, key)
+            tps = await self._topic_partitions(short_name, key)
             starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
             unset = [tp for tp, o in starts.items() if o is None]
             begin, ends = await asyncio.gather(
                 consumer.beginning_offsets(unset) if unset else _nothing(),
                 consumer.end_offsets(tps) if until_end else _nothing())
+            positions = {tp: starts[tp] if starts[tp] is not None else begin[tp] for tp in tps}
+            # Assign, seek and pause what is already read to its end in one go, without letting
+            # the event loop run in between: aiokafka's fetcher then never sees a partition
+            # without a position (it would look the position up, and reads stalled ~200 ms),
+            # nor fetches one nobody reads (the broker holds such a fetch up to
+            # fetch_max_wait_ms, and with it the next request on this connection).
+            consumer.assign(tps)
+            live = set()
             for tp in tps:
-                consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
-            live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
-            consumer.resume(*live)
+                consumer.seek(tp, positions[tp])
+                if not until_end or positions[tp] < ends[tp]:
+                    live.add(tp)
+                else:
+                    consumer.pause(tp)
             key_bytes = key.encode() if key is not None else None
             while live:
                 fetched = await consumer.getmany(*live, timeout_ms=500)
                 if until_end:
                     for tp in list(live):
                         if await consumer.position(tp) >= ends[tp]:
-                            # Read to its end: pause it before the fetcher asks for more (see _assign).
+                            # Read to its end: pause it before the fetcher asks for more (see above).
                             live.discard(tp)
                             consumer.pause(tp)
                 for tp, messages in fetched.items():
