@@ -8,8 +8,9 @@ while producers keep writing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,13 @@ def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
     return decode_ingest if short_name == "ingest" else decode_record
 
 
+#: How long the broker may hold a fetch that has nothing to return. Reads are bounded by the end
+#: offsets seen at their start (``until_end``, what every caller uses), so an empty fetch only
+#: happens at a partition's end, and aiokafka's 500 ms default then held up the next request on the
+#: same connection by that long. An unbounded read would poll every 10 ms while idle.
+READER_FETCH_MAX_WAIT_MS = 10
+
+
 def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         **client_kwargs(settings),
@@ -73,6 +81,7 @@ def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
         auto_offset_reset="earliest",
         isolation_level=isolation_level,
         client_id="agentlog-reader",
+        fetch_max_wait_ms=READER_FETCH_MAX_WAIT_MS,
     )
 
 
@@ -85,6 +94,142 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings
             f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`{acl_hint(settings)}"
         )
     return sorted(parts)
+
+
+async def _nothing() -> dict[TopicPartition, int]:
+    return {}
+
+
+class TopicReader:
+    """One started group-less consumer for several bounded reads, one after another.
+
+    Each read is an explicit assignment and seek, so a reader can read the snapshots
+    topic, then a run's log, then ask whether the digests topic holds anything for that
+    run, paying one consumer start-up (connection, metadata round trips) instead of one
+    per read; for a short replay the start-ups were most of the wall time. Use it as an
+    async context manager; reads must not overlap (one consumer, one assignment).
+    """
+
+    def __init__(self, settings: Settings, *, isolation_level: str = "read_committed",
+                 topics: Iterable[str] = ()) -> None:
+        """``topics``: the catalogue topics (short names) the reads will touch, so their metadata
+        is fetched together at the start instead of one round trip per first read of each."""
+        self.settings = settings
+        self._consumer = _consumer(settings, isolation_level)
+        self._topics = tuple(topic_name(settings, short) for short in topics)
+
+    async def __aenter__(self) -> TopicReader:
+        try:
+            await self._consumer.start()
+        except KafkaConnectionError as e:
+            raise InfraError(
+                f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        try:
+            await asyncio.gather(*(load_topic_metadata(self._consumer, topic) for topic in self._topics))
+        except BaseException:
+            await self._consumer.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+
+    async def _topic_partitions(self, short_name: str, key: str | None) -> list[TopicPartition]:
+        topic = topic_name(self.settings, short_name)
+        parts = await _partitions(self._consumer, topic, self.settings)
+        if key is not None:
+            parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
+        return [TopicPartition(topic, p) for p in parts]
+
+    async def holds_records(self, short_name: str, *, key: str) -> bool:
+        """Whether the partition ``key`` maps to on a catalogue topic holds any record now.
+
+        Two offset look-ups instead of a read: an empty partition cannot hold ``key``'s records.
+        """
+        topic = topic_name(self.settings, short_name)
+        try:
+            tps = await self._topic_partitions(short_name, key)  # offsets need no assignment
+            begin, end = await asyncio.gather(self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps))
+        except KafkaError as e:
+            raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
+        return any(end[tp] > begin[tp] for tp in tps)
+
+    async def read(
+        self,
+        short_name: str,
+        *,
+        key: str | None = None,
+        from_offsets: dict[int, int] | None = None,
+        until_end: bool = True,
+        skip_undecodable: bool = False,
+        progress: ReadProgress | None = None,
+    ) -> AsyncGenerator[Record, None]:
+        """:func:`read_topic` on this reader's consumer.
+
+        Each record is decoded as it is handed over, not a fetched batch at a time: decoding a
+        batch of a thousand log records up front and then walking them made each decode take
+        twice as long (measured in a replay; most likely the decoded objects of a whole batch
+        no longer fit the CPU caches, where one record's do).
+        """
+        consumer = self._consumer
+        decode = _decoder(short_name)
+        topic = topic_name(self.settings, short_name)
+        progress = progress if progress is not None else ReadProgress()
+        try:
+            progress.stage = "metadata"
+            tps = await self._topic_partitions(short_name, key)
+            progress.stage = "offsets"
+            starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
+            unset = [tp for tp, o in starts.items() if o is None]
+            begin, ends = await asyncio.gather(
+                consumer.beginning_offsets(unset) if unset else _nothing(),
+                consumer.end_offsets(tps) if until_end else _nothing())
+            positions = {tp: starts[tp] if starts[tp] is not None else begin[tp] for tp in tps}
+            # Assign, seek and pause what is already read to its end in one go, without letting
+            # the event loop run in between: aiokafka's fetcher then never sees a partition
+            # without a position (it would look the position up, and reads stalled ~200 ms),
+            # nor fetches one nobody reads (the broker holds such a fetch up to
+            # fetch_max_wait_ms, and with it the next request on this connection).
+            consumer.assign(tps)
+            live = set()
+            for tp in tps:
+                consumer.seek(tp, positions[tp])
+                if not until_end or positions[tp] < ends[tp]:
+                    live.add(tp)
+                else:
+                    consumer.pause(tp)
+            key_bytes = key.encode() if key is not None else None
+            progress.stage = "fetching"
+            progress.ends = {tp.partition: end for tp, end in ends.items()}
+            while live:
+                fetched = await consumer.getmany(*live, timeout_ms=500)
+                if until_end:
+                    for tp in list(live):
+                        if await consumer.position(tp) >= ends[tp]:
+                            # Read to its end: pause it before the fetcher asks for more (see above).
+                            live.discard(tp)
+                            consumer.pause(tp)
+                for tp, messages in fetched.items():
+                    partition, end = tp.partition, ends.get(tp)
+                    if messages:
+                        progress.records += len(messages)
+                        progress.positions[partition] = messages[-1].offset + 1
+                    for m in messages:
+                        if end is not None and m.offset >= end:
+                            break
+                        if key_bytes is not None and m.key != key_bytes:
+                            continue
+                        try:
+                            value = decode(m.value)
+                        except AgentlogError as e:
+                            if not skip_undecodable:
+                                raise
+                            log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
+                            continue
+                        yield partition, m.offset, m.key.decode() if m.key is not None else None, value
+            progress.stage = "done"
+        except KafkaError as e:
+            raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
 
 
 async def read_topic(
@@ -105,62 +250,15 @@ async def read_topic(
     With ``until_end`` the read stops at the end offsets seen when it started.
     Undecodable values raise (their ``EventRejected``), or are skipped with a log
     line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
-    sequencer rejected. ``progress``, when given, is kept up to date (see :class:`ReadProgress`).
+    sequencer rejected. One consumer per call; :class:`TopicReader` reuses one. ``progress``, when
+    given, is kept up to date (see :class:`ReadProgress`).
     """
-    topic = topic_name(settings, short_name)
-    decode = _decoder(short_name)
-    consumer = _consumer(settings, isolation_level)
-    progress = progress if progress is not None else ReadProgress()
-    progress.stage = "connecting"
-    try:
-        await consumer.start()
-    except KafkaConnectionError as e:
-        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
-    try:
-        progress.stage = "metadata"
-        parts = await _partitions(consumer, topic, settings)
-        if key is not None:
-            parts = [partition_for(settings, key, short_name, partitions=len(parts))]
-        tps = [TopicPartition(topic, p) for p in parts]
-        consumer.assign(tps)
-        progress.stage = "offsets"
-        starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
-        begin = await consumer.beginning_offsets([tp for tp, o in starts.items() if o is None])
-        for tp in tps:
-            consumer.seek(tp, starts[tp] if starts[tp] is not None else begin[tp])
-        ends = await consumer.end_offsets(tps) if until_end else {}
-        live = {tp for tp in tps if not until_end or await consumer.position(tp) < ends[tp]}
-        key_bytes = key.encode() if key is not None else None
-        progress.stage = "fetching"
-        progress.ends = {tp.partition: end for tp, end in ends.items()}
-        while live:
-            batches = await consumer.getmany(*live, timeout_ms=500)
-            for tp, messages in batches.items():
-                progress.records += len(messages)
-                if messages:
-                    progress.positions[tp.partition] = messages[-1].offset + 1
-                for m in messages:
-                    if until_end and m.offset >= ends[tp]:
-                        break
-                    if key_bytes is not None and m.key != key_bytes:
-                        continue
-                    try:
-                        value = decode(m.value)
-                    except AgentlogError as e:
-                        if not skip_undecodable:
-                            raise
-                        log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
-                        continue
-                    yield tp.partition, m.offset, m.key.decode() if m.key is not None else None, value
-            if until_end:
-                for tp in list(live):
-                    if await consumer.position(tp) >= ends[tp]:
-                        live.discard(tp)
-        progress.stage = "done"
-    except KafkaError as e:
-        raise InfraError(f"reading {topic} from {settings.kafka_bootstrap} failed: {e}") from e
-    finally:
-        await consumer.stop()
+    if progress is not None:
+        progress.stage = "connecting"
+    async with TopicReader(settings, isolation_level=isolation_level) as reader:
+        async for record in reader.read(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
+                                        skip_undecodable=skip_undecodable, progress=progress):
+            yield record
 
 
 class RunLog(list[dict[str, Any]]):

@@ -17,12 +17,17 @@ it has grown well past that. The price is the fold's own rule: states are read-o
 
 from __future__ import annotations
 
+import hashlib
+import operator
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
+
+import orjson
 
 from schemas.canonical import canonical_leaf, sha256_hex, utf16_key
+from schemas.errors import EventRejected
 
-__all__ = ["StateHasher"]
+__all__ = ["ResumableStateHash", "StateHasher"]
 
 
 class StateHasher:
@@ -102,3 +107,90 @@ class StateHasher:
         self._cache = keep
         self._keys = names
         self._limit = 2 * (len(keep) + len(names)) + self._slack
+
+
+class ResumableStateHash:
+    """Callable ``state -> sha256 hex`` of a *candidate* spelling of the state's JCS, resuming SHA-256.
+
+    Re-derivation checks a recorded stateHash at every index, and a run's state grows to several
+    KB while one event changes one top-level member of it. This spells the state as its sorted
+    top-level members, each member's value in orjson's sorted-key bytes (a member whose value is
+    the *same object* as in the previous state keeps its bytes: the fold is copy-on-write), and
+    keeps a copy of the SHA-256 context at every member boundary, so a state hashes only from the
+    first member that changed to the end (``variables``, the member most events change, is last).
+
+    The result is only a candidate, as with :func:`schemas.canonical.hashes_to`: equal to a
+    recorded JCS hash, it proves these bytes *are* the JCS bytes (SHA-256), since orjson spells
+    every value of strict JSON faithfully; unequal, it proves nothing (orjson spells some floats
+    and the order of non-BMP keys unlike JCS), and the caller computes the exact hash. ``None``
+    when orjson cannot spell the state at all (integers beyond 64 bits, non-string keys).
+    One instance per walk over one run; states are read-only (the fold's rule).
+    """
+
+    __slots__ = ("_checkpoints", "_hex", "_keys", "_last", "_names", "_parts", "_valid", "_values")
+
+    def __init__(self) -> None:
+        self._keys: list[str] = []  # the member names of the last state, in JCS order
+        self._valid = False  # whether the lists below describe the last state
+        self._names: list[bytes] = []  # '"key":' (with the ',' before every member but the first)
+        self._values: list[Any] = []  # the member objects the bytes below describe
+        self._parts: list[bytes] = []
+        self._checkpoints: list[Any] = []  # SHA-256 contexts after '{' and members[:i]
+        self._last: Any = None
+        self._hex: str | None = None
+
+    def __call__(self, state: Mapping[str, Any]) -> str | None:
+        if state is self._last:
+            return self._hex
+        try:
+            digest = self._digest(state)
+        except (orjson.JSONEncodeError, TypeError, ValueError, EventRejected):
+            # Not spellable this way (orjson) or not JCS at all (the reference errors): no
+            # candidate; the caller's exact path decides. Start over with the next state.
+            self._valid = False
+            digest = None
+        self._last, self._hex = state, digest
+        return digest
+
+    def _digest(self, state: Mapping[str, Any]) -> str:
+        keys = self._keys
+        try:
+            # As many members, each of them present: the same member names (no set to build).
+            values = list(map(state.__getitem__, keys)) if self._valid and len(state) == len(keys) else None
+        except KeyError:
+            values = None
+        if values is None:
+            self._reset(state)
+            start = 0
+        else:
+            same = list(map(operator.is_, values, self._values))
+            if all(same):
+                return cast(str, self._hex)
+            start = same.index(False)
+            for i in range(start, len(keys)):
+                if not same[i]:
+                    self._values[i] = values[i]
+                    self._parts[i] = orjson.dumps(values[i], option=_SORTED)
+        checkpoints, names, parts = self._checkpoints, self._names, self._parts
+        h = checkpoints[start].copy()
+        last = len(names) - 1
+        for i in range(start, last + 1):
+            h.update(names[i])
+            h.update(parts[i])
+            if i < last:
+                checkpoints[i + 1] = h.copy()
+        h.update(b"}")
+        return str(h.hexdigest())
+
+    def _reset(self, state: Mapping[str, Any]) -> None:
+        keys = sorted(state) if "".join(state).isascii() else sorted(state, key=utf16_key)
+        self._keys = keys
+        self._valid = False
+        self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(keys)]
+        self._values = [state[k] for k in keys]
+        self._parts = [orjson.dumps(v, option=_SORTED) for v in self._values]
+        self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
+        self._valid = True
+
+
+_SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER

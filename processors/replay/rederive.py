@@ -26,10 +26,15 @@ Records past the last digest (the worker has not got there yet) are still chain-
 counted as ``undigested``, never called a divergence: a replay racing the live worker must
 not report its lag as tampering.
 
-Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to`: orjson's
-sorted bytes hashed as they are; equal SHA-256 proves they are the JCS bytes), and only a hash
-that does not match that way is computed exactly, through the incremental hasher and then the
+Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to` for the
+chain: orjson's sorted bytes hashed as they are, an equal SHA-256 proving they are the JCS bytes;
+:class:`processors.core.statehash.ResumableStateHash` for the state: the same kind of candidate,
+with SHA-256 resumed from the first top-level member the event changed), and only a hash that
+does not match that way is computed exactly, through the incremental hasher and then the
 reference encoder, which is what every reported divergence rests on.
+
+Every read of one replay goes through one consumer (:class:`streams.reader.TopicReader`); the
+digests topic is only read when the run's partition of it holds records (format 1).
 
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
@@ -38,14 +43,13 @@ sequence 0 instead and says so (``snapshot_used`` is ``None``).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from processors.core.fold import fold, state_hash
-from processors.core.statehash import StateHasher
+from processors.core.statehash import ResumableStateHash, StateHasher
 from processors.metrics import METRICS
 from processors.replay.compare import ABSENT, first_difference
 from processors.replay.divergence import Divergence, DivergenceKind
@@ -53,7 +57,7 @@ from processors.replay.host import host_verdicts
 from schemas.canonical import GENESIS, chain_hash, hashes_to, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from schemas.records import Verdict
-from streams.reader import partition_for, read_topic
+from streams.reader import TopicReader, partition_for
 from streams.settings import Settings
 
 log = logging.getLogger("agentlog.rederive")
@@ -136,10 +140,16 @@ def _divergence(seq: int, kind: DivergenceKind, *, path: str | None, expected: A
 # Recorded data: digests and snapshots
 
 
-async def _digests(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
-    """Recorded per-index digests of the run, first record per sequence (redeliveries are identical)."""
+async def _digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
+    """Recorded per-index digests of the run, first record per sequence (redeliveries are identical).
+
+    Only format-1 logs have them: an empty partition (every log a one-pass worker wrote) is
+    known from its offsets, without reading it.
+    """
     out: dict[int, dict[str, Any]] = {}
-    async for _, _, _, value in read_topic(settings, "digests", key=run_id):
+    if not await reader.holds_records("digests", key=run_id):
+        return out
+    async for _, _, _, value in reader.read("digests", key=run_id):
         if value.get("runId") == run_id and isinstance(value.get("sequence"), int):
             out.setdefault(value["sequence"], value)
     return out
@@ -151,7 +161,7 @@ def _carried_digest(committed: Mapping[str, Any], partition: int | None, offset:
             "headHash": committed.get("hash"), "logPartition": partition, "logOffset": offset}
 
 
-async def _log_digests(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
+async def _log_digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
     """Digests carried by the run's format-2 log records, from the first copy of each sequence.
 
     Only a replay that starts after sequence 0 needs them up front (to map an offset to a
@@ -160,7 +170,7 @@ async def _log_digests(settings: Settings, run_id: str) -> dict[int, dict[str, A
     """
     out: dict[int, dict[str, Any]] = {}
     seen: set[int] = set()
-    async for partition, offset, _, value in read_topic(settings, "log", key=run_id):
+    async for partition, offset, _, value in reader.read("log", key=run_id):
         doc = value.get("doc")
         if not isinstance(doc, dict) or doc.get("runId") != run_id or type(seq := doc.get("sequence")) is not int:
             continue
@@ -170,10 +180,10 @@ async def _log_digests(settings: Settings, run_id: str) -> dict[int, dict[str, A
     return out
 
 
-async def _snapshots(settings: Settings, run_id: str) -> dict[int, dict[str, Any]]:
+async def _snapshots(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
     """Every snapshot of the run still on the compacted topic, by atSequence."""
     out: dict[int, dict[str, Any]] = {}
-    async for _, _, _, value in read_topic(settings, "snapshots", key=run_id):
+    async for _, _, _, value in reader.read("snapshots", key=run_id):
         if value.get("runId") == run_id and isinstance(value.get("atSequence"), int):
             out.setdefault(value["atSequence"], value)
     return out
@@ -205,31 +215,31 @@ def _pick_snapshot(snapshots: Mapping[int, dict[str, Any]], digests: Mapping[int
     return None, "; ".join(notes) or None
 
 
-async def _first_seq_at_offset(settings: Settings, run_id: str, partition: int, offset: int,
+async def _first_seq_at_offset(reader: TopicReader, run_id: str, partition: int, offset: int,
                                digests: Mapping[int, dict[str, Any]]) -> int:
     """Sequence of the run's first record at or after ``offset`` in its log partition."""
     after = [seq for seq, d in digests.items() if d.get("logOffset", -1) >= offset]
     if after:
         return min(after)
-    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: offset})
+    records = reader.read("log", key=run_id, from_offsets={partition: offset})
     try:
-        async for _, _, _, value in reader:
+        async for _, _, _, value in records:
             doc = value.get("doc")
             if isinstance(doc, dict) and doc.get("runId") == run_id and isinstance(seq := doc.get("sequence"), int):
                 return seq
     finally:
-        await reader.aclose()
+        await records.aclose()
     raise ReplayError(f"run {run_id} has no committed event at or after log offset {offset} "
                       f"(partition {partition})")
 
 
-async def _record_at(settings: Settings, run_id: str, partition: int, offset: int) -> dict[str, Any] | None:
-    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: offset})
+async def _record_at(reader: TopicReader, run_id: str, partition: int, offset: int) -> dict[str, Any] | None:
+    records = reader.read("log", key=run_id, from_offsets={partition: offset})
     try:
-        async for _, got, _, value in reader:
+        async for _, got, _, value in records:
             return value if got == offset else None
     finally:
-        await reader.aclose()
+        await records.aclose()
     return None
 
 
@@ -265,6 +275,7 @@ class _Walk:
         self.snapshots = snapshots
         self.handoff_mode = handoff_mode
         self.hasher = StateHasher()
+        self.candidate_hash = ResumableStateHash()
         self.last_digest = max(digests) if digests else -1
         # seq -> (offset, prevHash as the record claims it (absent: None), recomputed head)
         self.seen: dict[int, tuple[int, str | None, str]] = {}
@@ -315,24 +326,32 @@ class _Walk:
 
     def _index(self, seq: int, offset: int, committed: dict[str, Any], doc: dict[str, Any]) -> None:
         prev_claimed = committed.get("prevHash")
-        digest = self.digests.get(seq)
-        if digest is None and isinstance(committed.get("stateHash"), str):  # format 2: the record is its digest
-            digest = _carried_digest(committed, None, offset)
-            self.last_digest = max(self.last_digest, seq)
         claimed = committed.get("hash")
-        if hashes_to(claimed, doc, self.head.encode("ascii")) and (digest is None or digest.get("headHash") == claimed):
+        # What was recorded at this index: the digests topic (format 1), else the record itself
+        # (format 2: its stateHash, and its own hash as the head hash); neither: no digest.
+        digest = self.digests.get(seq)
+        if digest is not None:
+            has_digest, recorded_state, recorded_head = True, digest.get("stateHash"), digest.get("headHash")
+        elif isinstance(carried := committed.get("stateHash"), str):
+            has_digest, recorded_state, recorded_head = True, carried, claimed
+            if seq > self.last_digest:
+                self.last_digest = seq
+        else:
+            has_digest, recorded_state, recorded_head = False, None, None
+        head = self.head
+        if hashes_to(claimed, doc, head.encode("ascii")) and (not has_digest or recorded_head == claimed):
             expected_head = cast(str, claimed)  # proven by its SHA-256: the usual case, no canonicalisation
         else:
-            expected_head = chain_hash(self.head, doc)
-            if claimed != expected_head or (digest is not None and digest.get("headHash") != expected_head):
+            expected_head = chain_hash(head, doc)
+            if claimed != expected_head or (has_digest and recorded_head != expected_head):
                 # A divergence is only ever reported from the reference hash.
-                expected_head = _reference_chain_hash(self.head, doc)
+                expected_head = _reference_chain_hash(head, doc)
         found: Divergence | None = None
-        if prev_claimed != self.head:
-            found = _divergence(seq, "tampered", path="prevHash", expected=self.head, actual=prev_claimed,
+        if prev_claimed != head:
+            found = _divergence(seq, "tampered", path="prevHash", expected=head, actual=prev_claimed,
                                 offset=offset, detail="prevHash is not the hash of the previous record")
-        elif committed.get("hash") != expected_head:
-            found = _divergence(seq, "tampered", path="hash", expected=expected_head, actual=committed.get("hash"),
+        elif claimed != expected_head:
+            found = _divergence(seq, "tampered", path="hash", expected=expected_head, actual=claimed,
                                 offset=offset,
                                 detail="hash does not match chain_hash(prevHash, doc): the doc was altered "
                                        "after it was committed")
@@ -340,15 +359,9 @@ class _Walk:
         s_hash = None
         if not self.state_blind:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
-            if digest is not None:  # past the last digest nothing is compared, so nothing is hashed
-                recorded = digest.get("stateHash")
-                if hashes_to(recorded, self.state):
-                    s_hash = recorded
-                else:
-                    s_hash = self.hasher(self.state)
-                    if s_hash != recorded:
-                        s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
-        if digest is None:
+            if has_digest:  # past the last digest nothing is compared, so nothing is hashed
+                s_hash = self._state_hash(recorded_state)
+        if not has_digest:
             if seq <= self.last_digest and found is None:
                 found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,
                                     detail="the log holds an event the recorded digests do not cover")
@@ -357,15 +370,15 @@ class _Walk:
         else:
             self.compared += 1
             # One wrong value stays wrong at every later index: report where a difference starts.
-            state_differs = s_hash is not None and s_hash != digest.get("stateHash")
+            state_differs = s_hash is not None and s_hash != recorded_state
             if found is None and state_differs and not self.state_diverged:
-                found = self._state_divergence(seq, offset, digest, s_hash)
+                found = self._state_divergence(seq, offset, recorded_state, s_hash)
             self.state_diverged = state_differs
-            if found is None and digest.get("headHash") != expected_head:
-                found = _divergence(seq, "head", path="headHash", expected=digest.get("headHash"),
+            if found is None and recorded_head != expected_head:
+                found = _divergence(seq, "head", path="headHash", expected=recorded_head,
                                     actual=expected_head, offset=offset,
                                     detail="the head hash recomputed from the log differs from the recorded one")
-            if found is not None and found.kind == "tampered" and digest.get("headHash") != expected_head:
+            if found is not None and found.kind == "tampered" and recorded_head != expected_head:
                 found = replace(found, detail=found.detail
                                 + "; the recorded digest confirms the doc differs from what was folded")
         if found is not None:
@@ -373,15 +386,30 @@ class _Walk:
         # Continue the chain from what the log claims, so one rewritten record is reported once.
         # The claim is taken as it is (cast): a record without a "hash" would leave None here.
         if found is not None and found.kind == "tampered":
-            self.head = cast(str, committed.get("hash"))
+            self.head = cast(str, claimed)
         else:
             self.head = expected_head
         self.next_seq = seq + 1
 
-    def _state_divergence(self, seq: int, offset: int, digest: dict[str, Any], s_hash: str | None) -> Divergence:
+    def _state_hash(self, recorded: str | None) -> str:
+        """``state_hash(self.state)``, checked against ``recorded`` the cheap way first.
+
+        The resumable candidate equal to the recorded hash proves it (see
+        :class:`ResumableStateHash`); otherwise the exact incremental hasher, and where that
+        disagrees too, the reference encoder, which is what a reported divergence rests on.
+        """
+        assert self.state is not None
+        if recorded is not None and self.candidate_hash(self.state) == recorded:
+            return recorded
+        s_hash = self.hasher(self.state)
+        if s_hash != recorded:
+            s_hash = _reference_state_hash(self.state)  # a divergence is only reported from the reference
+        return s_hash
+
+    def _state_divergence(self, seq: int, offset: int, recorded: str | None, s_hash: str | None) -> Divergence:
         snap = self.snapshots.get(seq)
         if (snap is not None and isinstance(snap.get("state"), dict)
-                and snap.get("stateHash") == digest.get("stateHash")):
+                and snap.get("stateHash") == recorded):
             diff = first_difference(snap["state"], self.state)
             if diff is not None:
                 path, expected, actual = diff
@@ -389,8 +417,8 @@ class _Walk:
                     seq, "state", path=f"state.{path}" if path else "state",
                     expected=_plain(expected), actual=_plain(actual), offset=offset,
                     detail=f"refolded state differs from the recorded snapshot (stateHash "
-                           f"{digest.get('stateHash')} recorded, {s_hash} refolded)")
-        return _divergence(seq, "state", path="stateHash", expected=digest.get("stateHash"), actual=s_hash,
+                           f"{recorded} recorded, {s_hash} refolded)")
+        return _divergence(seq, "state", path="stateHash", expected=recorded, actual=s_hash,
                            offset=offset,
                            detail="refolded state hash differs from the recorded digest "
                                   "(no snapshot at this index to diff fields against)")
@@ -426,11 +454,11 @@ class _Walk:
                 detail=f"digests record sequences up to {max(beyond)} but the log ends at {self.next_seq - 1}"))
 
 
-async def _conflict_divergences(settings: Settings, run_id: str, partition: int, walk: _Walk) -> list[Divergence]:
+async def _conflict_divergences(reader: TopicReader, run_id: str, partition: int, walk: _Walk) -> list[Divergence]:
     out = []
     for seq, offset, copy in walk.conflicts:
         first = walk.seen.get(seq)
-        original = await _record_at(settings, run_id, partition, first[0]) if first else None
+        original = await _record_at(reader, run_id, partition, first[0]) if first else None
         path, expected, actual = "hash", (original or {}).get("hash"), copy.get("hash")
         if original is not None:
             diff = first_difference(original.get("doc"), copy.get("doc"))
@@ -471,21 +499,30 @@ async def replay_run(
         raise ReplayError("give --from-offset or --from-seq, not both")
     if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
         raise ReplayError("the start offset/sequence must be >= 0")
-    # format-1 records: the digests topic; both reads start at once (each is a consumer's round trips)
-    digests, snapshots = await asyncio.gather(_digests(settings, run_id), _snapshots(settings, run_id))
+    # Every read of one replay goes through one consumer: its start-up is paid once.
+    async with TopicReader(settings, topics=("snapshots", "digests", "log")) as reader:
+        return await _replay(reader, run_id, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
+                             progress=progress)
+
+
+async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, from_seq: int | None,
+                  collect_all: bool, progress: Progress | None) -> RederivationResult:
+    settings = reader.settings
+    snapshots = await _snapshots(reader, run_id)
+    digests = await _digests(reader, run_id)  # format-1 records: the digests topic
     if not digests and (from_offset is not None or from_seq):
-        quick = await _replay_from_snapshot(settings, run_id, snapshots, from_offset=from_offset, from_seq=from_seq,
+        quick = await _replay_from_snapshot(reader, run_id, snapshots, from_offset=from_offset, from_seq=from_seq,
                                             collect_all=collect_all, progress=progress)
         if quick is not None:
             return quick
     if from_offset is not None or from_seq:
         # Format 2: the digests are in the log records; a replay that does not walk from 0 needs
         # those before its start point too (the digests topic wins where both exist).
-        for seq, digest in (await _log_digests(settings, run_id)).items():
+        for seq, digest in (await _log_digests(reader, run_id)).items():
             digests.setdefault(seq, digest)
     partition = next(iter(digests.values()))["logPartition"] if digests else partition_for(settings, run_id)
     if from_offset is not None:
-        start_seq = await _first_seq_at_offset(settings, run_id, partition, from_offset, digests)
+        start_seq = await _first_seq_at_offset(reader, run_id, partition, from_offset, digests)
     else:
         start_seq = from_seq or 0
     snap, note = _pick_snapshot(snapshots, digests, start_seq)
@@ -501,7 +538,7 @@ async def replay_run(
         read_from = digests[0].get("logOffset") if 0 in digests else None
     total = (walk.last_digest + 1 - walk.first_seq) if digests else None
     from_offsets = {partition: read_from} if read_from is not None else None
-    async for _, offset, _, value in read_topic(settings, "log", key=run_id, from_offsets=from_offsets):
+    async for _, offset, _, value in reader.read("log", key=run_id, from_offsets=from_offsets):
         doc = value.get("doc")
         if not isinstance(doc, dict) or doc.get("runId") != run_id:
             continue
@@ -512,11 +549,11 @@ async def replay_run(
         walk.finish()
         return _error(run_id, start_seq, ReplayError(
             f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
-    return await _result(settings, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
+    return await _result(reader, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
                          read_from=read_from, note=note, total=total, progress=progress)
 
 
-async def _result(settings: Settings, run_id: str, walk: _Walk, *, partition: int, start_seq: int,
+async def _result(reader: TopicReader, run_id: str, walk: _Walk, *, partition: int, start_seq: int,
                   snap: Mapping[str, Any] | None, read_from: int | None, note: str | None, total: int | None,
                   progress: Progress | None) -> RederivationResult:
     """Finish a walk: its last checks, the rewrites of earlier indexes, the frozen result and its metrics."""
@@ -528,12 +565,12 @@ async def _result(settings: Settings, run_id: str, walk: _Walk, *, partition: in
     if progress is not None:
         progress(walk.events, total)
     if walk.unjudged:
-        early = await _log_digests(settings, run_id)
+        early = await _log_digests(reader, run_id)
         for seq, offset, copy, recomputed in walk.unjudged:
             digest = early.get(seq)
             if digest is not None and not recomputed == copy.get("hash") == digest.get("headHash"):
                 walk.conflicts.append((seq, offset, copy))
-    divergences = walk.divergences + await _conflict_divergences(settings, run_id, partition, walk)
+    divergences = walk.divergences + await _conflict_divergences(reader, run_id, partition, walk)
     divergences.sort(key=lambda d: (d.at_sequence, d.kind != "tampered"))
     if not collect_all:
         divergences = divergences[:1]
@@ -573,7 +610,7 @@ def _snapshot_before(snapshots: Mapping[int, dict[str, Any]], *, from_offset: in
     return None
 
 
-async def _replay_from_snapshot(settings: Settings, run_id: str, snapshots: Mapping[int, dict[str, Any]], *,
+async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Mapping[int, dict[str, Any]], *,
                                 from_offset: int | None, from_seq: int | None, collect_all: bool,
                                 progress: Progress | None) -> RederivationResult | None:
     """Re-derivation from a later start, reading the log once: from the snapshot's own record on.
@@ -589,14 +626,15 @@ async def _replay_from_snapshot(settings: Settings, run_id: str, snapshots: Mapp
     snap = _snapshot_before(snapshots, from_offset=from_offset, from_seq=from_seq)
     if snap is None:
         return None
+    settings = reader.settings
     at, partition = snap["atSequence"], partition_for(settings, run_id)
     walk = _Walk(state=snap["state"], head=snap["headHash"], next_seq=at + 1, collect_all=collect_all, digests={},
                  snapshots=snapshots, handoff_mode=settings.handoff_mode)
     walk.defer_early = True
     start_seq: int | None = from_seq if from_offset is None else None
-    reader = read_topic(settings, "log", key=run_id, from_offsets={partition: snap["logOffset"]})
+    records = reader.read("log", key=run_id, from_offsets={partition: snap["logOffset"]})
     try:
-        async for _, offset, _, value in reader:
+        async for _, offset, _, value in records:
             doc = value.get("doc")
             if not isinstance(doc, dict) or doc.get("runId") != run_id:
                 continue
@@ -612,13 +650,13 @@ async def _replay_from_snapshot(settings: Settings, run_id: str, snapshots: Mapp
             if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
                 progress(walk.events, None)
     finally:
-        await reader.aclose()
+        await records.aclose()
     if walk.events == 0 and walk.next_seq == at + 1 and not walk.unjudged:
         return None  # nothing read past the snapshot (or its record is gone): let the general path explain
     if start_seq is None:
         raise ReplayError(f"run {run_id} has no committed event at or after log offset {from_offset} "
                           f"(partition {partition})")
-    return await _result(settings, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
+    return await _result(reader, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
                          read_from=snap["logOffset"] + 1, note=None, total=None, progress=progress)
 
 

@@ -205,3 +205,39 @@ def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> N
     assert between == offsets[1]
     assert exact == offsets[2]
     assert after == offsets[2] + 1  # nothing that late: the end offset, so a read from it yields nothing
+
+
+def test_one_topic_reader_reads_several_topics_in_turn(settings: Settings) -> None:
+    """One consumer, reads one after another (what a replay does): each read is what a fresh
+    ``read_topic`` yields, a read stopped early leaves the next one whole, and an empty partition
+    is known from its offsets."""
+    from streams.reader import TopicReader, read_topic
+
+    async def scenario() -> None:
+        await ensure_topics(settings)
+        producer = AIOKafkaProducer(**client_kwargs(settings), enable_idempotence=True, acks="all")
+        await producer.start()
+        try:
+            for seq in range(30):
+                committed = {"doc": doc("run-r", seq), "prevHash": f"{seq:064x}", "hash": f"{seq + 1:064x}",
+                             "source": {"topic": "x", "partition": 0, "offset": seq, "timestampMs": 0}}
+                await producer.send(topic_name(settings, "log"), encode_record(committed), key=b"run-r")
+                await producer.send(topic_name(settings, "snapshots"), encode_record({"runId": "run-r", "atSequence": seq}),
+                                    key=b"run-r")
+            await producer.flush()
+        finally:
+            await producer.stop()
+        fresh_log = [r async for r in read_topic(settings, "log", key="run-r")]
+        fresh_snaps = [r async for r in read_topic(settings, "snapshots", key="run-r")]
+        async with TopicReader(settings) as reader:
+            assert await reader.holds_records("log", key="run-r")
+            assert not await reader.holds_records("digests", key="run-r")
+            assert [r async for r in reader.read("snapshots", key="run-r")] == fresh_snaps
+            early = reader.read("log", key="run-r", from_offsets={fresh_log[0][0]: fresh_log[10][1]})
+            assert [(await early.__anext__())[1] for _ in range(3)] == [r[1] for r in fresh_log[10:13]]
+            await early.aclose()
+            assert [r async for r in reader.read("log", key="run-r")] == fresh_log
+            assert [r async for r in reader.read("snapshots", key="run-r")] == fresh_snaps
+        assert len(fresh_log) == len(fresh_snaps) == 30
+
+    asyncio.run(scenario())
