@@ -436,6 +436,9 @@ class AuditSink:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             max_poll_records=s.sink_batch_rows,
+            # a batch in few fetches: the default 1 MiB per partition is ~2,500 log records, so a
+            # 20,000-record batch took eight round trips, each waited for between inserts
+            max_partition_fetch_bytes=16 * 1024 * 1024,
             session_timeout_ms=int(s.session_timeout_s * 1000),
             rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
         )
