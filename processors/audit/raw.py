@@ -136,9 +136,13 @@ FROM (
 )"""
 
 
-#: The stored keys of the staged batch: an IN on the sort key, so it reads the batch's granules only.
 def _stored(stage: str) -> str:
-    return (f"SELECT run_id, sequence FROM events WHERE (run_id, sequence) IN "
+    """The stored keys of the staged batch: an IN on the sort key, so it reads the batch's granules only.
+
+    GLOBAL: on a cluster ``events`` is Distributed and the stage exists on this node only, so the
+    set is built here and shipped to the shards (on one node it is the same plain IN).
+    """
+    return (f"SELECT run_id, sequence FROM events WHERE (run_id, sequence) GLOBAL IN "
             f"(SELECT run_id, sequence FROM {stage} WHERE ok)")
 
 
