@@ -49,6 +49,7 @@ import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,10 +107,17 @@ def _stage_lock(url: str, name: str) -> threading.Lock:
         return _STAGE_LOCKS.setdefault((url, name), threading.Lock())
 
 
-def stage_name(worker_id: str) -> str:
-    """The staging tables' suffix for a sink: its worker id as an identifier (stable across restarts,
-    so a SIGKILLed sink leaves no orphan tables; distinct per worker on a shared server)."""
-    return "".join(c if c.isalnum() else "_" for c in worker_id)[:60] or "sink"
+def stage_name(worker_id: str, *, shared: bool = False) -> str:
+    """The staging tables' suffix for a sink: its worker id as an identifier.
+
+    On chdb one process owns the directory, so the name is stable (a SIGKILLed sink leaves no
+    orphan). On a server (``shared=True``) many sinks meet, possibly under one worker id, and two
+    sinks sharing a stage would insert each other's rows under their tokens: a random part makes
+    it theirs alone. :meth:`BlockingSink.drop_staging` removes them at a clean stop; a SIGKILLed
+    sink leaves two Memory tables holding at most one batch (``sink_land_*``/``sink_stage_*``).
+    """
+    name = "".join(c if c.isalnum() else "_" for c in worker_id)[:60] or "sink"
+    return f"{name}_{uuid.uuid4().hex[:12]}" if shared else name
 
 
 class BlockingSink:
@@ -214,6 +222,13 @@ class BlockingSink:
     def _empty_staging(self) -> None:
         self.store.command(f"TRUNCATE TABLE {self.land}")
         self.store.command(f"TRUNCATE TABLE {self.stage}")
+
+    def drop_staging(self) -> None:
+        """Drop this sink's staging tables (a server sink's are its own: see :func:`stage_name`)."""
+        with self._lock:
+            for table in (self.land, self.stage):
+                self.store.command(f"DROP TABLE IF EXISTS {table}")
+            self._staging_ready = False
 
     def _staged_counts(self) -> tuple[int, int, int]:
         missing, proven, staged = self.store.query(raw_sql.missing_sql(self.stage)).rows[0]
@@ -417,7 +432,7 @@ class AuditSink:
     def __init__(self, settings: Settings, store: Store, *,
                  topics: dict[str, str] | None = None) -> None:
         self.settings = settings
-        self.sink = BlockingSink(store, stage=stage_name(settings.worker_id))
+        self.sink = BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))
         #: ``time.perf_counter()`` when the first records arrived (after the group join): the bench times from it
         self.first_fetch_at: float | None = None
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
@@ -648,6 +663,9 @@ class AuditSink:
                         await self._flush_buffer(tp, part)
         finally:
             await self.consumer.stop()
+            if self.sink.store.backend == "server":
+                with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
+                    await asyncio.get_running_loop().run_in_executor(None, self.sink.drop_staging)
 
 
 def install(wiring: Wiring) -> None:
