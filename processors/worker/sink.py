@@ -34,6 +34,13 @@ the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) 
 the records sent, whatever was killed when. Kafka
 offsets are committed too, but only for lag tooling: the sink never resumes from them.
 
+The log (most of the volume) is not decoded here: its raw records go to ClickHouse in one insert
+and ClickHouse maps them and proves each row exact against the chain hash
+(:meth:`BlockingSink.insert_log`, :mod:`processors.audit.raw`); the dedup token, the natural-key
+filter and the re-form run in SQL there. Only the records it cannot prove (a foreign writer's
+non-JCS text, a wrong hash, an unusual timestamp …) are decoded and mapped in Python, under the
+token ``<range>/py``. The other topics are mapped in Python.
+
 A record that cannot be decoded or mapped is not skipped silently: it goes to the
 ``rejections`` table (reason ``sink_undecodable`` / ``sink_unmappable``, raw bytes kept) in
 the same exactly-once way, and the rest of its batch is inserted. A failing insert is

@@ -196,6 +196,9 @@ def test_keys_stored_earlier_or_twice_in_the_batch_are_inserted_once(store_url):
         sink = BlockingSink(s)
         first = [_record(_doc("dup", q, {"q": q})) for q in range(10)]
         assert sink.insert_log(first, token_for("p.log", 0, 0, 9)) == (10, [])
+        # one insert, one part: a batch lands all or nothing (migration 0002's premise)
+        assert s.query("SELECT count() FROM system.parts WHERE database = currentDatabase() "
+                       "AND table = 'events' AND active").rows[0][0] == 1
         again = [first[8], first[9], _record(_doc("dup", 10, {})), _record(_doc("dup", 10, {})),
                  _record(_doc("dup", 11, {}))]  # at-least-once: stored keys and an in-batch repeat
         assert sink.insert_log(again, token_for("p.log", 0, 10, 14)) == (5, [])
