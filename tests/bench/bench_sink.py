@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
     global _N
     _N = args.events
     result = run(BenchContext(settings=load_settings()))
-    print({k: (round(v) if isinstance(v, float) else v) for k, v in result.items()},
+    print({k: (round(v) if isinstance(v, float) and k != "goal_ratio" else v) for k, v in result.items()},
           f"ratio {result['ours'] / result['baseline']:.2f}")
     return result
 
