@@ -347,6 +347,20 @@ class Store:
             raise _server_error(e, f"insert into {table} failed") from e
         return n
 
+    def insert_raw(self, table: str, column: str, data: bytes, fmt: str) -> None:
+        """Insert ``data`` in ClickHouse format ``fmt`` into one column, parsed by ClickHouse.
+
+        The audit sink hands a batch of raw records over this way (``LineAsString``) and lets
+        ClickHouse map them (:mod:`processors.audit.raw`). clickhouse-connect sends the bytes as
+        the body of an HTTP insert to a server and through ``INSERT … FROM INFILE`` to chdb
+        (chdb ignores data written inline after an ``INSERT … SELECT FROM input()``, silently).
+        """
+        self._check_open()
+        try:
+            self.client.raw_insert(table, [column], data, fmt=fmt)
+        except _CCError as e:
+            raise _server_error(e, f"insert into {table} failed") from e
+
     def insert_records(self, kind: str, records: Iterable[Mapping[str, Any]], *,
                        dedup_token: str | None = None) -> int:
         """Map a batch of one record kind (CONTRACT.md shapes) and insert it in one columnar insert.

@@ -34,6 +34,13 @@ the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) 
 the records sent, whatever was killed when. Kafka
 offsets are committed too, but only for lag tooling: the sink never resumes from them.
 
+The log (most of the volume) is not decoded here: its raw records go to ClickHouse in one insert
+and ClickHouse maps them and proves each row exact against the chain hash
+(:meth:`BlockingSink.insert_log`, :mod:`processors.audit.raw`); the dedup token, the natural-key
+filter and the re-form run in SQL there. Only the records it cannot prove (a foreign writer's
+non-JCS text, a wrong hash, an unusual timestamp …) are decoded and mapped in Python, under the
+token ``<range>/py``. The other topics are mapped in Python.
+
 A record that cannot be decoded or mapped is not skipped silently: it goes to the
 ``rejections`` table (reason ``sink_undecodable`` / ``sink_unmappable``, raw bytes kept) in
 the same exactly-once way, and the rest of its batch is inserted. A failing insert is
@@ -44,16 +51,19 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import collections
 import contextlib
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from processors.audit import raw as raw_sql
 from processors.audit.migrations import open_owned
 from processors.audit.rollups import repair as repair_rollups
 from processors.audit.rows import rows_for
@@ -94,12 +104,41 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
-class BlockingSink:
-    """Serialises statements on one store from the event loop (chdb is in-process and blocking)."""
+#: One lock per (store, staging tables): sinks sharing the staging tables of a store take turns.
+_STAGE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+_STAGE_LOCKS_LOCK = threading.Lock()
 
-    def __init__(self, store: Store) -> None:
+
+def _stage_lock(url: str, name: str) -> threading.Lock:
+    with _STAGE_LOCKS_LOCK:
+        return _STAGE_LOCKS.setdefault((url, name), threading.Lock())
+
+
+def stage_name(worker_id: str, *, shared: bool = False) -> str:
+    """The staging tables' suffix for a sink: its worker id as an identifier.
+
+    On chdb one process owns the directory, so the name is stable (a SIGKILLed sink leaves no
+    orphan). On a server (``shared=True``) many sinks meet, possibly under one worker id, and two
+    sinks sharing a stage would insert each other's rows under their tokens: a random part makes
+    it theirs alone. :meth:`BlockingSink.drop_staging` removes them at a clean stop; a SIGKILLed
+    sink leaves two Memory tables holding at most one batch (``sink_land_*``/``sink_stage_*``).
+    """
+    name = "".join(c if c.isalnum() else "_" for c in worker_id)[:60] or "sink"
+    return f"{name}_{uuid.uuid4().hex[:12]}" if shared else name
+
+
+class BlockingSink:
+    """Serialises statements on one store from the event loop (chdb is in-process and blocking).
+
+    ``stage`` names this sink's two Memory tables for the log's fast path
+    (``sink_land_<stage>``, ``sink_stage_<stage>``; :meth:`insert_log`).
+    """
+
+    def __init__(self, store: Store, *, stage: str = "sink") -> None:
         self.store = store
-        self._lock = threading.Lock()
+        self.land, self.stage = f"sink_land_{stage}", f"sink_stage_{stage}"
+        self._lock = _stage_lock(store.url, stage)
+        self._staging_ready = False
 
     def insert_records(self, kind: str, records: list[dict[str, Any]], token: str, *, reform: bool = False) -> int:
         """Map ``records`` and :meth:`insert_rows` them."""
@@ -130,6 +169,82 @@ class BlockingSink:
             if table == "events":
                 self._repair_rollups(cols[names.index("run_id")], token)
             return inserted
+
+    def insert_log(self, values: list[bytes], token: str, *, reform: bool = False) -> tuple[int, list[bytes]]:
+        """Insert raw log records (CommittedEvent JCS bytes) letting ClickHouse map and prove them.
+
+        Returns (proven rows, values ClickHouse could not prove): the caller maps the latter in
+        Python (:func:`split_batch`). Same guarantees as :meth:`insert_rows` — the natural-key
+        filter against the table and within the batch, ``token`` on the insert that writes the
+        rows, a re-form inserting only missing keys under ``<token>/reform-<n>`` and repairing the
+        rollups — done in SQL over a staged copy of the batch (:mod:`processors.audit.raw`).
+        The staging tables are emptied again before this returns.
+
+        Raises:
+            StoreError: ``sink_stage_mismatch`` if ClickHouse staged another number of records than
+                it was sent (the caller then maps the whole batch in Python).
+        """
+        data = b"\n".join(values)
+        with self._lock:
+            self._prepare_staging()
+            try:
+                self.store.insert_raw(self.land, "raw", data, "LineAsString")
+                self.store.command(raw_sql.stage_sql(self.land, self.stage))
+                missing, proven, staged = self._staged_counts()
+                if staged != len(values):
+                    raise StoreError(f"{token}: ClickHouse staged {staged} log records of {len(values)}",
+                                     code="sink_stage_mismatch")
+                unproven = ([base64.b64decode(r[0]) for r in self.store.query(raw_sql.unproven_sql(self.stage)).rows]
+                            if proven < staged else [])
+                if not reform:
+                    if missing:
+                        self._insert_staged(token)
+                else:
+                    attempt = 0
+                    while missing:
+                        attempt += 1
+                        if attempt > 1000:
+                            raise StoreError(f"events: rows of {token} still missing after 1000 re-inserts",
+                                             code="sink_stuck")
+                        if attempt > 1:
+                            METRICS.inc("agentlog_sink_dropped_tokens_total", table="events")
+                            log.warning("events: insert with token %s/reform-%d was dropped as a duplicate but "
+                                        "%d rows are missing; retrying with the next token", token, attempt - 1,
+                                        missing)
+                        self._insert_staged(f"{token}/reform-{attempt}")
+                        missing = self._staged_counts()[0]
+                    runs = [r[0] for r in self.store.query(raw_sql.runs_sql(self.stage)).rows]
+                    self._repair_rollups(runs, token)
+                return proven, unproven
+            finally:
+                self._empty_staging()
+
+    def _prepare_staging(self) -> None:
+        if not self._staging_ready:
+            self.store.command(raw_sql.land_ddl(self.land))
+            self.store.command(raw_sql.stage_ddl(self.stage))
+            self._staging_ready = True
+        self._empty_staging()  # a crash can leave a batch in them (chdb keeps no Memory rows, a server does)
+
+    def _empty_staging(self) -> None:
+        self.store.command(f"TRUNCATE TABLE {self.land}")
+        self.store.command(f"TRUNCATE TABLE {self.stage}")
+
+    def drop_staging(self) -> None:
+        """Drop this sink's staging tables (a server sink's are its own: see :func:`stage_name`)."""
+        with self._lock:
+            for table in (self.land, self.stage):
+                self.store.command(f"DROP TABLE IF EXISTS {table}")
+            self._staging_ready = False
+
+    def _staged_counts(self) -> tuple[int, int, int]:
+        missing, proven, staged = self.store.query(raw_sql.missing_sql(self.stage)).rows[0]
+        return int(missing), int(proven), int(staged)
+
+    def _insert_staged(self, token: str) -> None:
+        self.store.command(raw_sql.insert_sql(self.stage), settings={
+            "insert_deduplicate": 1, "insert_deduplication_token": token,
+            "deduplicate_blocks_in_dependent_materialized_views": 1})
 
     def _reinsert(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
         """Insert the missing rows of a re-formed batch under fresh tokens until they are stored."""
@@ -324,7 +439,9 @@ class AuditSink:
     def __init__(self, settings: Settings, store: Store, *,
                  topics: dict[str, str] | None = None) -> None:
         self.settings = settings
-        self.sink = BlockingSink(store)
+        self.sink = BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))
+        #: ``time.perf_counter()`` when the first records arrived (after the group join): the bench times from it
+        self.first_fetch_at: float | None = None
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
         self._parts: dict[TopicPartition, _Partition] = {}
@@ -341,6 +458,9 @@ class AuditSink:
             auto_offset_reset="earliest",
             isolation_level="read_committed",
             max_poll_records=s.sink_batch_rows,
+            # a batch in few fetches: the default 1 MiB per partition is ~2,500 log records, so a
+            # 20,000-record batch took eight round trips, each waited for between inserts
+            max_partition_fetch_bytes=16 * 1024 * 1024,
             session_timeout_ms=int(s.session_timeout_s * 1000),
             rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
         )
@@ -396,12 +516,18 @@ class AuditSink:
         if not marked:
             await retrying(f"recording range {token}", lambda: self.sink.mark(tp.topic, tp.partition, lo, hi),
                            table=short)
-        good, bad = split_batch(kind, messages)
-        rows = len(good[2][0]) if good is not None else 0
+        rows, python_path = 0, messages
+        if kind == "committed":
+            # The fast path: ClickHouse maps and proves the raw records; only the rest is decoded here.
+            proven, python_path = await self._insert_log(messages, token, reform=marked)
+            rows += proven
+        good, bad = split_batch(kind, python_path) if python_path else (None, [])
         if good is not None:
             mapped = good
-            await retrying(f"insert of {rows} {kind} rows ({token})",
-                           lambda: self.sink.insert_rows(*mapped, token, reform=marked), table=short)
+            rows += len(good[2][0])
+            mapped_token = token + "/py" if kind == "committed" else token
+            await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})",
+                           lambda: self.sink.insert_rows(*mapped, mapped_token, reform=marked), table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
             await retrying(f"insert of {len(bad)} sink rejections ({token})",
@@ -416,6 +542,44 @@ class AuditSink:
         if self.consumer is not None:
             with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from its ledger
                 await self.consumer.commit({tp: hi + 1})
+
+    async def _insert_log(self, messages: list[Any], token: str, *, reform: bool) -> tuple[int, list[Any]]:
+        """Insert a log batch through :meth:`BlockingSink.insert_log`; returns (rows proven there,
+        the messages left for the Python path, in offset order).
+
+        A record that cannot be one ``LineAsString`` line (no value, empty, a raw line break: never
+        JCS) skips ClickHouse. If ClickHouse stages another number of lines than it was sent, the
+        whole batch takes the Python path (nothing was inserted: the count is checked first).
+        """
+        lines = [m for m in messages if m.value and b"\n" not in m.value and b"\r" not in m.value]
+        if not lines:
+            return 0, messages
+        outcome: list[tuple[int, list[bytes]]] = []
+
+        def insert() -> None:
+            try:
+                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform))
+            except StoreError as e:
+                if e.code != "sink_stage_mismatch":
+                    raise
+                log.error("%s; mapping the batch in Python instead", e)
+                outcome.append((0, [m.value for m in lines]))
+
+        await retrying(f"insert of {len(lines)} log records ({token})", insert, table="log")
+        proven, unproven = outcome[-1]
+        if proven == len(messages):
+            return proven, []
+        left = collections.Counter(unproven)
+        sent = {id(m) for m in lines}
+        rest = []
+        for m in messages:
+            if id(m) in sent:
+                if left[m.value] <= 0:
+                    continue  # stored by ClickHouse
+                left[m.value] -= 1
+            rest.append(m)
+        METRICS.inc("agentlog_sink_unproven_total", len(rest), table="log")
+        return proven, rest
 
     async def _take(self, tp: TopicPartition, messages: Sequence[Any]) -> None:
         """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
@@ -495,6 +659,8 @@ class AuditSink:
             poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
             while True:
                 data = await self.consumer.getmany(timeout_ms=poll_ms, max_records=s.sink_batch_rows)
+                if data and self.first_fetch_at is None:
+                    self.first_fetch_at = time.perf_counter()
                 for tp, messages in data.items():
                     if tp.topic in self.kinds:
                         await self._take(tp, messages)
@@ -504,6 +670,9 @@ class AuditSink:
                         await self._flush_buffer(tp, part)
         finally:
             await self.consumer.stop()
+            if self.sink.store.backend == "server":
+                with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
+                    await asyncio.get_running_loop().run_in_executor(None, self.sink.drop_staging)
 
 
 def install(wiring: Wiring) -> None:

@@ -1,0 +1,240 @@
+"""The log's fast path (issue 14): ClickHouse maps and proves raw CommittedEvent records.
+
+On a real store (chdb; a ClickHouse server too when configured), no broker. Every stored row must
+be the very row the Python mapping makes (``rows_for``), ``doc`` byte-identical to the reference
+``rfc8785`` JCS, whichever path stored it — and each record must take the path it should: the
+records our sequencer writes go through ClickHouse, anything it cannot prove through Python.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import rfc8785
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from processors.audit.migrations import migrate
+from processors.audit.rows import rows_for
+from processors.audit.store import Store, open_store
+from processors.metrics import METRICS
+from processors.worker.sink import AuditSink, BlockingSink, token_for
+from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
+from streams.codec import encode_committed, encode_record
+from streams.settings import Settings
+from streams.topics import topic_name
+from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
+from tests.unit.schemas.strategies import valid_docs
+
+COLUMNS = ("run_id", "sequence", "event_id", "causation_id", "type", "node_id", "event_time", "ingested_at",
+           "source_topic", "kafka_partition", "kafka_offset", "hash", "prev_hash", "payload", "doc", "state_hash")
+SOURCE = {"topic": "t.ingest", "partition": 3, "offset": 41, "timestampMs": 1_767_225_600_123}
+
+
+def _doc(run: str, seq: int, payload: Any, **extra: Any) -> dict[str, Any]:
+    return {"eventId": f"{run}-{seq}", "runId": run, "type": "variable.changed", "sequence": seq,
+            "timestamp": "2026-01-01T00:00:00.123Z", "nodeId": "n1", "payload": payload, **extra}
+
+
+def _record(doc: dict[str, Any], prev: str = GENESIS, *, state_hash: str | None = "ab" * 32,
+            source: dict[str, Any] | None = None) -> bytes:
+    """A CommittedEvent as the sequencer writes it."""
+    return encode_committed(jcs(doc), prev, chain_hash(prev, doc), source or SOURCE, state_hash)
+
+
+def _ms(v: Any) -> Any:
+    """A datetime as ``DateTime64(3, 'UTC')`` keeps it (clickhouse-connect truncates to milliseconds)."""
+    return v.replace(tzinfo=None, microsecond=v.microsecond // 1000 * 1000) if hasattr(v, "tzinfo") else v
+
+
+def _stored(s: Store, run_ids: list[str]) -> list[tuple[Any, ...]]:
+    rows = s.query(f"SELECT {', '.join(COLUMNS)} FROM events WHERE run_id IN {{r:Array(String)}} "
+                   "ORDER BY run_id, sequence", {"r": run_ids}).rows
+    return [tuple(_ms(v) for v in r) for r in rows]
+
+
+def _expected(values: list[bytes]) -> list[tuple[Any, ...]]:
+    """What the Python path stores for ``values`` (one row per natural key, first wins)."""
+    _, names, cols = rows_for("committed", [loads_strict(v) for v in values], parsed=True)
+    assert names == COLUMNS
+    seen: dict[tuple[Any, Any], tuple[Any, ...]] = {}
+    for row in zip(*cols, strict=True):
+        seen.setdefault((row[0], row[1]), tuple(_ms(v) for v in row))
+    return sorted(seen.values(), key=lambda r: (r[0], r[1]))
+
+
+HARD_PAYLOADS = {
+    "floats": {"big": 1e21, "tiny": 5e-324, "negzero": -0.0, "half": 0.5, "e7": 1e-7, "int": 2**53 - 1},
+    "non-BMP": {"\U0001F600": "\U0001F600 smile", "\ue000": "private", "é": "e\u0301"},
+    "escapes": {"q": 'say "hi"', "bs": "a\\b", "ctl": "\u0000\u001f\n\t", "ls": "\u2028\u2029", "slash": "/"},
+    "nested hash keys": {"x": {"hash": "ff", "prevHash": "00"}, "s": ',"hash":"' + "0" * 64 + '"'},
+    "nested runId and payload keys": {"payload": {"runId": "other", "payload": 1}, "z": ',"runId":"x"}'},
+    "null payload": None,
+    "scalar payload": 'just a "string"',
+    "empty": {},
+    "array": [1, "two", [3.5, None, True], {"runId": "r"}],
+}
+
+
+def test_hard_docs_go_through_clickhouse_byte_identical_to_rfc8785(store_url):  # noqa: F811
+    migrate(store_url)
+    with open_store(store_url) as s:
+        sink = BlockingSink(s)
+        values = [_record(_doc(f"hard-{i}", 0, p)) for i, p in enumerate(HARD_PAYLOADS.values())]
+        proven, unproven = sink.insert_log(values, token_for("p.log", 0, 0, len(values) - 1))
+        assert (proven, unproven) == (len(values), [])
+        runs = [f"hard-{i}" for i in range(len(values))]
+        assert _stored(s, runs) == _expected(values)
+        for i, payload in enumerate(HARD_PAYLOADS.values()):
+            doc, stored_payload = s.query("SELECT doc, payload FROM events WHERE run_id = {r:String}",
+                                          {"r": f"hard-{i}"}).rows[0]
+            assert doc.encode() == rfc8785.dumps(_doc(f"hard-{i}", 0, payload))
+            assert stored_payload.encode() == (b"" if payload is None else rfc8785.dumps(payload))
+        assert s.query("SELECT count() FROM sink_stage_sink").rows[0][0] == 0, "the stage is left empty"
+
+
+def _foreign_records() -> dict[str, bytes]:
+    """Records ClickHouse must not store itself, by why."""
+    doc = _doc("foreign", 0, {"a": 1})
+    good = _record(doc)
+    return {
+        # the doc written with another key order: not the text the (correct) chain hash was computed from
+        "doc text not JCS": good.replace(b'{"eventId":"foreign-0","nodeId":"n1",', b'{"nodeId":"n1","eventId":"foreign-0",'),
+        "pretty-printed (a line break)": encode_record({"doc": _doc("foreign", 1, {"b": 2}), "prevHash": GENESIS,
+                                                       "hash": chain_hash(GENESIS, _doc("foreign", 1, {"b": 2})),
+                                                       "source": SOURCE}).replace(b',"hash"', b',\n"hash"'),
+        "tampered hash": encode_committed(jcs(_doc("foreign", 2, {"c": 3})), GENESIS, "f" * 64, SOURCE),
+        "escaped id": _record(_doc('foreign"quote', 3, {})),
+        "numeric timestamp": _record(_doc("foreign", 4, {}) | {"timestamp": 1_767_225_600_000}),
+        "offset timestamp": _record(_doc("foreign", 5, {}) | {"timestamp": "2026-01-01T05:30:00+05:30"}),
+        "leap second": _record(_doc("foreign", 6, {}) | {"timestamp": "2016-12-31T23:59:60Z"}),
+        "format 1 + unknown source key": _record(_doc("foreign", 7, {}), state_hash=None,
+                                                 source={**SOURCE, "extra": True}),
+        "not JSON": b'{"doc": nope',
+    }
+
+
+def test_records_clickhouse_cannot_prove_take_the_python_path_and_are_stored_as_before(store_url):  # noqa: F811
+    migrate(store_url)
+    with open_store(store_url) as s:
+        foreign = _foreign_records()
+        ours = [_record(_doc("ours", q, {"q": q})) for q in range(3)]
+        values = [*ours, *foreign.values()]
+        messages = [_Message(topic="p.log", partition=0, offset=i, timestamp=0, value=v) for i, v in enumerate(values)]
+        sink = AuditSink(Settings(topic_prefix="p"), s, topics={"log": "committed"})
+        assert topic_name(sink.settings, "log") == "p.log"
+
+        unproven0 = METRICS.get("agentlog_sink_unproven_total", table="log")
+        proven, rest = asyncio.run(sink._insert_log(messages, token_for("p.log", 0, 0, len(values) - 1), reform=False))
+        assert proven == len(ours)
+        assert [m.value for m in rest] == list(foreign.values()), "exactly the foreign records, in offset order"
+        assert METRICS.get("agentlog_sink_unproven_total", table="log") == unproven0 + len(foreign)
+
+        s.command("TRUNCATE TABLE events")
+        # the whole batch as the sink flushes it (another partition: another range token)
+        asyncio.run(sink.flush(_TP("p.log", 1), messages, lo=0, hi=len(values) - 1, marked=False))
+        decodable = [v for k, v in foreign.items() if k != "not JSON" and k != "tampered hash"]
+        tampered = foreign["tampered hash"]
+        assert _stored(s, ["ours", "foreign", 'foreign"quote']) == _expected([*ours, *decodable, tampered])
+        for doc, in s.query("SELECT doc FROM events").rows:
+            assert doc.encode() == rfc8785.dumps(loads_strict(doc.encode()))
+        assert s.query("SELECT reason, source_offset FROM rejections").rows == [("sink_undecodable", len(values) - 1)]
+
+
+@dataclass(frozen=True)
+class _Message:
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    value: bytes | None
+    key: bytes | None = None
+
+
+@dataclass(frozen=True)
+class _TP:
+    topic: str
+    partition: int
+
+
+def test_the_range_token_protects_events_and_the_rollups_and_a_reform_lands_what_is_missing(store_url):  # noqa: F811
+    """The token rides on the INSERT … SELECT from the stage: proven by a token whose part is gone
+    (the state a SIGKILL leaves), which drops the insert — in ``events`` and in the views."""
+    migrate(store_url)
+    with open_store(store_url) as s:
+        sink = BlockingSink(s)
+        values = [_record(_doc(f"tok-{q % 3}", q, {"q": q})) for q in range(30)]
+        token = token_for("p.log", 2, 100, 129)
+        ghost = [v.replace(b"tok-", b"gst-") for v in values]  # same shape, other runs (hashes fail: Python path)
+        _, names, cols = rows_for("committed", [loads_strict(v) for v in ghost])
+        for taken in (token, f"{token}/reform-1"):
+            s.insert("events", cols, names, column_oriented=True, dedup_token=taken)
+        s.command("ALTER TABLE events DELETE WHERE startsWith(run_id, 'gst-')", settings={"mutations_sync": 2})
+
+        def counts() -> tuple[int, int]:
+            return (int(s.query("SELECT count() FROM events").rows[0][0]),
+                    int(s.query("SELECT sum(events) FROM run_rollup WHERE startsWith(run_id, 'tok-')").rows[0][0]))
+
+        assert sink.insert_log(values, token) == (30, [])
+        assert counts() == (0, 0), "the token dropped the insert into events and into the rollup views"
+        dropped = METRICS.get("agentlog_sink_dropped_tokens_total", table="events")
+        assert sink.insert_log(values, token, reform=True) == (30, [])
+        assert counts() == (30, 30)
+        assert METRICS.get("agentlog_sink_dropped_tokens_total", table="events") == dropped + 1  # reform-1 was taken
+        assert sink.insert_log(values, token, reform=True) == (30, [])  # again: nothing missing, nothing added
+        assert counts() == (30, 30)
+        # the same range inserted again normally: dropped by the token (and by key)
+        assert sink.insert_log(values, token) == (30, [])
+        assert counts() == (30, 30)
+
+
+def test_keys_stored_earlier_or_twice_in_the_batch_are_inserted_once(store_url):  # noqa: F811
+    migrate(store_url)
+    with open_store(store_url) as s:
+        sink = BlockingSink(s)
+        first = [_record(_doc("dup", q, {"q": q})) for q in range(10)]
+        assert sink.insert_log(first, token_for("p.log", 0, 0, 9)) == (10, [])
+        # one insert, one part: a batch lands all or nothing (migration 0002's premise)
+        assert s.query("SELECT count() FROM system.parts WHERE database = currentDatabase() "
+                       "AND table = 'events' AND active").rows[0][0] == 1
+        again = [first[8], first[9], _record(_doc("dup", 10, {})), _record(_doc("dup", 10, {})),
+                 _record(_doc("dup", 11, {}))]  # at-least-once: stored keys and an in-batch repeat
+        assert sink.insert_log(again, token_for("p.log", 0, 10, 14)) == (5, [])
+        assert s.query("SELECT count(), uniqExact(run_id, sequence), max(sequence) FROM events").rows[0] == (12, 12, 11)
+        assert int(s.query("SELECT sum(events) FROM run_rollup").rows[0][0]) == 12
+
+
+def test_generated_docs_are_stored_as_the_python_mapping_stores_them(tmp_path):
+    """Whatever a valid doc holds, the row is the Python mapping's, by whichever path it went."""
+    url = f"chdb://{tmp_path / 'ch'}"
+    migrate(url)
+    with open_store(url) as s:
+        sink = BlockingSink(s)
+        batches = iter(range(10**6))
+        paths = {"clickhouse": 0, "python": 0}
+
+        @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+        @given(docs=st.lists(valid_docs(), min_size=1, max_size=25), with_state=st.booleans())
+        def check(docs: list[dict[str, Any]], with_state: bool) -> None:
+            s.command("TRUNCATE TABLE events")
+            values, seen = [], set()
+            for d in docs:
+                if (d["runId"], d["sequence"]) not in seen:
+                    seen.add((d["runId"], d["sequence"]))
+                    values.append(_record(d, state_hash="cd" * 32 if with_state else None))
+            token = token_for("p.log", 0, next(batches), 0)
+            proven, unproven = sink.insert_log(values, token)
+            assert proven + len(unproven) == len(values)
+            paths["clickhouse"] += proven
+            paths["python"] += len(unproven)
+            if unproven:
+                _, names, cols = rows_for("committed", [loads_strict(v) for v in unproven], parsed=True)
+                sink.insert_rows("events", names, cols, token + "/py")
+            assert _stored(s, sorted({r for r, _ in seen})) == _expected(values)
+            for doc, in s.query("SELECT doc FROM events").rows:
+                assert doc.encode() == rfc8785.dumps(loads_strict(doc.encode()))
+
+        check()
+        assert paths["clickhouse"] and paths["python"], f"both paths must be exercised: {paths}"
