@@ -388,6 +388,8 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
         if not nxt.done():
             nxt.cancel()  # shutting down: a batch cut short is a crash's redelivery
         await asyncio.wait([nxt])
+        if not nxt.cancelled():
+            nxt.exception()  # the take that ended the stream (StopAsyncIteration): seen, not an error to log
 
 
 def batched_agent(
