@@ -83,7 +83,7 @@ async def _span(settings: Settings, short: str, n: int, timeout: float, proc=Non
 
 
 def _start(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, **settings_env(settings)}
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}  # logs readable while it runs
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
