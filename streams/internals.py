@@ -22,6 +22,17 @@ FAUST_APP_INTERNALS = ("_new_consumer",)
 FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index")
 AIOKAFKA_CONSUMER_INTERNALS = ("_client",)
 AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
+FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
+
+
+def kafka_producer(producer: Any) -> Any:
+    """The ``AIOKafkaProducer`` under Faust's producer (``app.producer``), started with the app.
+
+    Faust exposes per-record ``send`` only; the worker hands a batch's records over as whole
+    aiokafka batches (``create_batch`` / ``send_batch``, public aiokafka API) through the same
+    client, so they share its connection, idempotence and acks settings.
+    """
+    return producer._ensure_producer()
 
 
 async def load_topic_metadata(consumer: Any, topic: str) -> None:

@@ -87,12 +87,13 @@ class Settings:
     batch_tick_s: float = 0.005
     # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
     events_ttl_days: int = 0
-    # Adaptive batches (#13, session 4; opt-in, 0 = off; README "Benchmarks"): the stream is taken in
+    # Adaptive batches (#13; the default since session 5, 0 = off: take_events(batch_max, batch_within_s);
+    # README "Benchmarks"): the stream is taken in
     # ticks of batch_tick_s; a tick that had to be waited for and brought fewer than batch_idle_events
     # records means we keep up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
     # into one batch of up to batch_max records or batch_within_s (under load: fewer table records
     # per event, as per run per batch). Faust keeps collecting the next tick while a batch is handled.
-    batch_idle_events: int = 0
+    batch_idle_events: int = 16
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
     # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
     otel_run_index_max: int = 100_000

@@ -25,6 +25,8 @@ class Wiring:
     #: Log records this process wrote, by (partition, offset), until the log check has read them back:
     #: a record found there byte for byte is the sequencer's own and needs no re-hashing.
     written: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    #: Partitions of each topic a batch sends to (counts never change; looked up once per topic).
+    partition_counts: dict[str, list[int]] = field(default_factory=dict)
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).

@@ -13,7 +13,7 @@ process start-up and group join are not counted for anyone.
 - ``raw``: the same loop doing the worker's per-event work, state in dicts, no tables
   (how much of the gap to ``bare`` is the work itself).
 
-Latency: a second worker on a fresh prefix is fed at a steady rate (``LATENCY_RATE`` ev/s)
+Latency: a second worker (and then a pass-through agent: the floor) on a fresh prefix is fed at a steady rate (``LATENCY_RATE`` ev/s)
 once every partition has been warmed by a run.started (not measured); publish → committed log
 latency is each paced record's log broker timestamp minus its source record's timestamp (one
 clock: this machine).
@@ -32,7 +32,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from streams.admin import ensure_topics
-from streams.codec import decode_record
+from streams.codec import decode_ingest, decode_record
 from streams.publisher import Publisher
 from streams.reader import _partitions
 from streams.security import client_kwargs
@@ -83,7 +83,7 @@ async def _span(settings: Settings, short: str, n: int, timeout: float, proc=Non
 
 
 def _start(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, **settings_env(settings)}
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}  # logs readable while it runs
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -219,21 +219,31 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
         await pub.flush()
     expected = 1 + len(runs) + total
     await _span(settings, "log", expected, timeout=300, proc=proc)
-    lat = sorted([ts - v["source"]["timestampMs"]
-                  async for _, _, ts, v in _read_log_with_ts(settings)
-                  if v["doc"]["runId"] != "lat-warm" and v["doc"]["type"] != "run.started"])
+    # The pass-through forwards the ingest bytes as they are: its log record's source is the ingest
+    # record with the same bytes.
+    ingest = {value: ts async for _, _, ts, value in _read_with_ts(settings, "ingest")}
+    lat = []
+    async for _, _, ts, value in _read_with_ts(settings, "log"):
+        if value in ingest:
+            doc, source_ts = decode_ingest(value), ingest[value]
+        else:
+            record = decode_record(value)
+            doc, source_ts = record["doc"], record["source"]["timestampMs"]
+        if doc["runId"] != "lat-warm" and doc["type"] != "run.started":
+            lat.append(ts - source_ts)
+    lat.sort()
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
     return {"rate_per_s": LATENCY_RATE, "events": len(lat), "p50_ms": pick(0.5), "p95_ms": pick(0.95),
             "p99_ms": pick(0.99), "max_ms": lat[-1]}
 
 
-async def _read_log_with_ts(settings: Settings):
-    """(partition, offset, timestamp, value) of the log (``read_topic`` gives no timestamps)."""
+async def _read_with_ts(settings: Settings, short: str):
+    """(partition, offset, timestamp, raw value) of a topic (``read_topic`` gives no timestamps)."""
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
-        topic = topic_name(settings, "log")
+        topic = topic_name(settings, short)
         parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
@@ -245,9 +255,20 @@ async def _read_log_with_ts(settings: Settings):
             batches = await consumer.getmany(timeout_ms=500, max_records=20000)
             for tp, messages in batches.items():
                 for m in messages:
-                    yield tp.partition, m.offset, m.timestamp, decode_record(m.value)
+                    yield tp.partition, m.offset, m.timestamp, m.value
     finally:
         await consumer.stop()
+
+
+def _latency(settings: Settings, args: list[str], seconds: float, log: Path) -> dict:
+    """Publish → log latency percentiles of the process ``args`` starts (the worker, or the pass-through)."""
+    proc = _start(settings, args, log)
+    try:
+        return asyncio.run(_paced_latency(settings, proc, seconds))
+    except Exception as e:  # the throughput figures stand on their own
+        return {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        _stop(proc)
 
 
 def run(ctx: BenchContext) -> dict:
@@ -257,7 +278,7 @@ def run(ctx: BenchContext) -> dict:
 
     def variant(name: str, events: int = n) -> Settings:
         s = base.replace(topic_prefix=f"bench{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
-                         replication_factor=1, web_enabled=False)
+                         replication_factor=1, web_enabled=False, otlp_port=0)
         asyncio.run(ensure_topics(s))
         if events:
             asyncio.run(_publish(s, events))
@@ -269,14 +290,10 @@ def run(ctx: BenchContext) -> dict:
                                                         "warn"], n, home / "passthrough.log")
     ours = n / _run_subprocess(variant("ours"), worker, n, home / "ours.log")
     raw = n / asyncio.run(_raw(variant("raw"), n))
-    lat_s = variant("lat", 0)
-    proc = _start(lat_s, worker, home / "latency.log")
-    try:
-        latency = asyncio.run(_paced_latency(lat_s, proc, LATENCY_SECONDS / (5 if ctx.quick else 1)))
-    except Exception as e:  # the throughput figures stand on their own
-        latency = {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        _stop(proc)
+    seconds = LATENCY_SECONDS / (5 if ctx.quick else 1)
+    latency = _latency(variant("lat", 0), worker, seconds, home / "latency.log")
+    passthrough_latency = _latency(variant("passlat", 0), ["-m", "tests.bench.passthrough_faust", "worker", "-l",
+                                                           "warn"], seconds, home / "passthrough-latency.log")
     return {
         "ours": ours,
         "baseline": passthrough,
@@ -286,5 +303,6 @@ def run(ctx: BenchContext) -> dict:
                     "faust_passthrough_events_per_s": passthrough, "raw_same_work_events_per_s": raw,
                     "ours_vs_bare": ours / bare, "passthrough_vs_bare": passthrough / bare,
                     "raw_same_work_vs_bare": raw / bare, "floor_ratio": 0.6,
-                    "publish_to_log_latency_ms": latency, "latency_goal_p99_ms": 50},
+                    "publish_to_log_latency_ms": latency, "latency_goal_p99_ms": 50,
+                    "passthrough_publish_to_log_latency_ms": passthrough_latency},
     }

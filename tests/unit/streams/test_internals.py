@@ -10,7 +10,7 @@ import asyncio
 import inspect
 
 import faust
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from faust.transport.consumer import Consumer
 
 from streams import internals
@@ -70,3 +70,20 @@ def test_aiokafka_consumer_client_can_add_a_topic():
 
     asyncio.run(scenario())
 
+
+
+def test_faust_producer_gives_its_aiokafka_producer_with_the_batch_api():
+    async def scenario():
+        producer = _app().producer
+        for name in internals.FAUST_PRODUCER_INTERNALS:
+            assert callable(getattr(producer, name, None)), f"Faust's producer has no {name}"
+        # Not started, there is no client yet (Faust creates it in on_start, as here: no broker needed).
+        producer._producer = producer._new_producer()
+        kafka = internals.kafka_producer(producer)
+        assert isinstance(kafka, AIOKafkaProducer)
+        assert kafka is internals.kafka_producer(producer)  # the app's one client, not a new one per call
+        builder = kafka.create_batch()
+        assert builder.append(key=b"k", value=b"v", timestamp=None).offset == 0
+        assert callable(kafka.send_batch)
+
+    asyncio.run(scenario())

@@ -1,0 +1,227 @@
+"""Ingest → queryable: ``agentlog worker --role all`` (sequencer + audit sink into chdb) against Faust's ceiling.
+
+Throughput: the worker is started and warmed first (one event per run, waited for in the
+store, so the embedded ClickHouse's start-up is not counted), then N events of the process
+bench's shape are published; the clock runs from the first of them in the committed log
+(broker timestamp) until ``SELECT count() FROM events`` covers them, asked through the
+worker's own query endpoint every ``POLL_S``. Baseline: the Faust pass-through agent of
+:mod:`tests.bench.passthrough_faust` on the same N events in the same run. Goal (#13):
+≥ 0.7× (floor 0.5×).
+
+Latency: a second ``all`` worker is fed at ``LATENCY_RATE`` ev/s; every ``POLL_S`` the
+bench asks the store for the highest ingest offset per partition that is queryable (the
+sink writes a partition's log in offset order, so everything up to it is). An event's
+publish → queryable latency is the first poll that covers its ingest offset minus its
+ingest record's timestamp; the poll interval bounds the error. Goal: p99 ≤ 2 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+import uuid
+from collections.abc import Callable
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from processors.audit.server import query_via_worker
+from streams.admin import ensure_topics
+from streams.publisher import Publisher
+from streams.reader import _partitions
+from streams.security import client_kwargs
+from streams.settings import Settings
+from streams.topics import topic_name
+from tests.bench import BenchContext
+from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop
+
+POLL_S = 0.1
+LATENCY_RATE = 1000
+LATENCY_SECONDS = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def log_stamps(settings: Settings, wanted: Callable[[str], bool], n: int, *, procs: list | None = None,
+                     timeout: float = 600) -> list[int]:
+    """Broker timestamps (sorted) of the first ``n`` log records whose key (runId) is ``wanted``; waits for them."""
+    topic = topic_name(settings, "log")
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        stamps: list[int] = []
+        deadline = time.monotonic() + timeout
+        while len(stamps) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(stamps)}/{n} records on {topic} after {timeout}s")
+            for proc in procs or ():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a process under test exited with {proc.returncode}; see its log")
+            for messages in (await consumer.getmany(timeout_ms=500, max_records=20000)).values():
+                stamps.extend(m.timestamp for m in messages if m.key is not None and wanted(m.key.decode()))
+        return sorted(stamps)[:n]
+    finally:
+        await consumer.stop()
+
+
+def _sql(settings: Settings, url: str, sql: str) -> list[list]:
+    answer = query_via_worker(settings, {"sql": sql}, worker_url=url, timeout_s=30)
+    if answer is None or "rows" not in answer:
+        raise RuntimeError(f"the worker's query endpoint answered {answer!r}")
+    return list(answer["rows"])
+
+
+async def _until_count(settings: Settings, url: str, n: int, proc, timeout: float = 600) -> float:
+    """Wall time (s) at which ``SELECT count() FROM events`` first answers ``n``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the worker exited with {proc.returncode}; see its log")
+        try:
+            rows = await asyncio.to_thread(_sql, settings, url, "SELECT count() FROM events")
+            if int(rows[0][0]) >= n:
+                return time.time()
+        except Exception:  # noqa: BLE001 - not serving yet
+            pass
+        await asyncio.sleep(POLL_S)
+    raise RuntimeError(f"events did not reach {n} rows in {timeout}s")
+
+
+def _all_worker(settings: Settings, log_name: str):
+    port = _free_port()
+    s = settings.replace(web_enabled=True, web_port=port, clickhouse_url=f"chdb://{settings.home / 'ch'}")
+    proc = _start(s, ["-m", "processors", "worker", "--role", "all", "--web", "--web-port", str(port)],
+                  settings.home / log_name)
+    return s, proc, f"http://127.0.0.1:{port}"
+
+
+async def _queryable_span(settings: Settings, url: str, proc, n: int) -> float:
+    await _publish_runs(settings, "warm", RUNS, 0)  # one run.started per warm run: every partition once
+    await _until_count(settings, url, RUNS, proc)  # the sink is up and has written (chdb start-up not counted)
+    await _publish_runs(settings, "q", RUNS, n - RUNS)
+    done_at = await _until_count(settings, url, RUNS + n, proc)
+    first = (await log_stamps(settings, lambda run: run.startswith("q-"), 1, procs=[proc]))[0]
+    return max(1e-3, done_at - first / 1000.0)
+
+
+async def _publish_runs(settings: Settings, prefix: str, runs: int, more: int) -> None:
+    """``runs`` run.started events, then ``more`` events spread over those runs (the process bench's shape)."""
+    async with Publisher(settings, wire="avro") as pub:
+        handles = [pub.run(f"{prefix}-{r}") for r in range(runs)]
+        for h in handles:
+            await h.emit("run.started", {"bindings": {"engineVersion": "bench"}})
+        for i in range(more):
+            await handles[i % runs].emit("variable.changed", {"name": f"v{i % 13}", "value": i})
+        await pub.flush()
+
+
+def queryable_throughput(settings: Settings, n: int) -> float:
+    """N / (first measured log record → ``count()`` covers them), the worker and its sink already warm."""
+    s, proc, url = _all_worker(settings, "queryable.log")
+    try:
+        return n / asyncio.run(_queryable_span(s, url, proc, n))
+    finally:
+        _stop(proc)
+
+
+async def _paced_queryable(settings: Settings, url: str, proc, seconds: float) -> dict:
+    async with Publisher(settings, wire="avro") as pub:
+        runs = [pub.run(f"qlat-{r}") for r in range(50)]
+        for r in runs:
+            await r.emit("run.started", {"bindings": {"engineVersion": "bench"}})
+        await pub.flush()
+        await _until_count(settings, url, len(runs), proc)  # warm: every partition went through once
+        polls: list[tuple[float, dict[int, int]]] = []
+
+        async def poll(stop: asyncio.Event) -> None:
+            sql = "SELECT kafka_partition, max(kafka_offset) FROM events GROUP BY kafka_partition"
+            while not stop.is_set():
+                rows = await asyncio.to_thread(_sql, settings, url, sql)
+                polls.append((time.time(), {int(p): int(o) for p, o in rows}))
+                await asyncio.sleep(POLL_S)
+
+        stop = asyncio.Event()
+        poller = asyncio.ensure_future(poll(stop))
+        total = int(LATENCY_RATE * seconds)
+        t0 = time.monotonic()
+        for i in range(total):
+            await runs[i % len(runs)].emit("variable.changed", {"name": f"v{i % 13}", "value": i})
+            if i % 10 == 9:
+                await pub.flush()
+                ahead = t0 + (i + 1) / LATENCY_RATE - time.monotonic()
+                if ahead > 0:
+                    await asyncio.sleep(ahead)
+        await pub.flush()
+        await _until_count(settings, url, len(runs) + total, proc)
+        stop.set()
+        await poller
+    ingest = await _ingest_stamps(settings)
+    lat = []
+    for (partition, offset), stamp in ingest.items():
+        seen = next((t for t, tops in polls if tops.get(partition, -1) >= offset), None)
+        if seen is not None:
+            lat.append(seen * 1000 - stamp)
+    lat.sort()
+    pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
+    return {"rate_per_s": LATENCY_RATE, "events": len(lat), "poll_s": POLL_S, "p50_ms": pick(0.5),
+            "p95_ms": pick(0.95), "p99_ms": pick(0.99), "max_ms": lat[-1]}
+
+
+async def _ingest_stamps(settings: Settings) -> dict[tuple[int, int], int]:
+    """(partition, offset) → timestamp of every paced ingest record (run.started warm-ups excluded by offset)."""
+    topic = topic_name(settings, "ingest")
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, auto_offset_reset="earliest")
+    await consumer.start()
+    out: dict[tuple[int, int], int] = {}
+    try:
+        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        while any([await consumer.position(tp) < ends[tp] for tp in parts]):
+            for tp, messages in (await consumer.getmany(timeout_ms=500, max_records=20000)).items():
+                for m in messages:
+                    if b"variable.changed" in m.value:
+                        out[(tp.partition, m.offset)] = m.timestamp
+    finally:
+        await consumer.stop()
+    return out
+
+
+def run(ctx: BenchContext) -> dict:
+    n = 5_000 if ctx.quick else 50_000
+    home = REPO / ".agentlog" / "bench" / f"queryable-{uuid.uuid4().hex[:6]}"
+
+    def variant(name: str) -> Settings:
+        s = ctx.settings.replace(topic_prefix=f"benchq{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
+                                 replication_factor=1, web_enabled=False, otlp_port=0)
+        asyncio.run(ensure_topics(s))
+        return s
+
+    passing = variant("pass")
+    asyncio.run(_publish(passing, n))
+    passthrough = n / _run_subprocess(passing, ["-m", "tests.bench.passthrough_faust", "worker", "-l", "warn"], n,
+                                      home / "passthrough.log")
+    ours = queryable_throughput(variant("all"), n)
+    lat_s, proc, url = _all_worker(variant("lat"), "latency.log")
+    try:
+        latency = asyncio.run(_paced_queryable(lat_s, url, proc, LATENCY_SECONDS / (3 if ctx.quick else 1)))
+    except Exception as e:  # the throughput figures stand on their own
+        latency = {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        _stop(proc)
+    return {
+        "ours": ours,
+        "baseline": passthrough,
+        "unit": "events/s",
+        "goal_ratio": 0.7,
+        "details": {"events": n, "runs": RUNS, "faust_passthrough_events_per_s": passthrough, "floor_ratio": 0.5,
+                    "publish_to_queryable_latency_ms": latency, "latency_goal_p99_ms": 2000},
+    }
