@@ -29,6 +29,8 @@ _HELP = {
     "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",
     "agentlog_sink_errors_total": "Failed ClickHouse inserts, by table (the batch is retried).",
     "agentlog_sink_rejected_total": "Records the sink could not decode or map, by topic (stored in rejections).",
+    "agentlog_sink_unproven_total": "Log records ClickHouse could not prove to be our writer's exact bytes (mapped in "
+                                    "Python instead), by table.",
     "agentlog_sink_reseeks_total": "Times the sink read past its expected offset and seeked back, by topic.",
     "agentlog_sink_absent_offsets_total": "Offsets a re-read confirmed absent from a topic (compaction, "
                                           "transaction markers), by topic.",

@@ -39,6 +39,7 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 NOT_DRIVEN = {
     "agentlog_redelivered_total": "needs a worker restart mid-batch",
     "agentlog_sink_errors_total": "needs a failing ClickHouse insert",
+    "agentlog_sink_unproven_total": "needs a log record from a foreign writer: counted in tests/unit/worker/test_sink_raw.py",
     "agentlog_skipped_records_healed_total": "needs the consumer to skip records (seen after SIGKILL restarts)",
     **{name: "needs OTLP traffic: sampled in tests/integration/otel/test_otel_conversation.py" for name in (
         "agentlog_otlp_requests_total", "agentlog_otlp_spans_total", "agentlog_otel_spans_published_total",
