@@ -183,26 +183,40 @@ ORDER BY sequence
 
 # From the handoff_steps rollup (migration 0005): the ms of every transition since its dispatch's
 # previous one, kept by a materialized view with weights that sum to 1 per current step (see the
-# migration). A value is repeated as often as its weight says, so the quantiles are exactly those
-# of the window over transitions this replaced (tests/unit/audit/test_handoff_rollups.py compares
-# the two), without sorting every transition at read time.
+# migration). Usually every row weighs 1 (transitions stored in the state machine's order) and is
+# read as it is; once a dispatch's phases were stored out of order its rows carry corrections
+# (weights -1 and +1), and then the weights are summed per value and each value repeated as often
+# as its weight says. The quantiles are exactly those of the window over transitions this replaced
+# (tests/unit/audit/test_handoff_rollups.py compares the two), without sorting every transition at
+# read time. ``corrections`` is a constant by the time the query is planned, so only one branch reads.
 _HANDOFF_LATENCY = """
-WITH steps AS (
-    SELECT worker_id, phase, phase_rank, ms, sum(weight) AS times
-    FROM handoff_steps
-    WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})
-    GROUP BY worker_id, phase, phase_rank, ms
-    HAVING times > 0
-)
+WITH
+    (SELECT countIf(weight != 1) FROM handoff_steps
+     WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})) AS corrections,
+    steps AS (
+        SELECT worker_id, phase, phase_rank, ms AS v
+        FROM handoff_steps
+        WHERE corrections = 0 AND ({run_id:String} = '' OR parent_run_id = {run_id:String})
+        UNION ALL
+        SELECT worker_id, phase, phase_rank, arrayJoin(arrayWithConstant(toUInt64(times), ms)) AS v
+        FROM (
+            SELECT worker_id, phase, phase_rank, ms, sum(weight) AS times
+            FROM handoff_steps
+            WHERE corrections > 0 AND ({run_id:String} = '' OR parent_run_id = {run_id:String})
+            GROUP BY worker_id, phase, phase_rank, ms
+            HAVING times > 0
+        )
+    )
 SELECT
     worker_id,
     phase,
     count() AS n,
-    round(quantileExactInclusive(0.5)(v), 3) AS p50_ms,
-    round(quantileExactInclusive(0.95)(v), 3) AS p95_ms,
-    round(quantileExactInclusive(0.99)(v), 3) AS p99_ms,
+    -- one sort for the three quantiles (the same expression is computed once)
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[1], 3) AS p50_ms,
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[2], 3) AS p95_ms,
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[3], 3) AS p99_ms,
     max(v) AS max_ms
-FROM (SELECT worker_id, phase, phase_rank, arrayJoin(arrayWithConstant(toUInt64(times), ms)) AS v FROM steps)
+FROM steps
 GROUP BY worker_id, phase, phase_rank
 ORDER BY worker_id, phase_rank, phase
 """
