@@ -187,7 +187,7 @@ ORDER BY sequence
 # read as it is; once a dispatch's phases were stored out of order its rows carry corrections
 # (weights -1 and +1), and then the weights are summed per value and each value repeated as often
 # as its weight says. The quantiles are exactly those of the window over transitions this replaced
-# (tests/unit/audit/test_handoff_rollups.py compares the two), without sorting every transition at
+# (tests/unit/audit/test_query_rewrites.py compares the two), without sorting every transition at
 # read time. ``corrections`` is a constant by the time the query is planned, so only one branch reads.
 _HANDOFF_LATENCY = """
 WITH
@@ -443,18 +443,39 @@ ORDER BY run_id, code
 """
 
 # issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
+# Whole hours come from the usage_hourly rollup when a bucket is whole hours (a bucket of N hours
+# holds whole hours: toStartOfInterval counts from the epoch); only the part of an hour after a
+# ``since`` that is not on the hour, or every event for buckets that are not whole hours, is read
+# from events (a scan of provider.usage). Both guards are constants, so the branch not needed
+# reads nothing: the console's default (hourly, no since) reads only the rollup.
 _USAGE_OVER_TIME = """
+WITH
+    parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC') AS since_t,
+    {bucket_s:UInt32} % 3600 = 0 AS whole_hours,
+    -- the first hour that starts at or after since
+    toDateTime64(toStartOfHour(since_t), 3, 'UTC') + toIntervalHour(toStartOfHour(since_t) != since_t) AS first_hour
 SELECT
-    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
+    bucket,
     provider,
     model,
-    count() AS calls,
-    sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens,
-    round(sum(cost_cents), 4) AS cost_cents
-FROM events
-WHERE type = 'provider.usage'
-  AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
+    sum(n) AS calls,
+    sum(input) AS input_tokens,
+    sum(output) AS output_tokens,
+    round(sum(cost), 4) AS cost_cents
+FROM (
+    SELECT toStartOfInterval(toDateTime64(hour, 3, 'UTC'), toIntervalSecond({bucket_s:UInt32})) AS bucket,
+           provider, model, calls AS n, input_tokens AS input, output_tokens AS output, cost_cents AS cost
+    FROM usage_hourly
+    WHERE whole_hours AND hour >= first_hour
+    UNION ALL
+    SELECT toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
+           provider, model, toUInt64(1) AS n, input_tokens AS input, output_tokens AS output, cost_cents AS cost
+    FROM events
+    WHERE (NOT whole_hours OR first_hour != since_t)
+      AND type = 'provider.usage'
+      AND event_time >= since_t
+      AND (NOT whole_hours OR event_time < first_hour)
+)
 GROUP BY bucket, provider, model
 ORDER BY bucket, provider, model
 """

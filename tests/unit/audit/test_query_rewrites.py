@@ -205,3 +205,38 @@ def test_causation_chain_answers_like_the_recursive_walk(store, shape, n):
             assert any(r[0] == "self" for r in got)
     for missing in ({"run_id": "run-a", "event_id": "run-b:3"}, {"run_id": "no-run", "event_id": "run-a:3"}):
         assert _same(store, "causation-chain", REF_CAUSATION_CHAIN, {**missing, "max_depth": "1000"}) == []
+
+
+REF_USAGE_OVER_TIME = """
+SELECT toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket, provider, model,
+    count() AS calls, sum(input_tokens) AS input_tokens, sum(output_tokens) AS output_tokens,
+    round(sum(cost_cents), 4) AS cost_cents
+FROM events
+WHERE type = 'provider.usage'
+  AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
+GROUP BY bucket, provider, model
+ORDER BY bucket, provider, model
+"""
+
+_GEN_USAGE = """
+INSERT INTO events (run_id, sequence, event_id, causation_id, type, node_id, event_time, ingested_at, source_topic,
+                    kafka_partition, kafka_offset, hash, prev_hash, payload, doc)
+SELECT concat('run-', toString(intDiv(number, 100))) AS run_id, number % 100 AS seq,
+       concat(run_id, ':', toString(seq)), '', if(number % 3 = 0, 'provider.usage', 'variable.changed'), 'n',
+       toDateTime64('2025-01-01 00:00:00', 3, 'UTC') + toIntervalMillisecond(number * 7919),
+       toDateTime64('2025-01-01 00:00:00', 3, 'UTC'), 't', 0, toInt64(number), '', '',
+       concat('{"costCents":', toString((number % 50) / 8), ',"inputTokens":', toString(100 + number % 900),
+              ',"model":"model-', toString(number % 4), '","outputTokens":', toString(number % 200),
+              ',"provider":"p', toString(number % 2), '"}'), '{}'
+FROM numbers({from:UInt64}, {n:UInt64})
+"""
+
+
+def test_usage_over_time_from_the_rollup_answers_like_the_scan_of_events(store):
+    for part in range(3):  # several inserts: the rollup holds one row per insert and hour
+        store.command(_GEN_USAGE, {"from": part * 2000, "n": 2000})
+    for bucket in ("3600", "7200", "86400", "60", "5400"):
+        for since in ("", "2025-01-01T03:00:00Z", "2025-01-01T03:17:45.5Z", "2025-01-01T02:59:59.999+00:00",
+                      "2030-01-01T00:00:00Z"):
+            _same(store, "usage-over-time", REF_USAGE_OVER_TIME, {"bucket_s": bucket, "since": since})
+    assert len(_same(store, "usage-over-time", REF_USAGE_OVER_TIME, {"bucket_s": "3600", "since": ""})) > 20
