@@ -163,8 +163,10 @@ WITH
                       (arrayMap(p -> toUInt64(p != 0), parent), parent)).1 AS level,
             arrayFold((acc, k) -> if(parent[acc[-1]] = 0, acc, arrayPushBack(acc, parent[acc[-1]])),
                       range(least({max_depth:UInt32}, n, level[self])), [self]) AS up,
-            arrayFold((acc, k) -> arrayMap((d, p) -> if(d < 0 AND p != 0 AND acc[p] = k, toInt64(k) + 1, d), acc, parent),
-                      range(toInt64(least(toInt64({max_depth:UInt32}), toInt64(n), toInt64(arrayMax(level)) - toInt64(level[self])))),
+            arrayFold((acc, k) -> arrayMap((d, p) -> if(d < 0 AND p != 0 AND acc[p] = k, toInt64(k) + 1, d),
+                                            acc, parent),
+                      range(least(toInt64({max_depth:UInt32}), toInt64(n),
+                                  toInt64(arrayMax(level)) - toInt64(level[self]))),
                       arrayMap(i -> toInt64(if(i = self, 0, -1)), range(1, n + 1))) AS down
         FROM run
     )
