@@ -225,9 +225,10 @@ ORDER BY worker_id, phase_rank, phase
 
 _FAILED_PHASES = "('dispatch.failed', 'child.failed', 'child.cancelled')"
 
-# All runs: the worker_failures rollup (migration 0005: uniqExact sets per worker, phase and error
-# code, merged here). One run: that run's transitions, read by the primary key prefix. Each branch
-# is switched off by a constant condition on the parameter, so only one of them reads anything.
+# All runs: the worker_failures and worker_dispatches rollups (migration 0005: uniqExact sets per
+# worker, failed phase and error code, and per worker, merged here). One run: that run's
+# transitions, read by the primary key prefix. Each branch is switched off by a constant
+# condition on the parameter, so only one of them reads anything.
 _FAILURES = f"""
 WITH
     t AS (
@@ -239,7 +240,7 @@ WITH
         SELECT worker_id, uniqExact(dispatch_id) AS dispatches FROM t GROUP BY worker_id
         UNION ALL
         SELECT worker_id, uniqExactMerge(dispatches) AS dispatches
-        FROM worker_failures WHERE {{run_id:String}} = '' GROUP BY worker_id
+        FROM worker_dispatches WHERE {{run_id:String}} = '' GROUP BY worker_id
     ),
     failed AS (
         SELECT worker_id, phase, if(error_code = '', '(none)', error_code) AS code,

@@ -1,7 +1,7 @@
 """Repair of the rollups after a SIGKILL in the middle of a sink insert.
 
-``usage_hourly`` and ``run_rollup`` are views over ``events``; ``handoff_steps`` and ``worker_failures``
-(migration 0005) are views over ``transitions``.
+``usage_hourly`` and ``run_rollup`` are views over ``events``; ``handoff_steps``, ``worker_failures``
+and ``worker_dispatches`` (migration 0005) are views over ``transitions``.
 
 ClickHouse commits an insert's part in ``events`` first and only then runs the materialized views
 into the rollups: a SIGKILL in between leaves the events stored and the rollups without them
@@ -19,8 +19,8 @@ holding MORE than ``events`` (rows expired by ``events_ttl_days``) is left alone
 ``handoff_steps`` holds weighted steps (migration 0005): its repair inserts, per (dispatch, phase, ms),
 what the steps recomputed from ``transitions`` weigh minus what the rollup's weights sum to, so it
 also corrects a step the views computed before an earlier transition of the dispatch arrived.
-``worker_failures`` holds uniqExact sets, which adding the same transitions again does not change:
-its repair re-adds the runs' transitions every time, without a check.
+``worker_failures`` and ``worker_dispatches`` hold uniqExact sets, which adding the same transitions
+again does not change: their repair re-adds the runs' transitions every time, without a check.
 
 The SELECTs mirror the views of migrations 0002 and 0005; ``tests/unit/audit/test_rollups.py`` checks
 that a repaired rollup equals the one the views build.
@@ -152,12 +152,17 @@ HAVING weight != 0
 _SHORT["handoff_steps"] = f"SELECT uniqExact(parent_run_id) FROM ({_STEPS_DIFF})"
 
 _FAILURES = """
-INSERT INTO worker_failures (worker_id, phase, error_code, transitions, runs, dispatches)
-SELECT worker_id, phase, error_code, uniqExactState(parent_run_id, dispatch_id), uniqExactState(parent_run_id),
-       uniqExactState(dispatch_id)
+INSERT INTO worker_failures (worker_id, phase, error_code, transitions, runs)
+SELECT worker_id, phase, error_code, uniqExactState(parent_run_id, dispatch_id), uniqExactState(parent_run_id)
 FROM transitions
-WHERE parent_run_id IN {runs:Array(String)}
+WHERE parent_run_id IN {runs:Array(String)} AND phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
 GROUP BY worker_id, phase, error_code
+"""
+
+_DISPATCHES = """
+INSERT INTO worker_dispatches (worker_id, dispatches)
+SELECT worker_id, uniqExactState(dispatch_id) FROM transitions WHERE parent_run_id IN {runs:Array(String)}
+GROUP BY worker_id
 """
 
 _REPAIR = {
@@ -172,8 +177,8 @@ _OF_SOURCE = {"events": ("usage_hourly", "run_rollup"), "transitions": ("handoff
 def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[str, int]:
     """Bring the rollups over ``source`` (``events`` or ``transitions``) of ``run_ids`` up to it.
 
-    Returns, per rollup, how many runs were short (``worker_failures`` is re-added without a check
-    and never counted).
+    Returns, per rollup, how many runs were short (``worker_failures`` and ``worker_dispatches`` are
+    re-added without a check and never counted).
     """
     if source not in ROLLUP_SOURCES:
         raise ValueError(f"no rollups over {source!r}; known: {', '.join(ROLLUP_SOURCES)}")
@@ -182,7 +187,8 @@ def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[
     if not runs:
         return short
     if source == "transitions":
-        store.command(_FAILURES, {"runs": runs}, settings={"insert_deduplicate": 0})
+        for sets in (_FAILURES, _DISPATCHES):
+            store.command(sets, {"runs": runs}, settings={"insert_deduplicate": 0})
     for rollup in _OF_SOURCE[source]:
         n = int(store.query(_SHORT[rollup], {"runs": runs}).rows[0][0])
         if n:

@@ -72,18 +72,20 @@ FROM (
 GROUP BY parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms
 HAVING weight != 0;
 
--- worker_failures: per (worker, phase, error code) the set of its transitions, runs and dispatches as
--- uniqExact states. Sets, not counts: the same transitions aggregated again change nothing, so the
--- rollup repair (processors/audit/rollups.py) can simply re-add the runs of a re-formed range. One row
--- per (parent run, dispatch, phase) in transitions makes the size of the transition set the count.
+-- worker_failures: per (worker, failed phase, error code) the set of its failed transitions and of
+-- their runs; worker_dispatches: per worker the set of its dispatches (the failure rate's
+-- denominator). uniqExact states: sets, not counts, so aggregating the same transitions again
+-- changes nothing and the rollup repair (processors/audit/rollups.py) can simply re-add the runs of
+-- a re-formed range. One row per (parent run, dispatch, phase) in transitions makes the size of the
+-- transition set the count. Dispatches are a table of their own, keyed by worker alone, so each
+-- dispatch is in one set however many phases it went through.
 CREATE TABLE IF NOT EXISTS worker_failures
 (
     worker_id   String,
     phase       LowCardinality(String),
     error_code  LowCardinality(String),
     transitions AggregateFunction(uniqExact, String, String),
-    runs        AggregateFunction(uniqExact, String),
-    dispatches  AggregateFunction(uniqExact, String)
+    runs        AggregateFunction(uniqExact, String)
 )
 ENGINE = AggregatingMergeTree
 ORDER BY (worker_id, phase, error_code)
@@ -91,6 +93,21 @@ SETTINGS non_replicated_deduplication_window = 10000;
 
 CREATE MATERIALIZED VIEW IF NOT EXISTS worker_failures_mv TO worker_failures AS
 SELECT worker_id, phase, error_code, uniqExactState(parent_run_id, dispatch_id) AS transitions,
-       uniqExactState(parent_run_id) AS runs, uniqExactState(dispatch_id) AS dispatches
+       uniqExactState(parent_run_id) AS runs
 FROM transitions
+WHERE phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
 GROUP BY worker_id, phase, error_code;
+
+CREATE TABLE IF NOT EXISTS worker_dispatches
+(
+    worker_id  String,
+    dispatches AggregateFunction(uniqExact, String)
+)
+ENGINE = AggregatingMergeTree
+ORDER BY worker_id
+SETTINGS non_replicated_deduplication_window = 10000;
+
+CREATE MATERIALIZED VIEW IF NOT EXISTS worker_dispatches_mv TO worker_dispatches AS
+SELECT worker_id, uniqExactState(dispatch_id) AS dispatches
+FROM transitions
+GROUP BY worker_id;

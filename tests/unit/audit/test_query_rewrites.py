@@ -156,7 +156,7 @@ def test_transition_rollups_short_of_a_batch_are_repaired_once(store):
     recs = _transitions(rng, runs=6)
     half = len(recs) // 2
     store.insert_records("transition", recs[:half])
-    views = ("handoff_steps_mv", "worker_failures_mv")
+    views = ("handoff_steps_mv", "worker_failures_mv", "worker_dispatches_mv")
     for view in views:
         store.command(f"DETACH TABLE {view}")
     store.insert_records("transition", recs[half:])  # the views never see it (a SIGKILL in between)
