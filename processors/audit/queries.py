@@ -129,99 +129,139 @@ ORDER BY sequence
 LIMIT {limit:UInt64}
 """
 
-# Causation is a tree inside one run (a cause always precedes its effect), so the
-# walk is bounded by the run's length; max_depth bounds it for hostile data too.
+# Causation is a tree inside one run (a cause always precedes its effect). The run's rows are read
+# ONCE, by the primary key prefix, into arrays ordered by sequence, and the walk is array arithmetic
+# on positions: a recursive CTE re-reads the table at every level (two walks of ~log2(run) levels
+# each cost ~100 ms at 10M events; this costs one read of the run).
+#   parent  position of each row's cause in the run (0 = none), found by binary search over the
+#           event ids sorted once (indexOfAssumeSorted), so O(n log n) for a run of n events;
+#   level   each row's distance from its root, by pointer jumping (log2 n rounds): it bounds both
+#           walks, so a shallow tree costs a few rounds however long max_depth is;
+#   up      the chain of causes from the event, at most max_depth hops;
+#   down    breadth-first depths from the event (-1 = not a descendant), one round per level.
+# Rows are those of the former recursive CTE: same relation, depth and columns, bounded by
+# max_depth the same way (on a causation cycle, which valid runs never have, each event is listed
+# once instead of once per lap).
 _CAUSATION_CHAIN = """
-WITH RECURSIVE
-    ev AS (
-        SELECT event_id, causation_id, sequence, type, node_id
+WITH
+    run AS (
+        SELECT arraySort(x -> x.1, groupArray((sequence, event_id, causation_id, type, node_id))) AS r
         FROM events
         WHERE run_id = {run_id:String}
     ),
-    up AS (
-        SELECT event_id, causation_id, sequence, type, node_id, toUInt32(0) AS depth
-        FROM ev WHERE event_id = {event_id:String}
-        UNION ALL
-        SELECT ev.event_id, ev.causation_id, ev.sequence, ev.type, ev.node_id, up.depth + 1
-        FROM ev INNER JOIN up ON ev.event_id = up.causation_id
-        WHERE up.causation_id != '' AND up.depth < {max_depth:UInt32}
-    ),
-    down AS (
-        SELECT event_id, causation_id, sequence, type, node_id, toUInt32(0) AS depth
-        FROM ev WHERE event_id = {event_id:String}
-        UNION ALL
-        SELECT ev.event_id, ev.causation_id, ev.sequence, ev.type, ev.node_id, down.depth + 1
-        FROM ev INNER JOIN down ON ev.causation_id = down.event_id
-        WHERE down.depth < {max_depth:UInt32}
+    walk AS (
+        SELECT
+            r,
+            length(r) AS n,
+            arrayMap(x -> x.2, r) AS ids,
+            arraySort(i -> ids[i], range(1, n + 1)) AS by_id,
+            arrayMap(i -> ids[i], by_id) AS sorted_ids,
+            arrayMap(x -> if(x.3 = '', 0, by_id[indexOfAssumeSorted(sorted_ids, x.3)]), r) AS parent,
+            by_id[indexOfAssumeSorted(sorted_ids, {event_id:String})] AS self,
+            arrayFold((acc, k) -> (arrayMap((d, x) -> d + acc.1[x], acc.1, acc.2), arrayMap(x -> acc.2[x], acc.2)),
+                      range(toUInt64(ceil(log2(n + 1))) + 1),
+                      (arrayMap(p -> toUInt64(p != 0), parent), parent)).1 AS level,
+            arrayFold((acc, k) -> if(parent[acc[-1]] = 0, acc, arrayPushBack(acc, parent[acc[-1]])),
+                      range(least({max_depth:UInt32}, n, level[self])), [self]) AS up,
+            arrayFold((acc, k) -> arrayMap((d, p) -> if(d < 0 AND p != 0 AND acc[p] = k, toInt64(k) + 1, d),
+                                            acc, parent),
+                      range(least(toInt64({max_depth:UInt32}), toInt64(n),
+                                  toInt64(arrayMax(level)) - toInt64(level[self]))),
+                      arrayMap(i -> toInt64(if(i = self, 0, -1)), range(1, n + 1))) AS down
+        FROM run
     )
-SELECT relation, depth, sequence, event_id, causation_id, type, node_id
+SELECT relation, depth, r[pos].1 AS sequence, r[pos].2 AS event_id, r[pos].3 AS causation_id, r[pos].4 AS type,
+       r[pos].5 AS node_id
 FROM (
-    SELECT 'ancestor' AS relation, depth, sequence, event_id, causation_id, type, node_id FROM up WHERE depth > 0
-    UNION ALL
-    SELECT 'self', depth, sequence, event_id, causation_id, type, node_id FROM up WHERE depth = 0
-    UNION ALL
-    SELECT 'descendant', depth, sequence, event_id, causation_id, type, node_id FROM down WHERE depth > 0
+    SELECT r, arrayJoin(arrayConcat(
+        arrayMap((p, d) -> ('ancestor', toInt64(d), p), arraySlice(up, 2), range(1, length(up))),
+        [('self', toInt64(0), self)],
+        arrayFilter(t -> t.2 > 0, arrayMap((d, p) -> ('descendant', d, p), down, range(1, n + 1))))) AS t,
+        t.1 AS relation, toUInt32(t.2) AS depth, t.3 AS pos
+    FROM walk WHERE self != 0
 )
 ORDER BY sequence
 """
 
-# Phase rank orders a dispatch's transitions by the state machine, not by clocks:
-# two hosts' timestamps may tie or skew, the machine's order cannot.
-_PHASE_RANK = """multiIf(
-    phase = 'dispatch.began', 0,
-    phase IN ('dispatch.succeeded', 'dispatch.failed'), 1,
-    phase IN ('child.completed', 'child.failed', 'child.cancelled'), 2,
-    phase = 'output.harvested', 3,
-    9)"""
-
-_HANDOFF_LATENCY = f"""
-WITH steps AS (
-    SELECT
-        worker_id,
-        phase,
-        {_PHASE_RANK} AS phase_rank,
-        toUnixTimestamp64Milli(event_time)
-            - lagInFrame(toUnixTimestamp64Milli(event_time)) OVER w AS ms,
-        row_number() OVER w AS step
-    FROM transitions
-    WHERE ({{run_id:String}} = '' OR parent_run_id = {{run_id:String}})
-    WINDOW w AS (PARTITION BY parent_run_id, dispatch_id ORDER BY phase_rank, event_time
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
+# From the handoff_steps rollup (migration 0005): the ms of every transition since its dispatch's
+# previous one, kept by a materialized view with weights that sum to 1 per current step (see the
+# migration). Usually every row weighs 1 (transitions stored in the state machine's order) and is
+# read as it is; once a dispatch's phases were stored out of order its rows carry corrections
+# (weights -1 and +1), and then the weights are summed per value and each value repeated as often
+# as its weight says. The quantiles are exactly those of the window over transitions this replaced
+# (tests/unit/audit/test_query_rewrites.py compares the two), without sorting every transition at
+# read time. ``corrections`` is a constant by the time the query is planned, so only one branch reads.
+_HANDOFF_LATENCY = """
+WITH
+    (SELECT countIf(weight != 1) FROM handoff_steps
+     WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})) AS corrections,
+    steps AS (
+        SELECT worker_id, phase, phase_rank, ms AS v
+        FROM handoff_steps
+        WHERE corrections = 0 AND ({run_id:String} = '' OR parent_run_id = {run_id:String})
+        UNION ALL
+        SELECT worker_id, phase, phase_rank, arrayJoin(arrayWithConstant(toUInt64(times), ms)) AS v
+        FROM (
+            SELECT worker_id, phase, phase_rank, ms, sum(weight) AS times
+            FROM handoff_steps
+            WHERE corrections > 0 AND ({run_id:String} = '' OR parent_run_id = {run_id:String})
+            GROUP BY worker_id, phase, phase_rank, ms
+            HAVING times > 0
+        )
+    )
 SELECT
     worker_id,
     phase,
     count() AS n,
-    round(quantileExactInclusive(0.5)(ms), 3) AS p50_ms,
-    round(quantileExactInclusive(0.95)(ms), 3) AS p95_ms,
-    round(quantileExactInclusive(0.99)(ms), 3) AS p99_ms,
-    max(ms) AS max_ms
+    -- one sort for the three quantiles (the same expression is computed once)
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[1], 3) AS p50_ms,
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[2], 3) AS p95_ms,
+    round(quantilesExactInclusive(0.5, 0.95, 0.99)(v)[3], 3) AS p99_ms,
+    max(v) AS max_ms
 FROM steps
-WHERE step > 1
 GROUP BY worker_id, phase, phase_rank
 ORDER BY worker_id, phase_rank, phase
 """
 
-_FAILURES = """
-WITH t AS (
-    SELECT worker_id, dispatch_id, phase, error_code, parent_run_id
-    FROM transitions
-    WHERE ({run_id:String} = '' OR parent_run_id = {run_id:String})
-),
-per_worker AS (
-    SELECT worker_id, uniqExact(dispatch_id) AS dispatches FROM t GROUP BY worker_id
-)
+_FAILED_PHASES = "('dispatch.failed', 'child.failed', 'child.cancelled')"
+
+# All runs: the worker_failures and worker_dispatches rollups (migration 0005: uniqExact sets per
+# worker, failed phase and error code, and per worker, merged here). One run: that run's
+# transitions, read by the primary key prefix. Each branch is switched off by a constant
+# condition on the parameter, so only one of them reads anything.
+_FAILURES = f"""
+WITH
+    t AS (
+        SELECT worker_id, dispatch_id, phase, error_code, parent_run_id
+        FROM transitions
+        WHERE {{run_id:String}} != '' AND parent_run_id = {{run_id:String}}
+    ),
+    per_worker AS (
+        SELECT worker_id, uniqExact(dispatch_id) AS dispatches FROM t GROUP BY worker_id
+        UNION ALL
+        SELECT worker_id, uniqExactMerge(dispatches) AS dispatches
+        FROM worker_dispatches WHERE {{run_id:String}} = '' GROUP BY worker_id
+    ),
+    failed AS (
+        SELECT worker_id, phase, if(error_code = '', '(none)', error_code) AS code,
+               count() AS failures, uniqExact(parent_run_id) AS runs
+        FROM t WHERE phase IN {_FAILED_PHASES}
+        GROUP BY worker_id, phase, code
+        UNION ALL
+        SELECT worker_id, phase, if(error_code = '', '(none)', error_code) AS code,
+               uniqExactMerge(transitions) AS failures, uniqExactMerge(runs) AS runs
+        FROM worker_failures WHERE {{run_id:String}} = '' AND phase IN {_FAILED_PHASES}
+        GROUP BY worker_id, phase, code
+    )
 SELECT
-    t.worker_id AS worker_id,
-    t.phase AS phase,
-    if(t.error_code = '', '(none)', t.error_code) AS error_code,
-    count() AS failures,
-    uniqExact(t.parent_run_id) AS runs,
-    any(per_worker.dispatches) AS dispatches,
+    f.worker_id AS worker_id,
+    f.phase AS phase,
+    f.code AS error_code,
+    f.failures AS failures,
+    f.runs AS runs,
+    p.dispatches AS dispatches,
     round(failures / dispatches, 4) AS failure_rate
-FROM t INNER JOIN per_worker ON t.worker_id = per_worker.worker_id
-WHERE t.phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
-GROUP BY worker_id, phase, error_code
+FROM failed AS f INNER JOIN per_worker AS p ON p.worker_id = f.worker_id
 ORDER BY failures DESC, worker_id, phase, error_code
 """
 
@@ -406,18 +446,39 @@ ORDER BY run_id, code
 """
 
 # issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
+# Whole hours come from the usage_hourly rollup when a bucket is whole hours (a bucket of N hours
+# holds whole hours: toStartOfInterval counts from the epoch); only the part of an hour after a
+# ``since`` that is not on the hour, or every event for buckets that are not whole hours, is read
+# from events (a scan of provider.usage). Both guards are constants, so the branch not needed
+# reads nothing: the console's default (hourly, no since) reads only the rollup.
 _USAGE_OVER_TIME = """
+WITH
+    parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC') AS since_t,
+    {bucket_s:UInt32} % 3600 = 0 AS whole_hours,
+    -- the first hour that starts at or after since
+    toDateTime64(toStartOfHour(since_t), 3, 'UTC') + toIntervalHour(toStartOfHour(since_t) != since_t) AS first_hour
 SELECT
-    toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
+    bucket,
     provider,
     model,
-    count() AS calls,
-    sum(input_tokens) AS input_tokens,
-    sum(output_tokens) AS output_tokens,
-    round(sum(cost_cents), 4) AS cost_cents
-FROM events
-WHERE type = 'provider.usage'
-  AND ({since:String} = '' OR event_time >= parseDateTime64BestEffortOrZero({since:String}, 3, 'UTC'))
+    sum(n) AS calls,
+    sum(input) AS input_tokens,
+    sum(output) AS output_tokens,
+    round(sum(cost), 4) AS cost_cents
+FROM (
+    SELECT toStartOfInterval(toDateTime64(hour, 3, 'UTC'), toIntervalSecond({bucket_s:UInt32})) AS bucket,
+           provider, model, calls AS n, input_tokens AS input, output_tokens AS output, cost_cents AS cost
+    FROM usage_hourly
+    WHERE whole_hours AND hour >= first_hour
+    UNION ALL
+    SELECT toStartOfInterval(event_time, toIntervalSecond({bucket_s:UInt32})) AS bucket,
+           provider, model, toUInt64(1) AS n, input_tokens AS input, output_tokens AS output, cost_cents AS cost
+    FROM events
+    WHERE (NOT whole_hours OR first_hour != since_t)
+      AND type = 'provider.usage'
+      AND event_time >= since_t
+      AND (NOT whole_hours OR event_time < first_hour)
+)
 GROUP BY bucket, provider, model
 ORDER BY bucket, provider, model
 """

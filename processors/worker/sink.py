@@ -19,7 +19,7 @@ Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offse
    The re-formed batch inserts only the rows whose natural key is missing, under a fresh token
    ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not). ClickHouse
    also commits the events part before it runs the rollup views, so the runs of a re-formed log
-   range get their rollups repaired from ``events`` (:mod:`processors.audit.rollups`). Then it
+   range get their rollups repaired from ``events`` or ``transitions`` (:mod:`processors.audit.rollups`). Then it
    carries on from ``hi + 1``.
 
 Batches are contiguous, so no offset can fall between two ranges: the sink knows, per partition,
@@ -65,6 +65,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from processors.audit import raw as raw_sql
 from processors.audit.migrations import open_owned
+from processors.audit.rollups import ROLLUP_SOURCES
 from processors.audit.rollups import repair as repair_rollups
 from processors.audit.rows import rows_for
 from processors.audit.store import Store
@@ -166,8 +167,8 @@ class BlockingSink:
                     return 0
                 return self.store.insert(table, missing, names, column_oriented=True, dedup_token=token)
             inserted = self._reinsert(table, names, missing, token)
-            if table == "events":
-                self._repair_rollups(cols[names.index("run_id")], token)
+            if table in ROLLUP_SOURCES:
+                self._repair_rollups(table, cols[names.index(ROLLUP_SOURCES[table])], token)
             return inserted
 
     def insert_log(self, values: list[bytes], token: str, *, reform: bool = False) -> tuple[int, list[bytes]]:
@@ -262,13 +263,13 @@ class BlockingSink:
             cols = still
         raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
 
-    def _repair_rollups(self, run_ids: list[Any], token: str) -> None:
-        """The crash may have come after the events part and before the views ran: see processors.audit.rollups."""
-        short = repair_rollups(self.store, [str(r) for r in run_ids])
+    def _repair_rollups(self, table: str, run_ids: list[Any], token: str) -> None:
+        """The crash may have come after the table's part and before its views ran: see processors.audit.rollups."""
+        short = repair_rollups(self.store, [str(r) for r in run_ids], source=table)
         for rollup, runs in short.items():
             METRICS.inc("agentlog_sink_rollups_repaired_total", runs, table=rollup)
-            log.warning("%s was short for %d runs of %s (a crash between the events part and the views); "
-                        "repaired from events", rollup, runs, token)
+            log.warning("%s was short for %d runs of %s (a crash between the %s part and the views); "
+                        "repaired from %s", rollup, runs, token, table, table)
 
     def _missing(self, table: str, names: tuple[str, ...], cols: list[list[Any]]) -> list[list[Any]]:
         """The columns restricted to rows whose natural key is stored neither in ``table`` nor earlier in the batch."""

@@ -190,9 +190,12 @@ def measure(events: int, *, reps: int = 20, directory: Path | None = None) -> di
                     reps),
                 "usage (one run)": _timed(lambda: run_named(store, "usage", {"run_id": pick_run()}), reps),
                 "refusals (one run)": _timed(lambda: run_named(store, "refusals", {"run_id": pick_run()}), reps),
+                "handoff-latency (one run)": _timed(
+                    lambda: run_named(store, "handoff-latency", {"run_id": pick_run()}), reps),
+                "failures (one run)": _timed(lambda: run_named(store, "failures", {"run_id": pick_run()}), reps),
             }
             for name in ("handoff-latency", "failures", "refusals", "usage", "runs", "replay-verdicts",
-                         "rejections", "violations"):
+                         "rejections", "violations", "usage-over-time"):
                 latency[name] = _timed(lambda name=name: run_named(store, name, {}), max(3, reps // 4))
             slowest = max(latency, key=lambda k: latency[k]["p95_ms"])
             sql = NAMED_QUERIES[slowest.split(" (")[0]].sql

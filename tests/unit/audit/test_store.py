@@ -306,7 +306,8 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert engine.rows == [("ReplacingMergeTree",)]
         assert s.query("SELECT count() FROM events").rows[0][0] == 2 * len(audit_batches()["committed"])
 
-        assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints"]
+        assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
+                              "0005_handoff_rollups"]
         expected = {"events": "committed", "transitions": "transition", "violations": "violation",
                     "rejections": "rejection", "snapshots": "snapshot", "state_digests": "digest",
                     "replay_verdicts": "verdict"}
@@ -320,6 +321,17 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         usage = sum(1 for r in audit_batches()["committed"] if r["doc"]["type"] == "provider.usage")
         assert s.query("SELECT sum(calls) FROM usage_hourly").rows[0][0] == usage
         assert s.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(audit_batches()["committed"])
+        # 0005's transition rollups too: one step per transition but the first of its dispatch
+        steps = s.query("SELECT count() - uniqExact(parent_run_id, dispatch_id) FROM transitions").rows[0][0]
+        assert steps > 0 and s.query("SELECT sum(weight) FROM handoff_steps").rows[0][0] == steps
+        failed = [r for r in audit_batches()["transition"] if r["phase"] in ("dispatch.failed", "child.failed",
+                                                                            "child.cancelled")]
+        assert (s.query("SELECT sum(n) FROM (SELECT uniqExactMerge(transitions) AS n FROM worker_failures "
+                        "GROUP BY worker_id, phase, error_code)").rows[0][0] == len(failed) > 0)
+        assert (s.query("SELECT worker_id, uniqExactMerge(dispatches) FROM worker_dispatches GROUP BY worker_id "
+                        "ORDER BY worker_id").rows
+                == s.query("SELECT worker_id, uniqExact(dispatch_id) FROM transitions GROUP BY worker_id "
+                           "ORDER BY worker_id").rows)
         assert migrate(s) == []
 
 
@@ -366,7 +378,8 @@ def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refuse
     with open_store(f"chdb://{tmp_path / 'ch'}") as real:
         node = _ClusterOnOneNode(real._engine, real.url)
         assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
-            "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints"]
+            "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
+            "0005_handoff_rollups"]
         engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
         assert engines["events_local"] == "MergeTree" and engines["sink_ranges_local"] == "MergeTree"
         # the table over events_local was re-created from the new one: it has 0002's extracted columns
