@@ -215,7 +215,7 @@ class BlockingSink:
                         self._insert_staged(f"{token}/reform-{attempt}")
                         missing = self._staged_counts()[0]
                     runs = [r[0] for r in self.store.query(raw_sql.runs_sql(self.stage)).rows]
-                    self._repair_rollups(runs, token)
+                    self._repair_rollups("events", runs, token)
                 return proven, unproven
             finally:
                 self._empty_staging()
