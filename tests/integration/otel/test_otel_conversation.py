@@ -25,9 +25,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
 from schemas.upstream import upstream_file
-from tests.integration.otel.test_otlp_ingest import _export, _free_port, _metric, _safe_post, _wait_for
+from tests.integration.otel.test_otlp_ingest import _export, _metric, _safe_post, _wait_for
 from tests.integration.worker.test_metrics_scrape import parse_exposition, readme_series
 from tests.integration.worker.worker_proc import WorkerProcess
+from tests.tools import free_port
 from tests.unit.core.test_otel_runs import conversation_spans
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -55,8 +56,8 @@ class _SpreadTraces(RandomIdGenerator):
 
 
 def test_a_conversation_over_two_traces_on_two_partitions_is_one_contiguous_run(settings):
-    port = _free_port()
-    settings = settings.replace(partitions=PARTITIONS, otlp_port=port, web_port=_free_port(), otel_settle_ms=500,
+    port = free_port()
+    settings = settings.replace(partitions=PARTITIONS, otlp_port=port, web_port=free_port(), otel_settle_ms=500,
                                 otel_tick_s=0.2)
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-conv-worker").start()
@@ -121,8 +122,8 @@ def _scrape(web_port: int) -> str:
 
 
 def test_forgotten_traces_re_sent_are_recognised_by_the_run_sequencer(settings):
-    port = _free_port()
-    settings = settings.replace(otlp_port=port, web_port=_free_port(), otel_settle_ms=500, otel_tick_s=0.2,
+    port = free_port()
+    settings = settings.replace(otlp_port=port, web_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2,
                                 otel_published_ttl_ms=2000)
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-ttl-worker").start()
