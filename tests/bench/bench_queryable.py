@@ -18,7 +18,6 @@ ingest record's timestamp; the poll interval bounds the error. Goal: p99 ≤ 2 s
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -34,16 +33,11 @@ from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
 from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop
+from tests.tools import free_port
 
 POLL_S = 0.1
 LATENCY_RATE = 1000
 LATENCY_SECONDS = 10
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 async def log_stamps(settings: Settings, wanted: Callable[[str], bool], n: int, *, procs: list | None = None,
@@ -95,7 +89,7 @@ async def _until_count(settings: Settings, url: str, n: int, proc, timeout: floa
 
 
 def _all_worker(settings: Settings, log_name: str):
-    port = _free_port()
+    port = free_port()
     s = settings.replace(web_enabled=True, web_port=port, clickhouse_url=f"chdb://{settings.home / 'ch'}")
     proc = _start(s, ["-m", "processors", "worker", "--role", "all", "--web", "--web-port", str(port)],
                   settings.home / log_name)

@@ -254,9 +254,9 @@ def test_the_demo_runs_with_the_worker_properties(stack, tmp_path):
     from rich.console import Console
 
     from processors.demo.tour import run_demo, stop_worker
-    from tests.integration.demo.test_demo_e2e import _free_port
+    from tests.tools import free_port
 
-    settings = stack.settings("worker", tmp_path).replace(web_port=_free_port())
+    settings = stack.settings("worker", tmp_path).replace(web_port=free_port())
     try:
         summary = run_demo(settings, Console(quiet=True))
     finally:
