@@ -28,6 +28,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
@@ -43,6 +44,19 @@ from tests.bench import BenchContext
 RUNS = 200
 REPO = Path(__file__).resolve().parents[2]
 
+
+
+async def emit_paced(pub: Any, runs: list[Any], total: int, rate: float) -> None:
+    """Emit ``total`` small events round-robin over ``runs`` at ``rate`` per second, flushing every 10."""
+    t0 = time.monotonic()
+    for i in range(total):
+        await runs[i % len(runs)].emit("variable.changed", {"name": f"v{i % 13}", "value": i})
+        if i % 10 == 9:
+            await pub.flush()
+            ahead = t0 + (i + 1) / rate - time.monotonic()
+            if ahead > 0:
+                await asyncio.sleep(ahead)
+    await pub.flush()
 
 async def _publish(settings: Settings, n: int) -> None:
     async with Publisher(settings, wire="avro") as pub:
@@ -208,15 +222,7 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
         # up where that partition starts (a consumer's start-up), once; steady state is what is measured.
         await _span(settings, "log", 1 + len(runs), timeout=300, proc=proc)
         total = int(LATENCY_RATE * seconds)
-        t0 = time.monotonic()
-        for i in range(total):
-            await runs[i % len(runs)].emit("variable.changed", {"name": f"v{i % 13}", "value": i})
-            if i % 10 == 9:
-                await pub.flush()
-                ahead = t0 + (i + 1) / LATENCY_RATE - time.monotonic()
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-        await pub.flush()
+        await emit_paced(pub, runs, total, LATENCY_RATE)
     expected = 1 + len(runs) + total
     await _span(settings, "log", expected, timeout=300, proc=proc)
     # The pass-through forwards the ingest bytes as they are: its log record's source is the ingest

@@ -32,7 +32,7 @@ from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
-from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop
+from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop, emit_paced
 from tests.tools import free_port
 
 POLL_S = 0.1
@@ -144,15 +144,7 @@ async def _paced_queryable(settings: Settings, url: str, proc, seconds: float) -
         stop = asyncio.Event()
         poller = asyncio.ensure_future(poll(stop))
         total = int(LATENCY_RATE * seconds)
-        t0 = time.monotonic()
-        for i in range(total):
-            await runs[i % len(runs)].emit("variable.changed", {"name": f"v{i % 13}", "value": i})
-            if i % 10 == 9:
-                await pub.flush()
-                ahead = t0 + (i + 1) / LATENCY_RATE - time.monotonic()
-                if ahead > 0:
-                    await asyncio.sleep(ahead)
-        await pub.flush()
+        await emit_paced(pub, runs, total, LATENCY_RATE)
         await _until_count(settings, url, len(runs) + total, proc)
         stop.set()
         await poller
