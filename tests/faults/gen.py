@@ -7,6 +7,7 @@ here from the published docs, and the expected state is the offline fold of the 
 from __future__ import annotations
 
 import random
+import uuid
 from datetime import UTC
 from typing import Any
 
@@ -95,3 +96,26 @@ def chain_of(docs: list[dict[str, Any]]) -> list[tuple[str, str]]:
         out.append((head, h))
         head = h
     return out
+
+
+def mixed_stream(rng: random.Random, *, events: int, families: int, per_run: int,
+                 name: str) -> tuple[dict[str, list[dict[str, Any]]], list[dict[str, Any]]]:
+    """``families`` realistic handoff families plus synthetic runs of ``per_run`` events, ``events`` in all.
+
+    Returns the runs by id and their interleaved stream. Run ids carry a fresh tag, so two tests (or
+    two runs of one) on the same topics never share a run; the synthetic ones are ``<name>-<tag>-<i>``.
+    """
+    tag = uuid.uuid4().hex[:6]
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for f in range(families):
+        for docs in realistic_family(f"fam-{tag}-{f}"):
+            runs[docs[0]["runId"]] = docs
+    budget = events - sum(len(d) for d in runs.values())
+    i = 0
+    while budget > 0:
+        n = max(2, budget if budget < 2 * per_run else per_run)
+        run_id = f"{name}-{tag}-{i}"
+        runs[run_id] = synthetic_run(run_id, n, rng)
+        budget -= n
+        i += 1
+    return runs, interleave(list(runs.values()), rng)

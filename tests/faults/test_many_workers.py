@@ -28,7 +28,6 @@ import asyncio
 import os
 import random
 import time
-import uuid
 from collections import Counter
 
 import pytest
@@ -38,7 +37,7 @@ from processors.worker.sink import SINK_TOPICS, ledger_gaps
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import read_topic
-from tests.faults.gen import chain_of, interleave, realistic_family, synthetic_run
+from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
 from tests.faults.readback import check_runs, read_outputs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -57,21 +56,6 @@ CHUNK = 1000
 FAUST_TOPICS = ("ingest", "handoff-links", "spans", "otel-events")
 
 
-def _stream(rng: random.Random) -> tuple[dict[str, list[dict]], list[dict]]:
-    tag = uuid.uuid4().hex[:6]
-    runs: dict[str, list[dict]] = {}
-    for f in range(FAMILIES):
-        for docs in realistic_family(f"fam-{tag}-{f}"):
-            runs[docs[0]["runId"]] = docs
-    budget = EVENTS - sum(len(d) for d in runs.values())
-    i = 0
-    while budget > 0:
-        n = max(2, budget if budget < 2 * PER_RUN else PER_RUN)
-        runs[f"many-{tag}-{i}"] = synthetic_run(f"many-{tag}-{i}", n, rng)
-        budget -= n
-        i += 1
-    return runs, interleave(list(runs.values()), rng)
-
 
 async def _lags(offsets: Offsets) -> dict[str, int]:
     prefix = offsets.settings.topic_prefix
@@ -87,7 +71,7 @@ def test_three_workers_one_group_random_sigkills(settings, ledger):
     settings = settings.replace(partitions=PARTITIONS, session_timeout_s=6.0, rebalance_timeout_s=6.0,
                                 snapshot_every=25, sink_flush_s=0.5, otlp_port=0)
     asyncio.run(ensure_topics(settings))
-    runs, stream = _stream(rng)
+    runs, stream = mixed_stream(rng, events=EVENTS, families=FAMILIES, per_run=PER_RUN, name="many")
     total = len(stream)
     workers = [WorkerProcess(settings, role="all", log_name="many-all"),
                WorkerProcess(settings, role="process", log_name="many-process-1"),

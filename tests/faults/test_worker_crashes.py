@@ -24,7 +24,6 @@ import asyncio
 import os
 import random
 import time
-import uuid
 from collections import Counter
 
 import pytest
@@ -36,7 +35,7 @@ from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.publisher import Publisher
 from streams.reader import read_run, read_topic
-from tests.faults.gen import chain_of, interleave, realistic_family, synthetic_run
+from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
 from tests.faults.readback import check_runs, read_outputs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -56,29 +55,13 @@ MIN_KILL_GAP_S = float(os.environ.get("AGENTLOG_FAULT_MIN_KILL_GAP_S", 0.0))
 CHUNK = 1000
 
 
-def _stream(rng: random.Random) -> tuple[dict[str, list[dict]], list[dict]]:
-    tag = uuid.uuid4().hex[:6]
-    runs: dict[str, list[dict]] = {}
-    for f in range(FAMILIES):
-        for docs in realistic_family(f"fam-{tag}-{f}"):
-            runs[docs[0]["runId"]] = docs
-    budget = EVENTS - sum(len(d) for d in runs.values())
-    i = 0
-    while budget > 0:
-        n = max(2, budget if budget < 2 * PER_RUN else PER_RUN)
-        run_id = f"crash-{tag}-{i}"
-        runs[run_id] = synthetic_run(run_id, n, rng)
-        budget -= n
-        i += 1
-    return runs, interleave(list(runs.values()), rng)
-
 
 def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger):
     rng = random.Random(int(os.environ.get("AGENTLOG_FAULT_SEED", "8")))
     settings = settings.replace(session_timeout_s=6.0, rebalance_timeout_s=6.0, snapshot_every=25,
                                 sink_flush_s=0.5)
     asyncio.run(ensure_topics(settings))
-    runs, stream = _stream(rng)
+    runs, stream = mixed_stream(rng, events=EVENTS, families=FAMILIES, per_run=PER_RUN, name="crash")
     total = len(stream)
     assert total >= EVENTS
     worker = WorkerProcess(settings, sink=True, log_name="crash-worker").start()
