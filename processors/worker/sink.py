@@ -201,19 +201,8 @@ class BlockingSink:
                     if missing:
                         self._insert_staged(token)
                 else:
-                    attempt = 0
-                    while missing:
-                        attempt += 1
-                        if attempt > 1000:
-                            raise StoreError(f"events: rows of {token} still missing after 1000 re-inserts",
-                                             code="sink_stuck")
-                        if attempt > 1:
-                            METRICS.inc("agentlog_sink_dropped_tokens_total", table="events")
-                            log.warning("events: insert with token %s/reform-%d was dropped as a duplicate but "
-                                        "%d rows are missing; retrying with the next token", token, attempt - 1,
-                                        missing)
-                        self._insert_staged(f"{token}/reform-{attempt}")
-                        missing = self._staged_counts()[0]
+                    if missing:
+                        self._until_stored("events", token, self._insert_staged, lambda: self._staged_counts()[0])
                     runs = [r[0] for r in self.store.query(raw_sql.runs_sql(self.stage)).rows]
                     self._repair_rollups("events", runs, token)
                 return proven, unproven
@@ -252,15 +241,37 @@ class BlockingSink:
         if not cols:
             return 0
         n = len(cols[0])
+        pending = cols
+
+        def insert(attempt_token: str) -> None:
+            self.store.insert(table, pending, names, column_oriented=True, dedup_token=attempt_token)
+
+        def missing() -> int:
+            nonlocal pending
+            pending = self._missing(table, names, pending)
+            return len(pending[0]) if pending else 0
+
+        self._until_stored(table, token, insert, missing)
+        return n
+
+    @staticmethod
+    def _until_stored(table: str, token: str, insert: Callable[[str], None], missing: Callable[[], int]) -> None:
+        """``insert(<token>/reform-<n>)`` for n = 1, 2, … until ``missing()`` rows are none (a re-form).
+
+        A fresh token each time: ClickHouse can hold a token whose part never landed (module
+        docstring), and a re-insert under it would be dropped silently.
+
+        Raises:
+            StoreError: ``sink_stuck`` after 1000 attempts.
+        """
         for attempt in range(1, 1001):
-            self.store.insert(table, cols, names, column_oriented=True, dedup_token=f"{token}/reform-{attempt}")
-            still = self._missing(table, names, cols)
-            if not still:
-                return n
+            insert(f"{token}/reform-{attempt}")
+            left = missing()
+            if not left:
+                return
             METRICS.inc("agentlog_sink_dropped_tokens_total", table=table)
             log.warning("%s: insert with token %s/reform-%d was dropped as a duplicate but %d rows are "
-                        "missing; retrying with the next token", table, token, attempt, len(still[0]))
-            cols = still
+                        "missing; retrying with the next token", table, token, attempt, left)
         raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
 
     def _repair_rollups(self, table: str, run_ids: list[Any], token: str) -> None:
