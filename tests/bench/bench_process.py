@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,8 +71,12 @@ async def _publish(settings: Settings, n: int) -> None:
         await pub.flush()
 
 
-async def _span(settings: Settings, short: str, n: int, timeout: float, proc=None) -> float:
-    """Seconds between the first and the n-th record (broker timestamps) on a topic; waits for n."""
+async def topic_stamps(settings: Settings, short: str, n: int, *, timeout: float, procs: list | None = None,
+                       wanted: Callable[[str], bool] | None = None) -> list[int]:
+    """Broker timestamps (sorted) of the first ``n`` records on a topic, or of those whose key ``wanted``; waits for n.
+
+    Raises RuntimeError when a process in ``procs`` exits or ``timeout`` passes first.
+    """
     topic = topic_name(settings, short)
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest")
@@ -82,18 +87,24 @@ async def _span(settings: Settings, short: str, n: int, timeout: float, proc=Non
         await consumer.seek_to_beginning(*parts)
         stamps: list[int] = []
         deadline = time.monotonic() + timeout
-        while len(stamps) < n and time.monotonic() < deadline:
-            if proc is not None and proc.poll() is not None:
-                raise RuntimeError(f"the process under test exited with {proc.returncode}; see its log")
-            batches = await consumer.getmany(timeout_ms=500, max_records=20000)
-            for messages in batches.values():
-                stamps.extend(m.timestamp for m in messages)
-        if len(stamps) < n:
-            raise RuntimeError(f"only {len(stamps)}/{n} records on {topic} after {timeout}s")
-        stamps.sort()
-        return max(1e-3, (stamps[n - 1] - stamps[0]) / 1000.0)
+        while len(stamps) < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"only {len(stamps)}/{n} records on {topic} after {timeout}s")
+            for proc in procs or ():
+                if proc.poll() is not None:
+                    raise RuntimeError(f"a process under test exited with {proc.returncode}; see its log")
+            for messages in (await consumer.getmany(timeout_ms=500, max_records=20000)).values():
+                stamps.extend(m.timestamp for m in messages
+                              if wanted is None or (m.key is not None and wanted(m.key.decode())))
+        return sorted(stamps)[:n]
     finally:
         await consumer.stop()
+
+
+async def _span(settings: Settings, short: str, n: int, timeout: float, proc=None) -> float:
+    """Seconds between the first and the n-th record (broker timestamps) on a topic; waits for n."""
+    stamps = await topic_stamps(settings, short, n, timeout=timeout, procs=[proc] if proc is not None else None)
+    return max(1e-3, (stamps[n - 1] - stamps[0]) / 1000.0)
 
 
 def _start(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:

@@ -32,7 +32,7 @@ from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.bench import BenchContext
-from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop, emit_paced
+from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop, emit_paced, topic_stamps
 from tests.tools import free_port
 
 POLL_S = 0.1
@@ -43,26 +43,7 @@ LATENCY_SECONDS = 10
 async def log_stamps(settings: Settings, wanted: Callable[[str], bool], n: int, *, procs: list | None = None,
                      timeout: float = 600) -> list[int]:
     """Broker timestamps (sorted) of the first ``n`` log records whose key (runId) is ``wanted``; waits for them."""
-    topic = topic_name(settings, "log")
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
-    try:
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        stamps: list[int] = []
-        deadline = time.monotonic() + timeout
-        while len(stamps) < n:
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {len(stamps)}/{n} records on {topic} after {timeout}s")
-            for proc in procs or ():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"a process under test exited with {proc.returncode}; see its log")
-            for messages in (await consumer.getmany(timeout_ms=500, max_records=20000)).values():
-                stamps.extend(m.timestamp for m in messages if m.key is not None and wanted(m.key.decode()))
-        return sorted(stamps)[:n]
-    finally:
-        await consumer.stop()
+    return await topic_stamps(settings, "log", n, timeout=timeout, procs=procs, wanted=wanted)
 
 
 def _sql(settings: Settings, url: str, sql: str) -> list[list]:
