@@ -9,7 +9,10 @@ claim.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from streams.settings import Settings
 
@@ -20,3 +23,15 @@ class BenchContext:
 
     settings: Settings
     quick: bool = False
+
+
+def store_main(prog: str, doc: str, measure: Callable[..., dict[str, Any]], show: Callable[[dict[str, Any]], None],
+               *, reps: int, reps_help: str, argv: list[str] | None = None) -> dict[str, Any]:
+    """The stand-alone entry of a bench over a generated store (``--events N --reps R``): measure, print, return."""
+    parser = argparse.ArgumentParser(prog=f"python -m {prog}", description=doc.split("\n\n")[0])
+    parser.add_argument("--events", type=int, default=10_000_000, help="committed events to generate")
+    parser.add_argument("--reps", type=int, default=reps, help=reps_help)
+    args = parser.parse_args(argv)
+    result = measure(args.events, reps=args.reps)
+    show(result)
+    return result

@@ -15,7 +15,6 @@ under 1 s at 10M events), so the harness shows no goal ratio; ``details.under_1s
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import tempfile
@@ -26,6 +25,7 @@ from processors.audit.migrations import migrate
 from processors.audit.queries import run_named
 from processors.audit.store import open_store
 from processors.console import run_view, runs_view
+from tests.bench import store_main
 from tests.bench.bench_query import _generate, _timed
 
 RUN_SQL = "SELECT doc FROM events WHERE run_id = {run_id:String} ORDER BY sequence"
@@ -86,13 +86,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_console", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=10_000_000, help="committed events to generate")
-    parser.add_argument("--reps", type=int, default=10, help="repetitions of the run page")
-    args = parser.parse_args(argv)
-    result = measure(args.events, reps=args.reps)
-    _print(result)
-    return result
+    return store_main("tests.bench.bench_console", __doc__ or "", measure, _print, reps=10, reps_help="repetitions of the run page", argv=argv)
 
 
 if __name__ == "__main__":

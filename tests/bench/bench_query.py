@@ -21,7 +21,6 @@ Measured:
 
 from __future__ import annotations
 
-import argparse
 import random
 import shutil
 import statistics
@@ -35,6 +34,7 @@ from processors.audit.queries import NAMED_QUERIES, _bind, run_named
 from processors.audit.rows import committed_rows
 from processors.audit.store import Store, open_store
 from schemas.canonical import GENESIS, chain_hash
+from tests.bench import store_main
 
 PER_RUN = 1_000
 DISPATCHES_PER_RUN = 20
@@ -246,13 +246,7 @@ def run(ctx: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_query", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--events", type=int, default=10_000_000, help="committed events to generate")
-    parser.add_argument("--reps", type=int, default=20, help="repetitions per point query")
-    args = parser.parse_args(argv)
-    result = measure(args.events, reps=args.reps)
-    _print(result)
-    return result
+    return store_main("tests.bench.bench_query", __doc__ or "", measure, _print, reps=20, reps_help="repetitions per point query", argv=argv)
 
 
 if __name__ == "__main__":
