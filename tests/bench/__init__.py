@@ -16,6 +16,11 @@ from typing import Any
 
 from streams.settings import Settings
 
+#: How a bench starts Faust's pass-through agent (:mod:`tests.bench.passthrough_faust`). Faust's ``worker``
+#: command turns its web server on (port 6066) whatever ``web_enabled`` says, so two benches on one
+#: machine collided on the port without ``--without-web``.
+PASSTHROUGH_ARGS = ["-m", "tests.bench.passthrough_faust", "worker", "-l", "warn", "--without-web"]
+
 
 @dataclass(frozen=True)
 class BenchContext:

@@ -35,7 +35,7 @@ from streams.reader import _partitions
 from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import PASSTHROUGH_ARGS, BenchContext
 from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop, emit_paced, topic_stamps
 from tests.tools import free_port
 
@@ -206,8 +206,7 @@ def run(ctx: BenchContext) -> dict:
 
     passing = variant("pass")
     asyncio.run(_publish(passing, n))
-    passthrough = n / _run_subprocess(passing, ["-m", "tests.bench.passthrough_faust", "worker", "-l", "warn"], n,
-                                      home / "passthrough.log")
+    passthrough = n / _run_subprocess(passing, PASSTHROUGH_ARGS, n, home / "passthrough.log")
     seconds = LATENCY_SECONDS / (3 if ctx.quick else 1)
     figures = {d: {"events_per_s": queryable_throughput(variant(d), n, d),
                    "publish_to_queryable_latency_ms": queryable_latency(variant(f"{d}lat"), seconds, d)}
