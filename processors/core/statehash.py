@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from itertools import compress, count
 from collections.abc import Mapping
+from itertools import compress, count
 from typing import Any, cast
 
 import orjson
