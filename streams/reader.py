@@ -105,6 +105,23 @@ async def _nothing() -> dict[TopicPartition, int]:
     return {}
 
 
+def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPartition, int], key_bytes: bytes | None,
+                   progress: ReadProgress) -> list[tuple[int, list[RawRecord]]]:
+    """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end."""
+    out = []
+    for tp, messages in fetched.items():
+        if not messages:
+            continue
+        partition, end = tp.partition, ends.get(tp)
+        progress.records += len(messages)
+        progress.positions[partition] = messages[-1].offset + 1
+        if end is None:
+            end = messages[-1].offset + 1
+        out.append((partition, [(m.offset, m.key, m.value) for m in messages
+                                if m.offset < end and (key_bytes is None or m.key == key_bytes)]))
+    return out
+
+
 class TopicReader:
     """One started group-less consumer for several bounded reads, one after another.
 
@@ -245,16 +262,12 @@ class TopicReader:
                             # Read to its end: pause it before the fetcher asks for more (see above).
                             live.discard(tp)
                             consumer.pause(tp)
-                for tp, messages in fetched.items():
-                    if not messages:
-                        continue
-                    partition, end = tp.partition, ends.get(tp)
-                    progress.records += len(messages)
-                    progress.positions[partition] = messages[-1].offset + 1
-                    if end is None:
-                        end = messages[-1].offset + 1
-                    batch = [(m.offset, m.key, m.value) for m in messages
-                             if m.offset < end and (key_bytes is None or m.key == key_bytes)]
+                batches = _plain_batches(fetched, ends, key_bytes, progress)
+                # Drop aiokafka's record objects before the batch is walked: alive for the whole walk
+                # of a batch, a thousand of them outlived several young collections each and were
+                # promoted, which set off full collections; the plain tuples left are not tracked.
+                fetched.clear()
+                for partition, batch in batches:
                     for at in range(0, len(batch), SLICE_RECORDS):
                         await asyncio.sleep(0)
                         yield partition, batch[at:at + SLICE_RECORDS]
