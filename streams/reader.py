@@ -31,9 +31,6 @@ Record = tuple[int, int, str | None, dict[str, Any]]
 #: ``(offset, key, value)`` as the broker holds them (these topics hold no tombstones).
 RawRecord = tuple[int, bytes | None, bytes]
 
-#: Records per slice :meth:`TopicReader.read_raw` hands over, with a turn of the event loop between slices.
-SLICE_RECORDS = 256
-
 
 @dataclass
 class ReadProgress:
@@ -215,15 +212,11 @@ class TopicReader:
         until_end: bool = True,
         progress: ReadProgress | None = None,
     ) -> AsyncGenerator[tuple[int, list[RawRecord]], None]:
-        """The records :meth:`read` reads, undecoded: ``(partition, [(offset, key, value bytes), …])`` per slice.
+        """The records :meth:`read` reads, undecoded: ``(partition, [(offset, key, value bytes), …])`` per fetch.
 
-        For a caller whose per-record work is the hot path (re-derivation): its loop over a slice is
-        plain Python, where an async generator costs a resumption per record, and it decodes each
-        record the way it needs. A fetched batch (up to ``max_partition_fetch_bytes``, ~1,600 log
-        records) is handed over in slices of :data:`SLICE_RECORDS` with a turn of the event loop
-        before each: aiokafka sends the next fetch request only once a partition's buffered records
-        are all taken, from its own task, so without those turns the next fetch would wait until
-        the whole batch was processed; with them the broker prepares it meanwhile.
+        For a caller whose per-record work is the hot path (re-derivation): its loop over a fetched
+        batch is plain Python, where an async generator costs a resumption per record, and it
+        decodes each record the way it needs.
         """
         consumer = self._consumer
         topic = topic_name(self.settings, short_name)
@@ -267,10 +260,8 @@ class TopicReader:
                 # of a batch, a thousand of them outlived several young collections each and were
                 # promoted, which set off full collections; the plain tuples left are not tracked.
                 fetched.clear()
-                for partition, batch in batches:
-                    for at in range(0, len(batch), SLICE_RECORDS):
-                        await asyncio.sleep(0)
-                        yield partition, batch[at:at + SLICE_RECORDS]
+                for partition_batch in batches:
+                    yield partition_batch
             progress.stage = "done"
         except KafkaError as e:
             raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e

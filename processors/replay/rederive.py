@@ -571,7 +571,7 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
         read_from = digests[0].get("logOffset") if 0 in digests else None
     total = (walk.last_digest + 1 - walk.first_seq) if digests else None
     from_offsets = {partition: read_from} if read_from is not None else None
-    # Records come in slices of raw bytes, so the loop over them is plain Python (no async step per record).
+    # A fetched batch at a time, undecoded: the loop over it is plain Python (no async step per record).
     async for _, batch in reader.read_raw("log", key=run_id, from_offsets=from_offsets):
         for offset, _, data in batch:
             value = decode_record(data)
