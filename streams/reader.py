@@ -28,6 +28,8 @@ from streams.topics import topic_name
 log = logging.getLogger(__name__)
 
 Record = tuple[int, int, str | None, dict[str, Any]]
+#: ``(offset, key, value)`` as the broker holds them (these topics hold no tombstones).
+RawRecord = tuple[int, bytes | None, bytes]
 
 
 @dataclass
@@ -98,6 +100,23 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings
 
 async def _nothing() -> dict[TopicPartition, int]:
     return {}
+
+
+def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPartition, int], key_bytes: bytes | None,
+                   progress: ReadProgress) -> list[tuple[int, list[RawRecord]]]:
+    """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end."""
+    out = []
+    for tp, messages in fetched.items():
+        if not messages:
+            continue
+        partition, end = tp.partition, ends.get(tp)
+        progress.records += len(messages)
+        progress.positions[partition] = messages[-1].offset + 1
+        if end is None:
+            end = messages[-1].offset + 1
+        out.append((partition, [(m.offset, m.key, m.value) for m in messages
+                                if m.offset < end and (key_bytes is None or m.key == key_bytes)]))
+    return out
 
 
 class TopicReader:
@@ -171,8 +190,35 @@ class TopicReader:
         twice as long (measured in a replay; most likely the decoded objects of a whole batch
         no longer fit the CPU caches, where one record's do).
         """
-        consumer = self._consumer
         decode = _decoder(short_name)
+        async for partition, batch in self.read_raw(short_name, key=key, from_offsets=from_offsets,
+                                                    until_end=until_end, progress=progress):
+            for offset, record_key, raw in batch:
+                try:
+                    value = decode(raw)
+                except AgentlogError as e:
+                    if not skip_undecodable:
+                        raise
+                    log.info("skipping undecodable record %s[%d]@%d: %s", short_name, partition, offset, e)
+                    continue
+                yield partition, offset, record_key.decode() if record_key is not None else None, value
+
+    async def read_raw(
+        self,
+        short_name: str,
+        *,
+        key: str | None = None,
+        from_offsets: dict[int, int] | None = None,
+        until_end: bool = True,
+        progress: ReadProgress | None = None,
+    ) -> AsyncGenerator[tuple[int, list[RawRecord]], None]:
+        """The records :meth:`read` reads, undecoded: ``(partition, [(offset, key, value bytes), …])`` per fetch.
+
+        For a caller whose per-record work is the hot path (re-derivation): its loop over a fetched
+        batch is plain Python, where an async generator costs a resumption per record, and it
+        decodes each record the way it needs.
+        """
+        consumer = self._consumer
         topic = topic_name(self.settings, short_name)
         progress = progress if progress is not None else ReadProgress()
         try:
@@ -209,24 +255,13 @@ class TopicReader:
                             # Read to its end: pause it before the fetcher asks for more (see above).
                             live.discard(tp)
                             consumer.pause(tp)
-                for tp, messages in fetched.items():
-                    partition, end = tp.partition, ends.get(tp)
-                    if messages:
-                        progress.records += len(messages)
-                        progress.positions[partition] = messages[-1].offset + 1
-                    for m in messages:
-                        if end is not None and m.offset >= end:
-                            break
-                        if key_bytes is not None and m.key != key_bytes:
-                            continue
-                        try:
-                            value = decode(m.value)
-                        except AgentlogError as e:
-                            if not skip_undecodable:
-                                raise
-                            log.info("skipping undecodable record %s@%d: %s", tp, m.offset, e)
-                            continue
-                        yield partition, m.offset, m.key.decode() if m.key is not None else None, value
+                batches = _plain_batches(fetched, ends, key_bytes, progress)
+                # Drop aiokafka's record objects before the batch is walked: alive for the whole walk
+                # of a batch, a thousand of them outlived several young collections each and were
+                # promoted, which set off full collections; the plain tuples left are not tracked.
+                fetched.clear()
+                for partition_batch in batches:
+                    yield partition_batch
             progress.stage = "done"
         except KafkaError as e:
             raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import operator
 from collections.abc import Mapping
+from itertools import compress, count
 from typing import Any, cast
 
 import orjson
@@ -119,6 +120,13 @@ class ResumableStateHash:
     keeps a copy of the SHA-256 context at every member boundary, so a state hashes only from the
     first member that changed to the end (``variables``, the member most events change, is last).
 
+    Changed members are found in insertion order, in C: the fold copies the state and sets a key,
+    which keeps every key where it was, so ``list(state)`` equals the last key list (identity
+    compares) and the values are compared by identity pairwise; any other key list starts over.
+    (Keeping a large member such as ``variables`` per entry, re-writing only the changed entry,
+    was measured and dropped: the Python to find and join the entries cost as much as orjson
+    writing the whole member.)
+
     The result is only a candidate, as with :func:`schemas.canonical.hashes_to`: equal to a
     recorded JCS hash, it proves these bytes *are* the JCS bytes (SHA-256), since orjson spells
     every value of strict JSON faithfully; unequal, it proves nothing (orjson spells some floats
@@ -127,15 +135,17 @@ class ResumableStateHash:
     One instance per walk over one run; states are read-only (the fold's rule).
     """
 
-    __slots__ = ("_checkpoints", "_hex", "_keys", "_last", "_names", "_parts", "_valid", "_values")
+    __slots__ = ("_checkpoints", "_hex", "_ins_keys", "_ins_values", "_last", "_names", "_order", "_parts",
+                 "_valid")
 
     def __init__(self) -> None:
-        self._keys: list[str] = []  # the member names of the last state, in JCS order
         self._valid = False  # whether the lists below describe the last state
-        self._names: list[bytes] = []  # '"key":' (with the ',' before every member but the first)
-        self._values: list[Any] = []  # the member objects the bytes below describe
-        self._parts: list[bytes] = []
-        self._checkpoints: list[Any] = []  # SHA-256 contexts after '{' and members[:i]
+        self._ins_keys: list[str] = []  # the last state's member names in insertion order
+        self._ins_values: list[Any] = []  # … and their values (the objects the bytes below describe)
+        self._order: list[int] = []  # insertion index -> JCS position
+        self._names: list[bytes] = []  # by JCS position: '"key":' (with ',' before all but the first)
+        self._parts: list[bytes] = []  # by JCS position: the member value's bytes
+        self._checkpoints: list[Any] = []  # SHA-256 contexts after '{' and members[:i], by JCS position
         self._last: Any = None
         self._hex: str | None = None
 
@@ -153,24 +163,23 @@ class ResumableStateHash:
         return digest
 
     def _digest(self, state: Mapping[str, Any]) -> str:
-        keys = self._keys
-        try:
-            # As many members, each of them present: the same member names (no set to build).
-            values = list(map(state.__getitem__, keys)) if self._valid and len(state) == len(keys) else None
-        except KeyError:
-            values = None
-        if values is None:
-            self._reset(state)
+        keys = list(state)
+        if not self._valid or keys != self._ins_keys:
+            self._reset(state, keys)
             start = 0
         else:
-            same = list(map(operator.is_, values, self._values))
-            if all(same):
+            values = list(state.values())
+            changed = list(compress(count(), map(operator.is_not, values, self._ins_values)))
+            if not changed:
                 return cast(str, self._hex)
-            start = same.index(False)
-            for i in range(start, len(keys)):
-                if not same[i]:
-                    self._values[i] = values[i]
-                    self._parts[i] = orjson.dumps(values[i], option=_SORTED)
+            self._ins_values = values
+            order, parts = self._order, self._parts
+            start = len(order)
+            for i in changed:
+                at = order[i]
+                if at < start:
+                    start = at
+                parts[at] = orjson.dumps(values[i], option=_SORTED)
         checkpoints, names, parts = self._checkpoints, self._names, self._parts
         h = checkpoints[start].copy()
         last = len(names) - 1
@@ -182,13 +191,16 @@ class ResumableStateHash:
         h.update(b"}")
         return str(h.hexdigest())
 
-    def _reset(self, state: Mapping[str, Any]) -> None:
-        keys = sorted(state) if "".join(state).isascii() else sorted(state, key=utf16_key)
-        self._keys = keys
+    def _reset(self, state: Mapping[str, Any], keys: list[str]) -> None:
         self._valid = False
-        self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(keys)]
-        self._values = [state[k] for k in keys]
-        self._parts = [orjson.dumps(v, option=_SORTED) for v in self._values]
+        ordered = sorted(keys) if "".join(keys).isascii() else sorted(keys, key=utf16_key)
+        position = {k: i for i, k in enumerate(ordered)}
+        self._ins_keys = keys
+        self._ins_values = list(state.values())
+        self._order = [position[k] for k in keys]
+        self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(ordered)]
+        values = [state[k] for k in ordered]
+        self._parts = [orjson.dumps(v, option=_SORTED) for v in values]
         self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
         self._valid = True
 

@@ -44,7 +44,7 @@ sequence 0 instead and says so (``snapshot_used`` is ``None``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
@@ -57,6 +57,7 @@ from processors.replay.host import host_verdicts
 from schemas.canonical import GENESIS, chain_hash, hashes_to, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
 from schemas.records import Verdict
+from streams.codec import decode_record
 from streams.reader import TopicReader, partition_for
 from streams.settings import Settings
 
@@ -180,12 +181,44 @@ async def _log_digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, 
     return out
 
 
-async def _snapshots(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
+class _Snapshots(Mapping[int, dict[str, Any]]):
+    """The run's snapshots by atSequence, each kept as its record's bytes and decoded again when asked for.
+
+    A replay starts from one snapshot and looks at another only to diff fields at a divergence,
+    but a topic not compacted yet holds every snapshot of the run (each the whole state, KBs).
+    Every record is still decoded once when read, so a corrupt one fails the replay with its
+    decode error as before; what is not kept is the decoded state: keeping 200 of them alive cost
+    about as much again as decoding them (allocation and the collector walking them, measured).
+    """
+
+    def __init__(self) -> None:
+        self._raw: dict[int, bytes] = {}
+        self._decoded: dict[int, dict[str, Any]] = {}
+
+    def add(self, at: int, raw: bytes) -> None:
+        self._raw.setdefault(at, raw)  # the first record per atSequence, as before
+
+    def __getitem__(self, at: int) -> dict[str, Any]:
+        found = self._decoded.get(at)
+        if found is None:
+            found = self._decoded[at] = decode_record(self._raw[at])
+        return found
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+
+async def _snapshots(reader: TopicReader, run_id: str) -> _Snapshots:
     """Every snapshot of the run still on the compacted topic, by atSequence."""
-    out: dict[int, dict[str, Any]] = {}
-    async for _, _, _, value in reader.read("snapshots", key=run_id):
-        if value.get("runId") == run_id and isinstance(value.get("atSequence"), int):
-            out.setdefault(value["atSequence"], value)
+    out = _Snapshots()
+    async for _, batch in reader.read_raw("snapshots", key=run_id):
+        for _, _, raw in batch:
+            value = decode_record(raw)
+            if value.get("runId") == run_id and isinstance(at := value.get("atSequence"), int):
+                out.add(at, raw)
     return out
 
 
@@ -538,13 +571,16 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
         read_from = digests[0].get("logOffset") if 0 in digests else None
     total = (walk.last_digest + 1 - walk.first_seq) if digests else None
     from_offsets = {partition: read_from} if read_from is not None else None
-    async for _, offset, _, value in reader.read("log", key=run_id, from_offsets=from_offsets):
-        doc = value.get("doc")
-        if not isinstance(doc, dict) or doc.get("runId") != run_id:
-            continue
-        walk.record(offset, value)
-        if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
-            progress(walk.events, total)
+    # A fetched batch at a time, undecoded: the loop over it is plain Python (no async step per record).
+    async for _, batch in reader.read_raw("log", key=run_id, from_offsets=from_offsets):
+        for offset, _, data in batch:
+            value = decode_record(data)
+            doc = value.get("doc")
+            if not isinstance(doc, dict) or doc.get("runId") != run_id:
+                continue
+            walk.record(offset, value)
+            if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+                progress(walk.events, total)
     if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
         walk.finish()
         return _error(run_id, start_seq, ReplayError(
@@ -632,23 +668,25 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                  snapshots=snapshots, handoff_mode=settings.handoff_mode)
     walk.defer_early = True
     start_seq: int | None = from_seq if from_offset is None else None
-    records = reader.read("log", key=run_id, from_offsets={partition: snap["logOffset"]})
+    records = reader.read_raw("log", key=run_id, from_offsets={partition: snap["logOffset"]})
     try:
-        async for _, offset, _, value in records:
-            doc = value.get("doc")
-            if not isinstance(doc, dict) or doc.get("runId") != run_id:
-                continue
-            if offset == snap["logOffset"]:
-                if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
-                        or value.get("hash") != snap["headHash"]):
-                    return None  # the snapshot disagrees with the record it names: the general path says so
-                continue
-            seq = doc.get("sequence")
-            if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
-                start_seq = seq
-            walk.record(offset, value)
-            if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
-                progress(walk.events, None)
+        async for _, batch in records:
+            for offset, _, data in batch:
+                value = decode_record(data)
+                doc = value.get("doc")
+                if not isinstance(doc, dict) or doc.get("runId") != run_id:
+                    continue
+                if offset == snap["logOffset"]:
+                    if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
+                            or value.get("hash") != snap["headHash"]):
+                        return None  # the snapshot disagrees with the record it names: the general path says so
+                    continue
+                seq = doc.get("sequence")
+                if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
+                    start_seq = seq
+                walk.record(offset, value)
+                if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
+                    progress(walk.events, None)
     finally:
         await records.aclose()
     if walk.events == 0 and walk.next_seq == at + 1 and not walk.unjudged:
