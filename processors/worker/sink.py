@@ -365,15 +365,22 @@ def ledger_gaps(store: Store) -> list[tuple[str, int, int, int]]:
     return [(str(t), int(p), int(a), int(b)) for t, p, a, b in store.query(LEDGER_GAPS).rows]
 
 
-async def retrying(what: str, fn: Callable[[], Any], *, table: str) -> None:
-    """Run a blocking store call in a thread until it succeeds; an audit row is never dropped."""
+async def retrying(what: str, fn: Callable[[bool], Any], *, table: str) -> None:
+    """Run a blocking store call in a thread until it succeeds; an audit row is never dropped.
+
+    ``fn(retry)`` is told whether an attempt failed before it: a failed insert may have landed its
+    part (or part of its views) before it raised, so the sink's inserts re-form the batch on a
+    retry (:meth:`BlockingSink.insert_rows`) instead of trusting the token again.
+    """
     delay = 0.5
     loop = asyncio.get_running_loop()
+    retry = False
     while True:
         try:
-            await loop.run_in_executor(None, fn)
+            await loop.run_in_executor(None, fn, retry)
             return
         except Exception as e:
+            retry = True
             METRICS.inc("agentlog_sink_errors_total", table=table)
             log.error("%s failed (%s); retrying in %.1fs", what, e, delay)
             await asyncio.sleep(delay)
@@ -458,6 +465,8 @@ class AuditSink:
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
         self._parts: dict[TopicPartition, _Partition] = {}
         self.consumer: AIOKafkaConsumer | None = None
+        #: the batch being stored while the loop fetches the next (:meth:`_flush_buffer`); one at a time
+        self._inflight: asyncio.Task[None] | None = None
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The sink's only Kafka client (connection settings go here, and only here)."""
@@ -479,10 +488,9 @@ class AuditSink:
 
     async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
         assert self.consumer is not None
-        loop = asyncio.get_running_loop()
         for tp in tps:
             self._parts.pop(tp, None)
-            last = await loop.run_in_executor(None, self.sink.last_range, tp.topic, tp.partition)
+            last = await self._last_range(tp)
             if last is not None:
                 self.consumer.seek(tp, last[0])
                 self._parts[tp] = _Partition(expected=last[0], pending=last)
@@ -499,6 +507,16 @@ class AuditSink:
             else:
                 self.consumer.seek(tp, first)
             self._parts[tp] = _Partition(expected=first)
+
+    async def _last_range(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """The ledger's newest range of ``tp`` (:meth:`BlockingSink.last_range`), read until the store answers."""
+        found: list[tuple[int, int] | None] = []
+
+        def read(_retry: bool) -> None:
+            found.append(self.sink.last_range(tp.topic, tp.partition))
+
+        await retrying(f"reading the ledger of {tp.topic}/{tp.partition}", read, table=self.shorts[tp.topic])
+        return found[-1]
 
     def _revoked(self, tps: Sequence[TopicPartition]) -> None:
         # Unflushed buffers have no ledger row yet: the next owner reads them again.
@@ -526,7 +544,7 @@ class AuditSink:
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
         if not marked:
-            await retrying(f"recording range {token}", lambda: self.sink.mark(tp.topic, tp.partition, lo, hi),
+            await retrying(f"recording range {token}", lambda _retry: self.sink.mark(tp.topic, tp.partition, lo, hi),
                            table=short)
         rows, python_path = 0, messages
         if kind == "committed":
@@ -539,11 +557,13 @@ class AuditSink:
             rows += len(good[2][0])
             mapped_token = token + "/py" if kind == "committed" else token
             await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})",
-                           lambda: self.sink.insert_rows(*mapped, mapped_token, reform=marked), table=short)
+                           lambda retry: self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry),
+                           table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
             await retrying(f"insert of {len(bad)} sink rejections ({token})",
-                           lambda: self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked),
+                           lambda retry: self.sink.insert_records("rejection", bad, token + "/rejected",
+                                                                reform=marked or retry),
                            table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
@@ -568,9 +588,9 @@ class AuditSink:
             return 0, messages
         outcome: list[tuple[int, list[bytes]]] = []
 
-        def insert() -> None:
+        def insert(retry: bool) -> None:
             try:
-                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform))
+                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform or retry))
             except StoreError as e:
                 if e.code != "sink_stage_mismatch":
                     raise
@@ -625,6 +645,9 @@ class AuditSink:
                 lo, hi = part.pending
                 batch = [x for x in part.messages if x.offset <= hi]
                 rest = [x for x in part.messages if x.offset > hi]
+                await self._settle()  # a batch of the previous assignment may still be in flight
+                if self._parts.get(tp) is not part:
+                    return
                 await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
                 if self._parts.get(tp) is not part:
                     return
@@ -654,11 +677,55 @@ class AuditSink:
         return False
 
     async def _flush_buffer(self, tp: TopicPartition, part: _Partition) -> None:
-        if part.pending is not None or not part.messages:
+        """Store the partition's buffer as one batch, in the background: the loop fetches on meanwhile.
+
+        chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
+        beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
+        buffers the next. One batch is in flight at a time, and the next waits for it
+        (:meth:`_settle`): a partition's next range may be recorded only once its last is stored,
+        because a restart re-forms only the newest range of the ledger.
+        """
+        await self._settle()
+        if self._parts.get(tp) is not part or part.pending is not None or not part.messages:
             return
         messages, lo = part.messages, part.lo
         part.messages = []
-        await self.flush(tp, messages, lo=lo, hi=messages[-1].offset, marked=False)
+        self._inflight = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset))
+
+    async def _settle(self) -> None:
+        """Wait until the batch in flight is stored; re-raises what its task raised (not an Exception:
+        :meth:`_store_batch` recovers from those)."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
+
+    async def _store_batch(self, tp: TopicPartition, part: _Partition, messages: list[Any], *,
+                           lo: int, hi: int) -> None:
+        """:meth:`flush` a batch; if it fails, resume the partition from the ledger.
+
+        :meth:`flush` retries the store until it succeeds, so an error here is anything else. The
+        batch may be half-stored and the records after it already fetched and buffered: the
+        partition's state is dropped (so is that buffer), and the partition is resumed exactly
+        as after a restart (:meth:`_assigned`: seek back to the ledger's last range and re-form it),
+        which refetches the records from the right offset.
+        """
+        try:
+            await self.flush(tp, messages, lo=lo, hi=hi, marked=False)
+        except Exception as e:
+            short = self.shorts[tp.topic]
+            METRICS.inc("agentlog_sink_errors_total", table=short)
+            log.exception("sink: storing %s failed (%s); resuming %s/%d from its ledger",
+                          token_for(tp.topic, tp.partition, lo, hi), e, tp.topic, tp.partition)
+            await self._resume(tp, part)
+
+    async def _resume(self, tp: TopicPartition, part: _Partition) -> None:
+        """Forget what the partition fetched and buffered, then start it again from the ledger."""
+        if self._parts.get(tp) is not part:
+            return  # a rebalance resumed it (or took it away) meanwhile
+        self._parts.pop(tp)
+        assert self.consumer is not None
+        if tp in self.consumer.assignment():
+            await self._assigned([tp])
 
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
         s = self.settings
@@ -670,6 +737,8 @@ class AuditSink:
                 await started()
             poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
             while True:
+                if self._inflight is not None and self._inflight.done():
+                    await self._settle()
                 data = await self.consumer.getmany(timeout_ms=poll_ms, max_records=s.sink_batch_rows)
                 if data and self.first_fetch_at is None:
                     self.first_fetch_at = time.perf_counter()
@@ -681,6 +750,10 @@ class AuditSink:
                     if part.pending is None and part.messages and now - part.since >= s.sink_flush_s:
                         await self._flush_buffer(tp, part)
         finally:
+            if self._inflight is not None:
+                self._inflight.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._settle()
             await self.consumer.stop()
             if self.sink.store.backend == "server":
                 with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
