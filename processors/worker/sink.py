@@ -191,16 +191,19 @@ class BlockingSink:
             try:
                 self.store.insert_raw(self.land, "raw", data, "LineAsString")
                 self.store.command(raw_sql.stage_sql(self.land, self.stage))
-                missing, proven, staged = self._staged_counts()
+                proven, staged = self.store.query(raw_sql.counts_sql(self.stage)).rows[0]
                 if staged != len(values):
                     raise StoreError(f"{token}: ClickHouse staged {staged} log records of {len(values)}",
                                      code="sink_stage_mismatch")
                 unproven = ([base64.b64decode(r[0]) for r in self.store.query(raw_sql.unproven_sql(self.stage)).rows]
                             if proven < staged else [])
                 if not reform:
-                    if missing:
+                    if proven:
+                        # no count of the missing first: the insert filters them itself, and an
+                        # insert that selects no row writes no part (and leaves no token)
                         self._insert_staged(token)
                 else:
+                    missing = self._staged_counts()[0]
                     if missing:
                         self._until_stored("events", token, self._insert_staged, lambda: self._staged_counts()[0])
                     runs = [r[0] for r in self.store.query(raw_sql.runs_sql(self.stage)).rows]
@@ -333,15 +336,24 @@ class BlockingSink:
 
         0002's ``sink_offsets`` is read too, so a store upgraded mid-stream resumes where it was.
         """
+        return self.last_ranges([(topic, partition)]).get((topic, partition))
+
+    def last_ranges(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """:meth:`last_range` of many partitions in one query (an assignment's): those with none are absent."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
         with self._lock:
             rows = self.store.query(
-                "SELECT argMax(lo, hi), max(hi), count() FROM ("
-                " SELECT lo, hi FROM sink_ranges WHERE topic = {t:String} AND partition = {p:Int32}"
+                "SELECT topic, partition, argMax(lo, hi), max(hi) FROM ("
+                " SELECT topic, partition, lo, hi FROM sink_ranges"
+                " WHERE topic IN {t:Array(String)} AND partition IN {p:Array(Int32)}"
                 " UNION ALL"
-                " SELECT lo, hi FROM sink_offsets WHERE topic = {t:String} AND partition = {p:Int32})",
-                {"t": topic, "p": partition}).rows
-        lo, hi, n = rows[0]
-        return (int(lo), int(hi)) if n else None
+                " SELECT topic, partition, lo, hi FROM sink_offsets"
+                " WHERE topic IN {t:Array(String)} AND partition IN {p:Array(Int32)})"
+                " GROUP BY topic, partition",
+                {"t": sorted({t for t, _ in wanted}), "p": sorted({p for _, p in wanted})}).rows
+        return {(str(t), int(p)): (int(lo), int(hi)) for t, p, lo, hi in rows if (str(t), int(p)) in wanted}
 
 
 #: Gaps in the ledger: a range starting past every earlier range's end + 1 in its partition.
@@ -487,36 +499,55 @@ class AuditSink:
         )
 
     async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
+        """Start each partition from the ledger: re-form its last range, or read it from its first offset.
+
+        The partitions are paused meanwhile: aiokafka fetches a partition as soon as it is assigned,
+        while this listener still runs, and a record taken before the partition's state exists is
+        dropped and read again (measured: most of the first second of a 200k-record start was such
+        reads). One ledger query and one offsets request serve the whole assignment.
+        """
         assert self.consumer is not None
+        tps = list(tps)
         for tp in tps:
             self._parts.pop(tp, None)
-            last = await self._last_range(tp)
-            if last is not None:
-                self.consumer.seek(tp, last[0])
-                self._parts[tp] = _Partition(expected=last[0], pending=last)
-                log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
-                continue
-            try:
-                first: int | None = (await self.consumer.beginning_offsets([tp]))[tp]
-            except Exception as e:  # the broker will not say: the first record read is the start
-                log.warning("sink: no first offset for %s/%d (%s); starting at the first record read",
-                            tp.topic, tp.partition, e)
-                first = None
-            if first is None:
-                await self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek(tp, first)
-            self._parts[tp] = _Partition(expected=first)
+        held = [tp for tp in tps if tp in self.consumer.assignment()]
+        self.consumer.pause(*held)
+        try:
+            lasts = await self._last_ranges(tps)
+            fresh = [tp for tp in tps if lasts.get(tp) is None]
+            firsts: dict[TopicPartition, int] = {}
+            if fresh:
+                try:
+                    firsts = await self.consumer.beginning_offsets(fresh)
+                except Exception as e:  # the broker will not say: the first record read is the start
+                    log.warning("sink: no first offsets for %s (%s); starting at the first record read",
+                                ", ".join(f"{tp.topic}/{tp.partition}" for tp in fresh), e)
+            for tp in tps:
+                last = lasts.get(tp)
+                if last is not None:
+                    self.consumer.seek(tp, last[0])
+                    self._parts[tp] = _Partition(expected=last[0], pending=last)
+                    log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
+                    continue
+                first = firsts.get(tp)
+                if first is None:
+                    await self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek(tp, first)
+                self._parts[tp] = _Partition(expected=first)
+        finally:
+            self.consumer.resume(*[tp for tp in held if tp in self.consumer.assignment()])
 
-    async def _last_range(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """The ledger's newest range of ``tp`` (:meth:`BlockingSink.last_range`), read until the store answers."""
-        found: list[tuple[int, int] | None] = []
+    async def _last_ranges(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """The ledger's newest range of each of ``tps`` (:meth:`BlockingSink.last_ranges`), read until the
+        store answers."""
+        found: list[dict[tuple[str, int], tuple[int, int]]] = []
 
         def read(_retry: bool) -> None:
-            found.append(self.sink.last_range(tp.topic, tp.partition))
+            found.append(self.sink.last_ranges([(tp.topic, tp.partition) for tp in tps]))
 
-        await retrying(f"reading the ledger of {tp.topic}/{tp.partition}", read, table=self.shorts[tp.topic])
-        return found[-1]
+        await retrying("reading the sink's ledger", read, table=self.shorts[tps[0].topic] if tps else "log")
+        return {tp: found[-1][(tp.topic, tp.partition)] for tp in tps if (tp.topic, tp.partition) in found[-1]}
 
     def _revoked(self, tps: Sequence[TopicPartition]) -> None:
         # Unflushed buffers have no ledger row yet: the next owner reads them again.
