@@ -479,6 +479,9 @@ class AuditSink:
         self.consumer: AIOKafkaConsumer | None = None
         #: the batch being stored while the loop fetches the next (:meth:`_flush_buffer`); one at a time
         self._inflight: asyncio.Task[None] | None = None
+        #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
+        self._commits: dict[TopicPartition, int] = {}
+        self._committing: asyncio.Task[None] | None = None
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The sink's only Kafka client (connection settings go here, and only here)."""
@@ -571,44 +574,74 @@ class AuditSink:
 
         ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
         what is missing, not by trusting the token (:meth:`BlockingSink.insert_rows`).
+
+        The range is recorded in the same thread call as the batch's first insert: a separate call
+        waited for the event loop between the two, and the loop is busy fetching the next batch.
         """
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
-        if not marked:
-            await retrying(f"recording range {token}", lambda _retry: self.sink.mark(tp.topic, tp.partition, lo, hi),
-                           table=short)
+        recorded = marked
+
+        def record() -> None:
+            nonlocal recorded
+            if not recorded:
+                self.sink.mark(tp.topic, tp.partition, lo, hi)
+                recorded = True
+
         rows, python_path = 0, messages
         if kind == "committed":
             # The fast path: ClickHouse maps and proves the raw records; only the rest is decoded here.
-            proven, python_path = await self._insert_log(messages, token, reform=marked)
+            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record)
             rows += proven
         good, bad = split_batch(kind, python_path) if python_path else (None, [])
         if good is not None:
             mapped = good
             rows += len(good[2][0])
             mapped_token = token + "/py" if kind == "committed" else token
-            await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})",
-                           lambda retry: self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry),
-                           table=short)
+
+            def insert_mapped(retry: bool) -> None:
+                record()
+                self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
+
+            await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})", insert_mapped, table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
-            await retrying(f"insert of {len(bad)} sink rejections ({token})",
-                           lambda retry: self.sink.insert_records("rejection", bad, token + "/rejected",
-                                                                reform=marked or retry),
-                           table=short)
+
+            def insert_rejected(retry: bool) -> None:
+                record()
+                self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
+
+            await retrying(f"insert of {len(bad)} sink rejections ({token})", insert_rejected, table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
+        if not recorded:
+            await retrying(f"recording range {token}", lambda _retry: record(), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
         METRICS.inc("agentlog_sink_rows_total", rows, table=short)
         oldest_ms = min((m.timestamp for m in messages if m.timestamp), default=None)
         if oldest_ms is not None:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from its ledger
-                await self.consumer.commit({tp: hi + 1})
+        self._commits[tp] = hi + 1
 
-    async def _insert_log(self, messages: list[Any], token: str, *, reform: bool) -> tuple[int, list[Any]]:
+    def _commit_stored(self) -> None:
+        """Commit the stored ranges' ends to the group, in the background (lag tooling only: the sink
+        resumes from its ledger), one commit at a time; not in :meth:`flush`, whose round trip held
+        the next batch back."""
+        if self.consumer is None or not self._commits or (self._committing and not self._committing.done()):
+            return
+        offsets, self._commits = self._commits, {}
+        consumer = self.consumer
+
+        async def commit() -> None:
+            with contextlib.suppress(Exception):
+                await consumer.commit({tp: o for tp, o in offsets.items() if tp in consumer.assignment()})
+
+        self._committing = asyncio.ensure_future(commit())
+
+    async def _insert_log(self, messages: list[Any], token: str, *, reform: bool,
+                          before: Callable[[], None] | None = None) -> tuple[int, list[Any]]:
         """Insert a log batch through :meth:`BlockingSink.insert_log`; returns (rows proven there,
-        the messages left for the Python path, in offset order).
+        the messages left for the Python path, in offset order). ``before()`` runs first, in the
+        same thread call (the ledger row).
 
         A record that cannot be one ``LineAsString`` line (no value, empty, a raw line break: never
         JCS) skips ClickHouse. If ClickHouse stages another number of lines than it was sent, the
@@ -620,6 +653,8 @@ class AuditSink:
         outcome: list[tuple[int, list[bytes]]] = []
 
         def insert(retry: bool) -> None:
+            if before is not None:
+                before()
             try:
                 outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform or retry))
             except StoreError as e:
@@ -722,6 +757,7 @@ class AuditSink:
         messages, lo = part.messages, part.lo
         part.messages = []
         self._inflight = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset))
+        await asyncio.sleep(0)  # start it now (its first statement goes to a thread), not at the loop's next wait
 
     async def _settle(self) -> None:
         """Wait until the batch in flight is stored; re-raises what its task raised (not an Exception:
@@ -770,6 +806,10 @@ class AuditSink:
             while True:
                 if self._inflight is not None and self._inflight.done():
                     await self._settle()
+                self._commit_stored()
+                # getmany returns at once, without yielding, while aiokafka holds fetched records: let
+                # the batch in flight take its turn (its next statement) first, or ClickHouse idles
+                await asyncio.sleep(0)
                 data = await self.consumer.getmany(timeout_ms=poll_ms, max_records=s.sink_batch_rows)
                 if data and self.first_fetch_at is None:
                     self.first_fetch_at = time.perf_counter()
@@ -785,6 +825,10 @@ class AuditSink:
                 self._inflight.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._settle()
+            if self._committing is not None:
+                self._committing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._committing
             await self.consumer.stop()
             if self.sink.store.backend == "server":
                 with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
