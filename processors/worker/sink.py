@@ -3,7 +3,10 @@
 Not a Faust agent: it needs no table, and Faust's per-record stream machinery is most of
 what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
 all output topics; records are buffered per (topic, partition) and a buffer is flushed as
-one batch when it holds ``sink_batch_rows`` records or is ``sink_flush_s`` old.
+one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
+(the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
+while the loop fetches the next (chdb releases the GIL while a statement runs), one batch at a
+time, so a partition's next range is recorded only once its last is stored.
 
 Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
 
