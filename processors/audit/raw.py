@@ -34,8 +34,8 @@ live log check (``hash_chain_broken``) reports such a record either way.
 
 from __future__ import annotations
 
-__all__ = ["EVENT_COLUMNS", "RECORD_RE", "land_ddl", "stage_ddl", "stage_sql", "insert_sql", "missing_sql",
-           "unproven_sql", "runs_sql"]
+__all__ = ["EVENT_COLUMNS", "HASHES_RE", "HEAD_RE", "RECORD_RE", "SOURCE_RE", "TAIL_RE", "counts_sql", "insert_sql",
+           "land_ddl", "missing_sql", "runs_sql", "stage_ddl", "stage_sql", "unproven_sql"]
 
 #: ``events`` columns the fast path writes (the table's MATERIALIZED analyst columns follow from them).
 EVENT_COLUMNS = (
@@ -49,19 +49,28 @@ _N = r"(?:0|[1-9][0-9]{0,17})"  # a non-negative integer, no leading zero, withi
 _H = r"[0-9a-f]{64}"
 _TS = r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?Z"
 
-#: A CommittedEvent exactly as our sequencer writes it (JCS), matched without capture groups (RE2 runs it
-#: as a DFA: fast). The columns are then cut out by position, which this shape makes unambiguous: no
-#: string in it holds a quote, so the first ``"payload":`` of the doc and its last ``,"runId":"``, and the
-#: record's last ``,"hash":"``, are the top-level members.
-RECORD_RE = (
-    r'^\{"doc":\{'
+#: A CommittedEvent exactly as our sequencer writes it (JCS), as anchored pieces cut around the
+#: payload, each matched without capture groups (RE2 runs them as DFAs): the doc up to its first
+#: ``"payload":`` (:data:`HEAD_RE`), the doc from its last ``,"runId":"`` (:data:`TAIL_RE`), and
+#: from the record's last ``,"hash":"`` the two hashes (:data:`HASHES_RE`, a fixed 151 characters)
+#: and the rest (:data:`SOURCE_RE`). No string in them holds a quote, so those cuts are the
+#: top-level members, and the pieces all match exactly when :data:`RECORD_RE` (their concatenation,
+#: the payload as ``.*``) does. One pattern over the whole record cost more than the rest of the
+#: staging together (0.28 of 0.49 CPU-s per 200k records, measured; the hash runs next to the
+#: source's members cost 0.12 in one pattern, 0.05 in two); the pieces never scan the payload.
+HEAD_RE = (
+    r'^\{'
     rf'(?:"causationId":"{_S}",)?(?:"engineVersion":"{_S}",)?"eventId":"{_S}",(?:"nodeId":"{_S}",)?'
-    r'"payload":.*,'
-    rf'"runId":"{_S}",(?:"schemaVersion":{_N},)?"sequence":{_N},"timestamp":"{_TS}","type":"{_S}"'
-    rf'\}},"hash":"{_H}","prevHash":"{_H}",'
-    rf'"source":\{{"offset":-?{_N},"partition":-?(?:0|[1-9][0-9]{{0,8}}),"timestampMs":(?:{_N}|null),'
+    r'"payload":$'
+)
+TAIL_RE = rf'^,"runId":"{_S}",(?:"schemaVersion":{_N},)?"sequence":{_N},"timestamp":"{_TS}","type":"{_S}"\}}$'
+HASHES_RE = rf'^,"hash":"{_H}","prevHash":"{_H}$'
+SOURCE_RE = (
+    rf'^","source":\{{"offset":-?{_N},"partition":-?(?:0|[1-9][0-9]{{0,8}}),"timestampMs":(?:{_N}|null),'
     rf'"topic":"{_S}"\}}(?:,"stateHash":"{_H}")?\}}$'
 )
+#: The whole shape, for reading (and the tests): ``{"doc":`` HEAD payload TAIL HASHES SOURCE.
+RECORD_RE = r'^\{"doc":' + HEAD_RE[1:-1] + ".*" + TAIL_RE[1:-1] + HASHES_RE[1:-1] + SOURCE_RE[1:]
 
 
 def _sql_string(text: str) -> str:
@@ -99,9 +108,11 @@ def _last(haystack: str, needle: str) -> str:
 
 
 def stage_sql(land: str, stage: str) -> str:
-    """Match every landed record against :data:`RECORD_RE`, cut out its columns and prove it (module docstring)."""
+    """Match every landed record against the pieces of :data:`RECORD_RE`, cut out its columns and
+    prove it (module docstring). A record that is not proven keeps its raw bytes for the Python path;
+    a proven one needs them no more."""
     return f"""INSERT INTO {_ident(stage)}
-SELECT raw, ok, simpleJSONExtractString(tail, 'runId'), simpleJSONExtractUInt(tail, 'sequence'),
+SELECT if(ok, '', raw), ok, simpleJSONExtractString(tail, 'runId'), simpleJSONExtractUInt(tail, 'sequence'),
        simpleJSONExtractString(head, 'eventId'), simpleJSONExtractString(head, 'causationId'),
        simpleJSONExtractString(tail, 'type'), simpleJSONExtractString(head, 'nodeId'), et,
        fromUnixTimestamp64Milli(simpleJSONExtractInt(src, 'timestampMs'), 'UTC'),
@@ -117,18 +128,19 @@ FROM (
            AND toYear(et) BETWEEN 1970 AND 2261
            AND formatDateTime(et, '%Y-%m-%dT%H:%i:%S', 'UTC') = substring(ts, 1, 19) AS ok
     FROM (
-        SELECT raw, shaped, doc, src, head, tail,
+        SELECT raw, doc, src, head, tail,
+               startsWith(raw, '{{"doc":') AND run_at > payload_at + 9
+               AND match(head, {_sql_string(HEAD_RE)}) AND match(tail, {_sql_string(TAIL_RE)})
+               AND match(hashes, {_sql_string(HASHES_RE)}) AND match(src, {_sql_string(SOURCE_RE)}) AS shaped,
                substring(raw, hash_at + 9, 64) AS hash, substring(raw, hash_at + 87, 64) AS prev_hash,
                substring(doc, payload_at + 10, run_at - payload_at - 10) AS payload,
                simpleJSONExtractString(tail, 'timestamp') AS ts
         FROM (
-            SELECT raw, shaped, hash_at, doc, substring(raw, hash_at + 151) AS src,
+            SELECT raw, doc, substring(raw, hash_at, 151) AS hashes, substring(raw, hash_at + 151) AS src, hash_at,
                    position(doc, '"payload":') AS payload_at, {_last("doc", ',"runId":"')} AS run_at,
-                   substring(doc, 1, payload_at) AS head, substring(doc, run_at) AS tail
+                   substring(doc, 1, payload_at + 9) AS head, substring(doc, run_at) AS tail
             FROM (
-                SELECT raw, match(raw, {_sql_string(RECORD_RE)}) AS shaped,
-                       if(shaped, {_last("raw", ',"hash":"')}, 9) AS hash_at,
-                       substring(raw, 8, hash_at - 8) AS doc
+                SELECT raw, {_last("raw", ',"hash":"')} AS hash_at, substring(raw, 8, hash_at - 8) AS doc
                 FROM {_ident(land)}
             )
         )
@@ -152,6 +164,11 @@ def insert_sql(stage: str) -> str:
     return (f"INSERT INTO events ({cols}) SELECT {cols} FROM {_ident(stage)} "
             f"WHERE ok AND (run_id, sequence) NOT IN ({_stored(stage)}) "
             "LIMIT 1 BY run_id, sequence")
+
+
+def counts_sql(stage: str) -> str:
+    """(proven rows, staged rows): what an ordinary batch needs before its insert."""
+    return f"SELECT countIf(ok), count() FROM {_ident(stage)}"
 
 
 def missing_sql(stage: str) -> str:

@@ -3,7 +3,10 @@
 Not a Faust agent: it needs no table, and Faust's per-record stream machinery is most of
 what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
 all output topics; records are buffered per (topic, partition) and a buffer is flushed as
-one batch when it holds ``sink_batch_rows`` records or is ``sink_flush_s`` old.
+one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
+(the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
+while the loop fetches the next (chdb releases the GIL while a statement runs), one batch at a
+time, so a partition's next range is recorded only once its last is stored.
 
 Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
 
@@ -105,6 +108,11 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
 }
 
 
+#: A drained partition's buffer is flushed at once from this fraction of ``sink_batch_rows`` on, and
+#: so is the rest after such a batch (:meth:`AuditSink._drained`): 1,000 records by default, four
+#: seconds of a 1k ev/s trickle spread over four partitions, so a trickle still waits for ``sink_flush_s``.
+DRAINED_FRACTION = 20
+
 #: One lock per (store, staging tables): sinks sharing the staging tables of a store take turns.
 _STAGE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _STAGE_LOCKS_LOCK = threading.Lock()
@@ -191,16 +199,19 @@ class BlockingSink:
             try:
                 self.store.insert_raw(self.land, "raw", data, "LineAsString")
                 self.store.command(raw_sql.stage_sql(self.land, self.stage))
-                missing, proven, staged = self._staged_counts()
+                proven, staged = self.store.query(raw_sql.counts_sql(self.stage)).rows[0]
                 if staged != len(values):
                     raise StoreError(f"{token}: ClickHouse staged {staged} log records of {len(values)}",
                                      code="sink_stage_mismatch")
                 unproven = ([base64.b64decode(r[0]) for r in self.store.query(raw_sql.unproven_sql(self.stage)).rows]
                             if proven < staged else [])
                 if not reform:
-                    if missing:
+                    if proven:
+                        # no count of the missing first: the insert filters them itself, and an
+                        # insert that selects no row writes no part (and leaves no token)
                         self._insert_staged(token)
                 else:
+                    missing = self._staged_counts()[0]
                     if missing:
                         self._until_stored("events", token, self._insert_staged, lambda: self._staged_counts()[0])
                     runs = [r[0] for r in self.store.query(raw_sql.runs_sql(self.stage)).rows]
@@ -333,15 +344,24 @@ class BlockingSink:
 
         0002's ``sink_offsets`` is read too, so a store upgraded mid-stream resumes where it was.
         """
+        return self.last_ranges([(topic, partition)]).get((topic, partition))
+
+    def last_ranges(self, partitions: Sequence[tuple[str, int]]) -> dict[tuple[str, int], tuple[int, int]]:
+        """:meth:`last_range` of many partitions in one query (an assignment's): those with none are absent."""
+        wanted = set(partitions)
+        if not wanted:
+            return {}
         with self._lock:
             rows = self.store.query(
-                "SELECT argMax(lo, hi), max(hi), count() FROM ("
-                " SELECT lo, hi FROM sink_ranges WHERE topic = {t:String} AND partition = {p:Int32}"
+                "SELECT topic, partition, argMax(lo, hi), max(hi) FROM ("
+                " SELECT topic, partition, lo, hi FROM sink_ranges"
+                " WHERE topic IN {t:Array(String)} AND partition IN {p:Array(Int32)}"
                 " UNION ALL"
-                " SELECT lo, hi FROM sink_offsets WHERE topic = {t:String} AND partition = {p:Int32})",
-                {"t": topic, "p": partition}).rows
-        lo, hi, n = rows[0]
-        return (int(lo), int(hi)) if n else None
+                " SELECT topic, partition, lo, hi FROM sink_offsets"
+                " WHERE topic IN {t:Array(String)} AND partition IN {p:Array(Int32)})"
+                " GROUP BY topic, partition",
+                {"t": sorted({t for t, _ in wanted}), "p": sorted({p for _, p in wanted})}).rows
+        return {(str(t), int(p)): (int(lo), int(hi)) for t, p, lo, hi in rows if (str(t), int(p)) in wanted}
 
 
 #: Gaps in the ledger: a range starting past every earlier range's end + 1 in its partition.
@@ -365,15 +385,22 @@ def ledger_gaps(store: Store) -> list[tuple[str, int, int, int]]:
     return [(str(t), int(p), int(a), int(b)) for t, p, a, b in store.query(LEDGER_GAPS).rows]
 
 
-async def retrying(what: str, fn: Callable[[], Any], *, table: str) -> None:
-    """Run a blocking store call in a thread until it succeeds; an audit row is never dropped."""
+async def retrying(what: str, fn: Callable[[bool], Any], *, table: str) -> None:
+    """Run a blocking store call in a thread until it succeeds; an audit row is never dropped.
+
+    ``fn(retry)`` is told whether an attempt failed before it: a failed insert may have landed its
+    part (or part of its views) before it raised, so the sink's inserts re-form the batch on a
+    retry (:meth:`BlockingSink.insert_rows`) instead of trusting the token again.
+    """
     delay = 0.5
     loop = asyncio.get_running_loop()
+    retry = False
     while True:
         try:
-            await loop.run_in_executor(None, fn)
+            await loop.run_in_executor(None, fn, retry)
             return
         except Exception as e:
+            retry = True
             METRICS.inc("agentlog_sink_errors_total", table=table)
             log.error("%s failed (%s); retrying in %.1fs", what, e, delay)
             await asyncio.sleep(delay)
@@ -399,6 +426,8 @@ class _Partition:
     since: float = field(default_factory=time.monotonic)
     #: an offset jump seen once (expected, seen): seen again after a re-read, the offsets are absent
     jump: tuple[int, int] | None = None
+    #: the last batch flushed was a burst's (:meth:`AuditSink._drained`)
+    burst: bool = False
 
 
 def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
@@ -458,6 +487,11 @@ class AuditSink:
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
         self._parts: dict[TopicPartition, _Partition] = {}
         self.consumer: AIOKafkaConsumer | None = None
+        #: the batch being stored while the loop fetches the next (:meth:`_flush_buffer`); one at a time
+        self._inflight: asyncio.Task[None] | None = None
+        #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
+        self._commits: dict[TopicPartition, int] = {}
+        self._committing: asyncio.Task[None] | None = None
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The sink's only Kafka client (connection settings go here, and only here)."""
@@ -478,27 +512,55 @@ class AuditSink:
         )
 
     async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
+        """Start each partition from the ledger: re-form its last range, or read it from its first offset.
+
+        The partitions are paused meanwhile: aiokafka fetches a partition as soon as it is assigned,
+        while this listener still runs, and a record taken before the partition's state exists is
+        dropped and read again (measured: most of the first second of a 200k-record start was such
+        reads). One ledger query and one offsets request serve the whole assignment.
+        """
         assert self.consumer is not None
-        loop = asyncio.get_running_loop()
+        tps = list(tps)
         for tp in tps:
             self._parts.pop(tp, None)
-            last = await loop.run_in_executor(None, self.sink.last_range, tp.topic, tp.partition)
-            if last is not None:
-                self.consumer.seek(tp, last[0])
-                self._parts[tp] = _Partition(expected=last[0], pending=last)
-                log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
-                continue
-            try:
-                first: int | None = (await self.consumer.beginning_offsets([tp]))[tp]
-            except Exception as e:  # the broker will not say: the first record read is the start
-                log.warning("sink: no first offset for %s/%d (%s); starting at the first record read",
-                            tp.topic, tp.partition, e)
-                first = None
-            if first is None:
-                await self.consumer.seek_to_beginning(tp)
-            else:
-                self.consumer.seek(tp, first)
-            self._parts[tp] = _Partition(expected=first)
+        held = [tp for tp in tps if tp in self.consumer.assignment()]
+        self.consumer.pause(*held)
+        try:
+            lasts = await self._last_ranges(tps)
+            fresh = [tp for tp in tps if lasts.get(tp) is None]
+            firsts: dict[TopicPartition, int] = {}
+            if fresh:
+                try:
+                    firsts = await self.consumer.beginning_offsets(fresh)
+                except Exception as e:  # the broker will not say: the first record read is the start
+                    log.warning("sink: no first offsets for %s (%s); starting at the first record read",
+                                ", ".join(f"{tp.topic}/{tp.partition}" for tp in fresh), e)
+            for tp in tps:
+                last = lasts.get(tp)
+                if last is not None:
+                    self.consumer.seek(tp, last[0])
+                    self._parts[tp] = _Partition(expected=last[0], pending=last)
+                    log.info("sink resumes %s/%d by re-forming offsets %d-%d", tp.topic, tp.partition, *last)
+                    continue
+                first = firsts.get(tp)
+                if first is None:
+                    await self.consumer.seek_to_beginning(tp)
+                else:
+                    self.consumer.seek(tp, first)
+                self._parts[tp] = _Partition(expected=first)
+        finally:
+            self.consumer.resume(*[tp for tp in held if tp in self.consumer.assignment()])
+
+    async def _last_ranges(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int]]:
+        """The ledger's newest range of each of ``tps`` (:meth:`BlockingSink.last_ranges`), read until the
+        store answers."""
+        found: list[dict[tuple[str, int], tuple[int, int]]] = []
+
+        def read(_retry: bool) -> None:
+            found.append(self.sink.last_ranges([(tp.topic, tp.partition) for tp in tps]))
+
+        await retrying("reading the sink's ledger", read, table=self.shorts[tps[0].topic] if tps else "log")
+        return {tp: found[-1][(tp.topic, tp.partition)] for tp in tps if (tp.topic, tp.partition) in found[-1]}
 
     def _revoked(self, tps: Sequence[TopicPartition]) -> None:
         # Unflushed buffers have no ledger row yet: the next owner reads them again.
@@ -522,42 +584,74 @@ class AuditSink:
 
         ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
         what is missing, not by trusting the token (:meth:`BlockingSink.insert_rows`).
+
+        The range is recorded in the same thread call as the batch's first insert: a separate call
+        waited for the event loop between the two, and the loop is busy fetching the next batch.
         """
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
-        if not marked:
-            await retrying(f"recording range {token}", lambda: self.sink.mark(tp.topic, tp.partition, lo, hi),
-                           table=short)
+        recorded = marked
+
+        def record() -> None:
+            nonlocal recorded
+            if not recorded:
+                self.sink.mark(tp.topic, tp.partition, lo, hi)
+                recorded = True
+
         rows, python_path = 0, messages
         if kind == "committed":
             # The fast path: ClickHouse maps and proves the raw records; only the rest is decoded here.
-            proven, python_path = await self._insert_log(messages, token, reform=marked)
+            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record)
             rows += proven
         good, bad = split_batch(kind, python_path) if python_path else (None, [])
         if good is not None:
             mapped = good
             rows += len(good[2][0])
             mapped_token = token + "/py" if kind == "committed" else token
-            await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})",
-                           lambda: self.sink.insert_rows(*mapped, mapped_token, reform=marked), table=short)
+
+            def insert_mapped(retry: bool) -> None:
+                record()
+                self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
+
+            await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})", insert_mapped, table=short)
         if bad:
             log.error("%d %s records of %s cannot be stored as %s; kept in rejections", len(bad), short, token, kind)
-            await retrying(f"insert of {len(bad)} sink rejections ({token})",
-                           lambda: self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked),
-                           table=short)
+
+            def insert_rejected(retry: bool) -> None:
+                record()
+                self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
+
+            await retrying(f"insert of {len(bad)} sink rejections ({token})", insert_rejected, table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
+        if not recorded:
+            await retrying(f"recording range {token}", lambda _retry: record(), table=short)
         METRICS.inc("agentlog_sink_batches_total", table=short)
         METRICS.inc("agentlog_sink_rows_total", rows, table=short)
         oldest_ms = min((m.timestamp for m in messages if m.timestamp), default=None)
         if oldest_ms is not None:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
-        if self.consumer is not None:
-            with contextlib.suppress(Exception):  # lag tooling only; the sink resumes from its ledger
-                await self.consumer.commit({tp: hi + 1})
+        self._commits[tp] = hi + 1
 
-    async def _insert_log(self, messages: list[Any], token: str, *, reform: bool) -> tuple[int, list[Any]]:
+    def _commit_stored(self) -> None:
+        """Commit the stored ranges' ends to the group, in the background (lag tooling only: the sink
+        resumes from its ledger), one commit at a time; not in :meth:`flush`, whose round trip held
+        the next batch back."""
+        if self.consumer is None or not self._commits or (self._committing and not self._committing.done()):
+            return
+        offsets, self._commits = self._commits, {}
+        consumer = self.consumer
+
+        async def commit() -> None:
+            with contextlib.suppress(Exception):
+                await consumer.commit({tp: o for tp, o in offsets.items() if tp in consumer.assignment()})
+
+        self._committing = asyncio.ensure_future(commit())
+
+    async def _insert_log(self, messages: list[Any], token: str, *, reform: bool,
+                          before: Callable[[], None] | None = None) -> tuple[int, list[Any]]:
         """Insert a log batch through :meth:`BlockingSink.insert_log`; returns (rows proven there,
-        the messages left for the Python path, in offset order).
+        the messages left for the Python path, in offset order). ``before()`` runs first, in the
+        same thread call (the ledger row).
 
         A record that cannot be one ``LineAsString`` line (no value, empty, a raw line break: never
         JCS) skips ClickHouse. If ClickHouse stages another number of lines than it was sent, the
@@ -568,9 +662,11 @@ class AuditSink:
             return 0, messages
         outcome: list[tuple[int, list[bytes]]] = []
 
-        def insert() -> None:
+        def insert(retry: bool) -> None:
+            if before is not None:
+                before()
             try:
-                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform))
+                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform or retry))
             except StoreError as e:
                 if e.code != "sink_stage_mismatch":
                     raise
@@ -625,6 +721,9 @@ class AuditSink:
                 lo, hi = part.pending
                 batch = [x for x in part.messages if x.offset <= hi]
                 rest = [x for x in part.messages if x.offset > hi]
+                await self._settle()  # a batch of the previous assignment may still be in flight
+                if self._parts.get(tp) is not part:
+                    return
                 await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
                 if self._parts.get(tp) is not part:
                     return
@@ -654,11 +753,75 @@ class AuditSink:
         return False
 
     async def _flush_buffer(self, tp: TopicPartition, part: _Partition) -> None:
-        if part.pending is not None or not part.messages:
+        """Store the partition's buffer as one batch, in the background: the loop fetches on meanwhile.
+
+        chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
+        beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
+        buffers the next. One batch is in flight at a time, and the next waits for it
+        (:meth:`_settle`): a partition's next range may be recorded only once its last is stored,
+        because a restart re-forms only the newest range of the ledger.
+        """
+        await self._settle()
+        if self._parts.get(tp) is not part or part.pending is not None or not part.messages:
             return
         messages, lo = part.messages, part.lo
         part.messages = []
-        await self.flush(tp, messages, lo=lo, hi=messages[-1].offset, marked=False)
+        part.burst = len(messages) >= self._burst_rows
+        self._inflight = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset))
+        await asyncio.sleep(0)  # start it now (its first statement goes to a thread), not at the loop's next wait
+
+    def _drained(self, tp: TopicPartition, part: _Partition) -> bool:
+        """True when the partition's buffer should go now: the broker holds nothing after it (its
+        high watermark, as of the last fetch), and it is a burst's: at least 1/:data:`DRAINED_FRACTION`
+        of a batch, or the rest after a batch that was.
+
+        So the end of a burst is stored at once instead of ``sink_flush_s`` later, while a trickle
+        (every fetch drains the partition) still gathers for ``sink_flush_s``: flushed per fetch, it
+        would write a part (and a ledger row) per few records.
+        """
+        assert self.consumer is not None
+        high = self.consumer.highwater(tp)
+        return (high is not None and part.expected is not None and part.expected >= high
+                and (part.burst or len(part.messages) >= self._burst_rows))
+
+    @property
+    def _burst_rows(self) -> int:
+        return max(1, self.settings.sink_batch_rows // DRAINED_FRACTION)
+
+    async def _settle(self) -> None:
+        """Wait until the batch in flight is stored; re-raises what its task raised (not an Exception:
+        :meth:`_store_batch` recovers from those)."""
+        task, self._inflight = self._inflight, None
+        if task is not None:
+            await task
+
+    async def _store_batch(self, tp: TopicPartition, part: _Partition, messages: list[Any], *,
+                           lo: int, hi: int) -> None:
+        """:meth:`flush` a batch; if it fails, resume the partition from the ledger.
+
+        :meth:`flush` retries the store until it succeeds, so an error here is anything else. The
+        batch may be half-stored and the records after it already fetched and buffered: the
+        partition's state is dropped (so is that buffer), and the partition is resumed exactly
+        as after a restart (:meth:`_assigned`: seek back to the ledger's last range and re-form it),
+        which refetches the records from the right offset.
+        """
+        try:
+            await self.flush(tp, messages, lo=lo, hi=hi, marked=False)
+        except Exception as e:
+            short = self.shorts[tp.topic]
+            METRICS.inc("agentlog_sink_errors_total", table=short)
+            log.exception("sink: storing %s failed (%s); resuming %s/%d from its ledger",
+                          token_for(tp.topic, tp.partition, lo, hi), e, tp.topic, tp.partition)
+            await self._resume(tp, part)
+
+    async def _resume(self, tp: TopicPartition, part: _Partition) -> None:
+        """Forget what the partition fetched and buffered, then start it again from the ledger."""
+        if self._parts.get(tp) is not part:
+            return  # a rebalance resumed it (or took it away) meanwhile
+        self._parts.pop(tp)
+        assert self.consumer is not None
+        if tp in self.consumer.assignment():
+            await self._assigned([tp])
 
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
         s = self.settings
@@ -670,6 +833,12 @@ class AuditSink:
                 await started()
             poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
             while True:
+                if self._inflight is not None and self._inflight.done():
+                    await self._settle()
+                self._commit_stored()
+                # getmany returns at once, without yielding, while aiokafka holds fetched records: let
+                # the batch in flight take its turn (its next statement) first, or ClickHouse idles
+                await asyncio.sleep(0)
                 data = await self.consumer.getmany(timeout_ms=poll_ms, max_records=s.sink_batch_rows)
                 if data and self.first_fetch_at is None:
                     self.first_fetch_at = time.perf_counter()
@@ -678,9 +847,18 @@ class AuditSink:
                         await self._take(tp, messages)
                 now = time.monotonic()
                 for tp, part in list(self._parts.items()):
-                    if part.pending is None and part.messages and now - part.since >= s.sink_flush_s:
+                    if part.pending is None and part.messages and (now - part.since >= s.sink_flush_s
+                                                                   or self._drained(tp, part)):
                         await self._flush_buffer(tp, part)
         finally:
+            if self._inflight is not None:
+                self._inflight.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._settle()
+            if self._committing is not None:
+                self._committing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._committing
             await self.consumer.stop()
             if self.sink.store.backend == "server":
                 with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most

@@ -237,3 +237,102 @@ def test_sink_heals_an_offset_gap_with_zero_loss(settings, how):
             assert [(lo, hi) for _, lo, hi in ranges.rows] == [(0, len(one_run) - 1)]
 
     asyncio.run(scenario())
+
+
+# -- a batch fails while the next is already fetched: nothing lost, nothing twice -----------------
+
+class _Glitch(Exception):
+    """An error the sink's store retries do not cover (they catch store calls; this escapes the batch)."""
+
+
+def _failing_sink(settings, store, *, mode: str):
+    """A sink whose second batch fails once, after the loop fetched and buffered the records behind it.
+
+    ``retried_after_insert``: the store call raises after the batch's rows landed, so the sink's retry
+    must re-form it (a retry under the same token would be dropped as a duplicate, rollups included).
+    ``resumed_before_insert`` / ``resumed_after_insert``: the batch itself fails after its range was
+    recorded / after its rows landed, so the sink must drop what it fetched ahead and resume the
+    partition from the ledger.
+    """
+    from processors.worker.sink import AuditSink, BlockingSink
+    from schemas.errors import StoreError
+
+    class Flaky(BlockingSink):
+        calls = 0
+
+        def insert_log(self, values, token, *, reform=False):
+            out = super().insert_log(values, token, reform=reform)
+            Flaky.calls += 1
+            if Flaky.calls == 2:
+                raise StoreError("injected after the rows landed")
+            return out
+
+    class Failing(AuditSink):
+        batches = 0
+        ahead = 0
+
+        async def flush(self, tp, messages, *, lo, hi, marked):
+            if marked or mode == "retried_after_insert" or Failing.batches != 1:
+                Failing.batches += 0 if marked else 1
+                return await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+            Failing.batches += 1
+            if mode == "resumed_before_insert":
+                self.sink.mark(tp.topic, tp.partition, lo, hi)
+            else:
+                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+            for _ in range(200):  # the loop goes on fetching while this batch is in flight
+                part = self._parts.get(tp)
+                if part is not None and part.messages:
+                    Failing.ahead = len(part.messages)
+                    break
+                await asyncio.sleep(0.05)
+            raise _Glitch(f"injected into {lo}-{hi}")
+
+    sink = Failing(settings, store)
+    if mode == "retried_after_insert":
+        flaky = Flaky(store, stage="flaky")
+        sink.sink = flaky
+    return sink, Failing, Flaky
+
+
+@pytest.mark.parametrize("mode", ["retried_after_insert", "resumed_before_insert", "resumed_after_insert"])
+def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(settings, mode):
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.metrics import METRICS
+    from processors.worker.sink import ledger_gaps
+    from streams.codec import encode_record
+    from tests.unit.audit.data import audit_batches
+
+    settings = settings.replace(sink_batch_rows=4, sink_flush_s=0.2)
+    asyncio.run(ensure_topics(settings))
+    committed = audit_batches()["committed"]
+    one_run = [r for r in committed if r["doc"]["runId"] == committed[0]["doc"]["runId"]]
+    assert len(one_run) >= 12  # one key, one partition: batches 0-3, 4-7 (fails), 8-11 …
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in one_run], [r["doc"]["runId"] for r in one_run])
+        with open_store(settings) as store:
+            migrate(store)
+            errors = METRICS.total("agentlog_sink_errors_total")
+            sink, failing, flaky = _failing_sink(settings, store, mode=mode)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            await _run_until(sink, lambda: count() >= len(one_run) and failing.batches >= 3)
+            await asyncio.sleep(1.0)  # anything stored twice would land by now
+            assert count() == len(one_run)  # plain count(), no FINAL
+            got = [r[0] for r in store.query("SELECT sequence FROM events ORDER BY sequence").rows]
+            assert got == sorted(r["doc"]["sequence"] for r in one_run)
+            assert ledger_gaps(store) == []
+            assert store.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(one_run)
+            usage = sum(1 for r in one_run if r["doc"]["type"] == "provider.usage")
+            assert (store.query("SELECT sum(calls) FROM usage_hourly").rows[0][0] or 0) == usage
+            assert METRICS.total("agentlog_sink_errors_total") > errors  # the failure did happen
+            if mode == "retried_after_insert":
+                assert flaky.calls >= 3
+            else:
+                assert failing.ahead > 0  # … while the records after it were already fetched
+
+    asyncio.run(scenario())
