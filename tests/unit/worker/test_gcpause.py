@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from processors.worker.gcpause import GcPacer
+from processors.worker.gcpause import GEN2_THRESHOLD, GcPacer
 
 
 class _Clock:
@@ -27,18 +27,18 @@ class _Node:
 def pacer_clock():
     clock = _Clock()
     before = gc.get_threshold()
-    pacer = GcPacer(freeze_every_s=5.0, full_every_s=60.0, gen0_threshold=12_345, clock=clock)
+    pacer = GcPacer(freeze_every_s=5.0, full_every_s=60.0, clock=clock)
     pacer.start()
     try:
         yield pacer, clock
     finally:
         pacer.stop()
-        gc.set_threshold(*before)
+    assert gc.get_threshold() == before  # stop() restores Python's schedule
 
 
 def test_freeze_hides_survivors_and_the_full_tick_reclaims_a_frozen_cycle(pacer_clock) -> None:
     pacer, clock = pacer_clock
-    assert gc.get_threshold()[0] == 12_345
+    assert gc.get_threshold()[2] == GEN2_THRESHOLD  # generation 2 waits for the full tick
     cycle = _Node()
     ref = weakref.ref(cycle)
     clock.now = 5.0
@@ -70,7 +70,7 @@ class _Weakable:
 
 def test_zero_turns_it_off() -> None:
     before = gc.get_threshold()
-    pacer = GcPacer(freeze_every_s=0, full_every_s=0, gen0_threshold=0)
+    pacer = GcPacer(freeze_every_s=0, full_every_s=0)
     pacer.start()
     try:
         assert gc.get_threshold() == before
