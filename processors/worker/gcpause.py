@@ -56,7 +56,7 @@ class GcPacer:
         return self.freeze_every_s > 0
 
     def start(self) -> None:
-        """Leave generation 2 to :meth:`tick` (when freezing) and start timing collections (metrics, slow ones logged)."""
+        """Leave generation 2 to :meth:`tick` (when freezing); time collections (metrics, slow ones logged)."""
         self._thresholds = gc.get_threshold()
         if self.enabled:
             gen0, gen1, _ = self._thresholds
