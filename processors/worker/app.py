@@ -196,7 +196,10 @@ def _install_partition_starts(wiring: Wiring) -> None:
     @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def partition_starts() -> None:
         try:
-            await starts.start([wiring.topics["ingest"].get_topic_name()])
+            try:
+                await starts.start([wiring.topics["ingest"].get_topic_name()])
+            except Exception as e:  # not fatal: the first look-up starts it again (and raises if it must)
+                log.warning("the partition-start look-up consumer did not start (%s); starting it on first use", e)
             await asyncio.Event().wait()  # until the app stops (its tasks are cancelled)
         finally:
             await starts.stop()

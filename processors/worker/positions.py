@@ -164,7 +164,11 @@ class PartitionStarts:
         if consumer is None:
             consumer = AIOKafkaConsumer(**client_kwargs(self.settings), group_id=None, enable_auto_commit=False,
                                         client_id="agentlog-partition-starts")
-            await consumer.start()
+            try:
+                await consumer.start()
+            except BaseException:
+                await consumer.stop()
+                raise
             self._consumer = consumer
         for topic in topics:
             if topic not in self._known:
