@@ -137,3 +137,38 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str]) -> Non
 def ensure_topics_sync(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
     """``ensure_topics`` for callers without an event loop (CLI, bench)."""
     return asyncio.run(ensure_topics(settings, specs))
+
+
+async def list_topic_names(settings: Settings) -> set[str]:
+    """Every topic name on the broker (the benches print the count: metadata cost grows with it)."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=30_000)
+    try:
+        await admin.start()
+    except KafkaConnectionError as e:
+        raise _unreachable(settings, e) from e
+    try:
+        return set(await admin.list_topics())
+    finally:
+        await admin.close()
+
+
+async def delete_topics(settings: Settings, names: list[str]) -> int:
+    """Delete ``names`` (benches remove what they created); returns how many the broker accepted.
+
+    Every all-topics metadata response a client decodes lists every topic on the broker; a bench
+    broker that kept each run's topics grew to ~4,000 and made those responses a tenth of a
+    worker's busy time (#13). Deleting in chunks keeps each request small.
+    """
+    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=60_000)
+    try:
+        await admin.start()
+    except KafkaConnectionError as e:
+        raise _unreachable(settings, e) from e
+    deleted = 0
+    try:
+        for i in range(0, len(names), 100):
+            response = await admin.delete_topics(names[i:i + 100], timeout_ms=60_000)
+            deleted += sum(1 for entry in response.topic_error_codes if entry[1] == 0)
+    finally:
+        await admin.close()
+    return deleted

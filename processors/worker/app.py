@@ -41,7 +41,7 @@ import faust
 from faust.worker import Worker
 
 from processors.metrics import METRICS
-from processors.worker import handoff, positions, runstate, sequencer, web
+from processors.worker import gcpause, handoff, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
@@ -112,6 +112,11 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         web_bind=settings.web_host,
         web_host=settings.web_host,
         stream_wait_empty=False,
+        # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
+        # Faust starts. Declaring them again made Faust force an all-topics metadata refresh per
+        # topic, at start and at every rebalance (14 per start; each a response listing every topic
+        # on the broker): #13, session 6.
+        topic_allow_declare=False,
         # Table keys/values as JSON: str keys come back as str after changelog recovery
         # (the topics below set raw bytes explicitly).
         key_serializer="json",
@@ -156,6 +161,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
+        _install_partition_starts(wiring)
         sequencer.install(wiring, replay=replay)
         runstate.install_log_check(wiring)
         handoff.install(wiring)
@@ -173,9 +179,30 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
+    gcpause.install(app, settings)  # #13 session 6: no generation-2 pauses over the tables' heap
     if settings.web_enabled:
         web.install(wiring)
     return wiring
+
+
+def _install_partition_starts(wiring: Wiring) -> None:
+    """One long-lived look-up consumer for where partitions start, started with the app (#13 session 6).
+
+    Started before the first batch needs it, so its bootstrap (an all-topics metadata request, as
+    every aiokafka client's is) is paid at start-up, not inside a partition's first batch.
+    """
+    starts = wiring.partition_starts = positions.PartitionStarts(wiring.settings)
+
+    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
+    async def partition_starts() -> None:
+        try:
+            try:
+                await starts.start([wiring.topics["ingest"].get_topic_name()])
+            except Exception as e:  # not fatal: the first look-up starts it again (and raises if it must)
+                log.warning("the partition-start look-up consumer did not start (%s); starting it on first use", e)
+            await asyncio.Event().wait()  # until the app stops (its tasks are cancelled)
+        finally:
+            await starts.stop()
 
 
 def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:

@@ -278,8 +278,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
         # the group's committed offset, else at the partition's first record (auto_offset_reset is
         # earliest). It was seen to skip even that first record (offset 0 of a fresh partition), so
         # a first record beyond that start is a hole like any other.
-        expected = committed if committed is not None else await first_offset(
-            batch.wiring.settings, msg.topic, msg.partition)
+        expected = committed if committed is not None else await _first_offset(batch.wiring, msg.topic, msg.partition)
     if msg.offset > expected:
         skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
         log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
@@ -293,6 +292,19 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     if batch.get(table, key) != position:
         batch.set(table, msg.partition, key, position)
     batch.advanced(table, msg.topic, msg.partition, position)
+
+
+async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
+    """Where ``topic[partition]`` starts: the worker's long-lived look-up consumer, else a reader's own.
+
+    A fresh group-less consumer (what :func:`streams.reader.first_offset` starts) asks the broker for
+    *every* topic's metadata at its start-up; once per partition, inside that partition's first
+    batch, it cost a broker holding thousands of topics seconds of the worker's time (#13 session 6).
+    """
+    if wiring.partition_starts is not None:
+        offset: int = await wiring.partition_starts.first_offset(topic, partition)
+        return offset
+    return await first_offset(wiring.settings, topic, partition)
 
 
 async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,

@@ -25,11 +25,18 @@ commit never runs ahead of any agent.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import asyncio
+from collections.abc import Iterable, Iterator
 from typing import Any
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
 from processors.metrics import Sample
+from schemas.errors import InfraError
 from streams import internals
+from streams.security import client_kwargs
+from streams.settings import Settings
 
 #: Generations of :meth:`DurablePositions.holding` kept (a few hours of rebalances at most).
 _HELD_GENERATIONS = 64
@@ -128,3 +135,66 @@ def install(app: Any, positions: DurablePositions) -> None:
         return committable
 
     internals.replace_commit_filter(app, make_filter)
+
+
+class PartitionStarts:
+    """Log start offsets of source partitions, from one group-less consumer started with the worker.
+
+    An agent asks where a partition starts when it holds no position for it and the group has
+    committed nothing (:func:`processors.worker.batch.in_order`). Starting a consumer per look-up
+    cost a connection, a bootstrap and an all-topics metadata response each time (on a broker with
+    thousands of topics, seconds); this one is started once, tracks only the topics asked about
+    (so its metadata refreshes name them), and is asked one ListOffsets request per look-up.
+    Faust's own consumer was tried first (``Consumer.earliest_offsets``): its thread answered the
+    first call only after up to 1.5 s.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._consumer: AIOKafkaConsumer | None = None
+        self._known: set[str] = set()
+        self._lock = asyncio.Lock()
+
+    async def start(self, topics: Iterable[str] = ()) -> None:
+        async with self._lock:
+            await self._started(topics)
+
+    async def _started(self, topics: Iterable[str]) -> AIOKafkaConsumer:
+        consumer = self._consumer
+        if consumer is None:
+            consumer = AIOKafkaConsumer(**client_kwargs(self.settings), group_id=None, enable_auto_commit=False,
+                                        client_id="agentlog-partition-starts")
+            try:
+                await consumer.start()
+            except BaseException:
+                await consumer.stop()
+                raise
+            self._consumer = consumer
+        for topic in topics:
+            if topic not in self._known:
+                await internals.load_topic_metadata(consumer, topic)
+                self._known.add(topic)
+        return consumer
+
+    async def first_offset(self, topic: str, partition: int) -> int:
+        """The offset of the first record ``topic[partition]`` still holds."""
+        tp = TopicPartition(topic, partition)
+        async with self._lock:
+            try:
+                consumer = await self._started([topic])
+                offset: int = (await consumer.beginning_offsets([tp]))[tp]
+                return offset
+            except KafkaError as e:  # a fresh consumer next time; this look-up has failed
+                await self._stop()
+                raise InfraError(f"reading the start of {topic}[{partition}] from "
+                                 f"{self.settings.kafka_bootstrap} failed: {e}") from e
+
+    async def stop(self) -> None:
+        async with self._lock:
+            await self._stop()
+
+    async def _stop(self) -> None:
+        consumer, self._consumer = self._consumer, None
+        self._known = set()
+        if consumer is not None:
+            await consumer.stop()

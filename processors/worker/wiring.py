@@ -27,6 +27,9 @@ class Wiring:
     written: dict[tuple[int, int], bytes] = field(default_factory=dict)
     #: Partitions of each topic a batch sends to (counts never change; looked up once per topic).
     partition_counts: dict[str, list[int]] = field(default_factory=dict)
+    #: Log start offsets of source partitions from one long-lived consumer (#13 session 6;
+    #: :class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
+    partition_starts: Any = None
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).

@@ -85,6 +85,34 @@ def _discover(only: str | None) -> list[str]:
     return names
 
 
+def _topics(settings: Settings) -> set[str]:
+    import asyncio
+
+    from streams.admin import list_topic_names
+
+    return asyncio.run(list_topic_names(settings))
+
+
+def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> dict[str, int]:
+    """Delete the topics a bench created (every bench prefixes its own with ``bench``); report the counts.
+
+    A broker that kept every run's topics grew to thousands, and every all-topics metadata response
+    a client decodes lists them all (#13): the figures of later runs then paid for earlier ones.
+    """
+    import asyncio
+
+    from streams.admin import delete_topics
+
+    during = _topics(settings)
+    created = sorted(t for t in during - before if t.startswith("bench"))
+    deleted = asyncio.run(delete_topics(settings, created)) if created else 0
+    counts = {"while_measuring": len(during), "created": len(created), "deleted": deleted,
+              "after": len(during) - deleted}
+    console.print(f"broker topics: {counts['while_measuring']} while measuring; the bench's "
+                  f"{len(created)} deleted ({deleted} accepted), {counts['after']} left")
+    return counts
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:,.0f}"
 
@@ -108,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in names:
             console.print(f"[bold]bench {name}[/] …")
             t0 = time.perf_counter()
+            before = _topics(settings)
             try:
                 module = importlib.import_module(f"tests.bench.bench_{name}")
                 result = module.run(ctx)
@@ -116,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                 result = {"error": f"{type(e).__name__}: {e}", "ours": None, "baseline": None,
                           "unit": "", "goal_ratio": None}
             result["wall_s"] = round(time.perf_counter() - t0, 2)
+            result["broker_topics"] = _clean_up_topics(console, settings, before)
             results[name] = result
     finally:
         if started is not None:

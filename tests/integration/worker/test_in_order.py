@@ -9,6 +9,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from processors.worker.batch import POSITION_KEY, in_order
+from processors.worker.positions import PartitionStarts
 from streams.admin import ensure_topics
 from streams.security import client_kwargs
 from streams.topics import topic_name
@@ -17,8 +18,9 @@ pytestmark = [pytest.mark.kafka]
 
 
 class _Batch:
-    def __init__(self, settings) -> None:
-        self.wiring = SimpleNamespace(settings=settings, app=SimpleNamespace(consumer=None))
+    def __init__(self, settings, partition_starts=None) -> None:
+        self.wiring = SimpleNamespace(settings=settings, app=SimpleNamespace(consumer=None),
+                                      partition_starts=partition_starts)
         self.tables: dict[tuple[str, str], int] = {}
         self.advanced_to: dict[tuple[str, str, int], int] = {}
 
@@ -72,13 +74,19 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
     asyncio.run(scenario())
 
 
-def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings):
-    """No position yet: the consumer skipped even the first records (seen: offset 0 of a fresh partition)."""
+@pytest.mark.parametrize("long_lived", [False, True], ids=["reader-per-lookup", "worker-partition-starts"])
+def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings, long_lived):
+    """No position yet: the consumer skipped even the first records (seen: offset 0 of a fresh partition).
+
+    Where the partition starts comes from a reader's own consumer, or (the worker) from its one
+    long-lived :class:`PartitionStarts` consumer.
+    """
     settings = settings.replace(partitions=1)
 
     async def scenario():
         topic = await _ingest_with(settings, 5)
-        batch = _Batch(settings)
+        starts = PartitionStarts(settings) if long_lived else None
+        batch = _Batch(settings, starts)
         seen: list[int] = []
 
         async def handle(_batch, record):
@@ -88,5 +96,8 @@ def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings):
         assert seen == [0, 1, 2, 3]
         assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 4
         assert batch.advanced_to == {("heads", topic, 0): 4}
+        if starts is not None:
+            assert await starts.first_offset(topic, 0) == 0  # asked again: the same started consumer answers
+            await starts.stop()
 
     asyncio.run(scenario())

@@ -1,0 +1,80 @@
+"""The worker's collector schedule (#13 session 6): freeze what survived, reclaim frozen cycles on the full tick."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+
+import pytest
+
+from processors.worker.gcpause import GEN2_THRESHOLD, GcPacer
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self  # a reference cycle: only the collector frees it
+
+
+@pytest.fixture
+def pacer_clock():
+    clock = _Clock()
+    before = gc.get_threshold()
+    pacer = GcPacer(freeze_every_s=5.0, full_every_s=60.0, clock=clock)
+    pacer.start()
+    try:
+        yield pacer, clock
+    finally:
+        pacer.stop()
+    assert gc.get_threshold() == before  # stop() restores Python's schedule
+
+
+def test_freeze_hides_survivors_and_the_full_tick_reclaims_a_frozen_cycle(pacer_clock) -> None:
+    pacer, clock = pacer_clock
+    assert gc.get_threshold()[2] == GEN2_THRESHOLD  # generation 2 waits for the full tick
+    cycle = _Node()
+    ref = weakref.ref(cycle)
+    clock.now = 5.0
+    assert pacer.tick() == "freeze"
+    assert gc.get_freeze_count() > 0
+    del cycle
+    gc.collect()  # a frozen cycle is out of every collection's sight …
+    assert ref() is not None
+    clock.now = 60.0
+    assert pacer.tick() == "full"  # … until the full tick unfreezes and collects
+    assert ref() is None
+    assert gc.get_freeze_count() > 0  # and freezes again what is left
+
+
+def test_frozen_objects_are_still_freed_by_reference_counting(pacer_clock) -> None:
+    pacer, clock = pacer_clock
+    table_value = _Weakable({"state": [1, 2, 3]})  # what a table holds: no cycle
+    ref = weakref.ref(table_value)
+    clock.now = 5.0
+    pacer.tick()  # frozen while alive
+    del table_value  # replaced in the table: freed at once, without any collection
+    assert ref() is None
+
+
+class _Weakable:
+    def __init__(self, payload: object) -> None:
+        self.payload = payload
+
+
+def test_zero_turns_it_off() -> None:
+    before = gc.get_threshold()
+    pacer = GcPacer(freeze_every_s=0, full_every_s=0)
+    pacer.start()
+    try:
+        assert gc.get_threshold() == before
+        assert pacer.tick() == "off"
+        assert gc.get_freeze_count() == 0
+    finally:
+        pacer.stop()
