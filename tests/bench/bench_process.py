@@ -40,7 +40,7 @@ from streams.reader import _partitions
 from streams.security import client_kwargs
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import PASSTHROUGH_ARGS, BenchContext
 
 RUNS = 200
 REPO = Path(__file__).resolve().parents[2]
@@ -303,14 +303,12 @@ def run(ctx: BenchContext) -> dict:
 
     worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
     bare = n / asyncio.run(_bare(variant("bare"), n))
-    passthrough = n / _run_subprocess(variant("pass"), ["-m", "tests.bench.passthrough_faust", "worker", "-l",
-                                                        "warn"], n, home / "passthrough.log")
+    passthrough = n / _run_subprocess(variant("pass"), PASSTHROUGH_ARGS, n, home / "passthrough.log")
     ours = n / _run_subprocess(variant("ours"), worker, n, home / "ours.log")
     raw = n / asyncio.run(_raw(variant("raw"), n))
     seconds = LATENCY_SECONDS / (5 if ctx.quick else 1)
     latency = _latency(variant("lat", 0), worker, seconds, home / "latency.log")
-    passthrough_latency = _latency(variant("passlat", 0), ["-m", "tests.bench.passthrough_faust", "worker", "-l",
-                                                           "warn"], seconds, home / "passthrough-latency.log")
+    passthrough_latency = _latency(variant("passlat", 0), PASSTHROUGH_ARGS, seconds, home / "passthrough-latency.log")
     return {
         "ours": ours,
         "baseline": passthrough,
