@@ -8,8 +8,10 @@ defaults (auto-created topics get one partition and finite retention).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import AsyncIterator
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
@@ -35,6 +37,20 @@ def _unreachable(settings: Settings, e: BaseException) -> InfraError:
     )
 
 
+@contextlib.asynccontextmanager
+async def _admin(settings: Settings, timeout_ms: int = 30_000) -> AsyncIterator[AIOKafkaAdminClient]:
+    """A started admin client (an unreachable broker is ``kafka_unreachable``), closed on exit."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=timeout_ms)
+    try:
+        await admin.start()
+    except KafkaConnectionError as e:
+        raise _unreachable(settings, e) from e
+    try:
+        yield admin
+    finally:
+        await admin.close()
+
+
 async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
     """Create every missing catalogue topic; return the names this call created.
 
@@ -42,49 +58,43 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
     on every start-up is safe.
     """
     specs = catalogue(settings) if specs is None else specs
-    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=30_000)
-    try:
-        await admin.start()
-    except KafkaConnectionError as e:
-        raise _unreachable(settings, e) from e
-    try:
-        existing = set(await admin.list_topics())
-        missing = [s for s in specs if s.name not in existing]
-        if not missing:
-            return []
-        response = await admin.create_topics(
-            [NewTopic(s.name, s.partitions, s.replication, topic_configs=s.config) for s in missing]
-        )
-        created, denied = [], set()
-        for entry in response.topic_errors:
-            name, code = entry[0], entry[1]
-            if code == 0:
-                created.append(name)
-            elif code == _TOPIC_AUTHORIZATION_FAILED:
-                # A secured cluster (issue #18): a host principal may describe and write only the
-                # ingest topic, so every other topic looks missing to it and it may create none. The
-                # worker or `agentlog infra up --secure` creates them; not this client's business.
-                log.debug("not authorised to create or describe topic %s; left to the worker", name)
-                denied.add(name)
-            elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
-                message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
-                if code == _INVALID_REPLICATION_FACTOR:
-                    raise InfraError(
-                        f"could not create topic {name} with replication {_replication(missing, name)}: "
-                        f"{message}; are all brokers up?",
-                        code="replication_unavailable",
-                    )
-                raise InfraError(f"could not create topic {name}: {message} (Kafka error {code})")
-        waited = [s.name for s in missing if s.name not in denied]
-        if waited:
-            await _wait_for_leaders(admin, waited)
-        return created
-    except KafkaConnectionError as e:
-        raise _unreachable(settings, e) from e
-    except KafkaError as e:
-        raise InfraError(f"Kafka admin request to {settings.kafka_bootstrap} failed: {e}") from e
-    finally:
-        await admin.close()
+    async with _admin(settings) as admin:
+        try:
+            existing = set(await admin.list_topics())
+            missing = [s for s in specs if s.name not in existing]
+            if not missing:
+                return []
+            response = await admin.create_topics(
+                [NewTopic(s.name, s.partitions, s.replication, topic_configs=s.config) for s in missing]
+            )
+            created, denied = [], set()
+            for entry in response.topic_errors:
+                name, code = entry[0], entry[1]
+                if code == 0:
+                    created.append(name)
+                elif code == _TOPIC_AUTHORIZATION_FAILED:
+                    # A secured cluster (issue #18): a host principal may describe and write only the
+                    # ingest topic, so every other topic looks missing to it and it may create none. The
+                    # worker or `agentlog infra up --secure` creates them; not this client's business.
+                    log.debug("not authorised to create or describe topic %s; left to the worker", name)
+                    denied.add(name)
+                elif code != _TOPIC_ALREADY_EXISTS:  # lost a race with another creator: fine
+                    message = entry[2] if len(entry) > 2 and entry[2] else for_code(code).__name__
+                    if code == _INVALID_REPLICATION_FACTOR:
+                        raise InfraError(
+                            f"could not create topic {name} with replication {_replication(missing, name)}: "
+                            f"{message}; are all brokers up?",
+                            code="replication_unavailable",
+                        )
+                    raise InfraError(f"could not create topic {name}: {message} (Kafka error {code})")
+            waited = [s.name for s in missing if s.name not in denied]
+            if waited:
+                await _wait_for_leaders(admin, waited)
+            return created
+        except KafkaConnectionError as e:
+            raise _unreachable(settings, e) from e
+        except KafkaError as e:
+            raise InfraError(f"Kafka admin request to {settings.kafka_bootstrap} failed: {e}") from e
 
 
 def _replication(specs: list[TopicSpec], name: str) -> int:
@@ -141,15 +151,8 @@ def ensure_topics_sync(settings: Settings, specs: list[TopicSpec] | None = None)
 
 async def list_topic_names(settings: Settings) -> set[str]:
     """Every topic name on the broker (the benches print the count: metadata cost grows with it)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=30_000)
-    try:
-        await admin.start()
-    except KafkaConnectionError as e:
-        raise _unreachable(settings, e) from e
-    try:
+    async with _admin(settings) as admin:
         return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 async def delete_topics(settings: Settings, names: list[str]) -> int:
@@ -159,16 +162,9 @@ async def delete_topics(settings: Settings, names: list[str]) -> int:
     broker that kept each run's topics grew to ~4,000 and made those responses a tenth of a
     worker's busy time (#13). Deleting in chunks keeps each request small.
     """
-    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=60_000)
-    try:
-        await admin.start()
-    except KafkaConnectionError as e:
-        raise _unreachable(settings, e) from e
     deleted = 0
-    try:
+    async with _admin(settings, timeout_ms=60_000) as admin:
         for i in range(0, len(names), 100):
             response = await admin.delete_topics(names[i:i + 100], timeout_ms=60_000)
             deleted += sum(1 for entry in response.topic_error_codes if entry[1] == 0)
-    finally:
-        await admin.close()
     return deleted
