@@ -20,8 +20,7 @@ from typing import Any
 #: (owner, attribute) pairs this module touches, checked by the upgrade test.
 FAUST_APP_INTERNALS = ("_new_consumer",)
 FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index")
-AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms")
-FAUST_CONSUMER_THREAD_INTERNALS = ("_create_worker_consumer",)
+AIOKAFKA_CONSUMER_INTERNALS = ("_client",)
 AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
 FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
 
@@ -79,34 +78,6 @@ def replace_commit_filter(app: Any, make_filter: Callable[[Any], CommitFilter]) 
             return chosen(tps)
 
         consumer._filter_committable_offsets = _filter_committable_offsets
-        return consumer
-
-    app._new_consumer = _new_consumer
-
-
-def set_fetch_max_wait(app: Any, ms: int) -> None:
-    """Have the aiokafka consumer of every Faust consumer ``app`` creates long-poll at most ``ms``.
-
-    Faust hard-codes ``fetch_max_wait_ms=1500`` for its worker consumer. aiokafka keeps one fetch
-    in flight per broker and leaves out of it the partitions that still hold unconsumed records,
-    so while a busy partition's records are being processed the fetch in flight may name only idle
-    partitions, and the broker holds it for the whole wait before the busy partition can be fetched
-    again: a delivery stall of up to 1.5 s (#13, publish → log p99). The value is read when the
-    consumer starts (its fetcher is built then), so setting it on the new, unstarted consumer works.
-    """
-    new_consumer = app._new_consumer
-
-    def _new_consumer() -> Any:
-        consumer = new_consumer()
-        thread = consumer._thread
-        create = thread._create_worker_consumer
-
-        def _create_worker_consumer(transport: Any) -> Any:
-            kafka = create(transport)
-            kafka._fetch_max_wait_ms = ms
-            return kafka
-
-        thread._create_worker_consumer = _create_worker_consumer
         return consumer
 
     app._new_consumer = _new_consumer

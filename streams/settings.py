@@ -131,10 +131,6 @@ class Settings:
     # collection (reclaims reference cycles frozen meanwhile). 0 = off (Python's own schedule).
     gc_freeze_every_s: float = 1.0
     gc_full_every_s: float = 1800.0
-    # Longest a fetch of the worker's Faust consumer and of the audit sink waits at the broker for
-    # data (Faust hard-codes 1500 ms, aiokafka 500; see streams.internals.set_fetch_max_wait: a
-    # fetch naming only idle partitions held that long stalls the busy ones behind it). 0 keeps those.
-    consumer_fetch_max_wait_ms: int = 100
 
     @property
     def chdb_dir(self) -> Path:

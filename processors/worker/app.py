@@ -47,7 +47,6 @@ from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
-from streams import internals
 from streams.admin import ensure_topics_patiently
 from streams.settings import Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
@@ -156,8 +155,6 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     } if role != "sink" else {}
     durable = positions.DurablePositions()
     positions.install(app, durable)
-    if settings.consumer_fetch_max_wait_ms > 0:  # #13 session 6: no 1.5 s long-poll behind busy partitions
-        internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
     METRICS.add_collector(durable.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable)
 

@@ -507,9 +507,6 @@ class AuditSink:
             # a batch in few fetches: the default 1 MiB per partition is ~2,500 log records, so a
             # 20,000-record batch took eight round trips, each waited for between inserts
             max_partition_fetch_bytes=16 * 1024 * 1024,
-            # the sink reads ten topics, most of them idle: a fetch naming only those (the log's
-            # partitions still hold records) must not keep the log waiting (aiokafka's default 500 ms)
-            fetch_max_wait_ms=s.consumer_fetch_max_wait_ms or 500,
             session_timeout_ms=int(s.session_timeout_s * 1000),
             rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
         )

@@ -72,26 +72,6 @@ def test_aiokafka_consumer_client_can_add_a_topic():
 
 
 
-def test_the_worker_consumer_long_polls_for_the_wait_we_set():
-    app = _app()
-    internals.set_fetch_max_wait(app, 100)
-    thread = app.consumer._thread
-    for name in internals.FAUST_CONSUMER_THREAD_INTERNALS:
-        assert callable(getattr(thread, name, None)), f"Faust's consumer thread has no {name}"
-    # The hard-coded wait we override, and aiokafka building its fetcher from the attribute at start.
-    assert "fetch_max_wait_ms=1500" in inspect.getsource(type(thread)._create_worker_consumer)
-    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
-
-    async def scenario():
-        kafka = thread._create_worker_consumer(app.transport)  # built, never started: no broker needed
-        assert isinstance(kafka, AIOKafkaConsumer)
-        assert kafka._fetch_max_wait_ms == 100
-        other = _app()  # another app in the process keeps Faust's own wait
-        assert other.consumer._thread._create_worker_consumer(other.transport)._fetch_max_wait_ms == 1500
-
-    asyncio.run(scenario())
-
-
 def test_faust_producer_gives_its_aiokafka_producer_with_the_batch_api():
     async def scenario():
         producer = _app().producer
