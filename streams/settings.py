@@ -127,8 +127,8 @@ class Settings:
     # every run's state and eventId index in the worker's heap, and Python's generation-2 collection
     # walks all of it (measured: 38 collections of up to 1.3 s, 18 s in all, over 200k events). Every
     # gc_freeze_every_s the worker moves what has survived so far out of the collector's sight
-    # (gc.freeze()) and leaves generation 2 to its own schedule; every gc_full_every_s it runs one full
-    # collection (reclaims reference cycles frozen meanwhile). 0 = off (Python's own schedule).
+    # (gc.freeze()), and Python's own generation-2 trigger is off; every gc_full_every_s it runs one
+    # full collection (reclaims reference cycles frozen meanwhile). 0 = off (Python's own schedule).
     gc_freeze_every_s: float = 1.0
     gc_full_every_s: float = 1800.0
 

@@ -238,9 +238,9 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
     await _span(settings, "log", expected, timeout=300, proc=proc)
     # The pass-through forwards the ingest bytes as they are: its log record's source is the ingest
     # record with the same bytes.
-    ingest = {value: ts async for _, _, ts, value in _read_with_ts(settings, "ingest")}
+    ingest = {value: ts async for _, _, ts, value in read_with_ts(settings, "ingest")}
     lat = []
-    async for _, _, ts, value in _read_with_ts(settings, "log"):
+    async for _, _, ts, value in read_with_ts(settings, "log"):
         if value in ingest:
             doc, source_ts = decode_ingest(value), ingest[value]
         else:
@@ -254,7 +254,7 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
             "p99_ms": pick(0.99), "max_ms": lat[-1]}
 
 
-async def _read_with_ts(settings: Settings, short: str):
+async def read_with_ts(settings: Settings, short: str):
     """(partition, offset, timestamp, raw value) of a topic (``read_topic`` gives no timestamps)."""
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest")

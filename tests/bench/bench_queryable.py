@@ -29,17 +29,23 @@ import uuid
 from collections.abc import Callable
 
 import orjson
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processors.audit.server import query_via_worker
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
-from streams.reader import _partitions
-from streams.security import client_kwargs
 from streams.settings import Settings
-from streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
-from tests.bench.bench_process import REPO, RUNS, _publish, _run_subprocess, _start, _stop, emit_paced, topic_stamps
+from tests.bench.bench_process import (
+    REPO,
+    RUNS,
+    _publish,
+    _run_subprocess,
+    _start,
+    _stop,
+    emit_paced,
+    read_with_ts,
+    topic_stamps,
+)
 from tests.tools import free_port
 
 POLL_S = 0.1
@@ -201,23 +207,11 @@ def _log_key(partition: int, offset: int, value: bytes) -> tuple[int, int] | Non
 async def _stamps(settings: Settings, short: str,
                   key_of: Callable[[int, int, bytes], tuple[int, int] | None]) -> dict[tuple[int, int], int]:
     """``key_of(record)`` → broker timestamp, for every record of topic ``short`` it keys."""
-    topic = topic_name(settings, short)
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, auto_offset_reset="earliest")
-    await consumer.start()
     out: dict[tuple[int, int], int] = {}
-    try:
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        ends = await consumer.end_offsets(parts)
-        while any([await consumer.position(tp) < ends[tp] for tp in parts]):
-            for tp, messages in (await consumer.getmany(timeout_ms=500, max_records=20000)).items():
-                for m in messages:
-                    key = key_of(tp.partition, m.offset, m.value)
-                    if key is not None:
-                        out[key] = m.timestamp
-    finally:
-        await consumer.stop()
+    async for partition, offset, stamp, value in read_with_ts(settings, short):
+        key = key_of(partition, offset, value)
+        if key is not None:
+            out[key] = stamp
     return out
 
 
