@@ -26,17 +26,20 @@ commit never runs ahead of any agent.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from processors.metrics import Sample
+from processors.metrics import METRICS, Sample
 from schemas.errors import InfraError
 from streams import internals
 from streams.security import client_kwargs
 from streams.settings import Settings
+
+log = logging.getLogger("agentlog.positions")
 
 #: Generations of :meth:`DurablePositions.holding` kept (a few hours of rebalances at most).
 _HELD_GENERATIONS = 64
@@ -68,6 +71,10 @@ class DurablePositions:
         if not (isinstance(since, int) and isinstance(generation, int)) or not since < generation:
             return False
         return all((topic, partition) in self._held.get(g, ()) for g in range(since + 1, generation + 1))
+
+    def topics(self) -> set[str]:
+        """The topics some agent declared it reads (:meth:`consumes`)."""
+        return set(self._tables_by_topic)
 
     def consumes(self, topic: str, table: str) -> None:
         """Declare that the agent keeping its positions in ``table`` reads ``topic`` (before start)."""
@@ -135,6 +142,39 @@ def install(app: Any, positions: DurablePositions) -> None:
         return committable
 
     internals.replace_commit_filter(app, make_filter)
+    internals.on_flow_queues_cleared(app, lambda first: _reread_dropped(app, positions, first))
+
+
+def _reread_dropped(app: Any, positions: DurablePositions, first: dict[Any, int]) -> None:
+    """Seek the agents' partitions back to the first record Faust dropped when it resumed flow.
+
+    See :func:`streams.internals.on_flow_queues_cleared`. The records from there on are delivered
+    again; any the agent had already taken are redeliveries, which it treats as done.
+    """
+    ours = {tp: offset for tp, offset in first.items() if tp.topic in positions.topics()}
+    if ours:
+        task = asyncio.ensure_future(_seek_back(app, ours))
+        _SEEKS.add(task)
+        task.add_done_callback(_SEEKS.discard)
+
+
+#: Seek-back tasks in flight (held so they are not collected before they finish).
+_SEEKS: set[asyncio.Future[None]] = set()
+
+
+async def _seek_back(app: Any, first: dict[Any, int]) -> None:
+    consumer = app.consumer
+    assigned = consumer.assignment()
+    for tp, offset in sorted(first.items()):
+        if tp not in assigned:
+            continue
+        log.warning("%s partition %d: Faust dropped fetched records from offset %d when it resumed after a "
+                    "rebalance; reading them again", tp.topic, tp.partition, offset)
+        METRICS.inc("agentlog_dropped_records_reread_total", topic=tp.topic)
+        try:
+            await consumer.seek(tp, offset)
+        except Exception:  # the next record beyond the hole still heals it (batch.in_order)
+            log.exception("%s partition %d: seeking back to offset %d failed", tp.topic, tp.partition, offset)
 
 
 class PartitionStarts:

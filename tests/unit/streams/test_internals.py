@@ -87,3 +87,39 @@ def test_faust_producer_gives_its_aiokafka_producer_with_the_batch_api():
         assert callable(kafka.send_batch)
 
     asyncio.run(scenario())
+
+
+def test_the_records_faust_clears_on_resuming_flow_are_reported_by_partition():
+    """``app.flow_control.resume()`` empties the channel queues; we learn each partition's first dropped offset."""
+    from faust.events import Event
+    from faust.types.tuples import Message
+    from mode.utils.queues import FlowControlQueue
+
+    async def scenario():
+        app = _app()
+        flow = app.flow_control
+        for name in internals.FLOW_CONTROL_INTERNALS:
+            assert hasattr(flow, name), f"mode's FlowControlEvent has no {name}"
+        queues = [FlowControlQueue(flow_control=flow, clear_on_resume=True) for _ in range(2)]
+        for name in internals.FLOW_QUEUE_INTERNALS:
+            assert hasattr(queues[0], name), f"mode's FlowControlQueue has no {name}"
+        kept = FlowControlQueue(flow_control=flow)  # not cleared on resume: not reported either
+
+        def event(topic: str, partition: int, offset: int) -> Event:
+            message = Message(topic, partition, offset, 0.0, 0, {}, b"k", b"v", None)
+            return Event(app, b"k", b"v", {}, message)
+
+        for offset in (14, 12, 13):
+            queues[0].put_nowait(event("t", 1, offset))
+        queues[1].put_nowait(event("t", 0, 7))
+        kept.put_nowait(event("t", 2, 3))
+        reported = []
+        internals.on_flow_queues_cleared(app, reported.append)
+        flow.resume()
+        assert [q.qsize() for q in queues] == [0, 0] and kept.qsize() == 1  # still mode's own clear
+        assert reported == [{TopicPartition("t", 1): 12, TopicPartition("t", 0): 7}]
+        flow.suspend()
+        flow.resume()  # nothing queued: nothing reported
+        assert len(reported) == 1
+
+    asyncio.run(scenario())
