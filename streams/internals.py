@@ -14,13 +14,15 @@ both use it without ``streams`` depending on Faust.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 #: (owner, attribute) pairs this module touches, checked by the upgrade test.
 FAUST_APP_INTERNALS = ("_new_consumer",)
 FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index")
-AIOKAFKA_CONSUMER_INTERNALS = ("_client",)
+AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms")
+FAUST_CONSUMER_THREAD_INTERNALS = ("_create_worker_consumer",)
 AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
 FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
 #: mode's ``FlowControlEvent`` (``app.flow_control``) and the ``FlowControlQueue`` s it clears on resume.
@@ -115,3 +117,41 @@ def on_flow_queues_cleared(app: Any, dropped: Callable[[dict[Any, int]], None]) 
             dropped(first)
 
     flow.clear = _clear
+
+
+def set_fetch_max_wait(app: Any, ms: int) -> None:
+    """Have the aiokafka consumer of every Faust consumer ``app`` creates long-poll at most ``ms``.
+
+    Faust hard-codes ``fetch_max_wait_ms=1500`` for its worker consumer. aiokafka keeps one fetch
+    in flight per broker and leaves out of it the partitions that still hold unconsumed records,
+    so while a busy partition's records are being processed the fetch in flight may name only idle
+    partitions, and the broker holds it for the whole wait before the busy partition can be fetched
+    again: a delivery stall of up to 1.5 s (#13, publish → log p99). The value is read when the
+    consumer starts (its fetcher is built then), so setting it on the new, unstarted consumer works.
+    """
+    new_consumer = app._new_consumer
+
+    def _new_consumer() -> Any:
+        consumer = new_consumer()
+        thread = consumer._thread
+        create = thread._create_worker_consumer
+
+        def _create_worker_consumer(transport: Any) -> Any:
+            kafka = create(transport)
+            kafka._fetch_max_wait_ms = ms
+            return kafka
+
+        thread._create_worker_consumer = _create_worker_consumer
+        return consumer
+
+    app._new_consumer = _new_consumer
+
+
+def thread_frame(ident: int | None) -> Any:
+    """The frame thread ``ident`` is running now (None if there is no such thread).
+
+    ``sys._current_frames()`` is the standard library's one way to see another thread's stack
+    (the faulthandler and py-spy-style samplers use it); the loop-lag watchdog samples the event
+    loop's thread with it (:mod:`processors.worker.lagprobe`).
+    """
+    return sys._current_frames().get(ident) if ident is not None else None

@@ -131,6 +131,20 @@ class Settings:
     # full collection (reclaims reference cycles frozen meanwhile). 0 = off (Python's own schedule).
     gc_freeze_every_s: float = 1.0
     gc_full_every_s: float = 1800.0
+    # #13 session 7. Longest the worker's Faust consumer's fetch waits at the broker for data (Faust
+    # hard-codes 1500 ms). aiokafka leaves partitions that still hold unconsumed records out of its one
+    # fetch in flight, so a fetch naming only idle partitions (spans, otel, handoff-links, changelogs)
+    # held ingest back for the whole wait (measured: 1.5 s delivery stalls, README "Benchmarks";
+    # streams.internals.set_fetch_max_wait). 0 keeps Faust's own.
+    consumer_fetch_max_wait_ms: int = 100
+    # When > 0, a 1 ms heartbeat on the worker's event loop and a watchdog thread that logs every
+    # stall longer than this many ms with the stacks the loop was in (processors/worker/lagprobe.py).
+    loop_lag_log_ms: float = 0.0
+    # A pile of adaptive ticks is handled once no tick came for batch_quiet_ms (a burst ended), not only
+    # when batch_within_s closes (0 = only then). A batch yields to the event loop after each
+    # batch_slice_ms of handling, so Faust keeps taking records out of aiokafka's buffer (0 = never).
+    batch_quiet_ms: float = 20.0
+    batch_slice_ms: float = 20.0
 
     @property
     def chdb_dir(self) -> Path:

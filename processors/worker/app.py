@@ -41,12 +41,13 @@ import faust
 from faust.worker import Worker
 
 from processors.metrics import METRICS
-from processors.worker import gcpause, handoff, positions, runstate, sequencer, web
+from processors.worker import gcpause, handoff, lagprobe, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
+from streams import internals
 from streams.admin import ensure_topics_patiently
 from streams.settings import Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
@@ -155,6 +156,8 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     } if role != "sink" else {}
     durable = positions.DurablePositions()
     positions.install(app, durable)
+    if settings.consumer_fetch_max_wait_ms > 0:  # #13 session 7: no 1.5 s long-poll holding ingest back
+        internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
     METRICS.add_collector(durable.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable)
 
@@ -180,6 +183,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
             logging.getLogger(name).setLevel(level)
 
     gcpause.install(app, settings)  # #13 session 6: no generation-2 pauses over the tables' heap
+    lagprobe.install(app, settings)  # #13 session 7: AGENTLOG_LOOP_LAG_LOG_MS, off by default
     if settings.web_enabled:
         web.install(wiring)
     return wiring

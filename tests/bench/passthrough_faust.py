@@ -1,7 +1,7 @@
 """Faust's own ceiling (bench baseline): an agent that only forwards each ingest record to the log topic.
 
 The same app settings as the worker (memory store, at-least-once, acks=all, 1 MiB producer
-batches) and the same loop shape (``take_events`` batches, raw ``producer.send``, concurrency
+batches, the consumer's fetch wait) and the same loop shape (``take_events`` batches, raw ``producer.send``, concurrency
 1), with no work at all: whatever the worker reaches is measured as a fraction of this.
 Run as ``python -m tests.bench.passthrough_faust worker`` with the ``AGENTLOG_*`` environment.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import faust
 
 from processors.worker.security import faust_broker_kwargs
+from streams import internals
 from streams.settings import load_settings
 from streams.topics import topic_name
 
@@ -32,6 +33,9 @@ app = faust.App(
     stream_wait_empty=False,
     datadir=str(settings.home / "passthrough-faust"),
 )
+
+if settings.consumer_fetch_max_wait_ms > 0:  # the worker's consumer setting too (processors.worker.app)
+    internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
 
 ingest = app.topic(topic_name(settings, "ingest"), key_type=bytes, value_type=bytes,
                    key_serializer="raw", value_serializer="raw")

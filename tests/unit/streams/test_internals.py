@@ -72,6 +72,26 @@ def test_aiokafka_consumer_client_can_add_a_topic():
 
 
 
+def test_the_worker_consumer_long_polls_for_the_wait_we_set():
+    app = _app()
+    internals.set_fetch_max_wait(app, 100)
+    thread = app.consumer._thread
+    for name in internals.FAUST_CONSUMER_THREAD_INTERNALS:
+        assert callable(getattr(thread, name, None)), f"Faust's consumer thread has no {name}"
+    # The hard-coded wait we override, and aiokafka building its fetcher from the attribute at start.
+    assert "fetch_max_wait_ms=1500" in inspect.getsource(type(thread)._create_worker_consumer)
+    assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
+
+    async def scenario():
+        kafka = thread._create_worker_consumer(app.transport)  # built, never started: no broker needed
+        assert isinstance(kafka, AIOKafkaConsumer)
+        assert kafka._fetch_max_wait_ms == 100
+        other = _app()  # another app in the process keeps Faust's own wait
+        assert other.consumer._thread._create_worker_consumer(other.transport)._fetch_max_wait_ms == 1500
+
+    asyncio.run(scenario())
+
+
 def test_faust_producer_gives_its_aiokafka_producer_with_the_batch_api():
     async def scenario():
         producer = _app().producer
@@ -123,3 +143,28 @@ def test_the_records_faust_clears_on_resuming_flow_are_reported_by_partition():
         assert len(reported) == 1
 
     asyncio.run(scenario())
+
+
+def test_a_thread_frame_is_the_stack_that_thread_runs():
+    import threading
+
+    started, release = threading.Event(), threading.Event()
+
+    def parked_in_a_named_function() -> None:
+        started.set()
+        release.wait(10)
+
+    thread = threading.Thread(target=parked_in_a_named_function)
+    thread.start()
+    try:
+        started.wait(10)
+        frame = internals.thread_frame(thread.ident)
+        names = []
+        while frame is not None:
+            names.append(frame.f_code.co_name)
+            frame = frame.f_back
+        assert "parked_in_a_named_function" in names
+        assert internals.thread_frame(None) is None
+    finally:
+        release.set()
+        thread.join()
