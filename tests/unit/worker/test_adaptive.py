@@ -8,6 +8,7 @@ The stream here stands in for Faust's (only ``take_events`` ticks matter to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 
 from processors.worker.batch import _adaptive
 
@@ -24,10 +25,8 @@ class BurstThenSilence:
     def take_events(self, max_events: int, within: float):
         async def ticks():
             yield list(range(self.burst))
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.end.wait(), WINDOW_S * 2)
-            except TimeoutError:
-                pass
 
         return ticks()
 
