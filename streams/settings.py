@@ -145,6 +145,11 @@ class Settings:
     # batch_slice_ms of handling, so Faust keeps taking records out of aiokafka's buffer (0 = never).
     batch_quiet_ms: float = 20.0
     batch_slice_ms: float = 20.0
+    # Every stall_check_s the worker compares each partition an agent reads with the broker's high
+    # watermark: one that holds records beyond the agent's position, and made no progress over a whole
+    # interval, is read again from that position (Faust was seen to drop fetched records without
+    # delivering them; processors.worker.batch.heal_stalled). 0 = off.
+    stall_check_s: float = 5.0
 
     @property
     def chdb_dir(self) -> Path:

@@ -41,7 +41,7 @@ import faust
 from faust.worker import Worker
 
 from processors.metrics import METRICS
-from processors.worker import gcpause, handoff, lagprobe, positions, runstate, sequencer, web
+from processors.worker import batch, gcpause, handoff, lagprobe, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
@@ -166,6 +166,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     if role != "sink":
         _install_partition_starts(wiring)
         sequencer.install(wiring, replay=replay)
+        batch.install_stall_heal(wiring)
         runstate.install_log_check(wiring)
         handoff.install(wiring)
     if role != "process":

@@ -298,6 +298,70 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     batch.advanced(table, msg.topic, msg.partition, position)
 
 
+def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:
+    """The lowest next offset the agents reading ``topic`` hold for ``partition`` (None: one holds none)."""
+    key = f"{POSITION_KEY}{topic}\x1f{partition}"
+    tables = [wiring.tables.get(table) for table in wiring.positions.tables_for(topic)]
+    found = [table.data.get(key) if table is not None else None for table in tables]
+    positions = [position for position in found if isinstance(position, int)]
+    return min(positions) if positions and len(positions) == len(found) else None
+
+
+async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
+    """Read again every partition whose records beyond the agents' position never came (one check).
+
+    Faust's consumer was seen to take records from aiokafka and never deliver them: after a restart,
+    all 16 records of a fresh partition were fetched (aiokafka's position at the high watermark) and
+    none reached the agent (Faust's read offset still unset), with no error. :func:`in_order` reads
+    around such a hole only when a later record comes, so a quiet partition stayed stuck. A partition
+    is taken as stalled when the broker holds records beyond the position, and the position is the
+    one the previous check saw (``seen``, kept by the caller): a whole interval without progress. It
+    is then sought back to that position; anything the agent still had coming is a redelivery,
+    which it treats as done.
+    """
+    app = wiring.app
+    consumer = app.consumer
+    if app.rebalancing or getattr(app, "in_recovery", False) or consumer is None:
+        seen.clear()
+        return
+    topics = wiring.positions.topics()
+    for tp in consumer.assignment():
+        if tp.topic not in topics:
+            continue
+        high = consumer.highwater(tp)
+        position = handled_position(wiring, tp.topic, tp.partition)
+        if position is None:
+            position = internals.committed_offset(consumer, tp)
+        if position is None and high is not None:
+            position = await _first_offset(wiring, tp.topic, tp.partition)
+        if high is None or position is None or position >= high:
+            seen.pop(tp, None)
+            continue
+        if seen.get(tp) != position:
+            seen[tp] = position
+            continue
+        seen.pop(tp, None)
+        log.warning("%s partition %d: records %d..%d were not delivered for %g s; reading them again",
+                    tp.topic, tp.partition, position, high - 1, wiring.settings.stall_check_s)
+        METRICS.inc("agentlog_stalled_partitions_reread_total", topic=tp.topic)
+        await consumer.seek(tp, position)
+
+
+def install_stall_heal(wiring: Wiring) -> None:
+    """Run :func:`heal_stalled` every ``stall_check_s`` (an app timer; 0 turns it off)."""
+    interval = wiring.settings.stall_check_s
+    if interval <= 0:
+        return
+    seen: dict[Any, int] = {}
+
+    @wiring.app.timer(interval=interval)  # type: ignore[untyped-decorator]  # faust's App.timer is @no_type_check
+    async def heal_stalled_partitions() -> None:
+        try:
+            await heal_stalled(wiring, seen)
+        except Exception:  # never stop the worker over a check; the next one tries again
+            log.exception("the stalled-partition check failed")
+
+
 async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
     """Where ``topic[partition]`` starts: the worker's long-lived look-up consumer, else a reader's own.
 

@@ -76,6 +76,10 @@ class DurablePositions:
         """The topics some agent declared it reads (:meth:`consumes`)."""
         return set(self._tables_by_topic)
 
+    def tables_for(self, topic: str) -> list[str]:
+        """The tables of the agents that read ``topic`` (where each keeps its position)."""
+        return list(self._tables_by_topic.get(topic, ()))
+
     def consumes(self, topic: str, table: str) -> None:
         """Declare that the agent keeping its positions in ``table`` reads ``topic`` (before start)."""
         tables = self._tables_by_topic.setdefault(topic, [])

@@ -15,8 +15,10 @@ from streams.settings import Settings, settings_env
 
 class WorkerProcess:
     def __init__(self, settings: Settings, *, sink: bool = False, web: bool = False, log_name: str = "worker",
-                 role: str | None = None) -> None:
+                 role: str | None = None, env: dict[str, str] | None = None) -> None:
         self.settings = settings
+        #: extra environment for the child (e.g. a fault-injecting ``PYTHONPATH``)
+        self.env = env or {}
         self.sink = sink
         #: ``agentlog worker --role`` (issue #18); None: ``all`` with ``sink``, else ``process``
         self.role = role or ("all" if sink else "process")
@@ -27,7 +29,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         Path(self.settings.home).mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1"}
+        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1", **self.env}
         args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
                 "--role", self.role, "--web" if self.web else "--no-web"]
         self.starts += 1
