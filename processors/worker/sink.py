@@ -33,7 +33,9 @@ taken as absent from the topic (compaction, transaction markers), and the next r
 at the expected offset. ``LEDGER_GAPS`` lists any gap between recorded ranges; there should be none.
 
 Records the topics hold twice (at-least-once producers) are dropped by natural key before
-the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) equals
+the insert (:meth:`BlockingSink.insert_rows`). On chdb a log batch whose every run starts above
+the highest sequence that run may have stored skips that lookup (:class:`SequenceTops`: the
+sink is the only writer of ``events`` there). So ``SELECT count()`` (no FINAL) equals
 the records sent, whatever was killed when. Kafka
 offsets are committed too, but only for lag tooling: the sink never resumes from them.
 
@@ -60,6 +62,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -123,6 +126,83 @@ def _stage_lock(url: str, name: str) -> threading.Lock:
         return _STAGE_LOCKS.setdefault((url, name), threading.Lock())
 
 
+class SequenceTops:
+    """Per run, an upper bound of the highest ``sequence`` stored in ``events``: which batches need no key lookup.
+
+    The natural-key filter (``NOT IN`` the stored keys) was a third of the ``events`` insert. A key
+    can be stored already only if its sequence is at most the highest one stored for its run. So a
+    batch in which every run starts above its bound cannot repeat a stored key, and goes in without
+    the lookup (still once per key within the batch, still under its range token). The log holds
+    each run's records in sequence order, so that is every batch but the few that carry a
+    redelivery or an at-least-once repeat (and every re-form, which filters regardless).
+
+    Sound while the bound is never below what is stored:
+
+    * a run is looked up in ``events`` the first time a batch holds it (:meth:`BlockingSink.insert_log`),
+      so rows a previous process stored (past the ledger or not) are counted;
+    * every insert into ``events`` by a sink raises its runs' bounds to the batch's highest sequence
+      *before* it runs (:meth:`claim`), whether it then lands, fails or is dropped — too high only
+      filters more;
+    * nothing else writes ``events``: on chdb one process owns the directory (its flock) and only
+      the sink inserts into ``events`` there. The bounds are shared by every sink of the process on
+      one engine (:func:`_tops_for`), so a zombie sink's batch raises them too. On a ClickHouse
+      server other processes' sinks write ``events`` unseen, so there the filter stays on every
+      batch (``tops`` is None).
+
+    At most ``cap`` runs are kept (least recently claimed dropped first); a run dropped is looked up
+    again when it next appears.
+    """
+
+    def __init__(self, cap: int = 100_000) -> None:
+        self._tops: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._cap = cap
+        self._lock = threading.Lock()
+
+    def unknown(self, runs: Sequence[str]) -> list[str]:
+        """The runs with no bound yet (to look up in ``events``)."""
+        with self._lock:
+            return [r for r in runs if r not in self._tops]
+
+    def learn(self, runs: Sequence[str], stored: dict[str, int]) -> None:
+        """Record what ``events`` holds for ``runs`` (a run absent from ``stored`` has no row: -1)."""
+        with self._lock:
+            for r in runs:
+                top = max(self._tops.get(r, -1), stored.get(r, -1))
+                self._tops[r] = top
+                self._tops.move_to_end(r)
+            while len(self._tops) > self._cap:
+                self._tops.popitem(last=False)
+
+    def claim(self, spans: dict[str, tuple[int, int]]) -> bool:
+        """Raise each run's bound to its span's end; True if every span started above the bound before.
+
+        A run with no bound (never looked up, or dropped) makes the answer False.
+        """
+        with self._lock:
+            clear = all(lo > self._tops.get(r, 1 << 63) for r, (lo, _hi) in spans.items())
+            for r, (_lo, hi) in spans.items():
+                self._tops[r] = max(self._tops.get(r, -1), hi)
+                self._tops.move_to_end(r)
+            while len(self._tops) > self._cap:
+                self._tops.popitem(last=False)
+            return clear
+
+
+#: One :class:`SequenceTops` per chdb engine (its client), shared by the process's sinks on it.
+_TOPS: weakref.WeakKeyDictionary[Any, SequenceTops] = weakref.WeakKeyDictionary()
+
+
+def _tops_for(store: Store) -> SequenceTops | None:
+    """The bounds of ``store``'s engine; None on a server (other processes write there: see :class:`SequenceTops`)."""
+    if store.backend != "chdb":
+        return None
+    with _STAGE_LOCKS_LOCK:
+        tops = _TOPS.get(store.client)
+        if tops is None:
+            tops = _TOPS[store.client] = SequenceTops()
+        return tops
+
+
 def stage_name(worker_id: str, *, shared: bool = False) -> str:
     """The staging tables' suffix for a sink: its worker id as an identifier.
 
@@ -148,6 +228,8 @@ class BlockingSink:
         self.land, self.stage = f"sink_land_{stage}", f"sink_stage_{stage}"
         self._lock = _stage_lock(store.url, stage)
         self._staging_ready = False
+        #: which batches may skip the stored-key lookup (None: every batch looks up)
+        self.tops = _tops_for(store)
 
     def insert_records(self, kind: str, records: list[dict[str, Any]], token: str, *, reform: bool = False) -> int:
         """Map ``records`` and :meth:`insert_rows` them."""
@@ -169,6 +251,8 @@ class BlockingSink:
         sinks re-forming the same range at once (a zombie owner) still deduplicate each other.
         """
         with self._lock:
+            if table == "events" and self.tops is not None and cols:
+                self.tops.claim(_spans(cols[names.index("run_id")], cols[names.index("sequence")]))
             missing = self._missing(table, names, cols)
             if not reform:
                 if not missing:
@@ -199,7 +283,7 @@ class BlockingSink:
             try:
                 self.store.insert_raw(self.land, "raw", data, "LineAsString")
                 self.store.command(raw_sql.stage_sql(self.land, self.stage))
-                proven, staged = self.store.query(raw_sql.counts_sql(self.stage)).rows[0]
+                proven, staged, clear = self._claim_staged()
                 if staged != len(values):
                     raise StoreError(f"{token}: ClickHouse staged {staged} log records of {len(values)}",
                                      code="sink_stage_mismatch")
@@ -209,7 +293,7 @@ class BlockingSink:
                     if proven:
                         # no count of the missing first: the insert filters them itself, and an
                         # insert that selects no row writes no part (and leaves no token)
-                        self._insert_staged(token)
+                        self._insert_staged(token, filtered=not clear)
                 else:
                     missing = self._staged_counts()[0]
                     if missing:
@@ -219,6 +303,23 @@ class BlockingSink:
                 return proven, unproven
             finally:
                 self._empty_staging()
+
+    def _claim_staged(self) -> tuple[int, int, bool]:
+        """(proven rows, staged rows, whether no proven key can be stored already) of the staged batch.
+
+        Claims the batch's runs in :attr:`tops` (looking up the runs it has not seen in ``events``)
+        before anything of it is inserted; see :class:`SequenceTops`.
+        """
+        rows = self.store.query(raw_sql.spans_sql(self.stage)).rows
+        proven, staged = sum(int(r[3]) for r in rows), sum(int(r[4]) for r in rows)
+        if self.tops is None or not proven:
+            return proven, staged, False
+        spans = {str(r[0]): (int(r[1]), int(r[2])) for r in rows if r[3]}
+        unknown = self.tops.unknown(list(spans))
+        if unknown:
+            found = self.store.query(raw_sql.tops_sql(), {"runs": unknown}).rows
+            self.tops.learn(unknown, {str(r): int(q) for r, q in found})
+        return proven, staged, self.tops.claim(spans)
 
     def _prepare_staging(self) -> None:
         if not self._staging_ready:
@@ -242,8 +343,8 @@ class BlockingSink:
         missing, proven, staged = self.store.query(raw_sql.missing_sql(self.stage)).rows[0]
         return int(missing), int(proven), int(staged)
 
-    def _insert_staged(self, token: str) -> None:
-        self.store.command(raw_sql.insert_sql(self.stage), settings={
+    def _insert_staged(self, token: str, *, filtered: bool = True) -> None:
+        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered), settings={
             "insert_deduplicate": 1, "insert_deduplication_token": token,
             "deduplicate_blocks_in_dependent_materialized_views": 1})
 
@@ -428,6 +529,15 @@ class _Partition:
     jump: tuple[int, int] | None = None
     #: the last batch flushed was a burst's (:meth:`AuditSink._drained`)
     burst: bool = False
+
+
+def _spans(runs: Sequence[Any], sequences: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Per run, (lowest, highest) sequence among the rows."""
+    spans: dict[str, tuple[int, int]] = {}
+    for r, q in zip(runs, sequences, strict=True):
+        lo, hi = spans.get(r, (q, q))
+        spans[r] = (min(lo, q), max(hi, q))
+    return spans
 
 
 def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
