@@ -188,7 +188,7 @@ class SequenceTops:
             return clear
 
 
-#: One :class:`SequenceTops` per chdb engine (its client), shared by the process's sinks on it.
+#: One :class:`SequenceTops` per chdb engine, shared by the process's sinks (and their lanes) on it.
 _TOPS: weakref.WeakKeyDictionary[Any, SequenceTops] = weakref.WeakKeyDictionary()
 
 
@@ -197,9 +197,9 @@ def _tops_for(store: Store) -> SequenceTops | None:
     if store.backend != "chdb":
         return None
     with _STAGE_LOCKS_LOCK:
-        tops = _TOPS.get(store.client)
+        tops = _TOPS.get(store.engine)
         if tops is None:
-            tops = _TOPS[store.client] = SequenceTops()
+            tops = _TOPS[store.engine] = SequenceTops()
         return tops
 
 
@@ -591,14 +591,18 @@ class AuditSink:
                  topics: dict[str, str] | None = None) -> None:
         self.settings = settings
         self.sink = BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))
+        #: lane i stores batches on ``sinks[i]``: lane 0 is :attr:`sink`, the others get a connection
+        #: and staging tables of their own in :meth:`run` (:meth:`_open_lanes`)
+        self.sinks: list[BlockingSink] = [self.sink]
         #: ``time.perf_counter()`` when the first records arrived (after the group join): the bench times from it
         self.first_fetch_at: float | None = None
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
         self._parts: dict[TopicPartition, _Partition] = {}
         self.consumer: AIOKafkaConsumer | None = None
-        #: the batch being stored while the loop fetches the next (:meth:`_flush_buffer`); one at a time
-        self._inflight: asyncio.Task[None] | None = None
+        #: per partition, its batch being stored while the loop fetches on, and the lane storing it
+        #: (:meth:`_flush_buffer`): one per partition, at most one per lane
+        self._inflight: dict[TopicPartition, tuple[asyncio.Task[None], int]] = {}
         #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
         self._commits: dict[TopicPartition, int] = {}
         self._committing: asyncio.Task[None] | None = None
@@ -689,7 +693,8 @@ class AuditSink:
 
         return Listener()
 
-    async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool) -> None:
+    async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool,
+                    lane: int = 0) -> None:
         """Insert one batch exactly once: record its range, then insert with its token.
 
         ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
@@ -701,17 +706,18 @@ class AuditSink:
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
         recorded = marked
+        sink = self.sinks[lane]
 
         def record() -> None:
             nonlocal recorded
             if not recorded:
-                self.sink.mark(tp.topic, tp.partition, lo, hi)
+                sink.mark(tp.topic, tp.partition, lo, hi)
                 recorded = True
 
         rows, python_path = 0, messages
         if kind == "committed":
             # The fast path: ClickHouse maps and proves the raw records; only the rest is decoded here.
-            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record)
+            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record, lane=lane)
             rows += proven
         good, bad = split_batch(kind, python_path) if python_path else (None, [])
         if good is not None:
@@ -721,7 +727,7 @@ class AuditSink:
 
             def insert_mapped(retry: bool) -> None:
                 record()
-                self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
+                sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
 
             await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})", insert_mapped, table=short)
         if bad:
@@ -729,7 +735,7 @@ class AuditSink:
 
             def insert_rejected(retry: bool) -> None:
                 record()
-                self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
+                sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
 
             await retrying(f"insert of {len(bad)} sink rejections ({token})", insert_rejected, table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
@@ -758,7 +764,7 @@ class AuditSink:
         self._committing = asyncio.ensure_future(commit())
 
     async def _insert_log(self, messages: list[Any], token: str, *, reform: bool,
-                          before: Callable[[], None] | None = None) -> tuple[int, list[Any]]:
+                          before: Callable[[], None] | None = None, lane: int = 0) -> tuple[int, list[Any]]:
         """Insert a log batch through :meth:`BlockingSink.insert_log`; returns (rows proven there,
         the messages left for the Python path, in offset order). ``before()`` runs first, in the
         same thread call (the ledger row).
@@ -776,7 +782,7 @@ class AuditSink:
             if before is not None:
                 before()
             try:
-                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform or retry))
+                outcome.append(self.sinks[lane].insert_log([m.value for m in lines], token, reform=reform or retry))
             except StoreError as e:
                 if e.code != "sink_stage_mismatch":
                     raise
@@ -831,7 +837,7 @@ class AuditSink:
                 lo, hi = part.pending
                 batch = [x for x in part.messages if x.offset <= hi]
                 rest = [x for x in part.messages if x.offset > hi]
-                await self._settle()  # a batch of the previous assignment may still be in flight
+                await self._settle(tp)  # a batch of the previous assignment may still be in flight
                 if self._parts.get(tp) is not part:
                     return
                 await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
@@ -867,18 +873,37 @@ class AuditSink:
 
         chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
         beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
-        buffers the next. One batch is in flight at a time, and the next waits for it
+        buffers the next. A partition has one batch in flight at a time, and its next waits for it
         (:meth:`_settle`): a partition's next range may be recorded only once its last is stored,
-        because a restart re-forms only the newest range of the ledger.
+        because a restart re-forms only the newest range of the ledger. Batches of different
+        partitions go on different lanes at once, up to ``sink_lanes`` (:meth:`_open_lanes`).
         """
-        await self._settle()
-        if self._parts.get(tp) is not part or part.pending is not None or not part.messages:
+        await self._settle(tp)
+        lane = await self._free_lane()
+        if self._parts.get(tp) is not part or part.pending is not None or not part.messages or tp in self._inflight:
             return
         messages, lo = part.messages, part.lo
         part.messages = []
         part.burst = len(messages) >= self._burst_rows
-        self._inflight = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset))
+        task = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset, lane=lane))
+        self._inflight[tp] = (task, lane)
         await asyncio.sleep(0)  # start it now (its first statement goes to a thread), not at the loop's next wait
+
+    async def _free_lane(self) -> int:
+        """A lane no batch is being stored on, once there is one."""
+        while True:
+            await self._reap()
+            busy = {lane for _task, lane in self._inflight.values()}
+            free = [lane for lane in range(len(self.sinks)) if lane not in busy]
+            if free:
+                return free[0]
+            await asyncio.wait([task for task, _lane in self._inflight.values()], return_when=asyncio.FIRST_COMPLETED)
+
+    async def _reap(self) -> None:
+        """Forget the batches stored meanwhile; re-raises what their tasks raised (see :meth:`_settle`)."""
+        for tp, (task, _lane) in list(self._inflight.items()):
+            if task.done():
+                await self._settle(tp)
 
     def _drained(self, tp: TopicPartition, part: _Partition) -> bool:
         """True when the partition's buffer should go now: the broker holds nothing after it (its
@@ -898,15 +923,21 @@ class AuditSink:
     def _burst_rows(self) -> int:
         return max(1, self.settings.sink_batch_rows // DRAINED_FRACTION)
 
-    async def _settle(self) -> None:
-        """Wait until the batch in flight is stored; re-raises what its task raised (not an Exception:
-        :meth:`_store_batch` recovers from those)."""
-        task, self._inflight = self._inflight, None
-        if task is not None:
-            await task
+    async def _settle(self, tp: TopicPartition | None = None) -> None:
+        """Wait until the partition's batch in flight (every partition's: ``tp=None``) is stored;
+        re-raises what its task raised (not an Exception: :meth:`_store_batch` recovers from those)."""
+        for key in ([tp] if tp is not None else list(self._inflight)):
+            entry = self._inflight.get(key)
+            if entry is None:
+                continue
+            try:
+                await entry[0]
+            finally:
+                if self._inflight.get(key) is entry:
+                    del self._inflight[key]
 
     async def _store_batch(self, tp: TopicPartition, part: _Partition, messages: list[Any], *,
-                           lo: int, hi: int) -> None:
+                           lo: int, hi: int, lane: int = 0) -> None:
         """:meth:`flush` a batch; if it fails, resume the partition from the ledger.
 
         :meth:`flush` retries the store until it succeeds, so an error here is anything else. The
@@ -916,7 +947,7 @@ class AuditSink:
         which refetches the records from the right offset.
         """
         try:
-            await self.flush(tp, messages, lo=lo, hi=hi, marked=False)
+            await self.flush(tp, messages, lo=lo, hi=hi, marked=False, lane=lane)
         except Exception as e:
             short = self.shorts[tp.topic]
             METRICS.inc("agentlog_sink_errors_total", table=short)
@@ -933,18 +964,33 @@ class AuditSink:
         if tp in self.consumer.assignment():
             await self._assigned([tp])
 
+    def _open_lanes(self) -> None:
+        """Lanes 1 … ``sink_lanes - 1``: a forked store connection and staging tables each
+        (:meth:`processors.audit.store.Store.fork`); closed when :meth:`run` ends."""
+        store, stage = self.sink.store, self.sink.land.removeprefix("sink_land_")
+        while len(self.sinks) < max(1, self.settings.sink_lanes):
+            self.sinks.append(BlockingSink(store.fork(), stage=f"{stage}_{len(self.sinks)}"))
+
+    def _close_lanes(self) -> None:
+        """Close the lanes' connections, each once its statement is done (a cancelled batch's thread
+        runs on until its statement returns)."""
+        for sink in self.sinks[1:]:
+            with sink._lock:
+                sink.store.close()
+        del self.sinks[1:]
+
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
         s = self.settings
         self.consumer = self._new_consumer()
         self.consumer.subscribe(list(self.kinds), listener=self._listener())
         await self.consumer.start()
         try:
+            self._open_lanes()
             if started is not None:
                 await started()
             poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
             while True:
-                if self._inflight is not None and self._inflight.done():
-                    await self._settle()
+                await self._reap()
                 self._commit_stored()
                 # getmany returns at once, without yielding, while aiokafka holds fetched records: let
                 # the batch in flight take its turn (its next statement) first, or ClickHouse idles
@@ -961,18 +1007,21 @@ class AuditSink:
                                                                    or self._drained(tp, part)):
                         await self._flush_buffer(tp, part)
         finally:
-            if self._inflight is not None:
-                self._inflight.cancel()
+            for task, _lane in list(self._inflight.values()):
+                task.cancel()
+            for tp in list(self._inflight):
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._settle()
+                    await self._settle(tp)
             if self._committing is not None:
                 self._committing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._committing
             await self.consumer.stop()
             if self.sink.store.backend == "server":
-                with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
-                    await asyncio.get_running_loop().run_in_executor(None, self.sink.drop_staging)
+                for sink in self.sinks:
+                    with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
+                        await asyncio.get_running_loop().run_in_executor(None, sink.drop_staging)
+            await asyncio.get_running_loop().run_in_executor(None, self._close_lanes)
 
 
 def install(wiring: Wiring) -> None:
