@@ -590,10 +590,10 @@ class AuditSink:
     def __init__(self, settings: Settings, store: Store, *,
                  topics: dict[str, str] | None = None) -> None:
         self.settings = settings
-        self.sink = BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))
         #: lane i stores batches on ``sinks[i]``: lane 0 is :attr:`sink`, the others get a connection
         #: and staging tables of their own in :meth:`run` (:meth:`_open_lanes`)
-        self.sinks: list[BlockingSink] = [self.sink]
+        self.sinks: list[BlockingSink] = [
+            BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))]
         #: ``time.perf_counter()`` when the first records arrived (after the group join): the bench times from it
         self.first_fetch_at: float | None = None
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
@@ -606,6 +606,15 @@ class AuditSink:
         #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
         self._commits: dict[TopicPartition, int] = {}
         self._committing: asyncio.Task[None] | None = None
+
+    @property
+    def sink(self) -> BlockingSink:
+        """Lane 0's store access: the ledger reads and re-forms go through it."""
+        return self.sinks[0]
+
+    @sink.setter
+    def sink(self, value: BlockingSink) -> None:
+        self.sinks[0] = value
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The sink's only Kafka client (connection settings go here, and only here)."""

@@ -83,15 +83,15 @@ def _crashing_sink(settings, store, *, after_batches: int, mode: str):
     class Crashing(AuditSink):
         done = 0
 
-        async def flush(self, tp, messages, *, lo, hi, marked):
+        async def flush(self, tp, messages, *, lo, hi, marked, **lane):
             if Crashing.done == after_batches:
                 if mode == "before_insert":  # range recorded, rows not inserted
                     self.sink.mark(tp.topic, tp.partition, lo, hi)
                     raise _Killed
-                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)  # rows in, killed before the next batch
+                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)  # rows in, killed before the next batch
                 raise _Killed
             Crashing.done += 1
-            await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+            await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
 
     return Crashing(settings, store)
 
@@ -271,15 +271,15 @@ def _failing_sink(settings, store, *, mode: str):
         batches = 0
         ahead = 0
 
-        async def flush(self, tp, messages, *, lo, hi, marked):
+        async def flush(self, tp, messages, *, lo, hi, marked, **lane):
             if marked or mode == "retried_after_insert" or Failing.batches != 1:
                 Failing.batches += 0 if marked else 1
-                return await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+                return await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
             Failing.batches += 1
             if mode == "resumed_before_insert":
                 self.sink.mark(tp.topic, tp.partition, lo, hi)
             else:
-                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
             for _ in range(200):  # the loop goes on fetching while this batch is in flight
                 part = self._parts.get(tp)
                 if part is not None and part.messages:
