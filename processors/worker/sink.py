@@ -5,8 +5,10 @@ what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink`
 all output topics; records are buffered per (topic, partition) and a buffer is flushed as
 one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
 (the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
-while the loop fetches the next (chdb releases the GIL while a statement runs), one batch at a
-time, so a partition's next range is recorded only once its last is stored.
+while the loop fetches the next (chdb releases the GIL while a statement runs), one batch per
+partition at a time, so a partition's next range is recorded only once its last is stored.
+Batches of different partitions are stored at once on ``sink_lanes`` lanes, each with its own
+store connection (:meth:`processors.audit.store.Store.fork`) and staging tables.
 
 Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
 
@@ -119,6 +121,9 @@ DRAINED_FRACTION = 20
 #: One lock per (store, staging tables): sinks sharing the staging tables of a store take turns.
 _STAGE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _STAGE_LOCKS_LOCK = threading.Lock()
+#: The (store, staging tables) known empty: emptied after the last batch in this process (read and
+#: changed under the stage's lock only).
+_EMPTY_STAGES: set[tuple[str, str]] = set()
 
 
 def _stage_lock(url: str, name: str) -> threading.Lock:
@@ -227,6 +232,7 @@ class BlockingSink:
         self.store = store
         self.land, self.stage = f"sink_land_{stage}", f"sink_stage_{stage}"
         self._lock = _stage_lock(store.url, stage)
+        self._stage_key = (store.url, stage)
         self._staging_ready = False
         #: which batches may skip the stored-key lookup (None: every batch looks up)
         self.tops = _tops_for(store)
@@ -326,11 +332,16 @@ class BlockingSink:
             self.store.command(raw_sql.land_ddl(self.land))
             self.store.command(raw_sql.stage_ddl(self.stage))
             self._staging_ready = True
-        self._empty_staging()  # a crash can leave a batch in them (chdb keeps no Memory rows, a server does)
+        if self._stage_key not in _EMPTY_STAGES:
+            # a crash can leave a batch in them (chdb keeps no Memory rows, a server does), and so
+            # can a batch whose emptying failed; after a batch that emptied them, two statements saved
+            self._empty_staging()
+        _EMPTY_STAGES.discard(self._stage_key)
 
     def _empty_staging(self) -> None:
         self.store.command(f"TRUNCATE TABLE {self.land}")
         self.store.command(f"TRUNCATE TABLE {self.stage}")
+        _EMPTY_STAGES.add(self._stage_key)
 
     def drop_staging(self) -> None:
         """Drop this sink's staging tables (a server sink's are its own: see :func:`stage_name`)."""
@@ -338,6 +349,7 @@ class BlockingSink:
             for table in (self.land, self.stage):
                 self.store.command(f"DROP TABLE IF EXISTS {table}")
             self._staging_ready = False
+            _EMPTY_STAGES.discard(self._stage_key)
 
     def _staged_counts(self) -> tuple[int, int, int]:
         missing, proven, staged = self.store.query(raw_sql.missing_sql(self.stage)).rows[0]
