@@ -60,6 +60,10 @@ class Settings:
     # 0.5 s (was 1 s): publish → queryable p99 at 1k ev/s 2.2 → 1.7 s (#13, session 6, quiet machine);
     # at most two inserts per second per partition and table at a trickle.
     sink_flush_s: float = 0.5
+    # issue #14 (session 7): log batches of this many partitions are stored at once, each on its own
+    # ClickHouse connection and staging tables (chdb releases the GIL: two statements use two cores).
+    # A partition still has one batch in flight at a time. 1 = one batch at a time, as before.
+    sink_lanes: int = 2
     # Replay lanes, run trees and recorded results over HTTP (issue 15)
     # Host-replay verdicts compare index by index (RFC 0041 conformance) instead of per lane.
     replay_strict: bool = False

@@ -35,7 +35,8 @@ live log check (``hash_chain_broken``) reports such a record either way.
 from __future__ import annotations
 
 __all__ = ["EVENT_COLUMNS", "HASHES_RE", "HEAD_RE", "RECORD_RE", "SOURCE_RE", "TAIL_RE", "counts_sql", "insert_sql",
-           "land_ddl", "missing_sql", "runs_sql", "stage_ddl", "stage_sql", "unproven_sql"]
+           "land_ddl", "missing_sql", "runs_sql", "spans_sql", "stage_ddl", "stage_sql", "tops_sql",
+           "unproven_sql"]
 
 #: ``events`` columns the fast path writes (the table's MATERIALIZED analyst columns follow from them).
 EVENT_COLUMNS = (
@@ -158,17 +159,37 @@ def _stored(stage: str) -> str:
             f"(SELECT run_id, sequence FROM {stage} WHERE ok)")
 
 
-def insert_sql(stage: str) -> str:
-    """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``."""
+def insert_sql(stage: str, *, filtered: bool = True) -> str:
+    """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``.
+
+    ``filtered=False`` leaves out the lookup of stored keys (a third of the statement's cost): only
+    for a batch whose keys are known to be absent (:class:`processors.worker.sink.SequenceTops`).
+    A repeat within the batch is still dropped.
+    """
     cols = ", ".join(EVENT_COLUMNS)
+    stored = f" AND (run_id, sequence) NOT IN ({_stored(stage)})" if filtered else ""
     return (f"INSERT INTO events ({cols}) SELECT {cols} FROM {_ident(stage)} "
-            f"WHERE ok AND (run_id, sequence) NOT IN ({_stored(stage)}) "
-            "LIMIT 1 BY run_id, sequence")
+            f"WHERE ok{stored} LIMIT 1 BY run_id, sequence")
 
 
 def counts_sql(stage: str) -> str:
     """(proven rows, staged rows): what an ordinary batch needs before its insert."""
     return f"SELECT countIf(ok), count() FROM {_ident(stage)}"
+
+
+def spans_sql(stage: str) -> str:
+    """Per run of the staged batch: (run, lowest and highest proven sequence, proven rows, staged rows).
+
+    A run with no proven row has ``0`` proven rows (its span is meaningless); the sums over all runs
+    are :func:`counts_sql`'s counts.
+    """
+    return (f"SELECT run_id, minIf(sequence, ok), maxIf(sequence, ok), countIf(ok), count() "
+            f"FROM {_ident(stage)} GROUP BY run_id")
+
+
+def tops_sql() -> str:
+    """The highest stored ``sequence`` of each run in ``{runs:Array(String)}`` (runs with none are absent)."""
+    return "SELECT run_id, max(sequence) FROM events WHERE run_id IN {runs:Array(String)} GROUP BY run_id"
 
 
 def missing_sql(stage: str) -> str:

@@ -261,7 +261,7 @@ def _locked_error(path: str, owner: dict[str, Any] | None) -> StoreLockedError:
     )
 
 
-@dataclass
+@dataclass(eq=False)  # one engine is one object: compared (and hashed) by identity
 class _Engine:
     """One clickhouse-connect client per chdb directory (or server URL) per process."""
 
@@ -281,15 +281,46 @@ _REGISTRY_LOCK = threading.RLock()
 class Store:
     """A handle on the audit store. Close it (or use ``with``) so the chdb directory is released."""
 
-    def __init__(self, engine: _Engine, url: str) -> None:
+    def __init__(self, engine: _Engine, url: str, *, client: Any = None) -> None:
         self._engine = engine
         self.url = url
         self._closed = False
+        #: a client of this handle alone (:meth:`fork`); None: the engine's shared one
+        self._own_client = client
+
+    def fork(self) -> Store:
+        """Another handle on the same store, with a connection of its own on chdb.
+
+        clickhouse-connect's chdb client runs one statement at a time, and chdb releases the GIL
+        while a statement runs: two connections on one directory in one process run two
+        statements at once on two cores (measured: two SHA-256 scans in 0.36–0.39 s wall against
+        0.57–0.61 s on one connection). The fork shares the directory's lock and owner record;
+        close it like any handle. On a server (no session) and for ``:memory:`` (a second
+        connection would be another database) the fork shares the client.
+        """
+        self._check_open()
+        eng = self._engine
+        client = None
+        if eng.path is not None and eng.path != ":memory:":
+            try:
+                client = clickhouse_connect.get_client(dsn=f"chdb://{eng.path}")
+            except Exception as e:
+                raise StoreError(f"cannot open a second connection on chdb directory {eng.path}: "
+                                 f"{' '.join(str(e).split())[:300]}", code="store_unavailable") from e
+        with _REGISTRY_LOCK:
+            eng.refs += 1
+        return Store(eng, self.url, client=client)
 
     # -- identity -----------------------------------------------------------------------------
     @property
     def client(self) -> Any:
-        return self._engine.client
+        return self._own_client if self._own_client is not None else self._engine.client
+
+    @property
+    def engine(self) -> object:
+        """What this handle shares with every other handle on the store (its forks included): an
+        identity for state kept per store in the process."""
+        return self._engine
 
     @property
     def backend(self) -> str:
@@ -397,7 +428,11 @@ class Store:
         if self._closed:
             return
         self._closed = True
-        _release(self._engine)
+        try:
+            if self._own_client is not None:
+                self._own_client.close()
+        finally:
+            _release(self._engine)
 
     def __enter__(self) -> Store:
         return self

@@ -5,8 +5,10 @@ what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink`
 all output topics; records are buffered per (topic, partition) and a buffer is flushed as
 one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
 (the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
-while the loop fetches the next (chdb releases the GIL while a statement runs), one batch at a
-time, so a partition's next range is recorded only once its last is stored.
+while the loop fetches the next (chdb releases the GIL while a statement runs), one batch per
+partition at a time, so a partition's next range is recorded only once its last is stored.
+Batches of different partitions are stored at once on ``sink_lanes`` lanes, each with its own
+store connection (:meth:`processors.audit.store.Store.fork`) and staging tables.
 
 Exactly-once, after the design of ClickHouse's Kafka Connect sink (state = offset ranges):
 
@@ -33,7 +35,9 @@ taken as absent from the topic (compaction, transaction markers), and the next r
 at the expected offset. ``LEDGER_GAPS`` lists any gap between recorded ranges; there should be none.
 
 Records the topics hold twice (at-least-once producers) are dropped by natural key before
-the insert (:meth:`BlockingSink.insert_rows`). So ``SELECT count()`` (no FINAL) equals
+the insert (:meth:`BlockingSink.insert_rows`). On chdb a log batch whose every run starts above
+the highest sequence that run may have stored skips that lookup (:class:`SequenceTops`: the
+sink is the only writer of ``events`` there). So ``SELECT count()`` (no FINAL) equals
 the records sent, whatever was killed when. Kafka
 offsets are committed too, but only for lag tooling: the sink never resumes from them.
 
@@ -60,6 +64,7 @@ import logging
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,11 +121,91 @@ DRAINED_FRACTION = 20
 #: One lock per (store, staging tables): sinks sharing the staging tables of a store take turns.
 _STAGE_LOCKS: dict[tuple[str, str], threading.Lock] = {}
 _STAGE_LOCKS_LOCK = threading.Lock()
+#: The (store, staging tables) known empty: emptied after the last batch in this process (read and
+#: changed under the stage's lock only).
+_EMPTY_STAGES: set[tuple[str, str]] = set()
 
 
 def _stage_lock(url: str, name: str) -> threading.Lock:
     with _STAGE_LOCKS_LOCK:
         return _STAGE_LOCKS.setdefault((url, name), threading.Lock())
+
+
+class SequenceTops:
+    """Per run, an upper bound of the highest ``sequence`` stored in ``events``: which batches need no key lookup.
+
+    The natural-key filter (``NOT IN`` the stored keys) was a third of the ``events`` insert. A key
+    can be stored already only if its sequence is at most the highest one stored for its run. So a
+    batch in which every run starts above its bound cannot repeat a stored key, and goes in without
+    the lookup (still once per key within the batch, still under its range token). The log holds
+    each run's records in sequence order, so that is every batch but the few that carry a
+    redelivery or an at-least-once repeat (and every re-form, which filters regardless).
+
+    Sound while the bound is never below what is stored:
+
+    * a run is looked up in ``events`` the first time a batch holds it (:meth:`BlockingSink.insert_log`),
+      so rows a previous process stored (past the ledger or not) are counted;
+    * every insert into ``events`` by a sink raises its runs' bounds to the batch's highest sequence
+      *before* it runs (:meth:`claim`), whether it then lands, fails or is dropped — too high only
+      filters more;
+    * nothing else writes ``events``: on chdb one process owns the directory (its flock) and only
+      the sink inserts into ``events`` there. The bounds are shared by every sink of the process on
+      one engine (:func:`_tops_for`), so a zombie sink's batch raises them too. On a ClickHouse
+      server other processes' sinks write ``events`` unseen, so there the filter stays on every
+      batch (``tops`` is None).
+
+    At most ``cap`` runs are kept (least recently claimed dropped first); a run dropped is looked up
+    again when it next appears.
+    """
+
+    def __init__(self, cap: int = 100_000) -> None:
+        self._tops: collections.OrderedDict[str, int] = collections.OrderedDict()
+        self._cap = cap
+        self._lock = threading.Lock()
+
+    def unknown(self, runs: Sequence[str]) -> list[str]:
+        """The runs with no bound yet (to look up in ``events``)."""
+        with self._lock:
+            return [r for r in runs if r not in self._tops]
+
+    def learn(self, runs: Sequence[str], stored: dict[str, int]) -> None:
+        """Record what ``events`` holds for ``runs`` (a run absent from ``stored`` has no row: -1)."""
+        with self._lock:
+            for r in runs:
+                top = max(self._tops.get(r, -1), stored.get(r, -1))
+                self._tops[r] = top
+                self._tops.move_to_end(r)
+            while len(self._tops) > self._cap:
+                self._tops.popitem(last=False)
+
+    def claim(self, spans: dict[str, tuple[int, int]]) -> bool:
+        """Raise each run's bound to its span's end; True if every span started above the bound before.
+
+        A run with no bound (never looked up, or dropped) makes the answer False.
+        """
+        with self._lock:
+            clear = all(lo > self._tops.get(r, 1 << 63) for r, (lo, _hi) in spans.items())
+            for r, (_lo, hi) in spans.items():
+                self._tops[r] = max(self._tops.get(r, -1), hi)
+                self._tops.move_to_end(r)
+            while len(self._tops) > self._cap:
+                self._tops.popitem(last=False)
+            return clear
+
+
+#: One :class:`SequenceTops` per chdb engine, shared by the process's sinks (and their lanes) on it.
+_TOPS: weakref.WeakKeyDictionary[Any, SequenceTops] = weakref.WeakKeyDictionary()
+
+
+def _tops_for(store: Store) -> SequenceTops | None:
+    """The bounds of ``store``'s engine; None on a server (other processes write there: see :class:`SequenceTops`)."""
+    if store.backend != "chdb":
+        return None
+    with _STAGE_LOCKS_LOCK:
+        tops = _TOPS.get(store.engine)
+        if tops is None:
+            tops = _TOPS[store.engine] = SequenceTops()
+        return tops
 
 
 def stage_name(worker_id: str, *, shared: bool = False) -> str:
@@ -147,7 +232,10 @@ class BlockingSink:
         self.store = store
         self.land, self.stage = f"sink_land_{stage}", f"sink_stage_{stage}"
         self._lock = _stage_lock(store.url, stage)
+        self._stage_key = (store.url, stage)
         self._staging_ready = False
+        #: which batches may skip the stored-key lookup (None: every batch looks up)
+        self.tops = _tops_for(store)
 
     def insert_records(self, kind: str, records: list[dict[str, Any]], token: str, *, reform: bool = False) -> int:
         """Map ``records`` and :meth:`insert_rows` them."""
@@ -169,6 +257,8 @@ class BlockingSink:
         sinks re-forming the same range at once (a zombie owner) still deduplicate each other.
         """
         with self._lock:
+            if table == "events" and self.tops is not None and cols:
+                self.tops.claim(_spans(cols[names.index("run_id")], cols[names.index("sequence")]))
             missing = self._missing(table, names, cols)
             if not reform:
                 if not missing:
@@ -199,7 +289,7 @@ class BlockingSink:
             try:
                 self.store.insert_raw(self.land, "raw", data, "LineAsString")
                 self.store.command(raw_sql.stage_sql(self.land, self.stage))
-                proven, staged = self.store.query(raw_sql.counts_sql(self.stage)).rows[0]
+                proven, staged, clear = self._claim_staged()
                 if staged != len(values):
                     raise StoreError(f"{token}: ClickHouse staged {staged} log records of {len(values)}",
                                      code="sink_stage_mismatch")
@@ -209,7 +299,7 @@ class BlockingSink:
                     if proven:
                         # no count of the missing first: the insert filters them itself, and an
                         # insert that selects no row writes no part (and leaves no token)
-                        self._insert_staged(token)
+                        self._insert_staged(token, filtered=not clear)
                 else:
                     missing = self._staged_counts()[0]
                     if missing:
@@ -220,16 +310,38 @@ class BlockingSink:
             finally:
                 self._empty_staging()
 
+    def _claim_staged(self) -> tuple[int, int, bool]:
+        """(proven rows, staged rows, whether no proven key can be stored already) of the staged batch.
+
+        Claims the batch's runs in :attr:`tops` (looking up the runs it has not seen in ``events``)
+        before anything of it is inserted; see :class:`SequenceTops`.
+        """
+        rows = self.store.query(raw_sql.spans_sql(self.stage)).rows
+        proven, staged = sum(int(r[3]) for r in rows), sum(int(r[4]) for r in rows)
+        if self.tops is None or not proven:
+            return proven, staged, False
+        spans = {str(r[0]): (int(r[1]), int(r[2])) for r in rows if r[3]}
+        unknown = self.tops.unknown(list(spans))
+        if unknown:
+            found = self.store.query(raw_sql.tops_sql(), {"runs": unknown}).rows
+            self.tops.learn(unknown, {str(r): int(q) for r, q in found})
+        return proven, staged, self.tops.claim(spans)
+
     def _prepare_staging(self) -> None:
         if not self._staging_ready:
             self.store.command(raw_sql.land_ddl(self.land))
             self.store.command(raw_sql.stage_ddl(self.stage))
             self._staging_ready = True
-        self._empty_staging()  # a crash can leave a batch in them (chdb keeps no Memory rows, a server does)
+        if self._stage_key not in _EMPTY_STAGES:
+            # a crash can leave a batch in them (chdb keeps no Memory rows, a server does), and so
+            # can a batch whose emptying failed; after a batch that emptied them, two statements saved
+            self._empty_staging()
+        _EMPTY_STAGES.discard(self._stage_key)
 
     def _empty_staging(self) -> None:
         self.store.command(f"TRUNCATE TABLE {self.land}")
         self.store.command(f"TRUNCATE TABLE {self.stage}")
+        _EMPTY_STAGES.add(self._stage_key)
 
     def drop_staging(self) -> None:
         """Drop this sink's staging tables (a server sink's are its own: see :func:`stage_name`)."""
@@ -237,13 +349,14 @@ class BlockingSink:
             for table in (self.land, self.stage):
                 self.store.command(f"DROP TABLE IF EXISTS {table}")
             self._staging_ready = False
+            _EMPTY_STAGES.discard(self._stage_key)
 
     def _staged_counts(self) -> tuple[int, int, int]:
         missing, proven, staged = self.store.query(raw_sql.missing_sql(self.stage)).rows[0]
         return int(missing), int(proven), int(staged)
 
-    def _insert_staged(self, token: str) -> None:
-        self.store.command(raw_sql.insert_sql(self.stage), settings={
+    def _insert_staged(self, token: str, *, filtered: bool = True) -> None:
+        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered), settings={
             "insert_deduplicate": 1, "insert_deduplication_token": token,
             "deduplicate_blocks_in_dependent_materialized_views": 1})
 
@@ -430,6 +543,15 @@ class _Partition:
     burst: bool = False
 
 
+def _spans(runs: Sequence[Any], sequences: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    """Per run, (lowest, highest) sequence among the rows."""
+    spans: dict[str, tuple[int, int]] = {}
+    for r, q in zip(runs, sequences, strict=True):
+        lo, hi = spans.get(r, (q, q))
+        spans[r] = (min(lo, q), max(hi, q))
+    return spans
+
+
 def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
     """The insert deduplication token of a batch: its offset range, nothing else."""
     return f"{topic}/{partition}/{lo}-{hi}"
@@ -480,18 +602,31 @@ class AuditSink:
     def __init__(self, settings: Settings, store: Store, *,
                  topics: dict[str, str] | None = None) -> None:
         self.settings = settings
-        self.sink = BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))
+        #: lane i stores batches on ``sinks[i]``: lane 0 is :attr:`sink`, the others get a connection
+        #: and staging tables of their own in :meth:`run` (:meth:`_open_lanes`)
+        self.sinks: list[BlockingSink] = [
+            BlockingSink(store, stage=stage_name(settings.worker_id, shared=store.backend == "server"))]
         #: ``time.perf_counter()`` when the first records arrived (after the group join): the bench times from it
         self.first_fetch_at: float | None = None
         self.kinds = {topic_name(settings, short): kind for short, kind in (topics or SINK_TOPICS).items()}
         self.shorts = {topic_name(settings, short): short for short in (topics or SINK_TOPICS)}
         self._parts: dict[TopicPartition, _Partition] = {}
         self.consumer: AIOKafkaConsumer | None = None
-        #: the batch being stored while the loop fetches the next (:meth:`_flush_buffer`); one at a time
-        self._inflight: asyncio.Task[None] | None = None
+        #: per partition, its batch being stored while the loop fetches on, and the lane storing it
+        #: (:meth:`_flush_buffer`): one per partition, at most one per lane
+        self._inflight: dict[TopicPartition, tuple[asyncio.Task[None], int]] = {}
         #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
         self._commits: dict[TopicPartition, int] = {}
         self._committing: asyncio.Task[None] | None = None
+
+    @property
+    def sink(self) -> BlockingSink:
+        """Lane 0's store access: the ledger reads and re-forms go through it."""
+        return self.sinks[0]
+
+    @sink.setter
+    def sink(self, value: BlockingSink) -> None:
+        self.sinks[0] = value
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """The sink's only Kafka client (connection settings go here, and only here)."""
@@ -579,7 +714,8 @@ class AuditSink:
 
         return Listener()
 
-    async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool) -> None:
+    async def flush(self, tp: TopicPartition, messages: list[Any], *, lo: int, hi: int, marked: bool,
+                    lane: int = 0) -> None:
         """Insert one batch exactly once: record its range, then insert with its token.
 
         ``marked=True`` re-forms the ledger's last range (already recorded): its rows go in by
@@ -591,17 +727,18 @@ class AuditSink:
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
         token = token_for(tp.topic, tp.partition, lo, hi)
         recorded = marked
+        sink = self.sinks[lane]
 
         def record() -> None:
             nonlocal recorded
             if not recorded:
-                self.sink.mark(tp.topic, tp.partition, lo, hi)
+                sink.mark(tp.topic, tp.partition, lo, hi)
                 recorded = True
 
         rows, python_path = 0, messages
         if kind == "committed":
             # The fast path: ClickHouse maps and proves the raw records; only the rest is decoded here.
-            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record)
+            proven, python_path = await self._insert_log(messages, token, reform=marked, before=record, lane=lane)
             rows += proven
         good, bad = split_batch(kind, python_path) if python_path else (None, [])
         if good is not None:
@@ -611,7 +748,7 @@ class AuditSink:
 
             def insert_mapped(retry: bool) -> None:
                 record()
-                self.sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
+                sink.insert_rows(*mapped, mapped_token, reform=marked or retry)
 
             await retrying(f"insert of {len(good[2][0])} {kind} rows ({mapped_token})", insert_mapped, table=short)
         if bad:
@@ -619,7 +756,7 @@ class AuditSink:
 
             def insert_rejected(retry: bool) -> None:
                 record()
-                self.sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
+                sink.insert_records("rejection", bad, token + "/rejected", reform=marked or retry)
 
             await retrying(f"insert of {len(bad)} sink rejections ({token})", insert_rejected, table=short)
             METRICS.inc("agentlog_sink_rejected_total", len(bad), table=short)
@@ -648,7 +785,7 @@ class AuditSink:
         self._committing = asyncio.ensure_future(commit())
 
     async def _insert_log(self, messages: list[Any], token: str, *, reform: bool,
-                          before: Callable[[], None] | None = None) -> tuple[int, list[Any]]:
+                          before: Callable[[], None] | None = None, lane: int = 0) -> tuple[int, list[Any]]:
         """Insert a log batch through :meth:`BlockingSink.insert_log`; returns (rows proven there,
         the messages left for the Python path, in offset order). ``before()`` runs first, in the
         same thread call (the ledger row).
@@ -666,7 +803,7 @@ class AuditSink:
             if before is not None:
                 before()
             try:
-                outcome.append(self.sink.insert_log([m.value for m in lines], token, reform=reform or retry))
+                outcome.append(self.sinks[lane].insert_log([m.value for m in lines], token, reform=reform or retry))
             except StoreError as e:
                 if e.code != "sink_stage_mismatch":
                     raise
@@ -721,7 +858,7 @@ class AuditSink:
                 lo, hi = part.pending
                 batch = [x for x in part.messages if x.offset <= hi]
                 rest = [x for x in part.messages if x.offset > hi]
-                await self._settle()  # a batch of the previous assignment may still be in flight
+                await self._settle(tp)  # a batch of the previous assignment may still be in flight
                 if self._parts.get(tp) is not part:
                     return
                 await self.flush(tp, batch, lo=lo, hi=hi, marked=True)
@@ -757,18 +894,37 @@ class AuditSink:
 
         chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
         beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
-        buffers the next. One batch is in flight at a time, and the next waits for it
+        buffers the next. A partition has one batch in flight at a time, and its next waits for it
         (:meth:`_settle`): a partition's next range may be recorded only once its last is stored,
-        because a restart re-forms only the newest range of the ledger.
+        because a restart re-forms only the newest range of the ledger. Batches of different
+        partitions go on different lanes at once, up to ``sink_lanes`` (:meth:`_open_lanes`).
         """
-        await self._settle()
-        if self._parts.get(tp) is not part or part.pending is not None or not part.messages:
+        await self._settle(tp)
+        lane = await self._free_lane()
+        if self._parts.get(tp) is not part or part.pending is not None or not part.messages or tp in self._inflight:
             return
         messages, lo = part.messages, part.lo
         part.messages = []
         part.burst = len(messages) >= self._burst_rows
-        self._inflight = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset))
+        task = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=messages[-1].offset, lane=lane))
+        self._inflight[tp] = (task, lane)
         await asyncio.sleep(0)  # start it now (its first statement goes to a thread), not at the loop's next wait
+
+    async def _free_lane(self) -> int:
+        """A lane no batch is being stored on, once there is one."""
+        while True:
+            await self._reap()
+            busy = {lane for _task, lane in self._inflight.values()}
+            free = [lane for lane in range(len(self.sinks)) if lane not in busy]
+            if free:
+                return free[0]
+            await asyncio.wait([task for task, _lane in self._inflight.values()], return_when=asyncio.FIRST_COMPLETED)
+
+    async def _reap(self) -> None:
+        """Forget the batches stored meanwhile; re-raises what their tasks raised (see :meth:`_settle`)."""
+        for tp, (task, _lane) in list(self._inflight.items()):
+            if task.done():
+                await self._settle(tp)
 
     def _drained(self, tp: TopicPartition, part: _Partition) -> bool:
         """True when the partition's buffer should go now: the broker holds nothing after it (its
@@ -788,15 +944,21 @@ class AuditSink:
     def _burst_rows(self) -> int:
         return max(1, self.settings.sink_batch_rows // DRAINED_FRACTION)
 
-    async def _settle(self) -> None:
-        """Wait until the batch in flight is stored; re-raises what its task raised (not an Exception:
-        :meth:`_store_batch` recovers from those)."""
-        task, self._inflight = self._inflight, None
-        if task is not None:
-            await task
+    async def _settle(self, tp: TopicPartition | None = None) -> None:
+        """Wait until the partition's batch in flight (every partition's: ``tp=None``) is stored;
+        re-raises what its task raised (not an Exception: :meth:`_store_batch` recovers from those)."""
+        for key in ([tp] if tp is not None else list(self._inflight)):
+            entry = self._inflight.get(key)
+            if entry is None:
+                continue
+            try:
+                await entry[0]
+            finally:
+                if self._inflight.get(key) is entry:
+                    del self._inflight[key]
 
     async def _store_batch(self, tp: TopicPartition, part: _Partition, messages: list[Any], *,
-                           lo: int, hi: int) -> None:
+                           lo: int, hi: int, lane: int = 0) -> None:
         """:meth:`flush` a batch; if it fails, resume the partition from the ledger.
 
         :meth:`flush` retries the store until it succeeds, so an error here is anything else. The
@@ -806,7 +968,7 @@ class AuditSink:
         which refetches the records from the right offset.
         """
         try:
-            await self.flush(tp, messages, lo=lo, hi=hi, marked=False)
+            await self.flush(tp, messages, lo=lo, hi=hi, marked=False, lane=lane)
         except Exception as e:
             short = self.shorts[tp.topic]
             METRICS.inc("agentlog_sink_errors_total", table=short)
@@ -823,18 +985,33 @@ class AuditSink:
         if tp in self.consumer.assignment():
             await self._assigned([tp])
 
+    def _open_lanes(self) -> None:
+        """Lanes 1 … ``sink_lanes - 1``: a forked store connection and staging tables each
+        (:meth:`processors.audit.store.Store.fork`); closed when :meth:`run` ends."""
+        store, stage = self.sink.store, self.sink.land.removeprefix("sink_land_")
+        while len(self.sinks) < max(1, self.settings.sink_lanes):
+            self.sinks.append(BlockingSink(store.fork(), stage=f"{stage}_{len(self.sinks)}"))
+
+    def _close_lanes(self) -> None:
+        """Close the lanes' connections, each once its statement is done (a cancelled batch's thread
+        runs on until its statement returns)."""
+        for sink in self.sinks[1:]:
+            with sink._lock:
+                sink.store.close()
+        del self.sinks[1:]
+
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
         s = self.settings
         self.consumer = self._new_consumer()
         self.consumer.subscribe(list(self.kinds), listener=self._listener())
         await self.consumer.start()
         try:
+            self._open_lanes()
             if started is not None:
                 await started()
             poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
             while True:
-                if self._inflight is not None and self._inflight.done():
-                    await self._settle()
+                await self._reap()
                 self._commit_stored()
                 # getmany returns at once, without yielding, while aiokafka holds fetched records: let
                 # the batch in flight take its turn (its next statement) first, or ClickHouse idles
@@ -851,18 +1028,21 @@ class AuditSink:
                                                                    or self._drained(tp, part)):
                         await self._flush_buffer(tp, part)
         finally:
-            if self._inflight is not None:
-                self._inflight.cancel()
+            for task, _lane in list(self._inflight.values()):
+                task.cancel()
+            for tp in list(self._inflight):
                 with contextlib.suppress(asyncio.CancelledError):
-                    await self._settle()
+                    await self._settle(tp)
             if self._committing is not None:
                 self._committing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._committing
             await self.consumer.stop()
             if self.sink.store.backend == "server":
-                with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
-                    await asyncio.get_running_loop().run_in_executor(None, self.sink.drop_staging)
+                for sink in self.sinks:
+                    with contextlib.suppress(Exception):  # best effort: an orphan holds one batch at most
+                        await asyncio.get_running_loop().run_in_executor(None, sink.drop_staging)
+            await asyncio.get_running_loop().run_in_executor(None, self._close_lanes)
 
 
 def install(wiring: Wiring) -> None:

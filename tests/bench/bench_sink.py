@@ -11,7 +11,8 @@ same rows, already mapped to columns, with one raw ``client.insert`` per batch i
 ours ≥ 0.5× baseline, measured in the same run.
 
 ``python -m tests.bench.bench_sink [--events N]`` runs it alone (broker from
-``AGENTLOG_KAFKA_BOOTSTRAP``); the harness calls ``run(ctx)``.
+``AGENTLOG_KAFKA_BOOTSTRAP``); the harness calls ``run(ctx)``. The sink stores two partitions'
+batches at once by default; ``AGENTLOG_SINK_LANES=1`` measures it one batch at a time.
 """
 
 from __future__ import annotations

@@ -83,15 +83,15 @@ def _crashing_sink(settings, store, *, after_batches: int, mode: str):
     class Crashing(AuditSink):
         done = 0
 
-        async def flush(self, tp, messages, *, lo, hi, marked):
+        async def flush(self, tp, messages, *, lo, hi, marked, **lane):
             if Crashing.done == after_batches:
                 if mode == "before_insert":  # range recorded, rows not inserted
                     self.sink.mark(tp.topic, tp.partition, lo, hi)
                     raise _Killed
-                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)  # rows in, killed before the next batch
+                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)  # rows in, killed before the next batch
                 raise _Killed
             Crashing.done += 1
-            await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+            await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
 
     return Crashing(settings, store)
 
@@ -271,15 +271,15 @@ def _failing_sink(settings, store, *, mode: str):
         batches = 0
         ahead = 0
 
-        async def flush(self, tp, messages, *, lo, hi, marked):
+        async def flush(self, tp, messages, *, lo, hi, marked, **lane):
             if marked or mode == "retried_after_insert" or Failing.batches != 1:
                 Failing.batches += 0 if marked else 1
-                return await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+                return await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
             Failing.batches += 1
             if mode == "resumed_before_insert":
                 self.sink.mark(tp.topic, tp.partition, lo, hi)
             else:
-                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked)
+                await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, **lane)
             for _ in range(200):  # the loop goes on fetching while this batch is in flight
                 part = self._parts.get(tp)
                 if part is not None and part.messages:
@@ -334,5 +334,65 @@ def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(
                 assert flaky.calls >= 3
             else:
                 assert failing.ahead > 0  # … while the records after it were already fetched
+
+    asyncio.run(scenario())
+
+
+# -- two lanes: batches of different partitions stored at once ------------------------------------
+
+def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
+    """With ``sink_lanes=2`` two partitions' batches are stored at the same time (each on its own
+    connection and staging tables), a partition never has two at once, and the log's at-least-once
+    repeats are still stored once: count() without FINAL, no ledger gap, exact rollups."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink, ledger_gaps
+    from streams.codec import encode_record
+    from tests.bench.bench_sink import _committed
+
+    settings = settings.replace(sink_batch_rows=60, sink_flush_s=0.2, sink_lanes=2, partitions=4)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(3000)
+    repeats = records[1000:1040] + records[2500:2510]  # a producer retry re-sends them later
+
+    class Watching(AuditSink):
+        now: dict[object, int] = {}
+        peak = 0
+        lanes: set[int] = set()
+
+        async def flush(self, tp, messages, **kw):
+            Watching.now[tp] = Watching.now.get(tp, 0) + 1
+            assert Watching.now[tp] == 1, "two batches of one partition at once"
+            Watching.peak = max(Watching.peak, sum(Watching.now.values()))
+            Watching.lanes.add(kw.get("lane", 0))
+            try:
+                await super().flush(tp, messages, **kw)
+            finally:
+                Watching.now[tp] -= 1
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in records + repeats],
+                       [r["doc"]["runId"] for r in records + repeats])
+        with open_store(settings) as store:
+            migrate(store)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            sink = Watching(settings, store, topics={"log": "committed"})
+            rows = sink.sinks  # lanes open inside run() and close when it ends
+
+            def ranged() -> int:  # offsets the ledger covers (every partition starts at 0)
+                return sum(int(r[0]) for r in store.query("SELECT max(hi) + 1 FROM sink_ranges GROUP BY partition").rows)
+
+            await _run_until(sink, lambda: count() >= len(records) and ranged() >= len(records) + len(repeats))
+            await asyncio.sleep(1.0)
+            assert count() == len(records)  # plain count(), no FINAL
+            assert store.query("SELECT count() FROM (SELECT run_id, sequence FROM events "
+                               "GROUP BY run_id, sequence HAVING count() > 1)").rows[0][0] == 0
+            assert ledger_gaps(store) == []
+            assert store.query("SELECT sum(events) FROM run_rollup").rows[0][0] == len(records)
+            assert Watching.peak == 2 and Watching.lanes == {0, 1}
+            assert len(rows) == 1, "the lanes' connections are closed when the sink stops"
 
     asyncio.run(scenario())

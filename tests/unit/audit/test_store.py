@@ -126,6 +126,36 @@ def test_one_process_shares_one_client_per_directory(tmp_path):
         assert c.query("SELECT 2").rows == [(2,)]
 
 
+def test_a_fork_runs_statements_beside_its_parent_and_holds_the_directory_like_a_handle(tmp_path):
+    """Store.fork: its own chdb connection on the same engine (the sink's lanes), counted as a handle."""
+    url = f"chdb://{tmp_path / 'ch'}"
+    a = open_store(url)
+    fork = a.fork()
+    try:
+        assert fork.client is not a.client and fork.engine is a.engine
+        a.command("CREATE TABLE t (x UInt64) ENGINE = MergeTree ORDER BY x")
+        fork.insert("t", [[1], [2]], ["x"])
+        assert a.query("SELECT sum(x) FROM t").rows == [(3,)]
+        # two statements at once, one per connection (each blocks its own client only)
+        done: list[int] = []
+        heavy = "SELECT count() FROM numbers(2000000) WHERE SHA256(toString(number)) = 'x'"
+        threads = [threading.Thread(target=lambda s=s: done.append(s.query(heavy).rows[0][0])) for s in (a, fork)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert done == [0, 0]
+        a.close()
+        assert fork.query("SELECT count() FROM t").rows == [(2,)]  # the fork keeps the engine open
+        assert owner_file(tmp_path / "ch").exists()
+    finally:
+        a.close()
+        fork.close()
+    assert not owner_file(tmp_path / "ch").exists()
+    with open_store(f"chdb://{tmp_path / 'other'}") as c:  # released: another directory may open now
+        assert c.query("SELECT 2").rows == [(2,)]
+
+
 def test_second_process_gets_store_locked_naming_the_owner(tmp_path):
     url = f"chdb://{tmp_path / 'ch'}"
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,

@@ -20,7 +20,7 @@ from processors.audit.migrations import migrate
 from processors.audit.rows import rows_for
 from processors.audit.store import Store, open_store
 from processors.metrics import METRICS
-from processors.worker.sink import AuditSink, BlockingSink, token_for
+from processors.worker.sink import AuditSink, BlockingSink, SequenceTops, token_for
 from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
 from streams.codec import encode_committed, encode_record
 from streams.settings import Settings
@@ -238,3 +238,88 @@ def test_generated_docs_are_stored_as_the_python_mapping_stores_them(tmp_path):
 
         check()
         assert paths["clickhouse"] and paths["python"], f"both paths must be exercised: {paths}"
+
+
+def _lookups(monkeypatch) -> list[bool]:
+    """Spy on which ``events`` insert the sink runs: ``filtered`` per ``raw.insert_sql`` call."""
+    from processors.audit import raw
+
+    calls: list[bool] = []
+    real = raw.insert_sql
+
+    def spy(stage: str, *, filtered: bool = True) -> str:
+        calls.append(filtered)
+        return real(stage, filtered=filtered)
+
+    monkeypatch.setattr(raw, "insert_sql", spy)
+    return calls
+
+
+def test_a_batch_continuing_every_run_skips_the_key_lookup_and_one_that_repeats_a_key_does_not(tmp_path, monkeypatch):
+    """The stored-key lookup is skipped only where no stored key can repeat (:class:`SequenceTops`).
+
+    Runs stored by an earlier process (the rows are there before this engine's sink saw the run),
+    a record the log holds again at a later offset, a batch repeating what another sink of the
+    process stored meanwhile: none of them stored twice, and only the batches that continue
+    every run past what is stored go in without the lookup.
+    """
+    url = f"chdb://{tmp_path / 'ch'}"
+    migrate(url)
+    prev = [_record(_doc("old", q, {"q": q})) for q in range(10)]
+    with open_store(url) as s:  # "a previous process": its bounds go with its engine
+        BlockingSink(s).insert_log(prev, token_for("p.log", 0, 0, 9))
+    with open_store(url) as s:
+        filtered = _lookups(monkeypatch)
+        a, b = BlockingSink(s, stage="a"), BlockingSink(s, stage="b")
+        assert a.tops is b.tops, "the sinks of one engine share the bounds"
+
+        def count() -> tuple[int, int]:
+            return tuple(s.query("SELECT count(), uniqExact(run_id, sequence) FROM events").rows[0])
+
+        # first sight of "old" since this engine opened: its stored rows are looked up, 5..9 repeat
+        assert a.insert_log([*prev[5:], _record(_doc("old", 10, {}))], token_for("p.log", 0, 5, 10)) == (6, [])
+        assert count() == (11, 11) and filtered == [True]
+        # contiguous, every run past its bound (a new run too): no lookup, nothing lost
+        nxt = [_record(_doc("old", q, {"q": q})) for q in range(11, 20)] + [_record(_doc("new", 0, {}))]
+        assert a.insert_log(nxt, token_for("p.log", 0, 11, 20)) == (10, [])
+        assert count() == (21, 21) and filtered == [True, False]
+        # the log holds old-15 again (an at-least-once producer) beside new keys: looked up, stored once
+        again = [_record(_doc("old", 15, {"q": 15})), _record(_doc("old", 20, {})), _record(_doc("new", 1, {}))]
+        assert a.insert_log(again, token_for("p.log", 0, 21, 23)) == (3, [])
+        assert count() == (23, 23) and filtered == [True, False, True]
+        # sink b stores old-21..22 (a zombie owner of the partition); a's next batch repeats old-22
+        assert b.insert_log([_record(_doc("old", 21, {})), _record(_doc("old", 22, {}))],
+                            token_for("p.log", 0, 24, 25)) == (2, [])
+        assert a.insert_log([_record(_doc("old", 22, {})), _record(_doc("old", 23, {}))],
+                            token_for("p.log", 0, 26, 27)) == (2, [])
+        assert count() == (26, 26) and filtered == [True, False, True, False, True]
+        assert int(s.query("SELECT sum(events) FROM run_rollup").rows[0][0]) == 26
+
+
+def test_the_python_path_raises_the_bounds_too(tmp_path, monkeypatch):
+    """A row stored by the Python path (a record ClickHouse could not prove) counts in its run's bound:
+    a later repeat of it through ClickHouse is looked up, not inserted blind."""
+    url = f"chdb://{tmp_path / 'ch'}"
+    migrate(url)
+    with open_store(url) as s:
+        filtered = _lookups(monkeypatch)
+        sink = BlockingSink(s)
+        assert sink.insert_log([_record(_doc("py", 0, {}))], token_for("p.log", 0, 0, 0)) == (1, [])
+        _, names, cols = rows_for("committed", [loads_strict(_record(_doc("py", q, {}))) for q in (1, 2)])
+        assert sink.insert_rows("events", names, cols, token_for("p.log", 0, 1, 2) + "/py") == 2
+        assert sink.insert_log([_record(_doc("py", 2, {})), _record(_doc("py", 3, {}))],
+                               token_for("p.log", 0, 3, 4)) == (2, [])
+        assert filtered == [False, True]
+        assert s.query("SELECT count(), uniqExact(sequence) FROM events").rows[0] == (4, 4)
+
+
+def test_sequence_tops_answer_clear_only_above_every_bound():
+    tops = SequenceTops(cap=2)
+    assert not tops.claim({"r": (0, 3)}), "a run never looked up is not clear"
+    tops.learn(["s"], {})
+    assert tops.claim({"r": (4, 5), "s": (0, 0)})
+    assert not tops.claim({"r": (5, 9)}), "5 may be stored"
+    assert tops.claim({"r": (10, 10)})
+    tops.learn(["t"], {"t": 7})  # over the cap: the least recently claimed run (s) is dropped
+    assert tops.unknown(["r", "s", "t"]) == ["s"]
+    assert not tops.claim({"t": (7, 8)}) and tops.claim({"t": (9, 9)})
