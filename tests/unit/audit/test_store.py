@@ -121,8 +121,13 @@ def test_one_process_shares_one_client_per_directory(tmp_path):
     finally:
         a.close()
         b.close()
+    _assert_released(tmp_path)
+
+
+def _assert_released(tmp_path):
+    """The directory's owner file is gone and another directory may be opened in this process."""
     assert not owner_file(tmp_path / "ch").exists()
-    with open_store(f"chdb://{tmp_path / 'other'}") as c:  # released: another directory may open now
+    with open_store(f"chdb://{tmp_path / 'other'}") as c:
         assert c.query("SELECT 2").rows == [(2,)]
 
 
@@ -151,9 +156,7 @@ def test_a_fork_runs_statements_beside_its_parent_and_holds_the_directory_like_a
     finally:
         a.close()
         fork.close()
-    assert not owner_file(tmp_path / "ch").exists()
-    with open_store(f"chdb://{tmp_path / 'other'}") as c:  # released: another directory may open now
-        assert c.query("SELECT 2").rows == [(2,)]
+    _assert_released(tmp_path)
 
 
 def test_second_process_gets_store_locked_naming_the_owner(tmp_path):
