@@ -47,6 +47,10 @@ _HELP = {
     "agentlog_catch_up_read_timeouts_total": "Catch-up reads of a run's log abandoned after catch_up_timeout_s "
                                              "(read again with a fresh consumer).",
     "agentlog_skipped_records_healed_total": "Records the consumer skipped that an agent read around it, by topic.",
+    "agentlog_dropped_records_reread_total": "Partitions sought back to records Faust dropped when it resumed flow "
+                                             "after a recovery, by topic.",
+    "agentlog_stalled_partitions_reread_total": "Partitions read again because records beyond the agents' position "
+                                                "were not delivered for a whole stall check, by topic.",
     "agentlog_otlp_requests_total": "OTLP/HTTP trace export requests, by outcome (accepted, undecodable, unavailable).",
     "agentlog_otlp_spans_total": "Spans in OTLP requests, by outcome (accepted = durable in Kafka, rejected = named in "
                                  "partial_success).",
