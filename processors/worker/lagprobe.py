@@ -47,6 +47,8 @@ class LoopLagProbe:
         self.target = target if target is not None else threading.main_thread().ident
         self.last = time.perf_counter()
         self.stalls: list[tuple[float, float, list[tuple[int, str]]]] = []  # (wall start, seconds, stacks)
+        #: stacks sampled so far (a stall is being watched once it moves)
+        self.samples = 0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -61,7 +63,10 @@ class LoopLagProbe:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop the watchdog; a stall it was watching is reported before this returns."""
         self._stop.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
 
     def watch(self) -> None:
         while not self._stop.wait(BEAT_S):
@@ -72,6 +77,7 @@ class LoopLagProbe:
             samples: collections.Counter[str] = collections.Counter()
             while self.last == seen and not self._stop.is_set():
                 stack = self.sample()
+                self.samples += 1
                 if stack:
                     samples[stack] += 1
                 time.sleep(SAMPLE_S)
