@@ -73,16 +73,29 @@ def replace_commit_filter(app: Any, make_filter: Callable[[Any], CommitFilter]) 
     the commit on shutdown). It is replaced per consumer *instance*, when Faust
     creates the consumer, so the class and other apps in the process are untouched.
     """
-    new_consumer = app._new_consumer
 
-    def _new_consumer() -> Any:
-        consumer = new_consumer()
+    def replace(consumer: Any) -> None:
         chosen = make_filter(consumer)
 
         def _filter_committable_offsets(tps: Iterable[Any]) -> Mapping[Any, int]:
             return chosen(tps)
 
         consumer._filter_committable_offsets = _filter_committable_offsets
+
+    _on_new_consumer(app, replace)
+
+
+def _on_new_consumer(app: Any, configure: Callable[[Any], None]) -> None:
+    """Run ``configure(consumer)`` on every consumer ``app`` creates, before Faust starts it.
+
+    Faust creates its consumer in ``App._new_consumer``; wrapping it per app instance leaves the
+    class and other apps in the process untouched.
+    """
+    new_consumer = app._new_consumer
+
+    def _new_consumer() -> Any:
+        consumer = new_consumer()
+        configure(consumer)
         return consumer
 
     app._new_consumer = _new_consumer
@@ -129,10 +142,8 @@ def set_fetch_max_wait(app: Any, ms: int) -> None:
     again: a delivery stall of up to 1.5 s (#13, publish → log p99). The value is read when the
     consumer starts (its fetcher is built then), so setting it on the new, unstarted consumer works.
     """
-    new_consumer = app._new_consumer
 
-    def _new_consumer() -> Any:
-        consumer = new_consumer()
+    def shorten(consumer: Any) -> None:
         thread = consumer._thread
         create = thread._create_worker_consumer
 
@@ -142,9 +153,8 @@ def set_fetch_max_wait(app: Any, ms: int) -> None:
             return kafka
 
         thread._create_worker_consumer = _create_worker_consumer
-        return consumer
 
-    app._new_consumer = _new_consumer
+    _on_new_consumer(app, shorten)
 
 
 def thread_frame(ident: int | None) -> Any:

@@ -258,6 +258,11 @@ class Batch:
 #: no runId can start with NUL.
 POSITION_KEY = "\x00position\x1f"
 
+
+def position_key(topic: str, partition: int) -> str:
+    """The table key of the next offset an agent expects on ``topic[partition]``."""
+    return f"{POSITION_KEY}{topic}\x1f{partition}"
+
 Handler = Callable[[Batch, SourceRecord], Awaitable[None]]
 Hook = Callable[[Batch], Awaitable[None]]
 
@@ -273,7 +278,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     plain consumer and handled first. Offsets below the expected one are
     redeliveries, which every agent already treats as done.
     """
-    key = f"{POSITION_KEY}{msg.topic}\x1f{msg.partition}"
+    key = position_key(msg.topic, msg.partition)
     expected = batch.get(table, key)
     consumer = batch.wiring.app.consumer
     committed = internals.committed_offset(consumer, msg.tp) if consumer is not None else None
@@ -300,7 +305,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
 
 def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:
     """The lowest next offset the agents reading ``topic`` hold for ``partition`` (None: one holds none)."""
-    key = f"{POSITION_KEY}{topic}\x1f{partition}"
+    key = position_key(topic, partition)
     tables = [wiring.tables.get(table) for table in wiring.positions.tables_for(topic)]
     found = [table.data.get(key) if table is not None else None for table in tables]
     positions = [position for position in found if isinstance(position, int)]

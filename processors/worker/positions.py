@@ -155,7 +155,8 @@ def _reread_dropped(app: Any, positions: DurablePositions, first: dict[Any, int]
     See :func:`streams.internals.on_flow_queues_cleared`. The records from there on are delivered
     again; any the agent had already taken are redeliveries, which it treats as done.
     """
-    ours = {tp: offset for tp, offset in first.items() if tp.topic in positions.topics()}
+    topics = positions.topics()
+    ours = {tp: offset for tp, offset in first.items() if tp.topic in topics}
     if ours:
         task = asyncio.ensure_future(_seek_back(app, ours))
         _SEEKS.add(task)

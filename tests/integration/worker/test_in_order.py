@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.worker.batch import POSITION_KEY, in_order
+from processors.worker.batch import in_order, position_key
 from processors.worker.positions import PartitionStarts
 from streams.admin import ensure_topics
 from streams.security import client_kwargs
@@ -67,7 +67,7 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         await in_order(batch, "heads", msg(6), b"v6", handle)  # the consumer skipped 2..5
         await in_order(batch, "heads", msg(3), b"v3", handle)  # a redelivery: handled, position kept
         assert seen == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3"), (4, b"v4"), (5, b"v5"), (6, b"v6"), (3, b"v3")]
-        assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 7
+        assert batch.get("heads", position_key(topic, 0)) == 7
         # What the group may commit once the batch is durable: everything below 7 (the redelivery moves nothing back).
         assert batch.advanced_to == {("heads", topic, 0): 7}
 
@@ -94,7 +94,7 @@ def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings, long_
 
         await in_order(batch, "heads", SimpleNamespace(topic=topic, partition=0, offset=3, timestamp=1.0), b"v3", handle)
         assert seen == [0, 1, 2, 3]
-        assert batch.get("heads", f"{POSITION_KEY}{topic}\x1f0") == 4
+        assert batch.get("heads", position_key(topic, 0)) == 4
         assert batch.advanced_to == {("heads", topic, 0): 4}
         if starts is not None:
             assert await starts.first_offset(topic, 0) == 0  # asked again: the same started consumer answers
