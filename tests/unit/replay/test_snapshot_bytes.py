@@ -9,7 +9,7 @@ decodes each record once to index it); the integration tests run that path on a 
 from __future__ import annotations
 
 from processors.core.fold import state_hash, states_by_index
-from processors.replay.rederive import _pick_snapshot, _Snapshots
+from processors.replay.rederive import _pick_snapshot, _snapshot_before, _Snapshots
 from streams.codec import decode_record, encode_record
 from tests.unit.core.runs import realistic_run
 
@@ -49,3 +49,32 @@ def test_the_snapshot_picked_is_the_latest_before_the_start_as_with_decoded_snap
         decoded.setdefault(value["atSequence"], value)
     for start in range(0, max(decoded) + 3):
         assert _pick_snapshot(kept, {}, start) == _pick_snapshot(decoded, {}, start)
+
+
+def test_a_replay_from_an_offset_decodes_only_the_snapshot_it_starts_from():
+    """``_snapshot_before`` skips the snapshots at or after the start by the logOffset read when indexing.
+
+    Same answer as with decoded snapshots for every start offset and sequence, malformed offsets
+    included, and at most the chosen one is decoded again (the bench's replay from its middle
+    decoded about a hundred whole states a second time before).
+    """
+    records = _snapshot_records("r")
+    first = decode_record(records[2])
+    records[2] = encode_record({**first, "logOffset": "not an offset"})
+    kept, decoded = _Snapshots(), {}
+    for raw in records:
+        value = decode_record(raw)
+        kept.add(value["atSequence"], raw, value.get("logOffset"))
+        decoded.setdefault(value["atSequence"], value)
+    offsets = [decode_record(r)["logOffset"] for r in records if isinstance(decode_record(r)["logOffset"], int)]
+    for start in range(0, max(offsets) + 3):
+        fresh = _Snapshots()
+        for raw in records:
+            value = decode_record(raw)
+            fresh.add(value["atSequence"], raw, value.get("logOffset"))
+        assert _snapshot_before(fresh, from_offset=start, from_seq=None) == \
+            _snapshot_before(decoded, from_offset=start, from_seq=None)
+        assert len(fresh._decoded) <= 1
+    for seq in range(0, max(decoded) + 3):
+        assert _snapshot_before(kept, from_offset=None, from_seq=seq) == \
+            _snapshot_before(decoded, from_offset=None, from_seq=seq)
