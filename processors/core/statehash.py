@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import operator
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from itertools import compress, count
 from typing import Any, cast
 
@@ -136,7 +136,7 @@ class ResumableStateHash:
     """
 
     __slots__ = ("_checkpoints", "_hex", "_ins_keys", "_ins_values", "_last", "_names", "_order", "_parts",
-                 "_valid")
+                 "_tail", "_valid")
 
     def __init__(self) -> None:
         self._valid = False  # whether the lists below describe the last state
@@ -146,6 +146,7 @@ class ResumableStateHash:
         self._names: list[bytes] = []  # by JCS position: '"key":' (with ',' before all but the first)
         self._parts: list[bytes] = []  # by JCS position: the member value's bytes
         self._checkpoints: list[Any] = []  # SHA-256 contexts after '{' and members[:i], by JCS position
+        self._tail = -1  # the last JCS position (its checkpoint is kept by every full pass)
         self._last: Any = None
         self._hex: str | None = None
 
@@ -153,7 +154,27 @@ class ResumableStateHash:
         if state is self._last:
             return self._hex
         try:
-            digest = self._digest(state)
+            keys = list(state)
+            if self._valid and keys == self._ins_keys:
+                values = list(state.values())
+                changed = list(compress(count(), map(operator.is_not, values, self._ins_values)))
+                self._ins_values = values
+                if len(changed) == 1 and (at := self._order[changed[0]]) == self._tail:
+                    # The usual event: one member changed, the last in JCS order (``variables``).
+                    parts = self._parts
+                    parts[at] = orjson.dumps(values[changed[0]], option=_SORTED)
+                    h = self._checkpoints[at].copy()
+                    h.update(self._names[at])
+                    h.update(parts[at])
+                    h.update(b"}")
+                    digest: str | None = h.hexdigest()
+                elif changed:
+                    digest = self._resume(values, changed)
+                else:
+                    digest = self._hex
+            else:
+                self._reset(state, keys)
+                digest = self._resume(None, ())
         except (orjson.JSONEncodeError, TypeError, ValueError, EventRejected):
             # Not spellable this way (orjson) or not JCS at all (the reference errors): no
             # candidate; the caller's exact path decides. Start over with the next state.
@@ -162,25 +183,16 @@ class ResumableStateHash:
         self._last, self._hex = state, digest
         return digest
 
-    def _digest(self, state: Mapping[str, Any]) -> str:
-        keys = list(state)
-        if not self._valid or keys != self._ins_keys:
-            self._reset(state, keys)
-            start = 0
-        else:
-            values = list(state.values())
-            changed = list(compress(count(), map(operator.is_not, values, self._ins_values)))
-            if not changed:
-                return cast(str, self._hex)
-            self._ins_values = values
-            order, parts = self._order, self._parts
-            start = len(order)
-            for i in changed:
-                at = order[i]
-                if at < start:
-                    start = at
-                parts[at] = orjson.dumps(values[i], option=_SORTED)
-        checkpoints, names, parts = self._checkpoints, self._names, self._parts
+    def _resume(self, values: list[Any] | None, changed: Iterable[int]) -> str:
+        """Re-write the changed members (insertion indexes) and hash from the first of them on."""
+        order, parts = self._order, self._parts
+        start = 0 if values is None else len(order)
+        for i in changed:
+            at = order[i]
+            if at < start:
+                start = at
+            parts[at] = orjson.dumps(cast(list[Any], values)[i], option=_SORTED)
+        checkpoints, names = self._checkpoints, self._names
         h = checkpoints[start].copy()
         last = len(names) - 1
         for i in range(start, last + 1):
@@ -202,6 +214,7 @@ class ResumableStateHash:
         values = [state[k] for k in ordered]
         self._parts = [orjson.dumps(v, option=_SORTED) for v in values]
         self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
+        self._tail = len(keys) - 1
         self._valid = True
 
 

@@ -351,6 +351,9 @@ class _Walk:
         seq = doc.get("sequence")
         if type(seq) is not int:
             return
+        if seq == self.next_seq and not self.divergences and not self.state_blind and self._usual(offset, committed,
+                                                                                                  doc, seq):
+            return
         if seq < self.next_seq:
             self._duplicate(seq, offset, committed)
             return
@@ -369,6 +372,37 @@ class _Walk:
             if self.stopped:
                 return
         self._index(seq, offset, committed, doc)
+
+    def _usual(self, offset: int, committed: dict[str, Any], doc: dict[str, Any], seq: int) -> bool:
+        """The usual index, checked in one step: next in order, chained, its carried stateHash met.
+
+        Whether the record continues the chain (``prevHash`` the head, its hash proven by
+        :func:`hashes_to`) and the refolded state's candidate hash is the recorded one; ``True``
+        when all of that holds and the index is recorded as :meth:`_index` would record it.
+        ``False`` changes nothing (the fold is pure, the candidate hasher is a cache), and
+        :meth:`_index` then judges the record the general way. Kept apart because most of a
+        replay's per-event cost outside the hashing was the general path's branching (format-1
+        digests, missing and extra records, divergences to word), which the usual index needs none of.
+        """
+        recorded_state = committed.get("stateHash")
+        claimed = committed.get("hash")
+        head = self.head
+        if (type(recorded_state) is not str or committed.get("prevHash") != head or seq in self.digests
+                or not hashes_to(claimed, doc, head.encode("ascii"))):
+            return False
+        state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
+        if self.candidate_hash(state) != recorded_state:
+            return False
+        self.state = state
+        self.events += 1
+        self.compared += 1
+        if seq > self.last_digest:
+            self.last_digest = seq
+        self.state_diverged = False
+        self.seen[seq] = (offset, head, cast(str, claimed))
+        self.head = cast(str, claimed)
+        self.next_seq = seq + 1
+        return True
 
     def _index(self, seq: int, offset: int, committed: dict[str, Any], doc: dict[str, Any]) -> None:
         prev_claimed = committed.get("prevHash")
