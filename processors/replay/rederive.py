@@ -344,8 +344,10 @@ class _Walk:
     def add(self, d: Divergence) -> None:
         self.divergences.append(d)
 
-    def record(self, offset: int, committed: dict[str, Any]) -> None:
-        doc = committed.get("doc")
+    def record(self, offset: int, committed: dict[str, Any], doc: Any = None) -> None:
+        """Check one log record of the run; ``doc`` is its ``doc`` member when the caller has it already."""
+        if doc is None:
+            doc = committed.get("doc")
         if not isinstance(doc, dict):
             return
         seq = doc.get("sequence")
@@ -380,7 +382,8 @@ class _Walk:
         :func:`hashes_to`) and the refolded state's candidate hash is the recorded one; ``True``
         when all of that holds and the index is recorded as :meth:`_index` would record it.
         ``False`` changes nothing (the fold is pure, the candidate hasher is a cache), and
-        :meth:`_index` then judges the record the general way. Kept apart because most of a
+        :meth:`_index` then judges the record the general way. Only called before any divergence,
+        so there is no earlier state divergence to carry. Kept apart because most of a
         replay's per-event cost outside the hashing was the general path's branching (format-1
         digests, missing and extra records, divergences to word), which the usual index needs none of.
         """
@@ -398,7 +401,6 @@ class _Walk:
         self.compared += 1
         if seq > self.last_digest:
             self.last_digest = seq
-        self.state_diverged = False
         self.seen[seq] = (offset, head, cast(str, claimed))
         self.head = cast(str, claimed)
         self.next_seq = seq + 1
@@ -625,7 +627,7 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
             doc = value.get("doc")
             if not isinstance(doc, dict) or doc.get("runId") != run_id:
                 continue
-            walk.record(offset, value)
+            walk.record(offset, value, doc)
             if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
                 progress(walk.events, total)
     if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
@@ -721,7 +723,8 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                  snapshots=snapshots, handoff_mode=settings.handoff_mode)
     walk.defer_early = True
     start_seq: int | None = from_seq if from_offset is None else None
-    records = reader.read_raw("log", key=run_id, from_offsets={partition: snap["logOffset"]})
+    snap_offset = snap["logOffset"]
+    records = reader.read_raw("log", key=run_id, from_offsets={partition: snap_offset})
     try:
         async for _, batch in records:
             for offset, _, data in batch:
@@ -729,7 +732,7 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                 doc = value.get("doc")
                 if not isinstance(doc, dict) or doc.get("runId") != run_id:
                     continue
-                if offset == snap["logOffset"]:
+                if offset == snap_offset:
                     if (doc.get("sequence") != at or value.get("stateHash") != snap.get("stateHash")
                             or value.get("hash") != snap["headHash"]):
                         return None  # the snapshot disagrees with the record it names: the general path says so
@@ -737,7 +740,7 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                 seq = doc.get("sequence")
                 if start_seq is None and offset >= (from_offset or 0) and type(seq) is int and seq >= walk.next_seq:
                     start_seq = seq
-                walk.record(offset, value)
+                walk.record(offset, value, doc)
                 if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
                     progress(walk.events, None)
     finally:
