@@ -388,7 +388,7 @@ class _Walk:
         usual index needs none of: about 0.4 us of CPU less per event, measured over in-process walks.
         """
         recorded_state = committed.get("stateHash")
-        claimed = committed.get("hash")
+        claimed: Any = committed.get("hash")  # a str once hashes_to has matched it
         head = self.head
         if (type(recorded_state) is not str or committed.get("prevHash") != head or seq in self.digests
                 or not hashes_to(claimed, doc, head.encode("ascii"))):
@@ -401,7 +401,7 @@ class _Walk:
         self.compared += 1
         if seq > self.last_digest:
             self.last_digest = seq
-        self.seen[seq] = (offset, head, claimed)  # claimed is a str: it hashed to something
+        self.seen[seq] = (offset, head, claimed)
         self.head = claimed
         self.next_seq = seq + 1
         return True
