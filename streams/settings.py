@@ -154,6 +154,11 @@ class Settings:
     # interval, is read again from that position (Faust was seen to drop fetched records without
     # delivering them; processors.worker.batch.heal_stalled). 0 = off.
     stall_check_s: float = 5.0
+    # #13 session 8 (latency). Up to batch_commits_in_flight batches of an agent may be committing (their
+    # outputs acknowledged, then their table writes, one batch after another in offset order) while
+    # the next batch is handled; its reads see the writes of the batches still committing. 0 = each batch
+    # commits before the next is handled (processors.worker.batch, "Commits in flight").
+    batch_commits_in_flight: int = 16
 
     @property
     def chdb_dir(self) -> Path:

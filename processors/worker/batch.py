@@ -31,7 +31,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,8 +186,10 @@ class Batch:
     per-batch scratch list (what its hooks act on).
     """
 
-    def __init__(self, wiring: Wiring, agent: str = "", size: int = 0) -> None:
+    def __init__(self, wiring: Wiring, agent: str = "", size: int = 0,
+                 waiting: Mapping[tuple[str, str], tuple[int, Any]] | None = None) -> None:
         self.wiring = wiring
+        self._waiting = waiting  # the agent's writes handled and not durable yet (live: _Commits.overlay)
         if agent:
             METRICS.inc("agentlog_batches_total", agent=agent)
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
@@ -199,7 +201,10 @@ class Batch:
         self._generation = wiring.app.consumer_generation_id
 
     def get(self, table: str, key: str) -> Any:
+        """The key as this batch sees it: its own writes, then those of earlier batches not durable yet."""
         hit = self._writes.get((table, key))
+        if hit is None and self._waiting:
+            hit = self._waiting.get((table, key))
         return hit[1] if hit is not None else self.wiring.tables[table].data.get(key)
 
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
@@ -219,15 +224,33 @@ class Batch:
         await self._outbox.flush()
 
     async def commit(self) -> None:
-        await self._outbox.flush()
-        await self._outbox.wait()
+        await Batch.commit_group([self])
+
+    @staticmethod
+    async def commit_group(group: list[Batch]) -> None:
+        """Make ``group`` (consecutive batches of one agent, oldest first) durable as one batch.
+
+        Every output of every batch acknowledged, then the table writes (a key written by several
+        batches once, with its last value), then each batch's positions in order.
+        """
+        for batch in group:
+            await batch._outbox.flush()
+        for batch in group:
+            await batch._outbox.wait()
+        writes = group[0]._writes
+        if len(group) > 1:
+            writes = {}
+            for batch in group:
+                writes.update(batch._writes)
         by_table: dict[str, list[tuple[str, int, Any]]] = {}
-        for (table, key), (partition, value) in self._writes.items():
+        for (table, key), (partition, value) in writes.items():
             by_table.setdefault(table, []).append((key, partition, value))
         rank = {name: i for i, name in enumerate(TABLE_ORDER)}
+        last = group[-1]
         for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
-            await self._put(self.wiring.tables[table], by_table[table])
-        self._publish_positions()
+            await last._put(last.wiring.tables[table], by_table[table])
+        for batch in group:
+            batch._publish_positions()
 
     async def _put(self, table: Any, writes: list[tuple[str, int, Any]]) -> None:
         """Set the keys and make their changelog records durable, each to ``partition`` (the source record's).
@@ -437,7 +460,8 @@ async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]
 
 
 async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
-                    tick_s: float, window_s: float, idle_events: int, quiet_s: float = 0.0) -> None:
+                    tick_s: float, window_s: float, idle_events: int, quiet_s: float = 0.0,
+                    behind: Callable[[list[Any]], bool] | None = None) -> None:
     """Batches sized by the load: a quiet tick is handled at once, busy ticks pile up (``batch_idle_events``).
 
     Each ``take_events`` tick is handed over as soon as Faust has it, and the next tick is already
@@ -452,6 +476,11 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
     Before ``quiet_s``, the last records of every burst waited out the whole window (0.2 s), which
     was most of publish → log p99 at 1k ev/s in runs without a delivery stall (README "Benchmarks").
     Under load ticks keep coming every ``tick_s``, so the pile still grows to ``batch_max`` or the window.
+
+    A small tick is not quiet when ``behind(events)`` says the broker holds more of its partitions
+    (#13 session 8): Faust hands a 5 ms tick only a few records even with thousands waiting, so once
+    the agent no longer waits for its commits (``_Commits``) nothing else made it pile up, and
+    batches of five records each paid a whole batch's cost.
     """
     loop = asyncio.get_running_loop()
     takes = stream.take_events(max_events, within=tick_s).__aiter__()
@@ -481,7 +510,7 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
             if not pending:
                 deadline = loop.time() + window_s
             pending.extend(events)
-            quiet = not ahead and len(events) < idle_events
+            quiet = not ahead and len(events) < idle_events and not (behind is not None and behind(events))
             if quiet or len(pending) >= max_events or loop.time() >= deadline:
                 batch, pending = pending, []
                 await process(batch)
@@ -491,6 +520,127 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
         await asyncio.wait([nxt])
         if not nxt.cancelled():
             nxt.exception()  # the take that ended the stream (StopAsyncIteration): seen, not an error to log
+
+
+def broker_ahead(consumer: Any, events: list[Any], records: int) -> bool:
+    """Whether the broker holds at least ``records`` more of a partition of ``events`` (its high watermark)."""
+    if consumer is None:
+        return False
+    last: dict[Any, int] = {}
+    for event in events:
+        last[event.message.tp] = event.message.offset
+    for tp, offset in last.items():
+        high = consumer.highwater(tp)
+        if high is not None and high - offset - 1 >= records:
+            return True
+    return False
+
+
+class _Commits:
+    """An agent's handled batches, made durable in the background in groups ("Commits in flight").
+
+    A batch's commit is the module docstring's order (``before_commit``, outputs acknowledged, tables
+    in :data:`TABLE_ORDER`, positions, ``after_commit``). Inline, every record that came meanwhile
+    waited out one output round trip and one per table (four or five acks=all round trips per batch)
+    before it was even handled. Here a handled batch joins the next *group commit* and the agent
+    handles its next batch at once: one committer makes the batches durable, a group at a time, in
+    offset order, each group being every batch handled while the previous group committed — its
+    outputs all acknowledged, then its table writes (one record per key for the whole group, the last
+    value) table after table, then the batches' positions in order. A group is one larger batch as far
+    as a crash can tell, so a crash leaves what it could before: outputs acknowledged whose tables are
+    not written (their records are redelivered, and their outputs, computed from the same state, are
+    byte-identical), never a table ahead of its outputs, never a position ahead of its tables. While a
+    batch waits, later batches read its writes (:attr:`overlay`, :meth:`Batch.get`). At most ``limit``
+    batches wait at once; the agent's next batch then waits for the committer. A failed commit stops
+    the committer (nothing after it becomes durable), is logged at once, and is raised by the agent's
+    next batch, as it was when the batch committed inline. ``limit`` 0: each batch commits inline.
+    """
+
+    def __init__(self, limit: int, agent: str, before: Hook | None, after: Hook | None) -> None:
+        self.limit = limit
+        self.agent = agent
+        self.before = before
+        self.after = after
+        #: (table, key) -> (partition, value) of the batches handled and not yet durable, last write wins
+        self.overlay: dict[tuple[str, str], tuple[int, Any]] = {}
+        self._queued: list[Batch] = []  # handled, for the next group
+        self._waiting = 0  # handled and not yet durable (queued or in the group committing)
+        self._committer: asyncio.Future[None] | None = None
+        self._failed: BaseException | None = None
+
+    async def commit(self, batch: Batch) -> None:
+        """Queue ``batch`` for the next group commit (or commit it now, ``limit`` 0)."""
+        if self.limit <= 0:
+            await self._commit_group([batch])
+            return
+        self.raise_if_failed()
+        self.overlay.update(batch._writes)
+        self._queued.append(batch)
+        self._waiting += 1
+        if self._committer is None or self._committer.done():
+            self._committer = asyncio.ensure_future(self._run())
+        if self._waiting > self.limit:
+            await asyncio.wait([self._committer])
+        self.raise_if_failed()
+
+    async def settle(self) -> None:
+        """Wait until every handled batch is durable or failed (a rebalance revokes partitions)."""
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
+
+    def restart(self) -> None:
+        """The agent (re)starts: nothing of an earlier run of it is waiting, and its failure is behind it."""
+        self._failed = None
+        self._queued.clear()
+        self.overlay.clear()
+        self._waiting = 0
+
+    def raise_if_failed(self) -> None:
+        if self._failed is not None:
+            raise self._failed
+
+    async def drain(self) -> None:
+        """Wait until every handled batch is durable (the stream ended); raise a failure."""
+        if self._committer is not None:
+            await asyncio.wait([self._committer])
+        self.raise_if_failed()
+
+    async def abandon(self) -> None:
+        """The agent is stopping: what is not durable yet is cut short (a crash's redelivery, nothing more)."""
+        if self._committer is not None:
+            self._committer.cancel()
+            await asyncio.wait([self._committer])
+        self.restart()
+
+    async def _run(self) -> None:
+        try:
+            while self._queued:
+                group, self._queued = self._queued, []
+                await self._commit_group(group)
+                self._waiting -= len(group)
+                for batch in group:  # durable: the table holds these writes unless a later batch's wait
+                    for key, write in batch._writes.items():
+                        if self.overlay.get(key) is write:
+                            del self.overlay[key]
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:
+            self._failed = e
+            log.error("agent %s: a commit failed; nothing after it is made durable, the agent stops at its "
+                      "next batch", self.agent, exc_info=e)
+
+    @staticmethod
+    async def _make_durable(group: list[Batch]) -> None:
+        await Batch.commit_group(group)
+
+    async def _commit_group(self, group: list[Batch]) -> None:
+        if self.before is not None:
+            for batch in group:
+                await self.before(batch)
+        await self._make_durable(group)
+        if self.after is not None:
+            for batch in group:
+                await self.after(batch)
 
 
 def batched_agent(
@@ -524,8 +674,11 @@ def batched_agent(
 
     slice_s = settings.batch_slice_ms / 1000.0
 
+    commits = _Commits(wiring.settings.batch_commits_in_flight, name, before_commit, after_commit)
+
     async def process(events: list[Any]) -> None:
-        batch = Batch(wiring, name, len(events))
+        commits.raise_if_failed()
+        batch = Batch(wiring, name, len(events), commits.overlay)
         clock = loop_clock
         resumed = clock()
         for event in events:
@@ -539,24 +692,36 @@ def batched_agent(
                 await asyncio.sleep(0)
                 resumed = clock()
         await batch.flush()  # the outputs leave now; ``before_commit`` may wait for some (snapshots do)
-        if before_commit is not None:
-            await before_commit(batch)
-        await batch.commit()
-        if after_commit is not None:
-            await after_commit(batch)
+        await commits.commit(batch)
+
+    async def settle_commits(app: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
+        # Faust waits for the agents' current events and flushes its producer before a rebalance goes
+        # on; batches still waiting for their commit must be durable by then too, or their table
+        # writes would land after the partitions' next owner recovered the tables.
+        await commits.settle()
+
+    wiring.app.on_partitions_revoked.connect(settle_commits)  # type: ignore[arg-type]  # mode types it as a union of sync and async handlers, which mypy matches neither of
+
+    def behind(events: list[Any]) -> bool:
+        return broker_ahead(wiring.app.consumer, events, settings.batch_idle_events)
 
     async def agent(stream: Any) -> None:
-        if adaptive:
-            await _adaptive(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                            window_s=within_s, idle_events=settings.batch_idle_events,
-                            quiet_s=settings.batch_quiet_ms / 1000.0)
-            return
-        if not pipelined:
-            async for events in stream.take_events(max_events, within=within_s):
-                await process(list(events))
-            return
-        await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                         linger_s=within_s)
+        commits.restart()  # Faust's supervisor restarts a crashed agent with the same stream
+        try:
+            if adaptive:
+                await _adaptive(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
+                                window_s=within_s, idle_events=settings.batch_idle_events,
+                                quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
+            elif not pipelined:
+                async for events in stream.take_events(max_events, within=within_s):
+                    await process(list(events))
+            else:
+                await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
+                                 linger_s=within_s)
+        except BaseException:
+            await commits.abandon()
+            raise
+        await commits.drain()
 
     agent.__name__ = name.replace("-", "_")
     wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

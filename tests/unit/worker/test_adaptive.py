@@ -58,3 +58,64 @@ def test_without_a_quiet_time_the_burst_waits_for_the_window():
     took, batches = asyncio.run(_handled_after(0.0))
     assert batches == [list(range(40))]
     assert took >= WINDOW_S * 0.9
+
+
+class SmallTicks:
+    """Ticks of a few records each (what Faust hands a 5 ms tick even with a backlog), then silence."""
+
+    def __init__(self, ticks: int, per_tick: int) -> None:
+        self.ticks, self.per_tick = ticks, per_tick
+        self.end = asyncio.Event()
+
+    def take_events(self, max_events: int, within: float):
+        async def ticks():
+            for t in range(self.ticks):
+                await asyncio.sleep(0.001)
+                yield [t * self.per_tick + i for i in range(self.per_tick)]
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.end.wait(), WINDOW_S * 2)
+
+        return ticks()
+
+
+async def _batches_of_small_ticks(behind) -> list[list[int]]:
+    stream = SmallTicks(ticks=10, per_tick=4)
+    batches: list[list[int]] = []
+
+    async def process(events: list[int]) -> None:
+        batches.append(events)
+        if sum(map(len, batches)) == 40:
+            stream.end.set()
+
+    await _adaptive(stream, process, max_events=1000, tick_s=0.005, window_s=WINDOW_S, idle_events=16,
+                    quiet_s=0.05, behind=behind)
+    return batches
+
+
+def test_small_ticks_are_handled_at_once_when_the_broker_holds_nothing_more():
+    batches = asyncio.run(_batches_of_small_ticks(lambda events: False))
+    assert len(batches) == 10 and all(len(b) == 4 for b in batches)
+
+
+def test_small_ticks_pile_up_while_the_broker_holds_more_of_their_partitions():
+    # The broker is ahead until the tick bringing record 35: the ticks up to it pile into one batch,
+    # handled with that tick; the last tick is quiet again.
+    batches = asyncio.run(_batches_of_small_ticks(lambda events: events[-1] < 35))
+    assert batches == [list(range(36)), list(range(36, 40))]
+
+
+def test_the_broker_is_ahead_when_a_partition_of_the_tick_has_enough_records_beyond_its_last():
+    from types import SimpleNamespace
+
+    from processors.worker.batch import broker_ahead
+
+    def event(tp: str, offset: int) -> SimpleNamespace:
+        return SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset))
+
+    highs = {"p0": 10, "p1": 120}
+    consumer = SimpleNamespace(highwater=highs.get)
+    assert not broker_ahead(consumer, [event("p0", 8), event("p0", 9)], 16)  # p0 read to its end
+    assert broker_ahead(consumer, [event("p0", 9), event("p1", 100)], 16)  # p1 holds 19 more
+    assert not broker_ahead(consumer, [event("p1", 104)], 16)  # 15 more: below the threshold
+    assert not broker_ahead(consumer, [event("p2", 0)], 16)  # no high watermark known yet
+    assert not broker_ahead(None, [event("p1", 0)], 16)  # no consumer (not started)
