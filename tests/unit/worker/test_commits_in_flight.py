@@ -45,6 +45,16 @@ class Gated(_Commits):
         self.log.append(f"durable {names}")
 
 
+async def _a_committing_b_waiting(log: list[str], **kwargs: Any) -> Gated:
+    """A committer whose first batch (``a``) is being made durable, held, while ``b`` waits for the next group."""
+    commits = Gated(8, log, **kwargs)
+    commits.gate.clear()
+    await commits.commit(_batch("a"))
+    await asyncio.sleep(0.01)  # a's commit has started, and is held
+    await commits.commit(_batch("b"))
+    return commits
+
+
 def test_the_agent_goes_on_while_a_batch_commits_and_batches_handled_meanwhile_commit_as_one_group():
     async def scenario() -> list[str]:
         log: list[str] = []
@@ -121,11 +131,7 @@ def test_hooks_run_around_each_group_batch_by_batch_in_order():
 def test_a_failed_commit_makes_nothing_after_it_durable_and_the_next_batch_raises_it():
     async def scenario() -> list[str]:
         log: list[str] = []
-        commits = Gated(8, log, fail_on="a")
-        commits.gate.clear()
-        await commits.commit(_batch("a"))
-        await asyncio.sleep(0.01)
-        await commits.commit(_batch("b"))
+        commits = await _a_committing_b_waiting(log, fail_on="a")
         commits.gate.set()
         await asyncio.sleep(0.01)
         with pytest.raises(RuntimeError, match="broker said no"):
@@ -145,11 +151,7 @@ def test_a_failed_commit_makes_nothing_after_it_durable_and_the_next_batch_raise
 def test_abandon_cuts_the_commit_short_and_nothing_waiting_is_made_durable():
     async def scenario() -> list[str]:
         log: list[str] = []
-        commits = Gated(8, log)
-        commits.gate.clear()
-        await commits.commit(_batch("a"))
-        await asyncio.sleep(0.01)
-        await commits.commit(_batch("b"))
+        commits = await _a_committing_b_waiting(log)
         await commits.abandon()
         commits.gate.set()
         await asyncio.sleep(0.01)
@@ -237,11 +239,7 @@ def test_a_group_is_made_durable_as_one_batch_outputs_then_tables_in_order_then_
 def test_settle_waits_until_every_waiting_batch_is_durable():
     async def scenario() -> list[str]:
         log: list[str] = []
-        commits = Gated(8, log)
-        commits.gate.clear()
-        await commits.commit(_batch("a"))
-        await asyncio.sleep(0.01)
-        await commits.commit(_batch("b"))
+        commits = await _a_committing_b_waiting(log)
         settle = asyncio.ensure_future(commits.settle())  # what a rebalance's revocation waits for
         await asyncio.sleep(0.01)
         assert not settle.done()
