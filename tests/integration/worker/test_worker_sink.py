@@ -396,3 +396,72 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
             assert len(rows) == 1, "the lanes' connections are closed when the sink stops"
 
     asyncio.run(scenario())
+
+
+# -- scheduling: a busy lane does not stop the fetch, and the longest partition goes first -------
+
+def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next(settings):
+    """While every lane is busy the sink keeps fetching (the buffers fill to the end of every
+    partition instead of the loop waiting for the lane), and the lane that frees takes the partition
+    with the most rows left, in a batch of up to twice ``sink_batch_rows``. Exactly once throughout."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink, ledger_gaps
+    from streams.codec import encode_record
+    from streams.topics import topic_name
+    from tests.bench.bench_sink import RUNS, _committed
+
+    # 270 records: with one lane the sink buffers up to (1 + 2) x 100 (the memory bound), so all of them
+    settings = settings.replace(sink_batch_rows=100, sink_flush_s=30.0, sink_lanes=1, partitions=3)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(270)
+    sizes = {0: range(0, 15), 1: range(15, 71), 2: range(71, RUNS)}  # ~40, ~150, ~80 records
+    where = {f"sink-run-{r}": p for p, runs in sizes.items() for r in runs}
+    total = len(records)
+
+    class Held(AuditSink):
+        batches: list[tuple[int, int]] = []
+        at_release: dict[int, int] = {}
+        fetched_while_busy = False
+
+        async def flush(self, tp, messages, **kw):
+            Held.batches.append((tp.partition, len(messages)))
+            if len(Held.batches) == 1:  # hold the only lane until every record is buffered (or 20 s)
+                deadline = asyncio.get_running_loop().time() + 20
+                while asyncio.get_running_loop().time() < deadline:
+                    if sum(len(p.messages) for p in self._parts.values()) + len(messages) == total:
+                        Held.fetched_while_busy = True
+                        break
+                    await asyncio.sleep(0.05)
+                Held.at_release = {t.partition: len(p.messages) for t, p in self._parts.items()}
+            await super().flush(tp, messages, **kw)
+
+    async def scenario():
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for r in records:
+                run = r["doc"]["runId"]
+                await producer.send(topic_name(settings, "log"), encode_record(r), key=run.encode(),
+                                    partition=where[run])
+            await producer.flush()
+        finally:
+            await producer.stop()
+        with open_store(settings) as store:
+            migrate(store)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            await _run_until(Held(settings, store, topics={"log": "committed"}), lambda: count() >= total)
+            await asyncio.sleep(0.5)
+            assert count() == total  # plain count(), no FINAL
+            assert ledger_gaps(store) == []
+            assert store.query("SELECT sum(events) FROM run_rollup").rows[0][0] == total
+        assert Held.fetched_while_busy, f"the loop stopped fetching while the lane was busy: {Held.batches}"
+        largest = max(Held.at_release, key=lambda p: Held.at_release[p])
+        assert Held.batches[1] == (largest, min(200, Held.at_release[largest])), (Held.at_release, Held.batches)
+
+    asyncio.run(scenario())
