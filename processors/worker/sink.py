@@ -1053,8 +1053,9 @@ class AuditSink:
                 # the batches just started and those in flight take their turn (their next statement)
                 # first, or ClickHouse idles
                 await asyncio.sleep(0)
-                if waiting and self._inflight and self._buffer_full():
-                    # enough fetched for every lane: wait for one instead of buffering more
+                if self._inflight and self._buffer_full():
+                    # enough fetched for every lane (or one partition far ahead of its batch in
+                    # flight): wait for a batch to be stored instead of buffering more
                     await asyncio.wait([task for task, _lane in self._inflight.values()],
                                        return_when=asyncio.FIRST_COMPLETED)
                     continue

@@ -465,3 +465,45 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
         assert Held.batches[1] == (largest, min(200, Held.at_release[largest])), (Held.at_release, Held.batches)
 
     asyncio.run(scenario())
+
+
+def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings):
+    """The loop fetches on while a batch is stored, but not without bound: with one partition far
+    ahead of its batch in flight it buffers at most (lanes + 2) batches (and one fetch), then waits."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink, ledger_gaps
+    from streams.codec import encode_record
+    from tests.bench.bench_sink import _committed
+
+    settings = settings.replace(sink_batch_rows=50, sink_flush_s=30.0, sink_lanes=1, partitions=1)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(600)
+
+    class Held(AuditSink):
+        most = 0
+        held = False
+
+        async def flush(self, tp, messages, **kw):
+            if not Held.held:  # hold the first batch for 3 s, watching what is buffered meanwhile
+                Held.held = True
+                for _ in range(60):
+                    Held.most = max(Held.most, sum(len(p.messages) for p in self._parts.values()))
+                    await asyncio.sleep(0.05)
+            await super().flush(tp, messages, **kw)
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in records], [r["doc"]["runId"] for r in records])
+        with open_store(settings) as store:
+            migrate(store)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            await _run_until(Held(settings, store, topics={"log": "committed"}), lambda: count() >= len(records))
+            await asyncio.sleep(0.5)
+            assert count() == len(records)
+            assert ledger_gaps(store) == []
+        assert 100 <= Held.most < (1 + 2) * 50 + 50, Held.most  # it did fetch ahead, and stopped
+
+    asyncio.run(scenario())
