@@ -623,6 +623,8 @@ class AuditSink:
         #: per partition, the offset after its last stored batch, not committed yet (:meth:`_commit_stored`)
         self._commits: dict[TopicPartition, int] = {}
         self._committing: asyncio.Task[None] | None = None
+        #: partitions paused because their buffer holds a whole batch beyond the one in flight (:meth:`_hold`)
+        self._held: set[TopicPartition] = set()
 
     @property
     def sink(self) -> BlockingSink:
@@ -663,6 +665,7 @@ class AuditSink:
         tps = list(tps)
         for tp in tps:
             self._parts.pop(tp, None)
+        self._held.difference_update(tps)
         held = [tp for tp in tps if tp in self.consumer.assignment()]
         self.consumer.pause(*held)
         try:
@@ -706,6 +709,7 @@ class AuditSink:
         # Unflushed buffers have no ledger row yet: the next owner reads them again.
         for tp in tps:
             self._parts.pop(tp, None)
+        self._held.difference_update(tps)
 
     def _listener(self) -> ConsumerRebalanceListener:
         sink = self
@@ -870,6 +874,8 @@ class AuditSink:
                 if self._parts.get(tp) is not part:
                     return
                 part.pending, part.messages, part.lo, part.since = None, rest, hi + 1, time.monotonic()
+        if part is not None and self._parts.get(tp) is part:
+            self._hold(tp, part)
 
     def _absent(self, tp: TopicPartition, part: _Partition, offset: int) -> bool:
         """A record past the expected offset: True if the offsets between are confirmed absent.
@@ -934,8 +940,24 @@ class AuditSink:
         if part.messages:
             part.lo, part.since = hi + 1, time.monotonic()
         part.burst = len(messages) >= self._burst_rows
+        self._hold(tp, part)
         task = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=hi, lane=lane))
         self._inflight[tp] = (task, lane)
+
+    def _hold(self, tp: TopicPartition, part: _Partition) -> None:
+        """Pause fetching a partition while its buffer holds a whole batch (:attr:`_max_batch`) and resume it
+        below that: more would only wait for its batch in flight, and the fetch goes on for the partitions
+        that can use a free lane (the bound of :meth:`_buffer_full` applies only while every lane is busy)."""
+        assert self.consumer is not None
+        # (a range to re-form is read to its end whatever its length: it may predate this bound)
+        full = part.pending is None and len(part.messages) >= self._max_batch
+        if full and tp not in self._held and tp in self.consumer.assignment():
+            self.consumer.pause(tp)
+            self._held.add(tp)
+        elif not full and tp in self._held:
+            self._held.discard(tp)
+            if tp in self.consumer.assignment():
+                self.consumer.resume(tp)
 
     def _backlog(self, tp: TopicPartition, part: _Partition) -> int:
         """Rows of the partition still to store: buffered, and on the broker past them (as of the last fetch)."""
@@ -950,8 +972,11 @@ class AuditSink:
         return 2 * max(1, self.settings.sink_batch_rows)
 
     def _buffer_full(self) -> bool:
-        """True when the buffers hold enough for every lane and two batches more: the loop waits for
-        a batch to be stored instead of fetching (the bound on what the sink holds in memory)."""
+        """True when every lane is busy and the buffers hold enough for every lane and two batches more:
+        the loop waits for a batch to be stored instead of fetching (the bound on what the sink holds in
+        memory; with a lane free it fetches on for a partition that can use it, see :meth:`_hold`)."""
+        if len(self._inflight) < len(self.sinks):
+            return False
         buffered = sum(len(part.messages) for part in self._parts.values())
         return buffered >= (len(self.sinks) + 2) * max(1, self.settings.sink_batch_rows)
 
@@ -1071,8 +1096,15 @@ class AuditSink:
             for task, _lane in list(self._inflight.values()):
                 task.cancel()
             for tp in list(self._inflight):
-                with contextlib.suppress(asyncio.CancelledError):
+                try:
                     await self._settle(tp)
+                except asyncio.CancelledError:
+                    pass
+                except BaseException as e:  # noqa: BLE001 - the loop already stops with its own error
+                    # two lanes can fail at once (a crash taking both batches): the second batch's
+                    # error must not skip stopping the consumer and closing the lanes below
+                    log.error("sink: a batch of %s/%d also failed while the sink stopped: %r",
+                              tp.topic, tp.partition, e)
             if self._committing is not None:
                 self._committing.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -507,3 +507,55 @@ def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(se
         assert 100 <= Held.most < (1 + 2) * 50 + 50, Held.most  # it did fetch ahead, and stopped
 
     asyncio.run(scenario())
+
+
+def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes(settings):
+    """A crash that takes both lanes' batches (not an Exception: no retry) ends the sink with that
+    error, and the second batch's error does not skip the cleanup: the consumer stops, the lanes'
+    connections close (a leaked one holds the chdb directory for the whole process).
+
+    It also needs the second lane to get a batch while the first partition's buffer is full: that
+    partition is paused and the fetch goes on for the others (without it the buffer bound stopped the
+    fetch and the free lane idled until the first batch was stored)."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink
+    from schemas.errors import StoreError
+    from streams.codec import encode_record
+    from tests.bench.bench_sink import _committed
+
+    settings = settings.replace(sink_batch_rows=20, sink_flush_s=0.2, sink_lanes=2, partitions=4)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(400)
+
+    class BothDie(AuditSink):
+        arrived = 0
+        lanes: list = []
+        die_at: float | None = None
+
+        async def flush(self, tp, messages, **kw):
+            BothDie.arrived += 1
+            BothDie.lanes = list(self.sinks)
+            loop = asyncio.get_running_loop()
+            for _ in range(200):  # until both lanes hold a batch (10 s at most)
+                if BothDie.arrived >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            if BothDie.die_at is None:
+                BothDie.die_at = loop.time() + 0.2
+            await asyncio.sleep(BothDie.die_at - loop.time())  # both die in the same turn of the loop
+            raise _Killed
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in records], [r["doc"]["runId"] for r in records])
+        with open_store(settings) as store:
+            migrate(store)
+            sink = BothDie(settings, store, topics={"log": "committed"})
+            with pytest.raises(_Killed):
+                await _run_until(sink, lambda: False)
+            assert BothDie.arrived >= 2 and len(BothDie.lanes) == 2
+            assert len(sink.sinks) == 1, "the lanes' connections were not closed"
+            with pytest.raises(StoreError, match="closed"):
+                BothDie.lanes[1].store.query("SELECT 1")
+
+    asyncio.run(scenario())
