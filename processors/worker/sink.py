@@ -927,14 +927,16 @@ class AuditSink:
         return max(0, len(ready) - len(free))
 
     def _start(self, tp: TopicPartition, part: _Partition, lane: int) -> None:
-        """Store up to :attr:`_max_batch` of the partition's buffer as one batch on ``lane``, in the background.
+        """Store the partition's buffer as one batch on ``lane``, in the background: all of it, or
+        :attr:`_max_batch` records if the rest would still make a batch (no small batch left behind).
 
         chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
         beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
         buffers the next. Batches of different partitions go on different lanes at once, up to
         ``sink_lanes`` (:meth:`_open_lanes`).
         """
-        messages, lo = part.messages[:self._max_batch], part.lo
+        whole = len(part.messages) < self._max_batch + self.settings.sink_batch_rows
+        messages, lo = (part.messages if whole else part.messages[:self._max_batch]), part.lo
         part.messages = part.messages[len(messages):]
         hi = messages[-1].offset
         if part.messages:
@@ -945,12 +947,13 @@ class AuditSink:
         self._inflight[tp] = (task, lane)
 
     def _hold(self, tp: TopicPartition, part: _Partition) -> None:
-        """Pause fetching a partition while its buffer holds a whole batch (:attr:`_max_batch`) and resume it
-        below that: more would only wait for its batch in flight, and the fetch goes on for the partitions
-        that can use a free lane (the bound of :meth:`_buffer_full` applies only while every lane is busy)."""
+        """Pause fetching a partition while its buffer holds its next batch at the most (:attr:`_max_batch`
+        and ``sink_batch_rows`` more: see :meth:`_start`) and resume it below that: more would only wait
+        for its batch in flight, and the fetch goes on for the partitions that can use a free lane (the
+        bound of :meth:`_buffer_full` applies only while every lane is busy)."""
         assert self.consumer is not None
         # (a range to re-form is read to its end whatever its length: it may predate this bound)
-        full = part.pending is None and len(part.messages) >= self._max_batch
+        full = part.pending is None and len(part.messages) >= self._max_batch + self.settings.sink_batch_rows
         if full and tp not in self._held and tp in self.consumer.assignment():
             self.consumer.pause(tp)
             self._held.add(tp)
@@ -967,8 +970,9 @@ class AuditSink:
 
     @property
     def _max_batch(self) -> int:
-        """The most records one batch takes: a buffer that grew while its partition's last batch was
-        stored goes as one batch of up to twice ``sink_batch_rows`` (fewer statements and parts), the rest after it."""
+        """A buffer that grew while its partition's last batch was stored goes as one batch (fewer
+        statements and parts): all of it while shorter than this and ``sink_batch_rows`` more, else this
+        many records (twice ``sink_batch_rows``) and the rest after them (:meth:`_start`)."""
         return 2 * max(1, self.settings.sink_batch_rows)
 
     def _buffer_full(self) -> bool:
