@@ -116,7 +116,7 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
 
 
 #: A drained partition's buffer is flushed at once from this fraction of ``sink_batch_rows`` on, and
-#: so is the rest after such a batch (:meth:`AuditSink._drained`): 1,000 records by default, four
+#: so is the rest after such a batch (:meth:`AuditSink._drained`): 1,500 records by default, six
 #: seconds of a 1k ev/s trickle spread over four partitions, so a trickle still waits for ``sink_flush_s``.
 DRAINED_FRACTION = 20
 
