@@ -10,9 +10,6 @@ same rows, already mapped to columns, with one raw ``client.insert`` per batch i
 ``events_raw`` (same columns, no views): what ClickHouse itself costs. Issue 14 goal:
 ours ≥ 0.5× baseline, measured in the same run.
 
-The sink runs under the worker's garbage-collector pacer (:mod:`processors.worker.gcpause`), as
-it does in every worker role; the baseline runs after it, with the collector as Python sets it.
-
 ``python -m tests.bench.bench_sink [--events N]`` runs it alone (broker from
 ``AGENTLOG_KAFKA_BOOTSTRAP``); the harness calls ``run(ctx)``. The sink stores two partitions'
 batches at once by default; ``AGENTLOG_SINK_LANES=1`` measures it one batch at a time.
@@ -87,24 +84,8 @@ def run(ctx: BenchContext) -> dict:
 
         async def ours() -> float:
             from processors.metrics import METRICS
-            from processors.worker.gcpause import GcPacer
             from processors.worker.sink import AuditSink
 
-            # The collector as the worker runs it, for every role (processors.worker.gcpause): what
-            # survived so far frozen every gc_freeze_every_s, no generation-2 trigger. Without it a
-            # full collection walked this bench's own 200k generated records (a heap the worker has
-            # not) while the sink held its buffers: a 100-300 ms stop of the sink's event loop, the
-            # fetch and the lanes' scheduling with it, once or twice per run (measured, gc.callbacks).
-            pacer = GcPacer(freeze_every_s=settings.gc_freeze_every_s, full_every_s=settings.gc_full_every_s)
-            pacer.start()
-            pacer.tick()
-
-            async def pace() -> None:
-                while pacer.enabled:
-                    await asyncio.sleep(settings.gc_freeze_every_s)
-                    pacer.tick()
-
-            pacing = asyncio.ensure_future(pace())
             sink = AuditSink(settings, store, topics={"log": "committed"})
             t0 = time.perf_counter()
             task = asyncio.ensure_future(sink.run())
@@ -128,11 +109,8 @@ def run(ctx: BenchContext) -> dict:
                 return n / (t1 - first)
             finally:
                 task.cancel()
-                pacing.cancel()
-                for t in (task, pacing):
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await t
-                pacer.stop()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
         timings: dict[str, float] = {}
         ours_rate = asyncio.run(ours())
