@@ -35,6 +35,11 @@ from tests.bench import BenchContext
 
 RUNS = 100
 
+#: The baseline's rows per ``client.insert``: 20,000, as it has been measured since the sink's first
+#: figure. It followed ``sink_batch_rows`` until session 8 raised that default to 30,000; it is kept,
+#: so the baseline stays what it was (in that session's runs 30,000-row direct inserts were no faster).
+BASELINE_BATCH = 20_000
+
 
 def _committed(n: int) -> list[dict]:
     heads = [GENESIS] * RUNS
@@ -76,7 +81,7 @@ def run(ctx: BenchContext) -> dict:
     asyncio.run(ensure_topics(settings))
     records = _committed(n)
     asyncio.run(_produce(settings, records))
-    batch = settings.sink_batch_rows
+    batch = BASELINE_BATCH
 
     with tempfile.TemporaryDirectory(prefix="agentlog-bench-sink-") as tmp:
         store = open_store(f"chdb://{tmp}/ch")
@@ -128,7 +133,7 @@ def run(ctx: BenchContext) -> dict:
         "baseline": raw_rate,
         "unit": "rows/s",
         "goal_ratio": 0.5,
-        "details": {"rows": n, "batch": batch, "rows_in_clickhouse": stored, **timings},
+        "details": {"rows": n, "batch": settings.sink_batch_rows, "baseline_batch": batch, "rows_in_clickhouse": stored, **timings},
     }
 
 

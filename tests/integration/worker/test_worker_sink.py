@@ -396,3 +396,166 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
             assert len(rows) == 1, "the lanes' connections are closed when the sink stops"
 
     asyncio.run(scenario())
+
+
+# -- scheduling: a busy lane does not stop the fetch, and the longest partition goes first -------
+
+def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next(settings):
+    """While every lane is busy the sink keeps fetching (the buffers fill to the end of every
+    partition instead of the loop waiting for the lane), and the lane that frees takes the partition
+    with the most rows left, all its buffer in one batch (up to 3 x ``sink_batch_rows``). Exactly once throughout."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink, ledger_gaps
+    from streams.codec import encode_record
+    from streams.topics import topic_name
+    from tests.bench.bench_sink import RUNS, _committed
+
+    # 270 records: with one lane the sink buffers up to (1 + 2) x 100 (the memory bound), so all of them
+    settings = settings.replace(sink_batch_rows=100, sink_flush_s=30.0, sink_lanes=1, partitions=3)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(270)
+    sizes = {0: range(0, 15), 1: range(15, 71), 2: range(71, RUNS)}  # ~40, ~150, ~80 records
+    where = {f"sink-run-{r}": p for p, runs in sizes.items() for r in runs}
+    total = len(records)
+
+    class Held(AuditSink):
+        batches: list[tuple[int, int]] = []
+        at_release: dict[int, int] = {}
+        fetched_while_busy = False
+
+        async def flush(self, tp, messages, **kw):
+            Held.batches.append((tp.partition, len(messages)))
+            if len(Held.batches) == 1:  # hold the only lane until every record is buffered (or 20 s)
+                deadline = asyncio.get_running_loop().time() + 20
+                while asyncio.get_running_loop().time() < deadline:
+                    if sum(len(p.messages) for p in self._parts.values()) + len(messages) == total:
+                        Held.fetched_while_busy = True
+                        break
+                    await asyncio.sleep(0.05)
+                Held.at_release = {t.partition: len(p.messages) for t, p in self._parts.items()}
+            await super().flush(tp, messages, **kw)
+
+    async def scenario():
+        from aiokafka import AIOKafkaProducer
+
+        producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
+        await producer.start()
+        try:
+            for r in records:
+                run = r["doc"]["runId"]
+                await producer.send(topic_name(settings, "log"), encode_record(r), key=run.encode(),
+                                    partition=where[run])
+            await producer.flush()
+        finally:
+            await producer.stop()
+        with open_store(settings) as store:
+            migrate(store)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            await _run_until(Held(settings, store, topics={"log": "committed"}), lambda: count() >= total)
+            await asyncio.sleep(0.5)
+            assert count() == total  # plain count(), no FINAL
+            assert ledger_gaps(store) == []
+            assert store.query("SELECT sum(events) FROM run_rollup").rows[0][0] == total
+        assert Held.fetched_while_busy, f"the loop stopped fetching while the lane was busy: {Held.batches}"
+        largest = max(Held.at_release, key=lambda p: Held.at_release[p])
+        assert Held.batches[1] == (largest, Held.at_release[largest]), (Held.at_release, Held.batches)
+
+    asyncio.run(scenario())
+
+
+def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings):
+    """The loop fetches on while a batch is stored, but not without bound: with one partition far
+    ahead of its batch in flight it buffers at most (lanes + 2) batches (and one fetch), then waits."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink, ledger_gaps
+    from streams.codec import encode_record
+    from tests.bench.bench_sink import _committed
+
+    settings = settings.replace(sink_batch_rows=50, sink_flush_s=30.0, sink_lanes=1, partitions=1)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(600)
+
+    class Held(AuditSink):
+        most = 0
+        held = False
+
+        async def flush(self, tp, messages, **kw):
+            if not Held.held:  # hold the first batch for 3 s, watching what is buffered meanwhile
+                Held.held = True
+                for _ in range(60):
+                    Held.most = max(Held.most, sum(len(p.messages) for p in self._parts.values()))
+                    await asyncio.sleep(0.05)
+            await super().flush(tp, messages, **kw)
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in records], [r["doc"]["runId"] for r in records])
+        with open_store(settings) as store:
+            migrate(store)
+
+            def count() -> int:
+                return store.query("SELECT count() FROM events").rows[0][0]
+
+            await _run_until(Held(settings, store, topics={"log": "committed"}), lambda: count() >= len(records))
+            await asyncio.sleep(0.5)
+            assert count() == len(records)
+            assert ledger_gaps(store) == []
+        assert 100 <= Held.most < (1 + 2) * 50 + 50, Held.most  # it did fetch ahead, and stopped
+
+    asyncio.run(scenario())
+
+
+def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes(settings):
+    """A crash that takes both lanes' batches (not an Exception: no retry) ends the sink with that
+    error, and the second batch's error does not skip the cleanup: the consumer stops, the lanes'
+    connections close (a leaked one holds the chdb directory for the whole process).
+
+    It also needs the second lane to get a batch while the first partition's buffer is full: that
+    partition is paused and the fetch goes on for the others (without it the buffer bound stopped the
+    fetch and the free lane idled until the first batch was stored)."""
+    from processors.audit.migrations import migrate
+    from processors.audit.store import open_store
+    from processors.worker.sink import AuditSink
+    from schemas.errors import StoreError
+    from streams.codec import encode_record
+    from tests.bench.bench_sink import _committed
+
+    settings = settings.replace(sink_batch_rows=20, sink_flush_s=0.2, sink_lanes=2, partitions=4)
+    asyncio.run(ensure_topics(settings))
+    records = _committed(400)
+
+    class BothDie(AuditSink):
+        arrived = 0
+        lanes: list = []
+        die_at: float | None = None
+
+        async def flush(self, tp, messages, **kw):
+            BothDie.arrived += 1
+            BothDie.lanes = list(self.sinks)
+            loop = asyncio.get_running_loop()
+            for _ in range(200):  # until both lanes hold a batch (10 s at most)
+                if BothDie.arrived >= 2:
+                    break
+                await asyncio.sleep(0.05)
+            if BothDie.die_at is None:
+                BothDie.die_at = loop.time() + 0.2
+            await asyncio.sleep(BothDie.die_at - loop.time())  # both die in the same turn of the loop
+            raise _Killed
+
+    async def scenario():
+        await _produce(settings, "log", [encode_record(r) for r in records], [r["doc"]["runId"] for r in records])
+        with open_store(settings) as store:
+            migrate(store)
+            sink = BothDie(settings, store, topics={"log": "committed"})
+            with pytest.raises(_Killed):
+                await _run_until(sink, lambda: False)
+            assert BothDie.arrived >= 2 and len(BothDie.lanes) == 2
+            assert len(sink.sinks) == 1, "the lanes' connections were not closed"
+            with pytest.raises(StoreError, match="closed"):
+                BothDie.lanes[1].store.query("SELECT 1")
+
+    asyncio.run(scenario())
