@@ -25,10 +25,10 @@ from typing import Any, cast
 
 import orjson
 
-from schemas.canonical import canonical_leaf, sha256_hex, utf16_key
+from schemas.canonical import canonical_leaf, jcs_parsed, sha256_hex, utf16_key
 from schemas.errors import EventRejected
 
-__all__ = ["ResumableStateHash", "StateHasher"]
+__all__ = ["ExactStateHash", "ResumableStateHash", "StateHasher"]
 
 
 class StateHasher:
@@ -179,7 +179,7 @@ class ResumableStateHash:
                 at = order[i]
                 if at < start:
                     start = at
-                parts[at] = orjson.dumps(values[i], option=_SORTED)
+                parts[at] = self._spell(values[i])
         checkpoints, names, parts = self._checkpoints, self._names, self._parts
         h = checkpoints[start].copy()
         last = len(names) - 1
@@ -191,6 +191,11 @@ class ResumableStateHash:
         h.update(b"}")
         return str(h.hexdigest())
 
+    @staticmethod
+    def _spell(value: Any) -> bytes:
+        """A member value's bytes: orjson's sorted spelling (a candidate for its JCS)."""
+        return orjson.dumps(value, option=_SORTED)
+
     def _reset(self, state: Mapping[str, Any], keys: list[str]) -> None:
         self._valid = False
         ordered = sorted(keys) if "".join(keys).isascii() else sorted(keys, key=utf16_key)
@@ -200,9 +205,48 @@ class ResumableStateHash:
         self._order = [position[k] for k in keys]
         self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(ordered)]
         values = [state[k] for k in ordered]
-        self._parts = [orjson.dumps(v, option=_SORTED) for v in values]
+        spell = self._spell
+        self._parts = [spell(v) for v in values]
         self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
         self._valid = True
 
 
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+
+class ExactStateHash(ResumableStateHash):
+    """Callable ``state -> sha256_hex(jcs(state))``, exactly, resuming SHA-256 where the state changed.
+
+    The live worker's state hash (#13 session 8). :class:`ResumableStateHash`'s layout (sorted
+    top-level members, a SHA-256 context kept at every member boundary, a member's bytes reused
+    while its value is the same object), with each member's value spelled by
+    :func:`schemas.canonical.jcs_parsed`: orjson's sorted bytes where they are provably JCS (no
+    exponent or integral float token, no 4-byte character, which would change the key order;
+    integers past 2**53 and lone surrogates make orjson raise), the exact encoder otherwise. Member
+    names are sorted by UTF-16 unit and written by :func:`canonical_leaf`, so the whole is JCS by
+    definition and the digest is the reference one, not a candidate.
+
+    The precondition is :func:`jcs_parsed`'s: the state holds only what a strict JSON decoder
+    gives (dicts, lists, str, int, finite float, bool, None), which is what the fold builds from
+    validated docs. :class:`StateHasher` walked every member of every changed dict in Python,
+    ~10% of the worker's main thread at saturation; here a changed member is one C call, and the
+    unchanged members before it are not hashed again. A value that cannot be canonicalised raises
+    what :func:`schemas.canonical.jcs` raises.
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def _spell(value: Any) -> bytes:
+        return jcs_parsed(value)
+
+    def __call__(self, state: Mapping[str, Any]) -> str:
+        if state is self._last and self._hex is not None:
+            return self._hex
+        try:
+            digest = self._digest(state)
+        except BaseException:
+            self._valid, self._last, self._hex = False, None, None
+            raise
+        self._last, self._hex = state, digest
+        return digest
