@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 import processors.core.runstate as runstate
 from processors.core.fold import fold
 from processors.core.statehash import ExactStateHash
-from schemas.errors import EventRejected
 from schemas.canonical import GENESIS, chain_hash, sha256_hex
+from schemas.errors import EventRejected
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
 from tests.unit.schemas.test_fast_paths import _keys, _values
