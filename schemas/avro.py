@@ -210,9 +210,9 @@ def decode_avro(data: bytes | bytearray | memoryview) -> dict[str, Any]:
         raise EventRejected("unknown_schema_id", f"schema id {schema_id} is not registered (expected {SCHEMA_ID})")
     fast = _read_body(data)
     if fast is not None:
-        doc, payload = fast
-        doc["payload"] = loads_strict(payload)
-        return doc
+        read, payload = fast
+        read["payload"] = loads_strict(payload)
+        return read
     body = io.BytesIO(data)
     body.seek(_HEADER.size)
     try:
