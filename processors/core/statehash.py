@@ -1,18 +1,22 @@
 """``state_hash`` for a sequence of fold states, re-serialising only what each event changed.
 
-Both readers of a run's states hash them at every index: the live run-state processor
-(one digest per committed event) and re-derivation (checking each recorded digest).
-The reference ``processors.core.fold.state_hash`` canonicalises the whole state each time,
-which is quadratic over a long run; this is the one incremental implementation both use.
+Both readers of a run's states hash them at every index: the live worker (the state hash
+each committed record carries) and re-derivation (checking each recorded digest). The
+reference ``processors.core.fold.state_hash`` canonicalises the whole state each time, which
+is quadratic over a long run. :class:`StateHasher` (re-derivation's exact path, checkpoints)
+caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker, #13 session 8)
+resumes SHA-256 from the first changed top-level member; :class:`ResumableStateHash` is
+re-derivation's candidate, checked against the recorded hash.
 
 JCS is compositional: an object's canonical bytes are its members' canonical bytes in
 UTF-16 key order, an array's its elements' in order. The fold is copy-on-write, so a
 value that is the *same object* as in an earlier state has the same bytes; those are
 reused instead of walking the whole state again. Leaves go through
 :func:`schemas.canonical.canonical_leaf`, which gives the reference bytes (property-tested
-against ``rfc8785``). The cache holds a reference to every value it describes (a live
-object's id cannot be reused) and is pruned to what the current state reaches whenever
-it has grown well past that. The price is the fold's own rule: states are read-only.
+against ``rfc8785``). :class:`StateHasher`'s cache holds a reference to every value it
+describes (a live object's id cannot be reused) and is pruned to what the current state
+reaches whenever it has grown well past that. The price is the fold's own rule: states are
+read-only.
 """
 
 from __future__ import annotations
