@@ -365,13 +365,15 @@ def hashes_to(recorded: str | None, obj: Any, prefix: bytes = b"") -> bool:
     return hashlib.sha256(prefix + data).hexdigest() == recorded
 
 
-def chain_link(prev_hash: str, doc: dict[str, Any]) -> tuple[str, bytes]:
-    """:func:`chain_hash` and the doc's JCS bytes it was computed from.
+def chain_link(prev_hash: str, doc: dict[str, Any], data: bytes | None = None) -> tuple[str, bytes]:
+    """:func:`chain_hash` and the doc's JCS bytes it was computed from (``data``, when the caller has them).
 
     The sequencer reuses the bytes for the committed record (:func:`streams.codec.encode_committed`),
-    so a doc is canonicalised once on its way into the log, not once per use.
+    so a doc is canonicalised once on its way into the log, not once per use; it computes them while
+    validating (:func:`schemas.validate.validate_parsed`) and passes them in.
     """
-    data = jcs(doc)
+    if data is None:
+        data = jcs(doc)
     return sha256_hex(prev_hash.encode("ascii") + data), data
 
 

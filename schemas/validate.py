@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.canonical import check_json_safe, jcs, jcs_size_bound
+from schemas.canonical import check_json_safe, jcs, jcs_parsed, jcs_size_bound
 from schemas.errors import EventRejected
 from schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
 from schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
@@ -33,6 +33,7 @@ __all__ = [
     "is_rfc3339",
     "validate_doc",
     "validate_minted",
+    "validate_parsed",
     "validate_payload",
 ]
 
@@ -171,6 +172,30 @@ def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             raise EventRejected("oversize", f"canonical doc is {size} bytes, limit {max_bytes}")
     validate_payload(event_type, doc["payload"])
     return doc
+
+
+def validate_parsed(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> bytes:
+    """:func:`validate_doc` for a doc the strict decoder returned, giving its JCS bytes for the chain hash.
+
+    The same checks in the same order, with the same codes. The size is the exact canonical size:
+    the sequencer needs the doc's JCS bytes anyway (its chain hash, then the committed record), so
+    they are computed here, once, by :func:`schemas.canonical.jcs_parsed` (whose precondition
+    ``streams.codec.decode_ingest`` meets: dicts, lists, str, int, finite float, bool, None), instead
+    of a Python walk for a size bound and a second, read-back-checked canonicalisation (#13
+    session 8). A value that cannot be canonicalised raises what :func:`check_json_safe` raises.
+
+    Raises:
+        EventRejected: as :func:`validate_doc`.
+    """
+    _check_envelope(doc)
+    event_type = doc["type"]
+    if event_type not in RUN_EVENT_TYPES:
+        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    data = jcs_parsed(doc)
+    if len(data) > max_bytes:
+        raise EventRejected("oversize", f"canonical doc is {len(data)} bytes, limit {max_bytes}")
+    validate_payload(event_type, doc["payload"])
+    return data
 
 
 def _check_caller_parts(doc: dict[str, Any]) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 from schemas.avro import decode_avro, encode_avro
-from schemas.canonical import jcs, loads_strict
+from schemas.canonical import MAX_SAFE_INTEGER, canonical_leaf, jcs, loads_strict
 from schemas.errors import EventRejected
 
 __all__ = ["decode_ingest", "encode_committed", "encode_json", "encode_avro", "encode_record", "decode_record"]
@@ -72,10 +72,29 @@ def encode_committed(doc_bytes: bytes, prev_hash: str, hash: str, source: Mappin
         raise ValueError("encode_committed takes 64-hex hashes only")
     tail = b"}" if state_hash is None else b',"stateHash":"' + state_hash.encode("ascii") + b'"}'
     return (b'{"doc":' + doc_bytes + b',"hash":"' + hash.encode("ascii") + b'","prevHash":"'
-            + prev_hash.encode("ascii") + b'","source":' + jcs(source) + tail)
+            + prev_hash.encode("ascii") + b'","source":' + _source_bytes(source) + tail)
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+_SOURCE_KEYS = frozenset({"offset", "partition", "timestampMs", "topic"})
+
+
+def _source_bytes(source: Mapping[str, Any]) -> bytes:
+    """JCS of a record's ``source`` ({topic, partition, offset, timestampMs}), written directly when it has that shape.
+
+    Its members in JCS order (``offset`` < ``partition`` < ``timestampMs`` < ``topic``), safe
+    integers in decimal and the topic by :func:`canonical_leaf`; anything else goes through
+    :func:`jcs`. Once per committed record, where a general :func:`jcs` read its output back (#13 session 8).
+    """
+    offset, partition, ts, topic = (source.get("offset"), source.get("partition"), source.get("timestampMs"),
+                                    source.get("topic"))
+    if (source.keys() != _SOURCE_KEYS or type(topic) is not str or type(offset) is not int
+            or type(partition) is not int or type(ts) is not int
+            or not (0 <= offset <= MAX_SAFE_INTEGER and 0 <= partition <= MAX_SAFE_INTEGER
+                    and -MAX_SAFE_INTEGER <= ts <= MAX_SAFE_INTEGER)):
+        return jcs(source)
+    return (b'{"offset":' + str(offset).encode("ascii") + b',"partition":' + str(partition).encode("ascii")
+            + b',"timestampMs":' + str(ts).encode("ascii") + b',"topic":' + canonical_leaf(topic) + b"}")
 
 
 def decode_record(value: bytes) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from typing import Any, TypedDict
 
 from processors.core.fold import fold
 from processors.core.handoff import State
-from processors.core.statehash import StateHasher
+from processors.core.statehash import ExactStateHash
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
 from schemas.records import CommittedEvent, Violation, run_snapshot, state_digest, violation
 
@@ -27,31 +27,32 @@ TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
 # Incremental state hashers of recently stepped runs, least recently used first. A memo, not
 # state: a run without one (new process, evicted) gets a fresh hasher and the same hash; it
 # lives beside the Faust table because it holds object identities, which do not survive a changelog.
-_HASHERS: dict[str, StateHasher] = {}
+_HASHERS: dict[str, ExactStateHash] = {}
 _MAX_HASHERS = 1024
-_HASHER_SLACK = 2_000
 
 
 def _state_hash(run_id: str, state: State, *, verify: bool) -> str:
-    """``fold.state_hash(state)`` in time proportional to what the last event changed.
+    """``fold.state_hash(state)``, hashing again only the top-level members from the first one changed.
 
+    :class:`ExactStateHash` (#13 session 8; before, :class:`~processors.core.statehash.StateHasher`,
+    whose Python walk of every changed dict was the largest part of the worker's own per-event work).
     With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
     is checked against a full :func:`jcs` of the state; a difference means a state was
     mutated after it was hashed (the fold is copy-on-write, states are read-only), so the
     run's cache is dropped and the full hash is used.
     """
-    hasher = _HASHERS.pop(run_id, None) or StateHasher(slack=_HASHER_SLACK)
+    hasher = _HASHERS.pop(run_id, None) or ExactStateHash()
     _HASHERS[run_id] = hasher
     if len(_HASHERS) > _MAX_HASHERS:
         del _HASHERS[next(iter(_HASHERS))]
-    data = hasher.canonical(state)
+    digest = hasher(state)
     if verify:
-        full = jcs(state)
-        if full != data:
+        full = sha256_hex(jcs(state))
+        if full != digest:
             log.error("incremental state hash of run %s disagreed with the full hash; cache dropped", run_id)
             del _HASHERS[run_id]
-            data = full
-    return sha256_hex(data)
+            digest = full
+    return digest
 
 
 #: One record for the worker to send: ``(topic short name, key, value)``.

@@ -19,7 +19,7 @@ from typing import Any, TypedDict
 from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
 from schemas.errors import ContractError
 from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
-from schemas.validate import validate_doc
+from schemas.validate import validate_parsed
 from streams.codec import decode_ingest
 
 
@@ -80,12 +80,14 @@ class Rejected:
 Decision = Accepted | Redelivered | Rejected
 
 
-def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], source: Source) -> Decision:
+def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], source: Source,
+           doc_bytes: bytes | None = None) -> Decision:
     """Decide what to do with a validated RunEventDoc.
 
     ``head`` is ``{"next": int, "hash": str}`` or None for a new run; ``lookup(eventId)``
     returns ``[sequence, hash, partition, offset]`` for an already committed event of
-    this run, else None. Checks run before anything changes (STYLE §3).
+    this run, else None; ``doc_bytes`` is the doc's JCS, when the caller has it (computed
+    otherwise). Checks run before anything changes (STYLE §3).
     """
     event_id = doc["eventId"]
     seen = lookup(event_id)
@@ -119,7 +121,7 @@ def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], sourc
                 f"causationId {causation} names no earlier event of run {doc['runId']}",
             )
     prev_hash = head["hash"] if head else GENESIS
-    digest, doc_bytes = chain_link(prev_hash, doc)
+    digest, doc_bytes = chain_link(prev_hash, doc, doc_bytes)
     return Accepted(
         committed=committed_event(doc=doc, prev_hash=prev_hash, hash=digest, source=source.to_dict()),
         head={"next": sequence + 1, "hash": digest},
@@ -154,14 +156,14 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
     doc = None
     try:
         doc = decode_ingest(raw)
-        validate_doc(doc, max_bytes=max_bytes)
+        doc_bytes = validate_parsed(doc, max_bytes=max_bytes)
     except ContractError as e:
         return Decoded(doc, Rejected(e.code, getattr(e, "detail", None) or str(e)))
     except Exception as e:  # a processor never dies on one bad record
         return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}"), e)
     run_id = doc["runId"]
     try:
-        return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source))
+        return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source, doc_bytes))
     except Exception as e:
         return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}"), e)
 

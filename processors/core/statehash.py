@@ -1,18 +1,22 @@
 """``state_hash`` for a sequence of fold states, re-serialising only what each event changed.
 
-Both readers of a run's states hash them at every index: the live run-state processor
-(one digest per committed event) and re-derivation (checking each recorded digest).
-The reference ``processors.core.fold.state_hash`` canonicalises the whole state each time,
-which is quadratic over a long run; this is the one incremental implementation both use.
+Both readers of a run's states hash them at every index: the live worker (the state hash
+each committed record carries) and re-derivation (checking each recorded digest). The
+reference ``processors.core.fold.state_hash`` canonicalises the whole state each time, which
+is quadratic over a long run. :class:`StateHasher` (re-derivation's exact path, checkpoints)
+caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker, #13 session 8)
+resumes SHA-256 from the first changed top-level member; :class:`ResumableStateHash` is
+re-derivation's candidate, checked against the recorded hash.
 
 JCS is compositional: an object's canonical bytes are its members' canonical bytes in
 UTF-16 key order, an array's its elements' in order. The fold is copy-on-write, so a
 value that is the *same object* as in an earlier state has the same bytes; those are
 reused instead of walking the whole state again. Leaves go through
 :func:`schemas.canonical.canonical_leaf`, which gives the reference bytes (property-tested
-against ``rfc8785``). The cache holds a reference to every value it describes (a live
-object's id cannot be reused) and is pruned to what the current state reaches whenever
-it has grown well past that. The price is the fold's own rule: states are read-only.
+against ``rfc8785``). :class:`StateHasher`'s cache holds a reference to every value it
+describes (a live object's id cannot be reused) and is pruned to what the current state
+reaches whenever it has grown well past that. The price is the fold's own rule: states are
+read-only.
 """
 
 from __future__ import annotations
@@ -25,10 +29,10 @@ from typing import Any, cast
 
 import orjson
 
-from schemas.canonical import canonical_leaf, sha256_hex, utf16_key
+from schemas.canonical import canonical_leaf, jcs_parsed, sha256_hex, utf16_key
 from schemas.errors import EventRejected
 
-__all__ = ["ResumableStateHash", "StateHasher"]
+__all__ = ["ExactStateHash", "ResumableStateHash", "StateHasher"]
 
 
 class StateHasher:
@@ -183,15 +187,28 @@ class ResumableStateHash:
         self._last, self._hex = state, digest
         return digest
 
+    def _digest(self, state: Mapping[str, Any]) -> str:
+        """The general path (no usual-event shortcut): what :class:`ExactStateHash` calls."""
+        keys = list(state)
+        if not self._valid or keys != self._ins_keys:
+            self._reset(state, keys)
+            return self._resume(None, ())
+        values = list(state.values())
+        changed = list(compress(count(), map(operator.is_not, values, self._ins_values)))
+        if not changed:
+            return cast(str, self._hex)
+        self._ins_values = values
+        return self._resume(values, changed)
+
     def _resume(self, values: list[Any] | None, changed: Iterable[int]) -> str:
         """Re-write the changed members (insertion indexes) and hash from the first of them on."""
-        order, parts = self._order, self._parts
+        order, parts, spell = self._order, self._parts, self._spell
         start = 0 if values is None else len(order)
         for i in changed:
             at = order[i]
             if at < start:
                 start = at
-            parts[at] = orjson.dumps(cast(list[Any], values)[i], option=_SORTED)
+            parts[at] = spell(cast(list[Any], values)[i])
         checkpoints, names = self._checkpoints, self._names
         h = checkpoints[start].copy()
         last = len(names) - 1
@@ -203,6 +220,11 @@ class ResumableStateHash:
         h.update(b"}")
         return str(h.hexdigest())
 
+    @staticmethod
+    def _spell(value: Any) -> bytes:
+        """A member value's bytes: orjson's sorted spelling (a candidate for its JCS)."""
+        return orjson.dumps(value, option=_SORTED)
+
     def _reset(self, state: Mapping[str, Any], keys: list[str]) -> None:
         self._valid = False
         ordered = sorted(keys) if "".join(keys).isascii() else sorted(keys, key=utf16_key)
@@ -212,10 +234,49 @@ class ResumableStateHash:
         self._order = [position[k] for k in keys]
         self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(ordered)]
         values = [state[k] for k in ordered]
-        self._parts = [orjson.dumps(v, option=_SORTED) for v in values]
+        spell = self._spell
+        self._parts = [spell(v) for v in values]
         self._checkpoints = [hashlib.sha256(b"{")] + [None] * max(len(keys) - 1, 0)
         self._tail = len(keys) - 1
         self._valid = True
 
 
 _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
+
+
+class ExactStateHash(ResumableStateHash):
+    """Callable ``state -> sha256_hex(jcs(state))``, exactly, resuming SHA-256 where the state changed.
+
+    The live worker's state hash (#13 session 8). :class:`ResumableStateHash`'s layout (sorted
+    top-level members, a SHA-256 context kept at every member boundary, a member's bytes reused
+    while its value is the same object), with each member's value spelled by
+    :func:`schemas.canonical.jcs_parsed`: orjson's sorted bytes where they are provably JCS (no
+    exponent or integral float token, no 4-byte character, which would change the key order;
+    integers past 2**53 and lone surrogates make orjson raise), the exact encoder otherwise. Member
+    names are sorted by UTF-16 unit and written by :func:`canonical_leaf`, so the whole is JCS by
+    definition and the digest is the reference one, not a candidate.
+
+    The precondition is :func:`jcs_parsed`'s: the state holds only what a strict JSON decoder
+    gives (dicts, lists, str, int, finite float, bool, None), which is what the fold builds from
+    validated docs. :class:`StateHasher` walked every member of every changed dict in Python,
+    ~10% of the worker's main thread at saturation; here a changed member is one C call, and the
+    unchanged members before it are not hashed again. A value that cannot be canonicalised raises
+    what :func:`schemas.canonical.jcs` raises.
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def _spell(value: Any) -> bytes:
+        return jcs_parsed(value)
+
+    def __call__(self, state: Mapping[str, Any]) -> str:
+        if state is self._last and self._hex is not None:
+            return self._hex
+        try:
+            digest = self._digest(state)
+        except BaseException:
+            self._valid, self._last, self._hex = False, None, None
+            raise
+        self._last, self._hex = state, digest
+        return digest

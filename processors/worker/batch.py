@@ -69,6 +69,10 @@ class Delivered:
     offset: int
 
 
+#: ``on_acked(partition, offset, value)``: called once a record is acknowledged (:meth:`Outbox.add`).
+Acked = Callable[[int, int, bytes], None]
+
+
 class Outbox:
     """A batch's records, grouped per topic-partition into whole aiokafka batches sent without linger.
 
@@ -88,9 +92,15 @@ class Outbox:
     def __init__(self, producer: Any, partition_counts: dict[str, list[int]]) -> None:
         self._producer = producer
         self._partitions = partition_counts  # topic -> its partitions (shared: counts never change)
-        self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, asyncio.Future[Delivered]]]]] = {}
+        # Per open topic-partition: its BatchBuilder and the records someone asked about
+        # (index in the batch, future or None, value, on_acked or None).
+        self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes, Acked | None]]]] = {}
         self._chosen: dict[tuple[str, bytes], int] = {}  # a run's records of one batch: murmur2 once (~6 µs)
         self.sent: list[asyncio.Future[Any]] = []
+
+    def chosen(self, topic: str, key: bytes | None) -> int | None:
+        """The partition already chosen for ``key`` in this batch (None: ask :meth:`partition_for`)."""
+        return self._chosen.get((topic, key)) if key is not None else None
 
     async def partition_for(self, topic: str, key: bytes | None) -> int:
         chosen = self._chosen.get((topic, key)) if key is not None else None
@@ -104,8 +114,15 @@ class Outbox:
             self._chosen[(topic, key)] = chosen
         return chosen
 
-    async def add(self, topic: str, partition: int, key: bytes | None, value: bytes) -> asyncio.Future[Delivered]:
-        """Append one record to its topic-partition's open batch; the future resolves once it is acknowledged."""
+    async def add(self, topic: str, partition: int, key: bytes | None, value: bytes, *, want: bool = False,
+                  on_acked: Acked | None = None) -> asyncio.Future[Delivered] | None:
+        """Append one record to its topic-partition's open batch.
+
+        With ``want``, a future that resolves to where the record landed once it is acknowledged;
+        ``on_acked(partition, offset, value)`` is called then (in the batch's acknowledgement
+        callback). A record asks for neither by default: a future and its callback per record cost
+        ~4% of the worker's main thread (#13 session 8), and only a snapshot's log record needs one.
+        """
         tp = (topic, partition)
         entry = self._open.get(tp)
         if entry is None:
@@ -117,8 +134,10 @@ class Outbox:
             meta = entry[0].append(key=key, value=value, timestamp=None)
             if meta is None:
                 raise ValueError(f"a record of {len(value)} bytes does not fit in one producer batch of {topic}")
-        fut: asyncio.Future[Delivered] = asyncio.get_running_loop().create_future()
-        entry[1].append((meta.offset, fut))
+        if not want and on_acked is None:
+            return None
+        fut: asyncio.Future[Delivered] | None = asyncio.get_running_loop().create_future() if want else None
+        entry[1].append((meta.offset, fut, value, on_acked))
         return fut
 
     async def flush(self) -> None:
@@ -132,16 +151,21 @@ class Outbox:
         sent = await self._producer.send_batch(builder, tp[0], partition=tp[1])
         self.sent.append(sent)
 
+        if not records:
+            return  # nobody asked where these records landed
+
         def resolve(done: asyncio.Future[Any], topic: str = tp[0], partition: int = tp[1]) -> None:
             error = asyncio.CancelledError() if done.cancelled() else done.exception()
             base = -1 if error is not None else done.result().offset
-            for relative, fut in records:
-                if fut.done():
-                    continue
+            for relative, fut, value, on_acked in records:
                 if error is not None:
-                    fut.set_exception(error)
-                    fut.exception()  # retrieved: :meth:`wait` raises the batch's error once, not every record's
-                else:
+                    if fut is not None and not fut.done():
+                        fut.set_exception(error)
+                        fut.exception()  # retrieved: :meth:`wait` raises the batch's error once, not every record's
+                    continue
+                if on_acked is not None:
+                    on_acked(partition, base + relative, value)
+                if fut is not None and not fut.done():
                     fut.set_result(Delivered(topic, partition, base + relative))
 
         sent.add_done_callback(resolve)
@@ -210,14 +234,22 @@ class Batch:
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
         self._writes[(table, key)] = (partition, value)
 
-    async def send(self, short: str, key: str | None, value: bytes) -> asyncio.Future[Delivered]:
-        """Queue an output (sent at :meth:`flush`); the future resolves to where it landed once acknowledged.
+    async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
+                   on_acked: Acked | None = None) -> asyncio.Future[Delivered] | None:
+        """Queue an output (sent at :meth:`flush`); with ``want``, a future of where it landed once acknowledged.
 
-        :meth:`commit` waits for every output before any table write.
+        :meth:`commit` waits for every output before any table write. ``on_acked`` as in :meth:`Outbox.add`.
         """
-        topic = self.wiring.topics[short].get_topic_name()
+        names = self.wiring.topic_names
+        topic = names.get(short)
+        if topic is None:
+            topic = names[short] = self.wiring.topics[short].get_topic_name()
         key_bytes = key.encode("utf-8") if key is not None else None
-        return await self._outbox.add(topic, await self._outbox.partition_for(topic, key_bytes), key_bytes, value)
+        outbox = self._outbox
+        partition = outbox.chosen(topic, key_bytes)
+        if partition is None:
+            partition = await outbox.partition_for(topic, key_bytes)
+        return await outbox.add(topic, partition, key_bytes, value, want=want, on_acked=on_acked)
 
     async def flush(self) -> None:
         """Hand the outputs queued so far to the producer (without waiting for their acknowledgement)."""
@@ -303,15 +335,15 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     """
     key = position_key(msg.topic, msg.partition)
     expected = batch.get(table, key)
-    consumer = batch.wiring.app.consumer
-    committed = internals.committed_offset(consumer, msg.tp) if consumer is not None else None
     if expected is None:
         # Nothing of this partition handled yet, so no position: the consumer should have started at
         # the group's committed offset, else at the partition's first record (auto_offset_reset is
         # earliest). It was seen to skip even that first record (offset 0 of a fresh partition), so
         # a first record beyond that start is a hole like any other.
+        committed = _committed(batch, msg)
         expected = committed if committed is not None else await _first_offset(batch.wiring, msg.topic, msg.partition)
     if msg.offset > expected:
+        committed = _committed(batch, msg)
         skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
         log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
                     "handling %d records first",
@@ -324,6 +356,12 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     if batch.get(table, key) != position:
         batch.set(table, msg.partition, key, position)
     batch.advanced(table, msg.topic, msg.partition, position)
+
+
+def _committed(batch: Batch, msg: Any) -> int | None:
+    """The group's committed offset of ``msg``'s partition (looked up only where :func:`in_order` needs it)."""
+    consumer = batch.wiring.app.consumer
+    return internals.committed_offset(consumer, msg.tp) if consumer is not None else None
 
 
 def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:

@@ -50,6 +50,9 @@ class GcPacer:
         now = clock()
         self._next_full = now + full_every_s if full_every_s > 0 else float("inf")
         self._started: dict[int, float] = {}
+        # Collections seen since the last tick, per generation: [count, seconds]. Python collects
+        # generation 0 hundreds of times a second under load; the metrics are updated once per tick.
+        self._seen: dict[int, list[float]] = {}
 
     @property
     def enabled(self) -> bool:
@@ -67,6 +70,7 @@ class GcPacer:
     def stop(self) -> None:
         if self._on_collection in gc.callbacks:
             gc.callbacks.remove(self._on_collection)
+        self._publish()
         gc.set_threshold(*self._thresholds)
         gc.unfreeze()
 
@@ -81,14 +85,23 @@ class GcPacer:
             gc.collect()
             gc.freeze()
             METRICS.inc("agentlog_gc_full_collections_total")
-            # Counting the frozen objects walks every one of them (CPython's gc_list_size): 30–40 ms
-            # for 2M, a loop stall as long as the collections this pacer avoids. Once a full collection
-            # has walked them all anyway, not every second (#13 session 8: it was on the freeze tick).
+            # Counting the frozen objects walks all of them (``gc.get_freeze_count`` is a list walk):
+            # done at the full tick only, which walks the whole heap anyway. Done every tick it cost
+            # ~4% of the worker's main thread at 300k frozen objects, growing with the heap (#13 session 8).
             METRICS.set("agentlog_gc_frozen_objects", gc.get_freeze_count())
-            return "full"
-        gc.collect(1)
-        gc.freeze()
-        return "freeze"
+            done = "full"
+        else:
+            gc.collect(1)
+            gc.freeze()
+            done = "freeze"
+        self._publish()
+        return done
+
+    def _publish(self) -> None:
+        seen, self._seen = self._seen, {}
+        for generation, (count, seconds) in seen.items():
+            METRICS.inc("agentlog_gc_pause_seconds_total", seconds, generation=str(generation))
+            METRICS.inc("agentlog_gc_collections_total", int(count), generation=str(generation))
 
     def _on_collection(self, phase: str, info: dict[str, Any]) -> None:
         generation = int(info.get("generation", 0))
@@ -101,8 +114,14 @@ class GcPacer:
             if took > SLOW_COLLECTION_S:
                 log.warning("garbage collection of generation %d took %.0f ms (%s objects frozen)",
                             generation, took * 1000, gc.get_freeze_count())
-            METRICS.inc("agentlog_gc_pause_seconds_total", took, generation=str(generation))
-            METRICS.inc("agentlog_gc_collections_total", generation=str(generation))
+            seen = self._seen.get(generation)
+            if seen is None:
+                self._seen[generation] = [1, took]
+            else:
+                seen[0] += 1
+                seen[1] += took
+            if not self.enabled:  # no tick publishes them
+                self._publish()
 
 
 def install(app: Any, settings: Any) -> GcPacer:

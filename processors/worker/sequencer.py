@@ -25,7 +25,7 @@ record. Ed25519 signatures are deterministic, so a redelivered batch re-sends th
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from processors.core.checkpoint import is_due, sign_checkpoint
@@ -54,6 +54,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     max_bytes = settings.max_event_bytes
     snapshot_every, handoff_mode = settings.snapshot_every, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
+    remember = _remember(wiring)
 
     async def run_record(batch: Batch, run_id: str, seq: int) -> RunRecord | None:
         """The run's ``runs`` record, caught up to just before ``seq`` (None: it cannot be)."""
@@ -90,8 +91,9 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             # The doc's JCS bytes were computed once, for its chain hash; the record is built around them.
             value = encode_committed(decision.doc_bytes, committed["prevHash"], committed["hash"],
                                      committed["source"], state_hash)
-            logged = await batch.send("log", run_id, value)
-            _remember_when_acked(wiring, logged, value)
+            # Only a snapshot needs to know where its log record landed (a future per record costs).
+            logged = await batch.send("log", run_id, value, want=adv is not None and adv.snapshot,
+                                      on_acked=remember)
             batch.set("heads", source.partition, run_id, decision.head)
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
@@ -168,12 +170,12 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                   before_commit=snapshots, after_commit=verdicts)
 
 
-def _remember_when_acked(wiring: Wiring, logged: Any, value: bytes) -> None:
-    """Note the record for the log check as soon as the broker acknowledges it (before the check can read it)."""
+def _remember(wiring: Wiring) -> Callable[[int, int, bytes], None]:
+    """Note each log record for the log check as soon as the broker acknowledges it (before the check can read it)."""
+    written = wiring.written
 
-    def remember(fut: Any) -> None:
-        if not fut.cancelled() and fut.exception() is None and len(wiring.written) < WRITTEN_MAX:
-            meta = fut.result()
-            wiring.written[(meta.partition, meta.offset)] = value
+    def remember(partition: int, offset: int, value: bytes) -> None:
+        if len(written) < WRITTEN_MAX:
+            written[(partition, offset)] = value
 
-    logged.add_done_callback(remember)
+    return remember

@@ -27,6 +27,8 @@ class Wiring:
     written: dict[tuple[int, int], bytes] = field(default_factory=dict)
     #: Partitions of each topic a batch sends to (counts never change; looked up once per topic).
     partition_counts: dict[str, list[int]] = field(default_factory=dict)
+    #: Each topic's full name by its short name (``topics[short].get_topic_name()``, once per topic).
+    topic_names: dict[str, str] = field(default_factory=dict)
     #: Log start offsets of source partitions from one long-lived consumer (#13 session 6;
     #: :class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
     partition_starts: Any = None

@@ -36,11 +36,19 @@ def test_records_land_at_the_offsets_and_partitions_reported(settings):
             reference = await (await producer.send(topic, b"r", key=b"run-7"))
             outbox = Outbox(producer, {})
             sent = []
+            acked: dict[tuple[int, int], bytes] = {}
+            unasked = []
             for i in range(200):
                 key = f"run-{i % 11}".encode()
                 value = f"value-{i:04d}-".encode() + b"x" * 80
                 partition = await outbox.partition_for(topic, key)
-                sent.append((key, value, partition, await outbox.add(topic, partition, key, value)))
+                if i % 3 == 2:  # a record nobody asks about: no future, no callback (#13 session 8)
+                    assert await outbox.add(topic, partition, key, value) is None
+                    unasked.append((key, value, partition))
+                    continue
+                on_acked = (lambda p, o, v: acked.__setitem__((p, o), v)) if i % 2 else None
+                fut = await outbox.add(topic, partition, key, value, want=True, on_acked=on_acked)
+                sent.append((key, value, partition, fut, on_acked is not None))
             assert await outbox.partition_for(topic, b"run-7") == reference.partition
             started = asyncio.get_running_loop().time()
             await outbox.flush()
@@ -63,9 +71,15 @@ def test_records_land_at_the_offsets_and_partitions_reported(settings):
                         found[(tp.partition, m.offset)] = (m.key, m.value)
         finally:
             await consumer.stop()
-        for key, value, partition, fut in sent:
+        for key, value, partition, fut, noted in sent:
             delivered = fut.result()
             assert (delivered.topic, delivered.partition) == (topic, partition)
             assert found[(delivered.partition, delivered.offset)] == (key, value)
+            if noted:  # on_acked saw the same place and value
+                assert acked.pop((delivered.partition, delivered.offset)) == value
+        assert not acked
+        landed = sorted((p, k, v) for (p, _), (k, v) in found.items())
+        for key, value, partition in unasked:  # the unasked records landed too, on their key's partition
+            assert (partition, key, value) in landed
 
     asyncio.run(scenario())

@@ -8,7 +8,7 @@ import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.avro import _FRAME, PARSED_SCHEMA, _record_body, decode_avro, encode_avro
+from schemas.avro import _FRAME, PARSED_SCHEMA, _read_body, _record_body, decode_avro, encode_avro
 from schemas.canonical import jcs
 
 _text = st.text(alphabet=st.characters(max_codepoint=0x10FFFF, exclude_categories=["Cs"]), max_size=70)
@@ -53,3 +53,56 @@ def test_wrong_types_fall_back_to_fastavro():
     for field, value in [("sequence", True), ("sequence", 2**63), ("schemaVersion", "1"), ("nodeId", 5),
                          ("eventId", "\ud800")]:
         assert _record_body({**base, field: value}) is None
+
+
+def _fastavro_read(data: bytes) -> dict | None:
+    """What fastavro reads from a framed body (None: it refuses it, or leaves trailing bytes)."""
+    body = io.BytesIO(data)
+    body.seek(len(_FRAME))
+    try:
+        record = fastavro.schemaless_reader(body, PARSED_SCHEMA, None)
+    except Exception:
+        return None
+    return record if body.tell() == len(data) else None
+
+
+def _as_record(doc: dict, payload: str) -> dict:
+    record = {name: doc.get(name) for name in ("nodeId", "schemaVersion", "engineVersion", "causationId")}
+    record.update({k: doc[k] for k in ("eventId", "runId", "type", "timestamp", "sequence")})
+    record["payload"] = payload
+    return record
+
+
+@settings(max_examples=500, deadline=None)
+@given(_docs)
+def test_direct_reader_equals_fastavro(doc):
+    """``_read_body`` (#13 session 8) reads every body the writer makes as fastavro does."""
+    record = {name: doc.get(name) for name in ("nodeId", "schemaVersion", "engineVersion", "causationId")}
+    record.update({k: doc[k] for k in ("eventId", "runId", "type", "payload", "timestamp", "sequence")})
+    data = _FRAME + _fastavro(record)
+    fast = _read_body(data)
+    assert fast is not None
+    read, payload = fast
+    assert _as_record(read, payload) == _fastavro_read(data)
+    assert list(read) == [k for k in ("eventId", "runId", "type", "payload", "timestamp", "sequence", "nodeId",
+                                      "schemaVersion", "engineVersion", "causationId") if k in read]
+
+
+@settings(max_examples=500, deadline=None)
+@given(_docs, st.data())
+def test_direct_reader_never_reads_what_fastavro_reads_otherwise(doc, data):
+    """Truncated, extended or corrupted bodies: the direct reader gives fastavro's record or leaves it to fastavro."""
+    record = {name: doc.get(name) for name in ("nodeId", "schemaVersion", "engineVersion", "causationId")}
+    record.update({k: doc[k] for k in ("eventId", "runId", "type", "payload", "timestamp", "sequence")})
+    body = bytearray(_FRAME + _fastavro(record))
+    how = data.draw(st.sampled_from(["cut", "extend", "flip"]))
+    if how == "cut":
+        del body[data.draw(st.integers(len(_FRAME), len(body) - 1)):]
+    elif how == "extend":
+        body += data.draw(st.binary(min_size=1, max_size=4))
+    else:
+        at = data.draw(st.integers(len(_FRAME), len(body) - 1))
+        body[at] = data.draw(st.integers(0, 255))
+    fast = _read_body(bytes(body))
+    if fast is not None:
+        assert _as_record(*fast) == _fastavro_read(bytes(body))

@@ -93,4 +93,32 @@ def test_the_freeze_tick_does_not_count_the_frozen_objects(pacer_clock, monkeypa
     assert walked == []
     clock.now = 60.0
     assert pacer.tick() == "full"
-    assert walked == [1]  # once, after the full collection walked them anyway
+    assert walked  # after the full collection, which walked them anyway (a slow one is logged with the count too)
+
+
+def test_collections_are_counted_by_the_tick_not_one_metric_update_each(pacer_clock) -> None:
+    """Generation-0 collections run hundreds of times a second: the callback only adds them up (#13 session 8)."""
+    from processors.metrics import METRICS
+
+    pacer, clock = pacer_clock
+    before = METRICS.get("agentlog_gc_collections_total", generation="0")
+    for _ in range(3):
+        gc.collect(0)
+    assert METRICS.get("agentlog_gc_collections_total", generation="0") == before  # not yet published
+    clock.now = 5.0
+    assert pacer.tick() == "freeze"
+    assert METRICS.get("agentlog_gc_collections_total", generation="0") >= before + 3
+    assert METRICS.get("agentlog_gc_pause_seconds_total", generation="0") > 0
+
+
+def test_collections_are_counted_at_once_when_the_pacer_is_off() -> None:
+    from processors.metrics import METRICS
+
+    pacer = GcPacer(freeze_every_s=0, full_every_s=0)
+    pacer.start()
+    try:
+        before = METRICS.get("agentlog_gc_collections_total", generation="0")
+        gc.collect(0)
+        assert METRICS.get("agentlog_gc_collections_total", generation="0") >= before + 1
+    finally:
+        pacer.stop()
