@@ -156,11 +156,11 @@ class Settings:
     # interval, is read again from that position (Faust was seen to drop fetched records without
     # delivering them; processors.worker.batch.heal_stalled). 0 = off.
     stall_check_s: float = 5.0
-    # #13 session 8 (latency). Up to batch_commits_in_flight batches of an agent may be committing (their
-    # outputs acknowledged, then their table writes, one batch after another in offset order) while
-    # the next batch is handled; its reads see the writes of the batches still committing. 0 = each batch
-    # commits before the next is handled (processors.worker.batch, "Commits in flight").
-    batch_commits_in_flight: int = 16
+    # #13 session 8 (latency). Up to batch_commits_in_flight handled batches of an agent may wait to be made
+    # durable (in group commits, in offset order: processors.worker.batch._Commits) while the next batch is
+    # handled; its reads see their writes. 0 (the default) = each batch commits before the next is handled:
+    # on a quiet machine 16 measured no better (README "Benchmarks" → "Commits in flight").
+    batch_commits_in_flight: int = 0
 
     @property
     def chdb_dir(self) -> Path:
