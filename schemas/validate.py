@@ -160,9 +160,7 @@ def validate_doc(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) -> 
             ``unsafe_integer``, ``non_finite_number``, ``oversize``, ``invalid_payload``.
     """
     _check_envelope(doc)
-    event_type = doc["type"]
-    if event_type not in RUN_EVENT_TYPES:
-        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    event_type = _known_type(doc)
     bound = jcs_size_bound(doc)
     if bound is None:
         check_json_safe(doc)  # raises, naming the path (or passes on exotic-but-safe types)
@@ -188,14 +186,20 @@ def validate_parsed(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) 
         EventRejected: as :func:`validate_doc`.
     """
     _check_envelope(doc)
-    event_type = doc["type"]
-    if event_type not in RUN_EVENT_TYPES:
-        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    event_type = _known_type(doc)
     data = jcs_parsed(doc)
     if len(data) > max_bytes:
         raise EventRejected("oversize", f"canonical doc is {len(data)} bytes, limit {max_bytes}")
     validate_payload(event_type, doc["payload"])
     return data
+
+
+def _known_type(doc: dict[str, Any]) -> str:
+    """The doc's ``type``, once it is an OpenWOP RunEventType (every validator checks it in this place)."""
+    event_type: str = doc["type"]
+    if event_type not in RUN_EVENT_TYPES:
+        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    return event_type
 
 
 def _check_caller_parts(doc: dict[str, Any]) -> None:
@@ -230,9 +234,7 @@ def validate_minted(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) 
         EventRejected: as :func:`validate_doc`.
     """
     _check_caller_parts(doc)
-    event_type = doc["type"]
-    if event_type not in RUN_EVENT_TYPES:
-        raise EventRejected("unknown_event_type", f"type {event_type!r:.80} is not an OpenWOP RunEventType")
+    event_type = _known_type(doc)
     try:
         payload_bytes = jcs(doc["payload"])
     except EventRejected:
