@@ -291,20 +291,27 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
     # The pass-through forwards the ingest bytes as they are: its log record's source is the ingest
     # record with the same bytes.
     ingest = {value: ts async for _, _, ts, value in read_with_ts(settings, "ingest")}
-    lat = []
+    lat: list[int] = []
+    cold: list[int] = []  # the warm-up's own events: what the first seconds on fresh topics look like
     async for _, _, ts, value in read_with_ts(settings, "log"):
         if value in ingest:
             doc, source_ts = decode_ingest(value), ingest[value]
         else:
             record = decode_record(value)
             doc, source_ts = record["doc"], record["source"]["timestampMs"]
-        if (doc["runId"] != "lat-warm" and doc["type"] != "run.started"
-                and not str(doc["payload"].get("name", "")).startswith(WARM_NAME)):
-            lat.append(ts - source_ts)
-    lat.sort()
+        if doc["runId"] == "lat-warm" or doc["type"] == "run.started":
+            continue
+        (cold if str(doc["payload"].get("name", "")).startswith(WARM_NAME) else lat).append(ts - source_ts)
+    return {"rate_per_s": LATENCY_RATE, "warm_s": warm_seconds, **_percentiles(lat),
+            "warm_phase": _percentiles(cold)}
+
+
+def _percentiles(lat: list[int]) -> dict:
+    lat = sorted(lat)
+    if not lat:
+        return {"events": 0}
     pick = lambda q: lat[min(len(lat) - 1, int(q * len(lat)))]  # noqa: E731
-    return {"rate_per_s": LATENCY_RATE, "warm_s": warm_seconds, "events": len(lat), "p50_ms": pick(0.5), "p95_ms": pick(0.95),
-            "p99_ms": pick(0.99), "max_ms": lat[-1]}
+    return {"events": len(lat), "p50_ms": pick(0.5), "p95_ms": pick(0.95), "p99_ms": pick(0.99), "max_ms": lat[-1]}
 
 
 async def read_with_ts(settings: Settings, short: str):
