@@ -162,6 +162,18 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
     return Advanced(new, state, sends, s_hash, snapshot)
 
 
+def refold_due(record: RunRecord | None, sequence: int) -> bool:
+    """Whether a redelivered event at ``sequence`` must be folded again into its run's ``record``.
+
+    Only when the record stops exactly before it: a crash made the event's index entry durable and
+    not the run state that followed it. A record already past it (the run state was made durable
+    and the head was not: the two share one round trip, #13 session 9) has folded it, and folding
+    it again would apply it twice; a record further behind is caught up from the log by the run's
+    next accepted event.
+    """
+    return (record["next"] if record else 0) == sequence
+
+
 def _violation(run_id: str, code: str, detail: str, doc: Mapping[str, Any]) -> Violation:
     """A chain-check violation: it names the committed event, and no handoff machine."""
     return violation(run_id=run_id, code=code, detail=detail, event_id=doc.get("eventId"),

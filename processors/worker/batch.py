@@ -16,9 +16,9 @@ agent's durable position, not Faust's ack bookkeeping). Faust's own pre-commit
 flush can miss a changelog record that is between its send buffer and the
 client, so committing on its acks could leave a committed source offset whose
 table write never reached the broker — the next record of that run would then
-look like a gap. Tables are made durable one after another in
-:data:`TABLE_ORDER`: the sequencer's eventId index before its heads, so a head
-never runs ahead of the index it is checked against (a head behind the index is
+look like a gap. Tables are made durable in the stages of :data:`TABLE_STAGES`:
+the sequencer's eventId index before its heads and run states, so a head never
+runs ahead of the index it is checked against (a head behind the index is
 repaired by :func:`processors.core.sequencing.decide` on redelivery).
 
 Changelog records are written to the *source record's* partition explicitly
@@ -194,8 +194,14 @@ def _json_bytes(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
 
-#: Order in which a batch's table writes are made durable (tables not named go last).
-TABLE_ORDER = ("index", "heads", "runs", "links")
+#: The stages in which a batch's table writes are made durable, in order: the tables of one stage are
+#: written in one round trip, and a stage is sent once the one before it is acknowledged (a table not
+#: named is a stage of its own, after these). ``heads`` and ``runs`` share one (#13 session 9): a crash
+#: may leave either ahead of the other, and both are repaired from ``index``, durable a stage before:
+#: ``runs`` behind is refolded (the module docstring), and ``runs`` ahead of ``heads`` makes the
+#: redelivered record ``Redelivered`` by its index entry, which restores the head, while the refold
+#: finds the run already folded past it and leaves it as it is.
+TABLE_STAGES: tuple[tuple[str, ...], ...] = (("index",), ("heads", "runs"), ("links",))
 
 
 class Batch:
@@ -203,8 +209,8 @@ class Batch:
 
     The one place the module docstring's rule lives: :meth:`commit` awaits every
     output the batch sent, and only then writes the table keys the batch changed
-    (to the partition of the record that changed them), one table after another
-    (:data:`TABLE_ORDER`), each table's records as one producer batch per changelog
+    (to the partition of the record that changed them), stage after stage
+    (:data:`TABLE_STAGES`), each table's records as one producer batch per changelog
     partition (:class:`Outbox`). Reads see the batch's own pending writes first, so
     later events of the batch build on earlier ones. ``collected`` is the agent's own
     per-batch scratch list (what its hooks act on).
@@ -277,26 +283,26 @@ class Batch:
         by_table: dict[str, list[tuple[str, int, Any]]] = {}
         for (table, key), (partition, value) in writes.items():
             by_table.setdefault(table, []).append((key, partition, value))
-        rank = {name: i for i, name in enumerate(TABLE_ORDER)}
         last = group[-1]
-        for table in sorted(by_table, key=lambda t: rank.get(t, len(rank))):
-            await last._put(last.wiring.tables[table], by_table[table])
+        for stage in _stages(by_table):
+            for table in stage:
+                await last._put(last.wiring.tables[table], by_table[table])
+            await last._outbox.flush()
+            await last._outbox.wait()
         for batch in group:
             batch._publish_positions()
 
     async def _put(self, table: Any, writes: list[tuple[str, int, Any]]) -> None:
-        """Set the keys and make their changelog records durable, each to ``partition`` (the source record's).
+        """Set the keys and queue their changelog records, each to ``partition`` (the source record's).
 
-        Sent straight to the app's producer: never attached to the current event and never
-        through Faust's send buffer (drained only at commit time under load). The memory store
-        keeps no persisted offsets, so Faust's changelog-sent callback has nothing to record.
+        Sent straight to the app's producer at the caller's flush: never attached to the current
+        event and never through Faust's send buffer (drained only at commit time under load). The
+        memory store keeps no persisted offsets, so Faust's changelog-sent callback has nothing to record.
         """
         topic = table.changelog_topic.get_topic_name()
         for key, partition, value in writes:
             table.data[key] = value
             await self._outbox.add(topic, partition, _json_bytes(key), _json_bytes(value))
-        await self._outbox.flush()
-        await self._outbox.wait()
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
         """Note that every record of the partition below ``position`` is handled once this batch is durable."""
@@ -307,6 +313,13 @@ class Batch:
         if positions is not None:
             for (table, topic, partition), position in self._positions.items():
                 positions.advance(table, topic, partition, position, self._generation)
+
+
+def _stages(tables: Mapping[str, Any]) -> list[list[str]]:
+    """The tables written, grouped into :data:`TABLE_STAGES` in order (one not named: a stage of its own, last)."""
+    named = [[t for t in stage if t in tables] for stage in TABLE_STAGES]
+    known = {t for stage in TABLE_STAGES for t in stage}
+    return [stage for stage in named if stage] + [[t] for t in tables if t not in known]
 
 
 #: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
@@ -578,13 +591,13 @@ class _Commits:
     """An agent's handled batches, made durable in the background in groups ("Commits in flight").
 
     A batch's commit is the module docstring's order (``before_commit``, outputs acknowledged, tables
-    in :data:`TABLE_ORDER`, positions, ``after_commit``). Inline, every record that came meanwhile
+    in :data:`TABLE_STAGES`, positions, ``after_commit``). Inline, every record that came meanwhile
     waited out one output round trip and one per table (four or five acks=all round trips per batch)
     before it was even handled. Here a handled batch joins the next *group commit* and the agent
     handles its next batch at once: one committer makes the batches durable, a group at a time, in
     offset order, each group being every batch handled while the previous group committed — its
     outputs all acknowledged, then its table writes (one record per key for the whole group, the last
-    value) table after table, then the batches' positions in order. A group is one larger batch as far
+    value) stage after stage, then the batches' positions in order. A group is one larger batch as far
     as a crash can tell, so a crash leaves what it could before: outputs acknowledged whose tables are
     not written (their records are redelivered, and their outputs, computed from the same state, are
     byte-identical), never a table ahead of its outputs, never a position ahead of its tables. While a

@@ -7,13 +7,14 @@ so the committed record carries the state hash at its index (log format 2) and n
 goes through a second Faust stream (ingest → log → run state) to be folded: Faust's
 per-record delivery is the worker's ceiling, and every extra hop halves what is left.
 
-Tables, in the order :mod:`processors.worker.batch` makes them durable: ``index``
-(eventId → position), ``heads`` (chain head per run), ``runs`` (folded state per run).
-Every output of a batch (log records, transitions, violations, handoff links, snapshots)
-is acknowledged before the first of them is written, so a crash leaves at worst a run
-whose ``runs`` record is behind its ``index``: the redelivered record is then
-``Redelivered`` and is refolded silently (its outputs are already durable), which
-restores the run's state byte for byte.
+Tables, in the stages :mod:`processors.worker.batch` makes them durable: ``index``
+(eventId → position), then ``heads`` (chain head per run) and ``runs`` (folded state per
+run) together. Every output of a batch (log records, transitions, violations, handoff
+links, snapshots) is acknowledged before the first of them is written, so a crash leaves
+at worst a run whose ``heads`` or ``runs`` record is behind its ``index``: the redelivered
+record is then ``Redelivered``, its index entry restores the head, and a run state behind
+is refolded silently (its outputs are already durable), which restores it byte for byte;
+a run state already past it is left as it is.
 
 Signed checkpoints (issue #18): where a run is due one (every ``checkpoint_every`` events
 and at every terminal event, :func:`processors.core.checkpoint.is_due`), the sequencer —
@@ -29,7 +30,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from processors.core.checkpoint import is_due, sign_checkpoint
-from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance
+from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance, refold_due
 from processors.core.sequencing import Accepted, IndexLookup, Redelivered, Source, rejection_record, sequence
 from processors.metrics import METRICS
 from processors.worker import runstate
@@ -126,7 +127,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         """
         run_id = doc["runId"]
         rec = cast(RunRecord | None, batch.get("runs", run_id))
-        if (rec["next"] if rec else 0) != seq:
+        if not refold_due(rec, seq):
             return  # already folded (the usual redelivery), or behind by more: the next accepted event catches up
         entry = batch.get("index", run_id + INDEX_SEP + doc["eventId"])
         try:

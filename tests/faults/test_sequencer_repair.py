@@ -45,6 +45,39 @@ def test_redelivery_repairs_a_head_left_behind_by_a_crash():
     assert d.committed["hash"] == expected
 
 
+def test_a_run_state_made_durable_before_its_head_is_neither_refolded_nor_skipped():
+    """``heads`` and ``runs`` share one round trip (#13 session 9): a crash may leave the run state ahead."""
+    from processors.core.fold import fold
+    from processors.core.runstate import advance, refold_due
+
+    index: dict[str, list] = {}
+    head = durable_head = None
+    record = None
+    for seq in range(3):
+        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+        assert isinstance(d, Accepted)
+        index[d.index_entry[0]] = d.index_entry[1]
+        record = advance(record, d.committed["doc"], d.head["hash"], snapshot_every=100, handoff_mode="auto").record
+        head = d.head
+        if seq == 0:
+            durable_head = d.head  # the crash: the run state of 1 and 2 became durable, their heads did not
+    durable_record = record
+    assert durable_head["next"] == 1 and durable_record["next"] == 3
+    head = durable_head
+    for seq in (1, 2):  # redelivered from the uncommitted offsets
+        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+        assert isinstance(d, Redelivered) and d.head == {"next": seq + 1, "hash": index[f"r:{seq}"][1]}
+        assert not refold_due(durable_record, seq)  # already folded: applying it again would count it twice
+        head = d.head
+    d = decide(head, index.get, _doc(3), Source("in", 0, 13, 0))
+    assert isinstance(d, Accepted) and d.committed["doc"]["sequence"] == durable_record["next"]
+    after = advance(durable_record, d.committed["doc"], d.head["hash"], snapshot_every=100, handoff_mode="auto")
+    state = None
+    for seq in range(4):
+        state, _ = fold(state, _doc(seq))
+    assert after.record["state"] == state  # every event folded exactly once
+
+
 def test_redelivery_of_an_old_record_leaves_a_current_head_alone():
     index: dict[str, list] = {}
     head = None

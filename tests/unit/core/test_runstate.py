@@ -16,7 +16,7 @@ import uuid
 
 import rfc8785
 
-from processors.core.runstate import step
+from processors.core.runstate import refold_due, step
 from schemas.canonical import GENESIS, chain_hash
 
 T = "2025-01-15T10:00:00.000Z"
@@ -211,3 +211,20 @@ def test_fold_violations_are_sent_keyed_by_run_without_their_kind():
         run_id, "invalid_chain_payload", f"{run_id}:1")
     assert [k for t, k, _ in sends if t == "violations"] == [run_id]
     assert new["state"]["flags"] == [{"code": "invalid_chain_payload", "eventId": f"{run_id}:1", "sequence": 1}]
+
+
+def _record(next_seq: int) -> dict:
+    return {"next": next_seq, "head": "a" * 64, "state": {}}
+
+
+def test_a_redelivered_event_is_folded_again_only_where_its_run_state_stops_before_it():
+    # Behind by exactly this event: a crash made its index entry durable, not the run state after it.
+    assert refold_due(_record(5), 5)
+    assert refold_due(None, 0)
+    # Already folded (the usual redelivery), or the run state was durable and the head was not
+    # (heads and runs share one round trip since #13 session 9): folding again would apply it twice.
+    assert not refold_due(_record(6), 5)
+    assert not refold_due(_record(9), 5)
+    assert not refold_due(None, 3)
+    # Further behind: the run's next accepted event catches it up from the log instead.
+    assert not refold_due(_record(3), 5)

@@ -208,7 +208,7 @@ class RecordingOutbox:
         self.log.append(f"write {topic} {key.decode()}={value.decode()}")
 
 
-def test_a_group_is_made_durable_as_one_batch_outputs_then_tables_in_order_then_positions():
+def test_a_group_is_made_durable_as_one_batch_outputs_then_table_stages_in_order_then_positions():
     log: list[str] = []
     tables = {name: SimpleNamespace(data={}, changelog_topic=SimpleNamespace(get_topic_name=lambda n=name: n))
               for name in ("index", "heads", "runs")}
@@ -230,8 +230,7 @@ def test_a_group_is_made_durable_as_one_batch_outputs_then_tables_in_order_then_
     asyncio.run(Batch.commit_group([a, b]))
     assert log == ["flush a", "flush b", "acked a", "acked b",
                    'write index "r1/e1"=1', 'write index "r1/e2"=2', "flush b", "acked b",
-                   'write heads "r1"=1', "flush b", "acked b",
-                   'write runs "r1"=2', "flush b", "acked b"]  # r1's run state once, its last value
+                   'write heads "r1"=1', 'write runs "r1"=2', "flush b", "acked b"]  # r1's run state once, its last value
     assert advanced == [("ingest", 10), ("ingest", 20)]
     assert tables["runs"].data == {"r1": 2}
 
@@ -249,3 +248,12 @@ def test_settle_waits_until_every_waiting_batch_is_durable():
         return log
 
     assert asyncio.run(scenario()) == ["start a", "durable a", "start b", "durable b", "settled"]
+
+
+def test_tables_are_written_in_stages_index_alone_then_heads_with_runs_then_the_rest_one_by_one():
+    from processors.worker.batch import _stages
+
+    written = dict.fromkeys(["runs", "spans", "index", "heads", "other", "links"])
+    assert _stages(written) == [["index"], ["heads", "runs"], ["links"], ["spans"], ["other"]]
+    assert _stages(dict.fromkeys(["runs"])) == [["runs"]]
+    assert _stages({}) == []
