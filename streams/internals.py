@@ -207,7 +207,7 @@ def plain_fetched_records(consumer: Any) -> bool:
     upgrade moved it): the caller then reads ``ConsumerRecord`` s as before. Only for a consumer
     whose every caller expects the tuples (``streams.reader.TopicReader``).
     """
-    fetcher = getattr(consumer, "_fetcher", None)
+    fetcher: Any = getattr(consumer, "_fetcher", None)
     buffered = getattr(fetcher, "_records", None)
     if isinstance(buffered, _PlainFetches):
         return True
