@@ -129,10 +129,11 @@ def fold_noting(
     the variables and sets the one variable (``tests/unit/core/test_fold_noting.py`` holds every note
     to that over random histories, so a handler that starts to change more fails there).
     """
-    new, outputs = fold(state, event, handoff_mode=handoff_mode)
-    if new is state or state is None or _HANDLERS.get(event.get("type")) is not _variable_changed:  # type: ignore[arg-type]
+    if state is None or _HANDLERS.get(event.get("type")) is not _variable_changed:  # type: ignore[arg-type]
+        new, outputs = fold(state, event, handoff_mode=handoff_mode)
         return new, outputs, None
-    return new, outputs, ("variables", _payload(event)["name"])
+    new, outputs = _variable_changed(state, event, handoff_mode)  # what fold() calls for it, dispatched once
+    return new, outputs, None if new is state else ("variables", _payload(event)["name"])
 
 
 def fold_all(
