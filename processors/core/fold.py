@@ -35,6 +35,7 @@ __all__ = [
     "STATUSES",
     "fold",
     "fold_all",
+    "fold_noting",
     "initial_state",
     "observable",
     "state_hash",
@@ -113,6 +114,26 @@ def fold(state: State | None, event: Mapping[str, Any], *, handoff_mode: str = "
     if handler is None:
         return state, []
     return handler(state, event, handoff_mode)
+
+
+def fold_noting(
+    state: State | None, event: Mapping[str, Any], *, handoff_mode: str = "auto"
+) -> tuple[State, list[Output], tuple[str, str] | None]:
+    """:func:`fold`, and ``(member, key)`` when all the event did was set ``state[member][key]``.
+
+    For re-derivation's state check (#13 session 9): with the key the event set, the candidate
+    state hash re-spells that one entry instead of the whole member and finding what changed
+    (:meth:`processors.core.statehash.ResumableStateHash.after_set`). ``None`` for every other
+    event. The state is :func:`fold`'s own: the note is only *about* it. A note is given for
+    ``variable.changed`` when :func:`_variable_changed` changed the state: it copies the state and
+    the variables and sets the one variable (``tests/unit/core/test_fold_noting.py`` holds every note
+    to that over random histories, so a handler that starts to change more fails there).
+    """
+    if state is None or _HANDLERS.get(event.get("type")) is not _variable_changed:  # type: ignore[arg-type]
+        new, outputs = fold(state, event, handoff_mode=handoff_mode)
+        return new, outputs, None
+    new, outputs = _variable_changed(state, event, handoff_mode)  # what fold() calls for it, dispatched once
+    return new, outputs, None if new is state else ("variables", _payload(event)["name"])
 
 
 def fold_all(

@@ -8,8 +8,12 @@ decodes each record once to index it); the integration tests run that path on a 
 
 from __future__ import annotations
 
+import pytest
+
 from processors.core.fold import state_hash, states_by_index
-from processors.replay.rederive import _pick_snapshot, _snapshot_before, _Snapshots
+from processors.replay.rederive import _index_snapshot, _pick_snapshot, _snapshot_before, _Snapshots
+from schemas.canonical import canonical_leaf
+from schemas.errors import EventRejected
 from streams.codec import decode_record, encode_record
 from tests.unit.core.runs import realistic_run
 
@@ -78,3 +82,77 @@ def test_a_replay_from_an_offset_decodes_only_the_snapshot_it_starts_from():
     for seq in range(0, max(decoded) + 3):
         assert _snapshot_before(kept, from_offset=None, from_seq=seq) == \
             _snapshot_before(decoded, from_offset=None, from_seq=seq)
+
+
+# --- #13 session 9: snapshots indexed from their JCS prefix, decoded when used -----------------------
+
+def _indexed(records: list[bytes], run_id: str) -> _Snapshots:
+    out = _Snapshots()
+    for raw in records:
+        _index_snapshot(out, raw, run_id, canonical_leaf(run_id) + b',"state":')
+    return out
+
+
+def _decoded_index(records: list[bytes], run_id: str) -> dict[int, tuple[bytes, object]]:
+    """What indexing by decoding every record (before this session) kept: atSequence -> (bytes, logOffset)."""
+    out: dict[int, tuple[bytes, object]] = {}
+    for raw in records:
+        value = decode_record(raw)
+        if value.get("runId") == run_id and isinstance(at := value.get("atSequence"), int):
+            out.setdefault(at, (raw, value.get("logOffset")))
+    return out
+
+
+def test_snapshots_indexed_from_their_prefix_are_what_decoding_them_gives():
+    """Worker-written records (the prefix), and every other shape (decoded): same sequences, bytes, offsets."""
+    run_id = 'r"\u00e9\U0001f600'  # a run id that JCS escapes and one past U+FFFF
+    records = _snapshot_records(run_id)
+    first = decode_record(records[1])
+    records += [
+        encode_record({**first, "atSequence": 10**15 + 7, "logOffset": 10**15}),  # beyond the prefix's digits
+        encode_record({**first, "atSequence": 99, "headHash": "A" * 64}),  # not lower-case hex
+        encode_record({k: v for k, v in first.items() if k != "logPartition"} | {"atSequence": 98}),
+        encode_record({**first, "atSequence": 97, "logOffset": "x"}),
+        encode_record({**first, "atSequence": 96, "runId": "another run"}),
+        encode_record({**first, "atSequence": 95, "runId": run_id + "x"}),
+        encode_record({**first, "atSequence": 94.5}),
+        b'{"runId":' + canonical_leaf(run_id) + b',"atSequence":93,"logOffset":5,"state":{}}',  # not in JCS order
+        encode_record({**first, "headHash": "e" * 64}),  # a later copy of an index: the first is kept
+    ]
+    kept = _indexed(records, run_id)
+    expected = _decoded_index(records, run_id)
+    assert list(kept) == list(expected)
+    for at, (raw, log_offset) in expected.items():
+        assert kept._raw[at] == raw and kept.log_offset(at) == log_offset
+        assert kept[at] == decode_record(raw)
+    assert {99, 98, 97, 93, 10**15 + 7} <= set(kept) and not {96, 95} & set(kept)
+    assert kept._decoded.keys() == expected.keys()  # decoded just now, by the loop above
+
+
+def test_a_record_that_is_no_snapshot_still_fails_when_read_and_a_broken_one_when_used():
+    run_id = "r"
+    good = _snapshot_records(run_id)[0]
+    with pytest.raises(EventRejected):
+        _indexed([b"not json at all"], run_id)
+    with pytest.raises(EventRejected):
+        _indexed([good[:40]], run_id)  # cut inside the prefix: decoded, and fails, as before
+    cut = good[:-40]  # the prefix intact, the state cut off
+    kept = _indexed([cut], run_id)
+    at = decode_record(good)["atSequence"]
+    assert list(kept) == [at]
+    with pytest.raises(EventRejected):
+        kept[at]  # noqa: B018 - decoding it is the point
+    with pytest.raises(EventRejected):
+        _snapshot_before(kept, from_offset=None, from_seq=at + 1)
+
+
+def test_worker_written_snapshots_are_indexed_without_decoding(monkeypatch):
+    from processors.replay import rederive
+
+    decoded = []
+    monkeypatch.setattr(rederive, "decode_record", lambda raw: decoded.append(raw) or decode_record(raw))
+    for run_id in ("r", 'r"\u00e9\U0001f600', "bench-replay-1"):
+        records = _snapshot_records(run_id)
+        kept = _indexed(records, run_id)
+        assert not decoded and len(kept) == len(records)
+        assert list(kept) == list(_decoded_index(records, run_id))

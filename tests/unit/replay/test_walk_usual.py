@@ -99,3 +99,71 @@ def test_an_altered_log_walks_the_same_with_the_usual_index(name: str, collect_a
         # the comparison below is between two walks that found something (a rewritten copy is judged after the walk)
         assert general.divergences or general.conflicts, name
     assert usual_summary == general_summary
+
+
+# --- #13 session 9: the usual indexes of a fetched batch in one frame (``_Walk.usual_run``) ------------
+
+def _batched_walk(records: list[dict[str, Any]], *, collect_all: bool, size: int) -> tuple[_Walk, list[int]]:
+    """The replay's loop: ``usual_run`` over each batch of undecoded records, the general way for the rest."""
+    from streams.codec import decode_record, encode_record
+
+    other = {"doc": {"runId": "someone-else", "sequence": 0}, "hash": "x"}
+    raw = []
+    for offset, record in enumerate(records):
+        raw.append((2 * offset, b"k", encode_record(record)))
+        if offset % 5 == 2:
+            raw.append((2 * offset + 1, b"k", encode_record(other)))  # another run's record on the partition
+    raw.insert(len(raw) // 3, (10_000, b"k", encode_record({"doc": "not an object"})))
+    walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests={}, snapshots={},
+                 handoff_mode="check")
+    progressed: list[int] = []
+    for start in range(0, len(raw), size):
+        batch = raw[start:start + size]
+        i = 0
+        while i < len(batch):
+            i = walk.usual_run(batch, i, "usual-1", progress=lambda done, total: progressed.append(done))
+            if i == len(batch):
+                break
+            offset, _, data = batch[i]
+            i += 1
+            value = decode_record(data)
+            doc = value.get("doc")
+            if not isinstance(doc, dict) or doc.get("runId") != "usual-1":
+                continue
+            walk.record(offset, value, doc)
+    walk.finish()
+    return walk, progressed
+
+
+def _by_offset(walk: _Walk) -> dict[str, Any]:
+    summary = _summary(walk)
+    summary["seen"] = {seq: (offset // 2, *rest) for seq, (offset, *rest) in walk.seen.items()}
+    summary["divergences"] = [{**d, "logOffset": d["logOffset"] // 2 if d.get("logOffset") else d.get("logOffset")}
+                              for d in summary["divergences"]]
+    summary["conflicts"] = [(seq, offset // 2, copy_) for seq, offset, copy_ in walk.conflicts]
+    return summary
+
+
+@pytest.mark.parametrize("collect_all", [False, True])
+@pytest.mark.parametrize("size", [1, 4, 1000])
+def test_usual_runs_of_a_batch_walk_as_record_by_record(collect_all: bool, size: int) -> None:
+    logs = {"clean": _clean(), "forged": forge(_clean(), 5, lambda doc: doc.update(nodeId="forged")), **_altered()}
+    for name, records in logs.items():
+        one_by_one, expected = _outcome(records, usual=True, collect_all=collect_all)
+        try:
+            got = _by_offset(_batched_walk(copy.deepcopy(records), collect_all=collect_all, size=size)[0])
+        except Exception as e:  # noqa: BLE001 - compared: the record-by-record walk raises it as well
+            got = type(e)
+        assert got == expected, name
+    clean, progressed = _batched_walk(_clean(), collect_all=collect_all, size=size)
+    assert not clean.divergences and clean.compared == len(_clean())
+    assert progressed == []  # fewer than PROGRESS_EVERY events
+
+
+def test_usual_runs_report_progress_as_the_loop_did(monkeypatch) -> None:
+    from processors.replay import rederive
+
+    monkeypatch.setattr(rederive, "PROGRESS_EVERY", 3)
+    walk, progressed = _batched_walk(_clean(), collect_all=False, size=1000)
+    assert progressed and all(done % 3 == 0 for done in progressed) and progressed == sorted(progressed)
+    assert not walk.divergences

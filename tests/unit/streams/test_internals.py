@@ -10,6 +10,7 @@ import asyncio
 import inspect
 
 import faust
+import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from faust.transport.consumer import Consumer
 
@@ -168,3 +169,127 @@ def test_a_thread_frame_is_the_stack_that_thread_runs():
     finally:
         release.set()
         thread.join()
+
+
+# --- #13 session 9: plain (offset, key, value) records out of aiokafka's fetch buffer -------------------
+
+def _batch(base_offset: int, records: list[tuple[bytes | None, bytes]], *, producer_id: int = -1,
+           transactional: bool = False, control: bool = False, corrupt: bool = False) -> bytes:
+    """One v2 record batch as the broker returns it (a control batch's attribute bit and CRC set by hand)."""
+    import struct
+
+    from aiokafka.record._crecords.cutil import crc32c_cython
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=int(transactional),
+                                        producer_id=producer_id, producer_epoch=0 if producer_id >= 0 else -1,
+                                        base_sequence=0 if producer_id >= 0 else -1, batch_size=1 << 20)
+    for i, (key, value) in enumerate(records):
+        builder.append(i, timestamp=1_700_000_000_000 + i, key=key, value=value, headers=[("h", b"x")])
+    data = bytearray(builder.build())
+    struct.pack_into(">q", data, 0, base_offset)
+    if control:
+        struct.pack_into(">h", data, 21, struct.unpack_from(">h", data, 21)[0] | 0x20)
+    struct.pack_into(">I", data, 17, crc32c_cython(bytes(data[21:])))
+    if corrupt:
+        data[-1] ^= 0xFF
+    return bytes(data)
+
+
+_ABORT, _COMMIT = b"\x00\x00\x00\x00", b"\x00\x00\x00\x01"
+
+
+def _transactional_log() -> tuple[bytes, list[tuple[int, int]]]:
+    """Plain records, a committed transaction, an aborted one (with its markers), and more plain records."""
+    parts = [
+        _batch(0, [(b"a", b"v0"), (None, b"v1")]),
+        _batch(2, [(b"a", b"v2"), (b"b", b"v3")], producer_id=7, transactional=True),
+        _batch(4, [(_COMMIT, b"\x00\x00\x00\x00\x00\x00")], producer_id=7, transactional=True, control=True),
+        _batch(5, [(b"a", b"aborted-5"), (b"a", b"aborted-6")], producer_id=8, transactional=True),
+        _batch(7, [(_ABORT, b"\x00\x00\x00\x00\x00\x00")], producer_id=8, transactional=True, control=True),
+        _batch(8, [(b"c", b"v8"), (b"a", b"")]),
+    ]
+    return b"".join(parts), [(8, 5)]
+
+
+def _drain(buffer: bytes, aborted: list[tuple[int, int]], *, plain: bool, start: int = 0,
+           isolation: str = "read_committed") -> tuple[list, int]:
+    """What ``fetched_records`` (the path ``getmany`` takes) gives for one fetched response, and the position after."""
+    from aiokafka.client import AIOKafkaClient
+    from aiokafka.consumer.fetcher import Fetcher, FetchResult, PartitionRecords
+    from aiokafka.consumer.subscription_state import SubscriptionState
+    from aiokafka.record.memory_records import MemoryRecords
+
+    async def scenario():
+        client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
+        subscription = SubscriptionState()
+        fetcher = Fetcher(client, subscription, isolation_level=isolation)
+        try:
+            for name in internals.AIOKAFKA_FETCH_INTERNALS[1:2]:
+                assert hasattr(fetcher, name), f"aiokafka's Fetcher has no {name}"
+            if plain:
+                started = type("Started", (), {"_fetcher": fetcher})()  # what a started consumer holds
+                assert internals.plain_fetched_records(started) is True
+                assert internals.plain_fetched_records(started) is True  # twice: still one hook
+            tp = TopicPartition("t", 0)
+            subscription.assign_from_user({tp})
+            assignment = subscription.subscription.assignment
+            assignment.state_value(tp).seek(start)
+            records = PartitionRecords(tp, MemoryRecords(buffer), aborted, start, None, None, True,
+                                       fetcher._isolation_level)  # as Fetcher._proc_fetch_request builds them
+            result = FetchResult(tp, partition_records=records, assignment=assignment, backoff=0)
+            assert hasattr(result, "_partition_records") and hasattr(records, "_consumer_record")
+            fetcher._records[tp] = result
+            got = await fetcher.fetched_records([tp])
+            return got.get(tp, []), assignment.state_value(tp).position
+        finally:
+            await fetcher.close()
+            await client.close()
+
+    return asyncio.run(scenario())
+
+
+def test_plain_records_are_what_the_public_records_carry_with_transactions_honoured():
+    buffer, aborted = _transactional_log()
+    for isolation in ("read_committed", "read_uncommitted"):
+        for start in (0, 3, 8, 9):
+            public, public_position = _drain(buffer, aborted, plain=False, start=start, isolation=isolation)
+            plain, plain_position = _drain(buffer, aborted, plain=True, start=start, isolation=isolation)
+            assert all(type(r).__name__ == "ConsumerRecord" for r in public)
+            assert plain == [(r.offset, r.key, r.value) for r in public]
+            assert plain_position == public_position == 10
+    committed, _ = _drain(buffer, aborted, plain=True)
+    # Control batches skipped, the aborted transaction dropped, everything else in offset order.
+    assert committed == [(0, b"a", b"v0"), (1, None, b"v1"), (2, b"a", b"v2"), (3, b"b", b"v3"),
+                         (8, b"c", b"v8"), (9, b"a", b"")]
+    uncommitted, _ = _drain(buffer, aborted, plain=True, isolation="read_uncommitted")
+    assert [r[2] for r in uncommitted if r[0] in (5, 6)] == [b"aborted-5", b"aborted-6"]
+
+
+def test_plain_records_still_fail_on_a_corrupt_batch():
+    from aiokafka.errors import CorruptRecordException
+
+    buffer = _batch(0, [(b"a", b"v0")]) + _batch(1, [(b"a", b"v1")], corrupt=True)
+    for plain in (False, True):
+        with pytest.raises(CorruptRecordException):
+            _drain(buffer, [], plain=plain)
+
+
+def test_the_plain_hook_sits_where_aiokafka_builds_and_calls_it():
+    """The fetcher stores each response's records by ``self._records[tp] = FetchResult(``, and the batch walk
+    builds every record through ``self._consumer_record(`` : the two places the hook relies on."""
+    from aiokafka.consumer.fetcher import Fetcher, PartitionRecords
+
+    assert "self._records[tp] = FetchResult(" in inspect.getsource(Fetcher._proc_fetch_request)
+    assert "self._consumer_record(tp, record)" in inspect.getsource(PartitionRecords._unpack_records)
+    assert "self._fetcher = Fetcher(" in inspect.getsource(AIOKafkaConsumer.start)
+    assert inspect.getsource(Fetcher.__init__).count("self._records = ") == 1
+
+    async def not_started():
+        # No fetcher yet (or an aiokafka without this buffer): nothing changes, and the caller is told so.
+        consumer = AIOKafkaConsumer(bootstrap_servers="127.0.0.1:1")
+        for name in internals.AIOKAFKA_FETCH_INTERNALS[:1]:
+            assert hasattr(consumer, name), f"AIOKafkaConsumer has no {name}"
+        assert internals.plain_fetched_records(consumer) is False
+
+    asyncio.run(not_started())
