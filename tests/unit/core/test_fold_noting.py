@@ -23,8 +23,9 @@ from processors.core.fold import fold, fold_noting, state_hash
 from processors.core.statehash import ExactStateHash, ResumableStateHash
 from processors.replay import rederive
 from processors.replay.rederive import _Walk
-from schemas.canonical import GENESIS, canonical_leaf, sha256_hex, utf16_key
+from schemas.canonical import canonical_leaf, sha256_hex, utf16_key
 from tests.unit.core.forgery import rechain
+from tests.unit.replay.walks import walk_records, walk_summary
 
 _names = st.sampled_from(["a", "b", "c", "goal", "é", "\ue000", "\U0001f600", "\u20ac", "A", "_"])
 _plain_values = st.recursive(
@@ -168,17 +169,10 @@ def _variable_run(n: int = 60) -> list[dict[str, Any]]:
 
 
 def _walk(records: list[dict[str, Any]], *, collect_all: bool = True) -> _Walk:
-    walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests={}, snapshots={},
-                 handoff_mode="check")
-    for offset, record in enumerate(records):
-        walk.record(offset, record)
-    walk.finish()
-    return walk
+    return walk_records(records, collect_all=collect_all)
 
 
-def _summary(walk: _Walk) -> dict[str, Any]:
-    return {"divergences": [d.to_dict() for d in walk.divergences], "compared": walk.compared,
-            "head": walk.head, "next_seq": walk.next_seq, "state": walk.state, "seen": walk.seen}
+_summary = walk_summary
 
 
 def _general(records: list[dict[str, Any]], monkeypatch) -> dict[str, Any]:

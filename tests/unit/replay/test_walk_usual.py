@@ -15,27 +15,16 @@ from typing import Any
 import pytest
 
 from processors.replay.rederive import _Walk
-from schemas.canonical import GENESIS
 from tests.unit.core.forgery import forge, rechain
 from tests.unit.core.runs import realistic_run
+from tests.unit.replay.walks import new_walk, walk_records, walk_summary
 
 
 def _walk(records: list[dict[str, Any]], *, usual: bool, collect_all: bool) -> _Walk:
-    walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests={}, snapshots={},
-                 handoff_mode="check")
-    if not usual:
-        walk._usual = lambda *args: False  # type: ignore[method-assign]
-    for offset, record in enumerate(records):
-        walk.record(offset, record)
-    walk.finish()
-    return walk
+    return walk_records(records, usual=usual, collect_all=collect_all)
 
 
-def _summary(walk: _Walk) -> dict[str, Any]:
-    return {"divergences": [d.to_dict() for d in walk.divergences], "compared": walk.compared,
-            "undigested": walk.undigested, "events": walk.events, "head": walk.head, "next_seq": walk.next_seq,
-            "state": walk.state, "seen": walk.seen, "last_digest": walk.last_digest,
-            "state_diverged": walk.state_diverged, "state_blind": walk.state_blind, "conflicts": walk.conflicts}
+_summary = walk_summary
 
 
 def _clean() -> list[dict[str, Any]]:
@@ -114,8 +103,7 @@ def _batched_walk(records: list[dict[str, Any]], *, collect_all: bool, size: int
         if offset % 5 == 2:
             raw.append((2 * offset + 1, b"k", encode_record(other)))  # another run's record on the partition
     raw.insert(len(raw) // 3, (10_000, b"k", encode_record({"doc": "not an object"})))
-    walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests={}, snapshots={},
-                 handoff_mode="check")
+    walk = new_walk(collect_all=collect_all)
     progressed: list[int] = []
     for start in range(0, len(raw), size):
         batch = raw[start:start + size]
