@@ -139,7 +139,7 @@ class ResumableStateHash:
     One instance per walk over one run; states are read-only (the fold's rule).
     """
 
-    __slots__ = ("_checkpoints", "_entry_index", "_entry_keys", "_entry_names", "_entry_of", "_entry_parts",
+    __slots__ = ("_checkpoints", "_entry_index", "_entry_names", "_entry_of", "_entry_parts",
                  "_hex", "_ins_keys", "_ins_values", "_last", "_names", "_order", "_parts", "_tail", "_tail_ins",
                  "_tail_key", "_valid")
 
@@ -154,11 +154,10 @@ class ResumableStateHash:
         self._tail = -1  # the last JCS position (its checkpoint is kept by every full pass)
         self._last: Any = None
         self._hex: str | None = None
-        # :meth:`after_set` only: the last member (JCS order) kept entry by entry, for the state whose key
-        # list is ``_entry_keys`` (the ``_ins_keys`` object they were taken from) and member value ``_entry_of``.
-        self._entry_keys: list[str] | None = None
-        self._tail_key: str | None = None
-        self._tail_ins = -1  # the last member's insertion index
+        self._tail_key: str | None = None  # the last member's name in JCS order (set with the key list)
+        self._tail_ins = -1  # … and its insertion index
+        # :meth:`after_set` only: the last member kept entry by entry, for its value ``_entry_of`` (values
+        # are read-only, so the entries describe that object whatever key list it is found in).
         self._entry_of: Any = None
         self._entry_index: dict[str, int] = {}  # entry key -> position (sorted)
         self._entry_names: list[bytes] = []  # by position: '"key":'
@@ -215,10 +214,6 @@ class ResumableStateHash:
         """
         if prev is not self._last or self._hex is None or not self._valid:
             return self(state)
-        if self._entry_keys is not self._ins_keys:  # a new key list since the entries were kept
-            self._entry_keys, self._entry_of = self._ins_keys, None
-            self._tail_key = sorted(self._ins_keys, key=utf16_key)[-1] if self._ins_keys else None
-            self._tail_ins = self._ins_keys.index(self._tail_key) if self._tail_key is not None else -1
         if member != self._tail_key:
             return self(state)
         old = self._ins_values[self._tail_ins]  # prev[member]: the value the kept bytes describe
@@ -251,7 +246,7 @@ class ResumableStateHash:
 
     def forget(self) -> None:
         """Drop everything kept: the next call spells its state from scratch (after a candidate that did not match)."""
-        self._valid, self._entry_keys, self._entry_of, self._last, self._hex = False, None, None, None, None
+        self._valid, self._entry_of, self._last, self._hex = False, None, None, None
 
     def _keep_entries(self, member: Mapping[str, Any]) -> None:
         """Keep ``member``'s entries one by one, in JCS order, each as ``"key":`` and its value's orjson bytes."""
@@ -309,6 +304,8 @@ class ResumableStateHash:
         self._ins_keys = keys
         self._ins_values = list(state.values())
         self._order = [position[k] for k in keys]
+        self._tail_key = ordered[-1] if ordered else None
+        self._tail_ins = keys.index(ordered[-1]) if ordered else -1
         self._names = [(b"," if i else b"") + canonical_leaf(k) + b":" for i, k in enumerate(ordered)]
         values = [state[k] for k in ordered]
         spell = self._spell
