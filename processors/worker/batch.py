@@ -318,8 +318,10 @@ class Batch:
 def _stages(tables: Mapping[str, Any]) -> list[list[str]]:
     """The tables written, grouped into :data:`TABLE_STAGES` in order (one not named: a stage of its own, last)."""
     named = [[t for t in stage if t in tables] for stage in TABLE_STAGES]
-    known = {t for stage in TABLE_STAGES for t in stage}
-    return [stage for stage in named if stage] + [[t] for t in tables if t not in known]
+    return [stage for stage in named if stage] + [[t] for t in tables if t not in _STAGED]
+
+
+_STAGED = frozenset(t for stage in TABLE_STAGES for t in stage)
 
 
 #: Table key (+ topic and partition) holding the next source offset an agent expects per partition;
