@@ -9,7 +9,6 @@ records our sequencer writes go through ClickHouse, anything it cannot prove thr
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from typing import Any
 
 import rfc8785
@@ -27,6 +26,7 @@ from streams.settings import Settings
 from streams.topics import topic_name
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.schemas.strategies import valid_docs
+from tests.unit.worker.records import Partition, Record
 
 COLUMNS = ("run_id", "sequence", "event_id", "causation_id", "type", "node_id", "event_time", "ingested_at",
            "source_topic", "kafka_partition", "kafka_offset", "hash", "prev_hash", "payload", "doc", "state_hash")
@@ -122,7 +122,7 @@ def test_records_clickhouse_cannot_prove_take_the_python_path_and_are_stored_as_
         foreign = _foreign_records()
         ours = [_record(_doc("ours", q, {"q": q})) for q in range(3)]
         values = [*ours, *foreign.values()]
-        messages = [_Message(topic="p.log", partition=0, offset=i, timestamp=0, value=v) for i, v in enumerate(values)]
+        messages = [Record(topic="p.log", partition=0, offset=i, timestamp=0, value=v) for i, v in enumerate(values)]
         sink = AuditSink(Settings(topic_prefix="p"), s, topics={"log": "committed"})
         assert topic_name(sink.settings, "log") == "p.log"
 
@@ -134,29 +134,13 @@ def test_records_clickhouse_cannot_prove_take_the_python_path_and_are_stored_as_
 
         s.command("TRUNCATE TABLE events")
         # the whole batch as the sink flushes it (another partition: another range token)
-        asyncio.run(sink.flush(_TP("p.log", 1), messages, lo=0, hi=len(values) - 1, marked=False))
+        asyncio.run(sink.flush(Partition("p.log", 1), messages, lo=0, hi=len(values) - 1, marked=False))
         decodable = [v for k, v in foreign.items() if k != "not JSON" and k != "tampered hash"]
         tampered = foreign["tampered hash"]
         assert _stored(s, ["ours", "foreign", 'foreign"quote']) == _expected([*ours, *decodable, tampered])
         for doc, in s.query("SELECT doc FROM events").rows:
             assert doc.encode() == rfc8785.dumps(loads_strict(doc.encode()))
         assert s.query("SELECT reason, source_offset FROM rejections").rows == [("sink_undecodable", len(values) - 1)]
-
-
-@dataclass(frozen=True)
-class _Message:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    value: bytes | None
-    key: bytes | None = None
-
-
-@dataclass(frozen=True)
-class _TP:
-    topic: str
-    partition: int
 
 
 def test_the_range_token_protects_events_and_the_rollups_and_a_reform_lands_what_is_missing(store_url):  # noqa: F811

@@ -7,7 +7,6 @@ reads only the sink's own partition state, and :meth:`AuditSink.flush` only the 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 
 from processors.audit.migrations import migrate
 from processors.audit.store import open_store
@@ -16,27 +15,12 @@ from schemas.canonical import GENESIS, chain_hash, jcs
 from streams.codec import encode_committed
 from streams.settings import Settings
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
+from tests.unit.worker.records import Partition, Record
 
 
-@dataclass(frozen=True)
-class _TP:
-    topic: str
-    partition: int
-
-
-@dataclass(frozen=True)
-class _Message:
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    value: bytes | None
-    key: bytes | None = None
-
-
-def _buffer(tp: _TP, lo: int, n: int, values: list[bytes] | None = None) -> _Partition:
+def _buffer(tp: Partition, lo: int, n: int, values: list[bytes] | None = None) -> _Partition:
     values = values if values is not None else [b"{}"] * n
-    return _Partition(expected=lo + n, lo=lo, messages=[_Message(tp.topic, tp.partition, lo + i, 0, v)
+    return _Partition(expected=lo + n, lo=lo, messages=[Record(tp.topic, tp.partition, lo + i, 0, v)
                                                         for i, v in enumerate(values)])
 
 
@@ -47,20 +31,21 @@ def _sink(store: object, **changes: object) -> AuditSink:
 def test_the_other_partitions_of_the_topic_ride_along_within_a_batch(store_url):  # noqa: F811
     with open_store(store_url) as s:
         sink = _sink(s, sink_batch_rows=100)
-        log = [_TP("p.log", p) for p in range(6)]
-        snap = _TP("p.snapshots", 1)
+        log = [Partition("p.log", p) for p in range(6)]
+        snap = Partition("p.snapshots", 1)
         sink._parts = {log[0]: _buffer(log[0], 0, 30), log[1]: _buffer(log[1], 5, 40), log[2]: _buffer(log[2], 0, 20),
                        log[3]: _buffer(log[3], 0, 10), log[4]: _buffer(log[4], 0, 0), log[5]: _buffer(log[5], 0, 8),
                        snap: _buffer(snap, 0, 5)}
         sink._parts[log[5]].pending = (0, 7)  # a range to re-form goes on its own
-        busy = asyncio.Future()
-        sink._inflight = {log[3]: (busy, 1)}  # a batch of its own in flight
+        loop = asyncio.new_event_loop()  # the batch's task is never awaited: a future of a loop that never runs
+        sink._inflight = {log[3]: (loop.create_future(), 1)}  # a batch of its own in flight
         riders = sink._riders(log[0], 30, {log[0]})
         # partition order; 30 + 40 + 20 fit in 100, the empty, re-forming, busy ones and the other topic do not ride
         assert [tp for tp, _ in riders] == [log[1], log[2]]
         assert [tp for tp, _ in sink._riders(log[0], 50, {log[0]})] == [log[1]], "a buffer that would pass the cap stays"
         assert [tp for tp, _ in sink._riders(log[0], 30, {log[0], log[1]})] == [log[2]], "taken by another batch"
         assert sink._riders(log[0], 100, {log[0]}) == [], "a full batch (a backlog) goes alone"
+        loop.close()
 
 
 def _committed(run: str, seq: int) -> bytes:
@@ -74,7 +59,7 @@ def test_a_batch_of_three_partitions_records_every_range_first_and_re_forms_per_
     migrate(store_url)
     with open_store(store_url) as s:
         sink = _sink(s)
-        tps = [_TP("p.log", p) for p in range(3)]
+        tps = [Partition("p.log", p) for p in range(3)]
         values = {tp: [_committed(f"ride-{tp.partition}", q) for q in range(5 + tp.partition)] for tp in tps}
         parts = {tp: _buffer(tp, 10 * tp.partition, len(values[tp]), values[tp]) for tp in tps}
         first, *others = tps
