@@ -365,9 +365,7 @@ class BlockingSink:
         return int(missing), int(proven), int(staged)
 
     def _insert_staged(self, token: str, *, filtered: bool = True) -> None:
-        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered), settings={
-            "insert_deduplicate": 1, "insert_deduplication_token": token,
-            "deduplicate_blocks_in_dependent_materialized_views": 1})
+        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered, token=token))
 
     def _reinsert(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
         """Insert the missing rows of a re-formed batch under fresh tokens until they are stored."""

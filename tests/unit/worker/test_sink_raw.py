@@ -231,9 +231,9 @@ def _lookups(monkeypatch) -> list[bool]:
     calls: list[bool] = []
     real = raw.insert_sql
 
-    def spy(stage: str, *, filtered: bool = True) -> str:
+    def spy(stage: str, *, filtered: bool = True, token: str | None = None) -> str:
         calls.append(filtered)
-        return real(stage, filtered=filtered)
+        return real(stage, filtered=filtered, token=token)
 
     monkeypatch.setattr(raw, "insert_sql", spy)
     return calls
@@ -307,3 +307,18 @@ def test_sequence_tops_answer_clear_only_above_every_bound():
     tops.learn(["t"], {"t": 7})  # over the cap: the least recently claimed run (s) is dropped
     assert tops.unknown(["r", "s", "t"]) == ["s"]
     assert not tops.claim({"t": (7, 8)}) and tops.claim({"t": (9, 9)})
+
+
+def test_a_token_is_written_into_the_statement_as_a_string_and_still_drops_a_repeat(store_url):  # noqa: F811
+    """The events insert carries its token in its own ``SETTINGS`` (no per-call settings round trips):
+    quoted, whatever it holds, and in force for that insert (a repeat under it is dropped)."""
+    migrate(store_url)
+    with open_store(store_url) as s:
+        sink = BlockingSink(s)
+        token = "p.log/0/0-4+p.log/1/'quoted'\\back"
+        values = [_record(_doc("quote", q, {"q": q})) for q in range(5)]
+        sink.insert_log(values, token)
+        sink.tops = None  # no bounds: the repeat below reaches the insert, and only the token can drop it
+        s.command("ALTER TABLE events DELETE WHERE run_id = 'quote' AND sequence = 4", settings={"mutations_sync": 2})
+        sink.insert_log(values, token)
+        assert s.query("SELECT count() FROM events WHERE run_id = 'quote'").rows[0][0] == 4, "the token dropped it"
