@@ -58,6 +58,8 @@ class Settings:
     rebalance_timeout_s: float = 10.0
     # #14 session 8: 30,000 (was 20,000). The sink's 200k bench, alternated on one broker: 115-133k rows/s
     # against 90-115k (fewer statements, parts and ledger rows per row); a trickle still waits sink_flush_s.
+    # #13 session 11: also the bound of a batch that carries several partitions of a topic (a trickle's
+    # buffers ride along with the first one ready: processors.worker.sink.AuditSink._riders).
     sink_batch_rows: int = 30_000
     # 0.5 s (was 1 s): publish → queryable p99 at 1k ev/s 2.2 → 1.7 s (#13, session 6, quiet machine);
     # at most two inserts per second per partition and table at a trickle.
