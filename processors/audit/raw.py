@@ -34,6 +34,8 @@ live log check (``hash_chain_broken``) reports such a record either way.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 __all__ = ["EVENT_COLUMNS", "HASHES_RE", "HEAD_RE", "RECORD_RE", "SOURCE_RE", "TAIL_RE", "counts_sql", "insert_sql",
            "land_ddl", "missing_sql", "runs_sql", "spans_sql", "stage_ddl", "stage_sql", "tops_sql",
            "unproven_sql"]
@@ -159,25 +161,24 @@ def _stored(stage: str) -> str:
             f"(SELECT run_id, sequence FROM {stage} WHERE ok)")
 
 
-def insert_sql(stage: str, *, filtered: bool = True, token: str | None = None) -> str:
+def insert_sql(stage: str, *, filtered: bool = True, settings: Mapping[str, int | str] | None = None) -> str:
     """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``.
 
     ``filtered=False`` leaves out the lookup of stored keys (a third of the statement's cost): only
     for a batch whose keys are known to be absent (:class:`processors.worker.sink.SequenceTops`).
     A repeat within the batch is still dropped.
 
-    ``token`` is the insert's deduplication token, written into the statement's own ``SETTINGS``
-    (deduplicated in the rollup views too). As per-call settings, clickhouse-connect's chdb backend
-    read them from ``system.settings`` and set and restored each one around the statement: about
-    7 ms of CPU per log batch (#13 session 11).
+    ``settings`` (the insert's deduplication token: :func:`processors.audit.store.dedup_settings`) are
+    written into the statement's own ``SETTINGS`` clause. As per-call settings, clickhouse-connect's
+    chdb backend read them from ``system.settings`` and set and restored each one around the
+    statement: about 7 ms of CPU per log batch (#13 session 11).
     """
     cols = ", ".join(EVENT_COLUMNS)
     stored = f" AND (run_id, sequence) NOT IN ({_stored(stage)})" if filtered else ""
-    dedup = ("" if token is None else
-             f" SETTINGS insert_deduplicate = 1, insert_deduplication_token = {_sql_string(token)}, "
-             "deduplicate_blocks_in_dependent_materialized_views = 1")
+    clause = ("" if not settings else " SETTINGS " + ", ".join(
+        f"{name} = {value if isinstance(value, int) else _sql_string(value)}" for name, value in settings.items()))
     return (f"INSERT INTO events ({cols}) SELECT {cols} FROM {_ident(stage)} "
-            f"WHERE ok{stored} LIMIT 1 BY run_id, sequence{dedup}")
+            f"WHERE ok{stored} LIMIT 1 BY run_id, sequence{clause}")
 
 
 def counts_sql(stage: str) -> str:

@@ -278,6 +278,12 @@ _REGISTRY: dict[str, _Engine] = {}
 _REGISTRY_LOCK = threading.RLock()
 
 
+def dedup_settings(token: str) -> dict[str, int | str]:
+    """The settings that make an insert idempotent by ``token``, in the table and in its materialized views."""
+    return {"insert_deduplicate": 1, "insert_deduplication_token": token,
+            "deduplicate_blocks_in_dependent_materialized_views": 1}
+
+
 class Store:
     """A handle on the audit store. Close it (or use ``with``) so the chdb directory is released."""
 
@@ -367,10 +373,7 @@ class Store:
         n = (len(data[0]) if data else 0) if column_oriented else len(data)
         if n == 0:
             return 0
-        settings: dict[str, Any] = {}
-        if dedup_token is not None:
-            settings = {"insert_deduplicate": 1, "insert_deduplication_token": dedup_token,
-                        "deduplicate_blocks_in_dependent_materialized_views": 1}
+        settings = dedup_settings(dedup_token) if dedup_token is not None else {}
         try:
             self.client.insert(table, data, column_names=list(column_names), column_oriented=column_oriented,
                                settings=settings or None)

@@ -82,7 +82,7 @@ from processors.audit.migrations import open_owned
 from processors.audit.rollups import ROLLUP_SOURCES
 from processors.audit.rollups import repair as repair_rollups
 from processors.audit.rows import rows_for
-from processors.audit.store import Store
+from processors.audit.store import Store, dedup_settings
 from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
 from schemas.errors import StoreError
@@ -365,7 +365,7 @@ class BlockingSink:
         return int(missing), int(proven), int(staged)
 
     def _insert_staged(self, token: str, *, filtered: bool = True) -> None:
-        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered, token=token))
+        self.store.command(raw_sql.insert_sql(self.stage, filtered=filtered, settings=dedup_settings(token)))
 
     def _reinsert(self, table: str, names: tuple[str, ...], cols: list[list[Any]], token: str) -> int:
         """Insert the missing rows of a re-formed batch under fresh tokens until they are stored."""

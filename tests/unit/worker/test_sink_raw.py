@@ -9,6 +9,7 @@ records our sequencer writes go through ClickHouse, anything it cannot prove thr
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from typing import Any
 
 import rfc8785
@@ -231,9 +232,9 @@ def _lookups(monkeypatch) -> list[bool]:
     calls: list[bool] = []
     real = raw.insert_sql
 
-    def spy(stage: str, *, filtered: bool = True, token: str | None = None) -> str:
+    def spy(stage: str, *, filtered: bool = True, settings: Mapping[str, int | str] | None = None) -> str:
         calls.append(filtered)
-        return real(stage, filtered=filtered, token=token)
+        return real(stage, filtered=filtered, settings=settings)
 
     monkeypatch.setattr(raw, "insert_sql", spy)
     return calls
