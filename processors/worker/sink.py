@@ -73,7 +73,7 @@ import uuid
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
@@ -568,9 +568,24 @@ def token_for(topic: str, partition: int, lo: int, hi: int) -> str:
     return f"{topic}/{partition}/{lo}-{hi}"
 
 
-#: One partition's share of a batch that carries several (:meth:`AuditSink._riders`): the partition,
-#: its state, its records and their offset range.
-Rider = tuple[TopicPartition, _Partition, list[Any], int, int]
+class Rider(NamedTuple):
+    """One partition's share of a batch that carries several (:meth:`AuditSink._riders`)."""
+
+    tp: TopicPartition
+    part: _Partition
+    messages: list[Any]
+    lo: int
+    hi: int
+
+
+def batch_ranges(tp: TopicPartition, lo: int, hi: int, riders: Sequence[Rider] = ()) -> list[tuple[str, int, int, int]]:
+    """The ledger ranges ``(topic, partition, lo, hi)`` of a batch: its own partition's, then each rider's."""
+    return [(tp.topic, tp.partition, lo, hi), *((r.tp.topic, r.tp.partition, r.lo, r.hi) for r in riders)]
+
+
+def batch_token(ranges: Sequence[tuple[str, int, int, int]]) -> str:
+    """The insert deduplication token of a batch: :func:`token_for` of each of its ranges, joined by ``+``."""
+    return "+".join(token_for(*r) for r in ranges)
 
 
 Mapped = tuple[str, tuple[str, ...], list[list[Any]]]
@@ -752,10 +767,10 @@ class AuditSink:
         if riders and marked:
             raise ValueError("a re-formed range is stored on its own")
         kind, short = self.kinds[tp.topic], self.shorts[tp.topic]
-        ranges = [(tp.topic, tp.partition, lo, hi)] + [(r[0].topic, r[0].partition, r[3], r[4]) for r in riders]
-        token = "+".join(token_for(*r) for r in ranges)
+        ranges = batch_ranges(tp, lo, hi, riders)
+        token = batch_token(ranges)
         if riders:
-            messages = [*messages, *(m for r in riders for m in r[2])]
+            messages = [*messages, *(m for r in riders for m in r.messages)]
         recorded = marked
         sink = self.sinks[lane]
 
@@ -799,7 +814,7 @@ class AuditSink:
             METRICS.set("agentlog_sink_lag_seconds", max(0.0, time.time() - oldest_ms / 1000), table=short)
         self._commits[tp] = hi + 1
         for rider in riders:
-            self._commits[rider[0]] = rider[4] + 1
+            self._commits[rider.tp] = rider.hi + 1
 
     def _commit_stored(self) -> None:
         """Commit the stored ranges' ends to the group, in the background (lag tooling only: the sink
@@ -1000,12 +1015,12 @@ class AuditSink:
             batch, rider.messages = rider.messages, []
             rider.burst = len(batch) >= self._burst_rows
             self._hold(other, rider)
-            riders.append((other, rider, batch, rider.lo, batch[-1].offset))
+            riders.append(Rider(other, rider, batch, rider.lo, batch[-1].offset))
             taken.add(other)
         task = asyncio.ensure_future(self._store_batch(tp, part, messages, lo=lo, hi=hi, lane=lane, riders=riders))
         self._inflight[tp] = (task, lane)
-        for rider_tp, *_rest in riders:
-            self._inflight[rider_tp] = (task, lane)
+        for r in riders:
+            self._inflight[r.tp] = (task, lane)
 
     def _hold(self, tp: TopicPartition, part: _Partition) -> None:
         """Pause fetching a partition while its buffer holds its next batch at the most (:attr:`_max_batch`
@@ -1097,12 +1112,11 @@ class AuditSink:
         except Exception as e:
             short = self.shorts[tp.topic]
             METRICS.inc("agentlog_sink_errors_total", table=short)
-            log.exception("sink: storing %s failed (%s); resuming %s from the ledger",
-                          "+".join(token_for(t.topic, t.partition, a, b) for t, _p, _m, a, b in
-                                   [(tp, part, messages, lo, hi), *riders]),
-                          e, ", ".join(f"{t.topic}/{t.partition}" for t, *_r in [(tp,), *riders]))
-            for rider_tp, rider in [(tp, part), *((r[0], r[1]) for r in riders)]:
-                await self._resume(rider_tp, rider)
+            ranges = batch_ranges(tp, lo, hi, riders)
+            log.exception("sink: storing %s failed (%s); resuming %s from the ledger", batch_token(ranges), e,
+                          ", ".join(f"{topic}/{partition}" for topic, partition, _lo, _hi in ranges))
+            for resumed_tp, resumed in [(tp, part), *((r.tp, r.part) for r in riders)]:
+                await self._resume(resumed_tp, resumed)
 
     async def _resume(self, tp: TopicPartition, part: _Partition) -> None:
         """Forget what the partition fetched and buffered, then start it again from the ledger."""

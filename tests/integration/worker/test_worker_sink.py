@@ -426,7 +426,7 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
 
         async def flush(self, tp, messages, **kw):
             Held.batches.append((tp.partition, len(messages)))
-            carried = len(messages) + sum(len(rider[2]) for rider in kw.get("riders", ()))  # buffers that rode along
+            carried = len(messages) + sum(len(rider.messages) for rider in kw.get("riders", ()))  # buffers that rode along
             if len(Held.batches) == 1:  # hold the only lane until every record is buffered (or 20 s)
                 deadline = asyncio.get_running_loop().time() + 20
                 while asyncio.get_running_loop().time() < deadline:
@@ -572,7 +572,7 @@ def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_c
     re-forms each partition's last range on its own."""
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink, ledger_gaps
+    from processors.worker.sink import AuditSink, batch_ranges, ledger_gaps
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
@@ -588,8 +588,7 @@ def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_c
             if len(riders) >= 2 and Riding.crash:
                 Riding.crash = False
                 if mode == "before_insert":  # every range recorded, no row inserted
-                    self.sinks[lane].mark_ranges([(tp.topic, tp.partition, lo, hi)]
-                                                 + [(r[0].topic, r[0].partition, r[3], r[4]) for r in riders])
+                    self.sinks[lane].mark_ranges(batch_ranges(tp, lo, hi, riders))
                     raise _Killed
                 await super().flush(tp, messages, lo=lo, hi=hi, marked=marked, lane=lane, riders=riders)
                 raise _Killed

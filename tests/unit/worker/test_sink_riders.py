@@ -10,7 +10,7 @@ import asyncio
 
 from processors.audit.migrations import migrate
 from processors.audit.store import open_store
-from processors.worker.sink import AuditSink, _Partition, ledger_gaps, token_for
+from processors.worker.sink import AuditSink, Rider, _Partition, ledger_gaps, token_for
 from schemas.canonical import GENESIS, chain_hash, jcs
 from streams.codec import encode_committed
 from streams.settings import Settings
@@ -63,7 +63,7 @@ def test_a_batch_of_three_partitions_records_every_range_first_and_re_forms_per_
         values = {tp: [_committed(f"ride-{tp.partition}", q) for q in range(5 + tp.partition)] for tp in tps}
         parts = {tp: _buffer(tp, 10 * tp.partition, len(values[tp]), values[tp]) for tp in tps}
         first, *others = tps
-        riders = [(tp, parts[tp], parts[tp].messages, parts[tp].lo, parts[tp].messages[-1].offset) for tp in others]
+        riders = [Rider(tp, parts[tp], parts[tp].messages, parts[tp].lo, parts[tp].messages[-1].offset) for tp in others]
 
         def count() -> int:
             return int(s.query("SELECT count() FROM events").rows[0][0])
