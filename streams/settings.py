@@ -163,6 +163,10 @@ class Settings:
     # handled; its reads see their writes. 0 (the default) = each batch commits before the next is handled:
     # on a quiet machine 16 measured no better (README "Benchmarks" → "Commits in flight").
     batch_commits_in_flight: int = 0
+    # #13 session 12: at a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
+    # rebalance_timeout_s) to make its tables durable before the member rejoins; one still going after that,
+    # or holding records of a partition that moved, writes no table (processors.worker.fence). 0 = never wait.
+    revoke_wait_s: float = 5.0
 
     @property
     def chdb_dir(self) -> Path:

@@ -41,7 +41,7 @@ import faust
 from faust.worker import Worker
 
 from processors.metrics import METRICS
-from processors.worker import batch, gcpause, handoff, lagprobe, positions, runstate, sequencer, web
+from processors.worker import batch, fence, gcpause, handoff, lagprobe, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
@@ -159,7 +159,9 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     if settings.consumer_fetch_max_wait_ms > 0:  # #13 session 7: no 1.5 s long-poll holding ingest back
         internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
     METRICS.add_collector(durable.series)
-    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable)
+    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable,
+                    fence=fence.Fence(fence.wait_bound(settings.revoke_wait_s, settings.rebalance_timeout_s)))
+    fence.install(app, wiring.fence)
 
     # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.

@@ -39,6 +39,7 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from processors.metrics import METRICS
+from processors.worker.fence import Fenced
 from processors.worker.wiring import Wiring
 from streams import internals
 from streams.reader import fetch_range, first_offset
@@ -284,11 +285,14 @@ class Batch:
         for (table, key), (partition, value) in writes.items():
             by_table.setdefault(table, []).append((key, partition, value))
         last = group[-1]
+        sources = {(topic, partition) for batch in group for (_, topic, partition) in batch._positions}
         for stage in _stages(by_table):
+            _check_owned(last.wiring, sources)
             for table in stage:
                 await last._put(last.wiring.tables[table], by_table[table])
             await last._outbox.flush()
             await last._outbox.wait()
+        _check_owned(last.wiring, sources)
         for batch in group:
             batch._publish_positions()
 
@@ -313,6 +317,13 @@ class Batch:
         if positions is not None:
             for (table, topic, partition), position in self._positions.items():
                 positions.advance(table, topic, partition, position, self._generation)
+
+
+def _check_owned(wiring: Wiring, sources: set[tuple[str, int]]) -> None:
+    """Raise :class:`Fenced` if a partition of ``sources`` is no longer this worker's (:mod:`.fence`)."""
+    unowned = wiring.fence.unowned(sources)
+    if unowned:
+        raise Fenced(", ".join(f"{topic}[{partition}]" for topic, partition in unowned))
 
 
 def _stages(tables: Mapping[str, Any]) -> list[list[str]]:
@@ -690,7 +701,13 @@ class _Commits:
         if self.before is not None:
             for batch in group:
                 await self.before(batch)
-        await self._make_durable(group)
+        try:
+            await self._make_durable(group)
+        except Fenced as e:  # a crash before the table writes, as far as anyone can tell: not a failure
+            METRICS.inc("agentlog_batches_fenced_total", len(group), agent=self.agent)
+            log.warning("agent %s: %d batch(es) not made durable: %s moved to another worker while they were "
+                        "handled; their next owner handles their records again", self.agent, len(group), e)
+            return
         if self.after is not None:
             for batch in group:
                 await self.after(batch)
@@ -729,7 +746,25 @@ def batched_agent(
 
     commits = _Commits(wiring.settings.batch_commits_in_flight, name, before_commit, after_commit)
 
+    idle = asyncio.Event()  # no batch of this agent in progress (what a revocation waits for: :mod:`.fence`)
+    idle.set()
+
     async def process(events: list[Any]) -> None:
+        app = wiring.app
+        while app.rebalancing or app.in_recovery:
+            # Records taken before a rebalance wait for its end: during the tables' recovery a kept
+            # partition's table is being re-read (older values for a while) and a moved one is not ours.
+            await asyncio.sleep(0.02)
+        events = wiring.fence.owned_events(events)
+        if not events:
+            return
+        idle.clear()
+        try:
+            await _process(events)
+        finally:
+            idle.set()
+
+    async def _process(events: list[Any]) -> None:
         commits.raise_if_failed()
         batch = Batch(wiring, name, len(events), commits.overlay)
         clock = loop_clock
@@ -747,13 +782,14 @@ def batched_agent(
         await batch.flush()  # the outputs leave now; ``before_commit`` may wait for some (snapshots do)
         await commits.commit(batch)
 
-    async def settle_commits(app: Any, *args: Any, signal: Any, **kwargs: Any) -> None:
-        # Faust waits for the agents' current events and flushes its producer before a rebalance goes
-        # on; batches still waiting for their commit must be durable by then too, or their table
-        # writes would land after the partitions' next owner recovered the tables.
+    async def settle() -> None:
+        # Faust does not wait for a batch at a rebalance (records are acknowledged to it when taken):
+        # the batch in progress and the batches waiting for their commit must be durable before the
+        # member rejoins, or their table writes land while the partitions' next owner recovers them.
+        await idle.wait()
         await commits.settle()
 
-    wiring.app.on_partitions_revoked.connect(settle_commits)  # type: ignore[arg-type]  # mode types it as a union of sync and async handlers, which mypy matches neither of
+    wiring.fence.register(settle)
 
     def behind(events: list[Any]) -> bool:
         return broker_ahead(wiring.app.consumer, events, settings.batch_idle_events)

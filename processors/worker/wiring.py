@@ -8,6 +8,7 @@ from typing import Any
 import faust
 
 from processors.audit.store import Store
+from processors.worker.fence import Fence
 from processors.worker.positions import DurablePositions
 from streams.settings import Settings
 
@@ -32,6 +33,8 @@ class Wiring:
     #: Log start offsets of source partitions from one long-lived consumer (#13 session 6;
     #: :class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
     partition_starts: Any = None
+    #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
+    fence: Fence = field(default_factory=Fence)
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).

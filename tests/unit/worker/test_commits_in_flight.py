@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from processors.worker.batch import Batch, _Commits
+from processors.worker.fence import Fence
 
 
 def _batch(name: str, writes: dict[tuple[str, str], Any] | None = None, waiting: Any = None) -> Any:
@@ -215,7 +216,7 @@ def test_a_group_is_made_durable_as_one_batch_outputs_then_table_stages_in_order
     advanced: list[tuple[str, int]] = []
     positions = SimpleNamespace(advance=lambda table, topic, partition, position, generation:
                                 advanced.append((topic, position)))
-    wiring = SimpleNamespace(tables=tables, positions=positions)
+    wiring = SimpleNamespace(tables=tables, positions=positions, fence=Fence())
 
     def batch(name: str, writes: dict[tuple[str, str], Any], position: int) -> Batch:
         b = _batch(name, writes)

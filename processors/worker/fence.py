@@ -1,0 +1,117 @@
+"""A batch that outlives its partitions writes no table (#13 session 12).
+
+Faust does not wait for our batches at a rebalance: records are acknowledged to Faust when a
+batch collects them, and ``stream_wait_empty`` is off, so its revocation returns while a batch
+is still being handled. That batch then wrote its table stages whenever it finished — after the
+rebalance, while (or after) the partitions' next owner recovered the same tables from their
+changelogs. The next owner could read the batch's ``heads`` records and not its ``index``
+records (two changelog topics, read separately, and Faust applies what a fetch returns beyond
+the high watermark it started from): a head ahead of the index is not repairable, and every
+redelivered record of the range was refused as a ``sequence_conflict`` (``test_many_workers``,
+about one run in 35: 754 records of one partition).
+
+So at a revocation every agent's batch in progress, and its commits waiting, are given until
+half the rebalance timeout to become durable (the member rejoins only after: whatever they wrote
+is in the changelogs before any new owner reads them). A batch still going after that, and any
+batch holding records of a partition this worker no longer owns, writes no table and publishes
+no position: exactly a crash before its table writes, which every agent already recovers from
+(its outputs are byte-identical when the records are handled again, by whoever owns them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from processors.metrics import METRICS
+
+log = logging.getLogger("agentlog.worker")
+
+Settle = Callable[[], Awaitable[None]]
+
+
+class Fenced(Exception):
+    """A batch holds records of partitions this worker no longer owns: its tables are not written."""
+
+
+class Fence:
+    """The source partitions this worker owns, and the agents' work a revocation waits for."""
+
+    def __init__(self, bound_s: float = 5.0) -> None:
+        #: How long a revocation waits for the batches in progress (:func:`wait_bound`).
+        self.bound_s = bound_s
+        self._owned: frozenset[tuple[str, int]] | None = None  # None: before the first assignment
+        self._settlers: list[Settle] = []
+
+    def register(self, settle: Settle) -> None:
+        """``settle()`` returns once the agent's batch in progress and its waiting commits are durable."""
+        self._settlers.append(settle)
+
+    def unowned(self, sources: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """The (topic, partition)s of ``sources`` not this worker's in the current assignment."""
+        owned = self._owned
+        return [] if owned is None else sorted(tp for tp in set(sources) if tp not in owned)
+
+    def owned_events(self, events: list[Any]) -> list[Any]:
+        """``events`` without those of partitions this worker no longer owns (taken before a rebalance).
+
+        Faust clears its agents' buffers at a revocation; records a batch had already taken are
+        dropped here, before anything is sent for them: their new owner handles them.
+        """
+        owned = self._owned
+        if owned is None:
+            return events
+        return [e for e in events if (e.message.topic, e.message.partition) in owned]
+
+    async def revoked(self) -> bool:
+        """Wait (bounded) for the agents' work in progress, then own nothing until the next assignment.
+
+        Returns whether everything settled in time; a batch that did not is fenced when it commits.
+        """
+        settled = True
+        if self._settlers and self.bound_s > 0:
+            waiting = asyncio.ensure_future(asyncio.gather(*(settle() for settle in self._settlers)))
+            done, _ = await asyncio.wait({waiting}, timeout=self.bound_s)
+            if not done:
+                settled = False
+                waiting.add_done_callback(_retrieve)
+                METRICS.inc("agentlog_batches_fenced_revocations_total")
+                log.warning("a rebalance revoked partitions while a batch was still in progress after %g s; "
+                            "it writes no table (its records are handled again by their next owner)", self.bound_s)
+            else:
+                waiting.result()
+        self._owned = frozenset()
+        return settled
+
+    def assigned(self, tps: Iterable[Any]) -> None:
+        """The new assignment (Faust's ``on_partitions_assigned``): source partitions as (topic, partition)."""
+        self._owned = frozenset((tp.topic, tp.partition) for tp in tps)
+
+
+def _retrieve(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # a settle that failed late is the agent's own failure, raised by its next batch
+
+
+def wait_bound(revoke_wait_s: float, rebalance_timeout_s: float) -> float:
+    """``AGENTLOG_REVOKE_WAIT_S``, at most half the rebalance timeout.
+
+    The member rejoins only once the revocation returns; past the rebalance timeout the group goes
+    on without it and its partitions move anyway, so waiting longer would fence nothing more.
+    """
+    return max(0.0, min(revoke_wait_s, rebalance_timeout_s / 2))
+
+
+def install(app: Any, fence: Fence) -> None:
+    """Connect ``fence`` to the app's rebalance signals."""
+
+    async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        await fence.revoked()
+
+    async def on_assigned(sender: Any, assigned: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
+        fence.assigned(assigned)
+
+    app.on_partitions_revoked.connect(on_revoked)
+    app.on_partitions_assigned.connect(on_assigned)

@@ -1,0 +1,109 @@
+"""A batch in progress at a rebalance is made durable before its partitions move, or writes no table.
+
+Worker A (with ``slow_commit/sitecustomize.py`` on its path) handles the whole backlog as one batch,
+sends its outputs, and holds that batch's commit until worker B joins the group and a rebalance
+starts. Faust does not wait for our batches, so before ``processors.worker.fence`` A's table writes
+landed whenever the batch finished — while B recovered the same tables — and a head could be
+recovered ahead of its index (``test_many_workers``: hundreds of redelivered records refused as
+``sequence_conflict``).
+
+* ``wait``: the revocation waits for the batch (``AGENTLOG_REVOKE_WAIT_S``), so its tables are in
+  the changelogs before B reads them: every event is in the log exactly once (B and A see A's
+  records as redeliveries) and nothing is fenced.
+* ``no_wait`` (``AGENTLOG_REVOKE_WAIT_S=0``, the control): the batch is fenced, so it writes no table
+  and the records are handled again by their owners: the log holds second, byte-identical copies
+  of those events — proof the batch really was in progress across the rebalance — and still no
+  event is refused and every run is whole.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+from streams.admin import ensure_topics
+from streams.publisher import publish_docs
+from streams.reader import read_topic
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.replay.runs import llm_run
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+_REPO = Path(__file__).resolve().parents[3]
+_INJECT = Path(__file__).resolve().parent / "slow_commit"
+RUNS = 24
+
+
+async def _log(settings) -> list[tuple[str, int, bytes]]:
+    out = []
+    async for _, _, _, record in read_topic(settings, "log"):  # decoded CommittedEvents
+        doc = record["doc"]
+        out.append((doc["runId"], doc["sequence"], orjson.dumps(record, option=orjson.OPT_SORT_KEYS)))
+    return out
+
+
+async def _count(settings, short: str) -> int:
+    return sum([1 async for _ in read_topic(settings, short)])
+
+
+@pytest.mark.parametrize("revoke_wait_s", [5.0, 0.0], ids=["wait", "no_wait"])
+def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_move_or_fenced(settings,
+                                                                                            revoke_wait_s):
+    settings = settings.replace(partitions=4, session_timeout_s=10.0, rebalance_timeout_s=12.0,
+                                revoke_wait_s=revoke_wait_s, batch_max=5000)
+    prefix = f"fence-{uuid.uuid4().hex[:6]}"
+    docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
+    path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+
+    async def scenario() -> None:
+        await ensure_topics(settings)
+        summary = await publish_docs(settings, docs)
+        assert summary.accepted == len(docs)
+        a = WorkerProcess(settings, log_name="fence-a", env={
+            "PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_COMMIT": "1"}).start()
+        b = WorkerProcess(settings, log_name="fence-b")
+        try:
+            # A's first batch has sent its outputs (the log records) and holds its commit.
+            await wait_until(lambda: _logged_at_least(settings, 1), what="A's first outputs", worker=a, timeout=90)
+            assert "slow_commit: holding" in a.log_path.read_text()
+            b.start()
+            await wait_until(lambda: _whole(settings, len(docs)), what="every event in the log", worker=a,
+                             timeout=120)
+            await asyncio.sleep(3)  # anything handled twice would be in the log by now
+            assert "the first commit goes on" in a.log_path.read_text()
+            assert a.alive() and b.alive()
+        finally:
+            b.stop()
+            a.stop()
+        log = await _log(settings)
+        copies = Counter((run_id, seq) for run_id, seq, _ in log)
+        assert set(copies) == {(d["runId"], d["sequence"]) for d in docs}
+        by_key: dict[tuple[str, int], set[bytes]] = {}
+        for run_id, seq, value in log:
+            by_key.setdefault((run_id, seq), set()).add(value)
+        assert all(len(values) == 1 for values in by_key.values()), "a second copy differs"
+        assert await _count(settings, "rejections") == 0
+        fenced = "not made durable" in a.log_path.read_text()
+        twice = sum(1 for n in copies.values() if n > 1)
+        if revoke_wait_s:
+            assert not fenced
+            assert twice == 0, f"{twice} events logged twice: A's batch was not durable before B recovered"
+        else:
+            assert fenced
+            assert twice > 0
+
+    asyncio.run(scenario())
+
+
+async def _logged_at_least(settings, n: int) -> bool | None:
+    return (await _count(settings, "log")) >= n or None
+
+
+async def _whole(settings, n: int) -> bool | None:
+    return len({(r, s) for r, s, _ in await _log(settings)}) >= n or None
