@@ -39,7 +39,7 @@ import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from processors.metrics import METRICS
-from processors.worker.fence import Fenced
+from processors.worker.fence import Fenced, settling
 from processors.worker.wiring import Wiring
 from streams import internals
 from streams.reader import fetch_range, first_offset
@@ -413,7 +413,7 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
     """
     app = wiring.app
     consumer = app.consumer
-    if app.rebalancing or getattr(app, "in_recovery", False) or consumer is None:
+    if settling(app) or consumer is None:
         seen.clear()
         return
     topics = wiring.positions.topics()
@@ -751,7 +751,7 @@ def batched_agent(
 
     async def process(events: list[Any]) -> None:
         app = wiring.app
-        while app.rebalancing or app.in_recovery:
+        while settling(app):
             # Records taken before a rebalance wait for its end: during the tables' recovery a kept
             # partition's table is being re-read (older values for a while) and a moved one is not ours.
             await asyncio.sleep(0.02)

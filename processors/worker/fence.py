@@ -90,6 +90,15 @@ class Fence:
         self._owned = frozenset((tp.topic, tp.partition) for tp in tps)
 
 
+def settling(app: Any) -> bool:
+    """Whether the group is rebalancing or the app's tables are recovering (Faust's own flags).
+
+    Then no batch starts, no stall is healed and no offset is committed: positions and records from
+    before the rebalance may be of partitions this worker no longer holds.
+    """
+    return bool(app.rebalancing or getattr(app, "in_recovery", False))
+
+
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
         fut.exception()  # a settle that failed late is the agent's own failure, raised by its next batch

@@ -34,6 +34,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from processors.metrics import METRICS, Sample
+from processors.worker.fence import settling
 from schemas.errors import InfraError
 from streams import internals
 from streams.security import client_kwargs
@@ -139,7 +140,7 @@ def install(app: Any, positions: DurablePositions) -> None:
 
     def make_filter(consumer: Any) -> internals.CommitFilter:
         def committable(_tps: Any) -> dict[Any, int]:
-            if app.rebalancing or getattr(app, "in_recovery", False):
+            if settling(app):
                 return {}
             return positions.offsets_to_commit(consumer, app.consumer_generation_id)
 
