@@ -40,6 +40,11 @@ _HELP = {
                                           "were missing (a token that outlived its part), by table.",
     "agentlog_batches_total": "Batches processed, by agent.",
     "agentlog_batch_events_total": "Events in those batches, by agent (divide by batches for the mean batch size).",
+    "agentlog_batches_fenced_total": "Batches that wrote no table because their partitions moved to another worker "
+                                     "while they were handled (their records are handled again there), by agent.",
+    "agentlog_batches_fenced_revocations_total": "Revocations after which batches still in progress are fenced, by "
+                                                 "reason (timeout: not settled within AGENTLOG_REVOKE_WAIT_S; dropped: "
+                                                 "the group had already dropped this worker).",
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",

@@ -32,6 +32,12 @@ FLOW_QUEUE_INTERNALS = ("_queue",)
 #: aiokafka's fetched-records buffer (#13 session 9, :func:`plain_fetched_records`): the started consumer's
 #: fetcher, its per-partition buffer, a buffered ``FetchResult``'s records and the per-record hook they call.
 AIOKAFKA_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_consumer_record")
+#: The path from Faust's consumer to aiokafka's group coordinator (#13 session 13, :func:`membership_probe`):
+#: the consumer thread, its started ``AIOKafkaConsumer``, that consumer's coordinator.
+GROUP_COORDINATOR_PATH = ("_thread", "_consumer", "_coordinator")
+#: aiokafka's generation of a member without one (``OffsetCommitRequest.DEFAULT_GENERATION_ID``): before
+#: its first join, and after the group dropped it or it left.
+NO_GENERATION = -1
 
 
 def kafka_producer(producer: Any) -> Any:
@@ -159,6 +165,33 @@ def set_fetch_max_wait(app: Any, ms: int) -> None:
         thread._create_worker_consumer = _create_worker_consumer
 
     _on_new_consumer(app, shorten)
+
+
+def membership_probe(app: Any) -> Callable[[], bool]:
+    """A check of whether the group has dropped the member of the consumer ``app`` creates.
+
+    aiokafka resets its coordinator's generation to ``-1`` when a heartbeat learns the group no
+    longer knows the member (its session expired: the process stalled past
+    ``AGENTLOG_SESSION_TIMEOUT_S``), or when it leaves the group (idle past ``max_poll_interval``),
+    and then rejoins; the revocation Faust signals next comes after the group has moved on. Faust
+    exposes the generation only once a join is done (``app.consumer_generation_id``), so the
+    coordinator is read where aiokafka keeps it. Before the first join the generation is ``-1``
+    too: the probe says "dropped" then, which is right (nothing is owned yet).
+    """
+    consumers: list[Any] = []
+    _on_new_consumer(app, consumers.append)
+
+    def dropped() -> bool:
+        if not consumers:
+            return False
+        node: Any = consumers[-1]
+        for name in GROUP_COORDINATOR_PATH:
+            node = getattr(node, name, None)
+            if node is None:
+                return False
+        return bool(node.generation == NO_GENERATION)
+
+    return dropped
 
 
 def thread_frame(ident: int | None) -> Any:

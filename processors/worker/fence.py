@@ -16,6 +16,12 @@ is in the changelogs before any new owner reads them). A batch still going after
 batch holding records of a partition this worker no longer owns, writes no table and publishes
 no position: exactly a crash before its table writes, which every agent already recovers from
 (its outputs are byte-identical when the records are handled again, by whoever owns them).
+
+The wait is only for a member the group is still waiting for. A member the group has dropped
+(its session expired while the process stalled, session 13) learns it at its next heartbeat and
+then rejoins: by the time Faust signals that revocation, the partitions have been given to others,
+who may be recovering the tables already. Waiting would let exactly the late write through that the
+fence is for, so such a revocation fences at once.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from processors.metrics import METRICS
+from streams import internals
 
 log = logging.getLogger("agentlog.worker")
 
@@ -39,9 +46,11 @@ class Fenced(Exception):
 class Fence:
     """The source partitions this worker owns, and the agents' work a revocation waits for."""
 
-    def __init__(self, bound_s: float = 5.0) -> None:
+    def __init__(self, bound_s: float = 5.0, dropped: Callable[[], bool] | None = None) -> None:
         #: How long a revocation waits for the batches in progress (:func:`wait_bound`).
         self.bound_s = bound_s
+        #: Whether the group has dropped this member (:func:`streams.internals.membership_probe`).
+        self.dropped: Callable[[], bool] = dropped or (lambda: False)
         self._owned: frozenset[tuple[str, int]] | None = None  # None: before the first assignment
         self._settlers: list[Settle] = []
 
@@ -69,15 +78,21 @@ class Fence:
         """Wait (bounded) for the agents' work in progress, then own nothing until the next assignment.
 
         Returns whether everything settled in time; a batch that did not is fenced when it commits.
+        A member the group has already dropped does not wait (see the module docstring).
         """
         settled = True
-        if self._settlers and self.bound_s > 0:
+        if self._owned and self.dropped():
+            settled = False
+            METRICS.inc("agentlog_batches_fenced_revocations_total", reason="dropped")
+            log.warning("the group dropped this worker (its session expired) and gave its partitions to others; "
+                        "a batch still in progress writes no table (its records are handled again by their owner)")
+        elif self._settlers and self.bound_s > 0:
             waiting = asyncio.ensure_future(asyncio.gather(*(settle() for settle in self._settlers)))
             done, _ = await asyncio.wait({waiting}, timeout=self.bound_s)
             if not done:
                 settled = False
                 waiting.add_done_callback(_retrieve)
-                METRICS.inc("agentlog_batches_fenced_revocations_total")
+                METRICS.inc("agentlog_batches_fenced_revocations_total", reason="timeout")
                 log.warning("a rebalance revoked partitions while a batch was still in progress after %g s; "
                             "it writes no table (its records are handled again by their next owner)", self.bound_s)
             else:
@@ -114,7 +129,8 @@ def wait_bound(revoke_wait_s: float, rebalance_timeout_s: float) -> float:
 
 
 def install(app: Any, fence: Fence) -> None:
-    """Connect ``fence`` to the app's rebalance signals."""
+    """Connect ``fence`` to the app's rebalance signals and to its consumer's group membership."""
+    fence.dropped = internals.membership_probe(app)
 
     async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:
         await fence.revoked()

@@ -14,12 +14,20 @@ recovered ahead of its index (``test_many_workers``: hundreds of redelivered rec
   and the records are handled again by their owners: the log holds second, byte-identical copies
   of those events — proof the batch really was in progress across the rebalance — and still no
   event is refused and every run is whole.
+
+``test_a_member_the_group_dropped_fences_at_once`` (session 13): A is stopped (SIGSTOP) while it holds
+the batch, for longer than its session, so the group drops it and gives B every partition; when A
+goes on, aiokafka learns at its next heartbeat that it was dropped and rejoins. Waiting for the
+batch then would only let its table writes land after B took the partitions over, so A fences it at
+once. The control (``AGENTLOG_TEST_IGNORE_DROPPED=1``: the fence is not told) shows that write going
+through: the batch is made durable although its partitions are B's.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import uuid
 from collections import Counter
 from pathlib import Path
@@ -107,3 +115,64 @@ async def _logged_at_least(settings, n: int) -> bool | None:
 
 async def _whole(settings, n: int) -> bool | None:
     return len({(r, s) for r, s, _ in await _log(settings)}) >= n or None
+
+
+@pytest.mark.parametrize("told", [True, False], ids=["dropped", "control"])
+def test_a_member_the_group_dropped_fences_at_once(settings, told):
+    settings = settings.replace(partitions=4, session_timeout_s=6.0, rebalance_timeout_s=8.0,
+                                revoke_wait_s=5.0, batch_max=5000)
+    prefix = f"drop-{uuid.uuid4().hex[:6]}"
+    docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
+    path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env = {"PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_COMMIT": "1"}
+    if not told:
+        env["AGENTLOG_TEST_IGNORE_DROPPED"] = "1"
+
+    async def scenario() -> None:
+        await ensure_topics(settings)
+        summary = await publish_docs(settings, docs)
+        assert summary.accepted == len(docs)
+        a = WorkerProcess(settings, log_name=f"drop-a-{'told' if told else 'control'}", env=env).start()
+        b = WorkerProcess(settings, log_name=f"drop-b-{'told' if told else 'control'}")
+        stopped = False
+        try:
+            await wait_until(lambda: _logged_at_least(settings, 1), what="A's first outputs", worker=a, timeout=90)
+            assert "slow_commit: holding" in a.log_path.read_text()
+            a.proc.send_signal(signal.SIGSTOP)
+            stopped = True
+            b.start()
+            # B alone: the group waits for A no longer than its session, then gives B every partition.
+            await wait_until(lambda: _whole(settings, len(docs)), what="every event in the log (B)", worker=b,
+                             timeout=120)
+            a.proc.send_signal(signal.SIGCONT)
+            stopped = False
+            await wait_until(lambda: _logged(a, "the first commit goes on"), what="A's held batch going on",
+                             worker=a, timeout=60)
+            await asyncio.sleep(3)
+            assert a.alive() and b.alive()
+        finally:
+            if stopped:
+                a.proc.send_signal(signal.SIGCONT)
+            b.stop()
+            a.stop()
+        text = a.log_path.read_text()
+        log = await _log(settings)
+        assert {(r, s) for r, s, _ in log} == {(d["runId"], d["sequence"]) for d in docs}
+        by_key: dict[tuple[str, int], set[bytes]] = {}
+        for run_id, seq, value in log:
+            by_key.setdefault((run_id, seq), set()).add(value)
+        assert all(len(values) == 1 for values in by_key.values()), "a second copy differs"
+        assert await _count(settings, "rejections") == 0
+        fenced = "not made durable" in text
+        if told:
+            assert "the group dropped this worker" in text
+            assert fenced, "A's batch was made durable after the group gave its partitions to B"
+        else:
+            assert "the group dropped this worker" not in text
+            assert not fenced  # the control: the late table writes went through
+
+    asyncio.run(scenario())
+
+
+async def _logged(worker: WorkerProcess, text: str) -> bool | None:
+    return text in worker.log_path.read_text() or None

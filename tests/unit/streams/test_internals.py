@@ -93,6 +93,36 @@ def test_the_worker_consumer_long_polls_for_the_wait_we_set():
     asyncio.run(scenario())
 
 
+def test_the_membership_probe_reads_the_generation_aiokafka_resets_when_the_group_drops_the_member():
+    from aiokafka.consumer.group_coordinator import BaseCoordinator, GroupCoordinator
+    from aiokafka.protocol.commit import OffsetCommitRequest
+    from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread
+
+    app = _app()
+    dropped = internals.membership_probe(app)
+    assert dropped() is False  # no consumer yet
+    thread = app.consumer._thread
+    assert dropped() is False  # not started: no aiokafka consumer yet
+    # Where each step of the path is made, on the installed versions.
+    consumer_attr, kafka_attr, coordinator_attr = internals.GROUP_COORDINATOR_PATH
+    assert hasattr(app.consumer, consumer_attr)
+    assert f"self.{kafka_attr} = self._create_consumer(" in inspect.getsource(AIOKafkaConsumerThread.on_start)
+    assert f"self.{coordinator_attr} = GroupCoordinator(" in inspect.getsource(AIOKafkaConsumer.start)
+    assert internals.NO_GENERATION == OffsetCommitRequest.DEFAULT_GENERATION_ID
+    reset = inspect.getsource(GroupCoordinator.reset_generation)
+    assert "self.generation = OffsetCommitRequest.DEFAULT_GENERATION_ID" in reset
+    assert "reset_generation()" in inspect.getsource(GroupCoordinator._do_heartbeat)  # UnknownMemberId
+    assert issubclass(GroupCoordinator, BaseCoordinator)
+
+    class Coordinator:
+        generation = 7
+
+    setattr(thread, kafka_attr, type("Kafka", (), {coordinator_attr: Coordinator()})())
+    assert dropped() is False
+    Coordinator.generation = OffsetCommitRequest.DEFAULT_GENERATION_ID
+    assert dropped() is True
+
+
 def test_faust_producer_gives_its_aiokafka_producer_with_the_batch_api():
     async def scenario():
         producer = _app().producer

@@ -4,6 +4,9 @@ Put on ``PYTHONPATH`` of a worker process (after the checkout). With ``AGENTLOG_
 the first :meth:`Batch.commit_group` of the process waits, before any table write, until the Faust app
 is rebalancing and one second more (at most 120 s): a batch still being handled when another worker
 joins the group, which is what Faust does not wait for. Later commits are not touched.
+
+With ``AGENTLOG_TEST_IGNORE_DROPPED=1`` the fence is not told when the group drops the member (the
+control of ``test_a_member_the_group_dropped_fences_at_once``): its revocation waits as before.
 """
 
 from __future__ import annotations
@@ -33,3 +36,14 @@ if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_COMMIT") == "1":
         await _commit_group(group)
 
     Batch.commit_group = staticmethod(commit_group)
+
+if os.environ.get("AGENTLOG_TEST_IGNORE_DROPPED") == "1":
+    from processors.worker import fence as _fence
+
+    _install = _fence.install
+
+    def install(app, fence):  # type: ignore[no-untyped-def]
+        _install(app, fence)
+        fence.dropped = lambda: False
+
+    _fence.install = install
