@@ -89,7 +89,7 @@ class Settings:
     otel_max_held_spans: int = 10_000
     otel_tick_s: float = 0.5
     # Throughput (#13): pipelined, adaptive batches (opt-in; measured slower at saturation on this
-    # machine, faster at low load: README "Benchmarks"). With batch_pipelined the Faust stream only
+    # machine, faster at low load: tests/bench/JOURNAL.md). With batch_pipelined the Faust stream only
     # collects (ticks of batch_tick_s) while the previous batch is processed; the processor takes
     # every collected batch waiting, and when behind gathers up to batch_within_s more. Off (the
     # default): take_events(batch_max, batch_within_s).
@@ -98,7 +98,7 @@ class Settings:
     # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
     events_ttl_days: int = 0
     # Adaptive batches (#13; the default since session 5, 0 = off: take_events(batch_max, batch_within_s);
-    # README "Benchmarks"): the stream is taken in
+    # tests/bench/JOURNAL.md): the stream is taken in
     # ticks of batch_tick_s; a tick that had to be waited for and brought fewer than batch_idle_events
     # records means we keep up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
     # into one batch of up to batch_max records or batch_within_s (under load: fewer table records
@@ -142,7 +142,7 @@ class Settings:
     # #13 session 7. Longest the worker's Faust consumer's fetch waits at the broker for data (Faust
     # hard-codes 1500 ms). aiokafka leaves partitions that still hold unconsumed records out of its one
     # fetch in flight, so a fetch naming only idle partitions (spans, otel, handoff-links, changelogs)
-    # held ingest back for the whole wait (measured: 1.5 s delivery stalls, README "Benchmarks";
+    # held ingest back for the whole wait (measured: 1.5 s delivery stalls, tests/bench/JOURNAL.md;
     # streams.internals.set_fetch_max_wait). 0 keeps Faust's own.
     consumer_fetch_max_wait_ms: int = 100
     # When > 0, a 1 ms heartbeat on the worker's event loop and a watchdog thread that logs every
@@ -161,7 +161,7 @@ class Settings:
     # #13 session 8 (latency). Up to batch_commits_in_flight handled batches of an agent may wait to be made
     # durable (in group commits, in offset order: processors.worker.batch._Commits) while the next batch is
     # handled; its reads see their writes. 0 (the default) = each batch commits before the next is handled:
-    # on a quiet machine 16 measured no better (README "Benchmarks" → "Commits in flight").
+    # on a quiet machine 16 measured no better (tests/bench/JOURNAL.md "Commits in flight").
     batch_commits_in_flight: int = 0
     # #13 session 12: at a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
     # rebalance_timeout_s) to make its tables durable before the member rejoins; one still going after that,

@@ -78,7 +78,7 @@ class Outbox:
     """A batch's records, grouped per topic-partition into whole aiokafka batches sent without linger.
 
     Faust's per-record ``producer.send`` cost about a fifth of the worker's busy time (a py-spy
-    profile, README "Hot paths"), and every record waited out the producer's linger (5 ms) before
+    profile, tests/bench/JOURNAL.md "Hot paths"), and every record waited out the producer's linger (5 ms) before
     its request left, once for the outputs and once per table: four lingers per batch at low load.
     Here :meth:`add` only appends to the open ``BatchBuilder`` of the record's topic-partition,
     and :meth:`flush` closes every open builder and hands it to the producer whole
@@ -538,7 +538,7 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
     leave its passive drainer acknowledging records nobody handles).
 
     Before ``quiet_s``, the last records of every burst waited out the whole window (0.2 s), which
-    was most of publish → log p99 at 1k ev/s in runs without a delivery stall (README "Benchmarks").
+    was most of publish → log p99 at 1k ev/s in runs without a delivery stall (tests/bench/JOURNAL.md).
     Under load ticks keep coming every ``tick_s``, so the pile still grows to ``batch_max`` or the window.
 
     A small tick is not quiet when ``behind(events)`` says the broker holds more of its partitions

@@ -3,7 +3,7 @@
 The worker's tables live in its heap (every run's state, head and eventId index), so the heap
 grows with every event handled. CPython's generation-2 collection walks every tracked object;
 at 1,000 ev/s such a collection took 100-200 ms, and those pauses decided the p99 of publish →
-log latency (README "Benchmarks"). What the tables hold is long-lived and freed by reference
+log latency (tests/bench/JOURNAL.md). What the tables hold is long-lived and freed by reference
 counting when replaced, so walking it again and again finds nothing.
 
 :class:`GcPacer` does three things, all with the standard :mod:`gc` API:
@@ -17,7 +17,7 @@ counting when replaced, so walking it again and again finds nothing.
   rule fired every few seconds (measured: 33 collections of 50-250 ms over 200k events);
 * every ``gc_full_every_s``: :func:`gc.unfreeze` and one full collection, which reclaims such
   cycles: one pause per period, and memory stays bounded (measured: RSS after 100k and 200k
-  events the same with and without freezing, README "Benchmarks").
+  events the same with and without freezing, tests/bench/JOURNAL.md).
 """
 
 from __future__ import annotations
