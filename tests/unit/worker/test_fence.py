@@ -104,25 +104,16 @@ def test_a_revocation_waits_no_longer_than_its_bound():
 def test_a_member_the_group_dropped_does_not_wait_its_batch_is_fenced_at_once():
     """Its partitions are someone else's already: waiting would let the late table write through."""
 
-    async def scenario() -> list[str]:
-        log: list[str] = []
+    async def scenario() -> None:
         dropped = False
         fence = Fence(bound_s=5.0, dropped=lambda: dropped)
         fence.assigned([_tp("ingest", 3)])
-        done = asyncio.Event()
-
-        async def settle() -> None:
-            await done.wait()
-            log.append("settled")
-
-        fence.register(settle)
+        fence.register(lambda: asyncio.sleep(10))  # a batch in progress
         dropped = True
         assert await asyncio.wait_for(fence.revoked(), 0.5) is False  # the bound is 5 s: it did not wait
-        log.append("revoked")
         assert fence.unowned([("ingest", 3)]) == [("ingest", 3)]  # whatever the batch does next is fenced
-        return log
 
-    assert asyncio.run(scenario()) == ["revoked"]  # the batch in progress was not waited for
+    asyncio.run(scenario())
 
 
 def test_before_the_first_assignment_a_member_without_a_generation_is_not_fenced():
