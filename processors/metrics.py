@@ -40,6 +40,8 @@ _HELP = {
                                           "were missing (a token that outlived its part), by table.",
     "agentlog_batches_total": "Batches processed, by agent.",
     "agentlog_batch_events_total": "Events in those batches, by agent (divide by batches for the mean batch size).",
+    "agentlog_worker_child_restarts_total": "Times an all worker with AGENTLOG_SINK_PROCESS started its process half "
+                                            "again after it died.",
     "agentlog_batches_fenced_total": "Batches that wrote no table because their partitions moved to another worker "
                                      "while they were handled (their records are handled again there), by agent.",
     "agentlog_batches_fenced_revocations_total": "Revocations after which batches still in progress are fenced, by "

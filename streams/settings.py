@@ -125,6 +125,10 @@ class Settings:
     # sink (and the HTTP endpoints that read the store), no Faust consumer group joined; "all": both.
     # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
     worker_role: str = "all"
+    # #13 session 13 (processors/worker/halves.py): with worker_role "all", run the Faust agents in a
+    # child process (`--role process`, its web on web_port + 1, loopback) supervised by this one, which
+    # runs the sink and the HTTP endpoints: two cores instead of one thread. Off: one process.
+    sink_process: bool = False
     # Upgrade/repair path (session 5): a run whose run state lags its log is caught up by reading its
     # log partition inside the sequencer's batch. Each read may take this long; a read that does not
     # finish is abandoned and started again with a fresh consumer (catch_up_attempts reads in all), so

@@ -15,6 +15,10 @@ def register(app: typer.Typer) -> None:
                                              "sink and the HTTP endpoints; all = both (README \"Scaling out\")."),
         sink: bool = typer.Option(None, "--sink/--no-sink",
                                   help="Deprecated: --no-sink is --role process; --sink changes nothing."),
+        sink_process: bool = typer.Option(None, "--sink-process/--one-process",
+                                          help="With --role all: run the Faust agents in a supervised child "
+                                               "process and the sink in this one (two cores; default: "
+                                               "AGENTLOG_SINK_PROCESS, else one process)."),
         handoff_mode: str = typer.Option(None, help="auto | check | derive (default: AGENTLOG_HANDOFF_MODE)."),
         loglevel: str = typer.Option("warning", help="Faust log level."),
         wait: float = typer.Option(300.0, help="Seconds to wait for an unreachable broker, or for enough brokers "
@@ -25,7 +29,8 @@ def register(app: typer.Typer) -> None:
         from processors.worker.app import run_worker
         from streams.settings import load_settings
 
-        settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode, worker_role=role)
+        settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode, worker_role=role,
+                                 sink_process=sink_process)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
         if sink is False:

@@ -41,7 +41,7 @@ import faust
 from faust.worker import Worker
 
 from processors.metrics import METRICS
-from processors.worker import batch, fence, gcpause, handoff, lagprobe, positions, runstate, sequencer, web
+from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer, web
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
@@ -234,8 +234,15 @@ def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warnin
     """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``).
 
     Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
-    unreachable broker or for enough brokers to honour the replication factor.
+    unreachable broker or for enough brokers to honour the replication factor. With
+    ``settings.sink_process`` an ``all`` worker is this process (the ``sink`` role) and a supervised
+    child (the ``process`` role): :mod:`processors.worker.halves`.
     """
+    halves.watch_parent()  # a process half started by a parent below stops when that parent ends
+    half = None
+    if settings.sink_process and worker_role(settings, sink=sink) == "all":
+        settings = settings.replace(worker_role="sink")
+        half = halves.ProcessHalf(settings, loglevel=loglevel, wait_s=wait_s)
     wiring = build_app(settings, sink=sink)
     loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
     try:
@@ -244,4 +251,10 @@ def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warnin
     finally:
         loop.close()
     worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
-    worker.execute_from_commandline()
+    if half is not None:
+        half.start()
+    try:
+        worker.execute_from_commandline()
+    finally:
+        if half is not None:
+            half.stop()

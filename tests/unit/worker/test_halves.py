@@ -1,0 +1,63 @@
+"""The parent's view of its process half (:mod:`processors.worker.halves`), without a broker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+from processors.metrics import Metrics
+from processors.worker.halves import PARENT_FD_ENV, ProcessHalf, parse_exposition
+from streams.settings import load_settings
+
+
+def test_what_the_child_exposes_is_read_back_as_the_same_series():
+    metrics = Metrics()
+    metrics.inc("agentlog_events_accepted_total", 41)
+    metrics.inc("agentlog_events_rejected_total", 2, reason='bad "quote" \\ and\nnewline')
+    metrics.set("agentlog_durable_position", 1234, topic="p.ingest", partition="3", table="heads")
+    samples = {(name, tuple(sorted(labels.items()))): value
+               for name, labels, value in parse_exposition(metrics.render())}
+    assert samples == {
+        ("agentlog_events_accepted_total", ()): 41.0,
+        ("agentlog_events_rejected_total", (("reason", 'bad "quote" \\ and\nnewline'),)): 2.0,
+        ("agentlog_durable_position", (("partition", "3"), ("table", "heads"), ("topic", "p.ingest"))): 1234.0,
+    }
+
+
+def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port():
+    settings = load_settings(worker_role="sink", sink_process=True, web_port=7000, web_enabled=True,
+                             web_host="0.0.0.0", web_token="t0ken")
+    half = ProcessHalf(settings)
+    args = half.args()
+    assert args[args.index("--role") + 1] == "process"
+    assert args[args.index("--web-port") + 1] == "7001"
+    env = half.env(9)
+    assert env["AGENTLOG_WORKER_ROLE"] == "process"
+    assert env["AGENTLOG_SINK_PROCESS"] == "false"  # the child does not start a child of its own
+    assert env["AGENTLOG_WEB_HOST"] == "127.0.0.1"
+    assert env[PARENT_FD_ENV] == "9"
+
+
+def test_a_child_stops_when_its_parents_pipe_closes():
+    """The watch in the child: end-of-file on the inherited pipe (the parent gone) stops the process."""
+    r, w = os.pipe()
+    code = (
+        "import signal, sys, time\n"
+        "from processors.worker import halves\n"
+        "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
+        "halves.watch_parent()\n"
+        "print('watching', flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], env={**os.environ, PARENT_FD_ENV: str(r)},
+                             pass_fds=(r,), stdout=subprocess.PIPE, text=True)
+    os.close(r)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "watching"
+        assert child.poll() is None
+        os.close(w)  # what the kernel does when the parent dies
+        assert child.wait(timeout=10) == 42
+    finally:
+        if child.poll() is None:
+            child.kill()
