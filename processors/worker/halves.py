@@ -177,7 +177,7 @@ class ProcessHalf:
 
 
 def watch_parent() -> None:
-    """In the child: stop (SIGTERM, then exit after :data:`STOP_GRACE_S`) once the parent's pipe closes.
+    """In the child: stop (SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`) once the parent's pipe closes.
 
     The pipe's write end lives only in the parent, so the read returns end-of-file when the parent
     ends, however it ends (a SIGKILL included). Nothing happens when the child was not started by
@@ -200,6 +200,6 @@ def watch_parent() -> None:
         log.warning("the worker's sink process (the parent) ended; stopping")
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(STOP_GRACE_S)
-        os._exit(1)
+        os.kill(os.getpid(), signal.SIGKILL)  # a graceful stop that hangs: as for any worker, a crash is safe
 
     threading.Thread(target=watch, name="agentlog-parent-watch", daemon=True).start()

@@ -8,9 +8,10 @@ worker's own query endpoint every ``POLL_S``. Baseline: the Faust pass-through a
 :mod:`tests.bench.passthrough_faust` on the same N events in the same run. Goal (#13):
 ≥ 0.7× (floor 0.5×).
 
-Both deployments of :data:`DEPLOYMENTS` are measured in the same run: the single ``--role all``
-process (the claim) and ``split``, a ``--role process`` worker beside a ``--role sink`` worker
-(two processes, so the sink's ClickHouse work does not share the sequencer's core).
+Every deployment of :data:`DEPLOYMENTS` is measured in the same run: the single ``--role all``
+process (the claim), ``split``, a ``--role process`` worker beside a ``--role sink`` worker
+(two processes, so the sink's ClickHouse work does not share the sequencer's core), and
+``sinkprocess``, the same two processes started as one ``--role all --sink-process`` worker.
 
 Latency: a second worker (of the same deployment) is fed at ``LATENCY_RATE`` ev/s; every ``POLL_S`` the
 bench asks the store for the highest ingest offset per partition that is queryable (the
@@ -83,18 +84,21 @@ async def _until_count(settings: Settings, url: str, n: int, procs: list, timeou
     raise RuntimeError(f"events did not reach {n} rows in {timeout}s")
 
 
-#: How the sequencer and the audit sink are deployed: one ``--role all`` process, or (``split``) a
+#: How the sequencer and the audit sink are deployed: one ``--role all`` process, (``split``) a
 #: ``--role process`` worker beside a ``--role sink`` worker, the layout for more than one core (README
-#: "Roles"); the sink worker owns the embedded store and answers the queries.
-DEPLOYMENTS = ("all", "split")
+#: "Roles"; the sink worker owns the embedded store and answers the queries), or (``sinkprocess``) one
+#: ``--role all --sink-process`` worker, which is that split behind one command (the sink in the
+#: process started, the agents in its supervised child: :mod:`processors.worker.halves`).
+DEPLOYMENTS = ("all", "split", "sinkprocess")
 
 
 def _workers(settings: Settings, log_name: str, deployment: str = "all") -> tuple[Settings, list, str]:
     port = free_port()
     s = settings.replace(web_enabled=True, web_port=port, clickhouse_url=f"chdb://{settings.home / 'ch'}")
     web = ["--web", "--web-port", str(port)]
-    if deployment == "all":
-        procs = [_start(s, ["-m", "processors", "worker", "--role", "all", *web], settings.home / log_name)]
+    if deployment in ("all", "sinkprocess"):
+        half = ["--sink-process"] if deployment == "sinkprocess" else []
+        procs = [_start(s, ["-m", "processors", "worker", "--role", "all", *half, *web], settings.home / log_name)]
     else:
         procs = [_start(s.replace(web_enabled=False, home=settings.home / "process"),
                         ["-m", "processors", "worker", "--role", "process", "--no-web"], settings.home / f"process-{log_name}"),

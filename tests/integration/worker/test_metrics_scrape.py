@@ -43,6 +43,7 @@ NOT_DRIVEN = {
     "agentlog_skipped_records_healed_total": "needs the consumer to skip records (seen after SIGKILL restarts)",
     "agentlog_dropped_records_reread_total": "needs Faust to drop queued records at a flow resume (race at start-up)",
     "agentlog_stalled_partitions_reread_total": "needs Faust to lose fetched records: driven in test_stalled_partitions.py",
+    "agentlog_worker_child_restarts_total": "needs --sink-process and a child's death: driven in test_halves.py",
     "agentlog_batches_fenced_total": "needs a rebalance under a batch in progress: driven in test_rebalance_fence.py",
     "agentlog_batches_fenced_revocations_total": "needs a rebalance under a batch in progress: test_rebalance_fence.py",
     **{name: "needs OTLP traffic: sampled in tests/integration/otel/test_otel_conversation.py" for name in (
