@@ -45,6 +45,8 @@ SCRAPE_S = 2.0
 STOP_GRACE_S = 30.0
 _RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
 
+#: The child is on loopback: no HTTP(S)_PROXY from the environment applies to the scrape.
+_LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
@@ -167,7 +169,7 @@ class ProcessHalf:
         headers = {"Authorization": f"Bearer {self.settings.web_token}"} if self.settings.web_token else {}
         while not self._stopping.wait(SCRAPE_S):
             try:
-                with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5) as answer:
+                with _LOCAL.open(urllib.request.Request(url, headers=headers), timeout=5) as answer:
                     self._samples = parse_exposition(answer.read().decode())
             except OSError:
                 pass  # starting, restarting or stopping: keep the last series
