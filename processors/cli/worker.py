@@ -37,4 +37,8 @@ def register(app: typer.Typer) -> None:
             typer.echo("note: --no-sink is deprecated; it means --role process", err=True)
         elif sink is True and settings.worker_role == "process":
             raise typer.BadParameter("--sink contradicts --role process (use --role all)")
+        if sink_process and (settings.worker_role != "all" or sink is False):
+            # Only the flag is refused: AGENTLOG_SINK_PROCESS may be set for a whole deployment.
+            raise typer.BadParameter("--sink-process splits a --role all worker in two; this worker runs "
+                                     f"--role {'process' if sink is False else settings.worker_role} only")
         run_worker(settings, sink=sink is not False, loglevel=loglevel, wait_s=wait)
