@@ -7,6 +7,7 @@ stable reason/violation codes, so cardinality stays bounded.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping
@@ -130,6 +131,32 @@ class Metrics:
 
 def _escape(value: str) -> str:
     return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_exposition(text: str) -> list[Sample]:
+    """The samples of a text exposition as :meth:`Metrics.render` writes it (its inverse, escapes included).
+
+    Lines that are not samples (``# HELP``/``# TYPE``, blank, malformed) are skipped. Used to fold a
+    child process's series into this one's (:mod:`processors.worker.halves`).
+    """
+    samples: list[Sample] = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.fullmatch(line)
+        if m is None:
+            continue
+        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(2) or "")}
+        samples.append((m.group(1), labels, float(m.group(3))))
+    return samples
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
 
 
 METRICS = Metrics()

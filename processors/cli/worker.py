@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink (by --role), in one process."""
         # Imported here, not at module level, so `agentlog --help` does not load Faust.
-        from processors.worker.app import run_worker
+        from processors.worker.app import run_worker, worker_role
         from streams.settings import load_settings
 
         settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode, worker_role=role,
@@ -37,8 +37,9 @@ def register(app: typer.Typer) -> None:
             typer.echo("note: --no-sink is deprecated; it means --role process", err=True)
         elif sink is True and settings.worker_role == "process":
             raise typer.BadParameter("--sink contradicts --role process (use --role all)")
-        if sink_process and (settings.worker_role != "all" or sink is False):
+        runs = worker_role(settings, sink=sink is not False)
+        if sink_process and runs != "all":
             # Only the flag is refused: AGENTLOG_SINK_PROCESS may be set for a whole deployment.
-            raise typer.BadParameter("--sink-process splits a --role all worker in two; this worker runs "
-                                     f"--role {'process' if sink is False else settings.worker_role} only")
+            raise typer.BadParameter(f"--sink-process splits a --role all worker in two; "
+                                     f"this worker runs --role {runs} only")
         run_worker(settings, sink=sink is not False, loglevel=loglevel, wait_s=wait)

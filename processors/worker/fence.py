@@ -85,7 +85,7 @@ class Fence:
             settled = False
             METRICS.inc("agentlog_batches_fenced_revocations_total", reason="dropped")
             log.warning("the group dropped this worker (its session expired) and gave its partitions to others; "
-                        "a batch still in progress writes no table (its records are handled again by their owner)")
+                        "any batch still in progress writes no table (its records are handled again by their owner)")
         elif self._settlers and self.bound_s > 0:
             waiting = asyncio.ensure_future(asyncio.gather(*(settle() for settle in self._settlers)))
             done, _ = await asyncio.wait({waiting}, timeout=self.bound_s)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,9 +29,8 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
-from processors.metrics import METRICS, Sample
+from processors.metrics import METRICS, Sample, parse_exposition
 from streams.settings import Settings, settings_env
 
 log = logging.getLogger("agentlog.worker")
@@ -47,57 +45,29 @@ _RESTART_BACKOFF_S = (1.0, 2.0, 5.0, 10.0)
 
 #: The child is on loopback: no HTTP(S)_PROXY from the environment applies to the scrape.
 _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-_SAMPLE = re.compile(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)")
-_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_exposition(text: str) -> list[Sample]:
-    """The samples of a Prometheus text exposition as written by :meth:`processors.metrics.Metrics.render`."""
-    samples: list[Sample] = []
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.fullmatch(line)
-        if m is None:
-            continue
-        labels = {k: _unescape(v) for k, v in _LABEL.findall(m.group(2) or "")}
-        samples.append((m.group(1), labels, float(m.group(3))))
-    return samples
-
-
-def _unescape(value: str) -> str:
-    return re.sub(r"\\(.)", lambda m: "\n" if m.group(1) == "n" else m.group(1), value)
-
-
 class ProcessHalf:
     """The child running ``agentlog worker --role process``, supervised by the ``sink`` parent."""
 
-    def __init__(self, settings: Settings, *, loglevel: str = "warning", wait_s: float = 300.0,
-                 log_path: Path | None = None) -> None:
+    def __init__(self, settings: Settings, *, loglevel: str = "warning", wait_s: float = 300.0) -> None:
         self.settings = settings
         self.web_port = settings.web_port + 1
         self.loglevel = loglevel
         self.wait_s = wait_s
-        self.log_path = log_path
         self.proc: subprocess.Popen[bytes] | None = None
         self.restarts = 0
         self._samples: list[Sample] = []
         self._stopping = threading.Event()
         self._pipe_w: int | None = None
-        self._threads: list[threading.Thread] = []
 
     # -- the parent's side ---------------------------------------------------------------------
 
     def start(self) -> ProcessHalf:
         """Start the child, a thread that restarts it when it dies, and (with the web on) its metrics scrape."""
         self._spawn()
-        self._threads = [threading.Thread(target=self._supervise, name="agentlog-process-half", daemon=True)]
+        threading.Thread(target=self._supervise, name="agentlog-process-half", daemon=True).start()
         if self.settings.web_enabled:
-            self._threads.append(threading.Thread(target=self._scrape, name="agentlog-process-half-metrics",
-                                                  daemon=True))
             METRICS.add_collector(self.samples)
-        for t in self._threads:
-            t.start()
+            threading.Thread(target=self._scrape, name="agentlog-process-half-metrics", daemon=True).start()
         return self
 
     def stop(self) -> None:
@@ -127,22 +97,16 @@ class ProcessHalf:
 
     def env(self, parent_fd: int) -> dict[str, str]:
         child = self.settings.replace(worker_role="process", sink_process=False, web_host="127.0.0.1")
-        env = {**os.environ, **settings_env(child), PARENT_FD_ENV: str(parent_fd)}
-        return env
+        return {**os.environ, **settings_env(child), PARENT_FD_ENV: str(parent_fd)}
 
     def _spawn(self) -> None:
         if self._pipe_w is not None:
             os.close(self._pipe_w)
         r, w = os.pipe()
-        os.set_inheritable(r, True)
-        out = open(self.log_path, "ab") if self.log_path is not None else None  # noqa: SIM115 (the child's)
-        try:
-            self.proc = subprocess.Popen(self.args(), env=self.env(r), pass_fds=(r,), stdin=subprocess.DEVNULL,
-                                         stdout=out, stderr=subprocess.STDOUT if out else None)
+        try:  # the child's output goes where ours goes
+            self.proc = subprocess.Popen(self.args(), env=self.env(r), pass_fds=(r,), stdin=subprocess.DEVNULL)
         finally:
             os.close(r)
-            if out is not None:
-                out.close()
         self._pipe_w = w
         log.info("process half started (pid %d)", self.proc.pid)
 

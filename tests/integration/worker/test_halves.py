@@ -23,7 +23,7 @@ import uuid
 import pytest
 
 from processors.audit import query_via_worker
-from processors.worker.halves import parse_exposition
+from processors.metrics import parse_exposition
 from schemas.errors import StoreError
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs

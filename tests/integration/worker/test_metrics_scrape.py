@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
+from processors import metrics
 from schemas.canonical import jcs
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
@@ -67,16 +68,16 @@ def readme_series() -> dict[str, frozenset[str]]:
 def parse_exposition(text: str) -> tuple[dict[str, str], dict[str, list[tuple[dict[str, str], float]]]]:
     """Prometheus text → (``{name: type}``, ``{name: [(labels, value)]}``)."""
     types: dict[str, str] = {}
-    samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
     for line in text.splitlines():
         if line.startswith("# TYPE "):
             _, _, name, kind = line.split(" ", 3)
             types[name] = kind
-        elif line and not line.startswith("#"):
-            m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)", line)
-            assert m, f"not a Prometheus sample line: {line!r}"
-            labels = dict(re.findall(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
-            samples[m.group(1)].append((labels, float(m.group(3))))
+    parsed = metrics.parse_exposition(text)  # the worker's own reader of what it renders (it skips malformed lines)
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    assert len(parsed) == len(lines), f"not all Prometheus sample lines: {lines}"
+    samples: dict[str, list[tuple[dict[str, str], float]]] = defaultdict(list)
+    for name, labels, value in parsed:
+        samples[name].append((dict(labels), value))
     return types, samples
 
 

@@ -1,4 +1,7 @@
-"""The parent's view of its process half (:mod:`processors.worker.halves`), without a broker."""
+"""The parent's view of its process half (:mod:`processors.worker.halves`), without a broker.
+
+Its metrics are read back with :func:`processors.metrics.parse_exposition`, the inverse of ``render``.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +9,8 @@ import os
 import subprocess
 import sys
 
-from processors.metrics import Metrics
-from processors.worker.halves import PARENT_FD_ENV, ProcessHalf, parse_exposition
+from processors.metrics import Metrics, parse_exposition
+from processors.worker.halves import PARENT_FD_ENV, ProcessHalf
 from streams.settings import load_settings
 
 
