@@ -15,7 +15,7 @@ recovered ahead of its index (``test_many_workers``: hundreds of redelivered rec
   of those events — proof the batch really was in progress across the rebalance — and still no
   event is refused and every run is whole.
 
-``test_a_member_the_group_dropped_fences_at_once`` (session 13): A is stopped (SIGSTOP) while it holds
+``test_a_member_the_group_dropped_fences_at_once``: A is stopped (SIGSTOP) while it holds
 the batch, for longer than its session, so the group drops it and gives B every partition; when A
 goes on, aiokafka learns at its next heartbeat that it was dropped and rejoins. Waiting for the
 batch then would only let its table writes land after B took the partitions over, so A fences it at
@@ -34,10 +34,12 @@ from pathlib import Path
 
 import orjson
 import pytest
+from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_topic
+from streams.security import client_kwargs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
 
@@ -144,10 +146,15 @@ def test_a_member_the_group_dropped_fences_at_once(settings, told):
             # the log record can be read before A's injection has printed that it holds the commit
             await wait_until(lambda: _logged(a, "slow_commit: holding"), what="A holding its first commit",
                              worker=a, timeout=30)
+            (a_member,) = await wait_until(lambda: _alone(settings), what="A alone in a stable group", worker=a,
+                                           timeout=30)
             a.proc.send_signal(signal.SIGSTOP)
             stopped = True
             b.start()
             # B alone: the group waits for A no longer than its session, then gives B every partition.
+            # Every event can be in the log (A's outputs) before that, so the log says nothing of it.
+            await wait_until(lambda: _dropped(settings, a_member), what="the group to drop A", worker=b,
+                             timeout=90)
             await wait_until(lambda: _whole(settings, len(docs)), what="every event in the log (B)", worker=b,
                              timeout=120)
             a.proc.send_signal(signal.SIGCONT)
@@ -178,6 +185,31 @@ def test_a_member_the_group_dropped_fences_at_once(settings, told):
             assert not fenced  # the control: the late table writes went through
 
     asyncio.run(scenario())
+
+
+async def _group(settings) -> tuple[str, list[str]] | None:
+    """The processing group's state and member ids, as the broker describes them (None: no such group yet)."""
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([f"{settings.topic_prefix}-worker"])
+    finally:
+        await admin.close()
+    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
+    if described[0] != 0:
+        return None
+    return described[2], [member[0] for member in described[5]]
+
+
+async def _alone(settings) -> list[str] | None:
+    group = await _group(settings)
+    return group[1] if group is not None and group[0] == "Stable" and len(group[1]) == 1 else None
+
+
+async def _dropped(settings, member: str) -> bool | None:
+    """Whether the group has settled without ``member``: one member left, another one, and stable."""
+    group = await _group(settings)
+    return (group is not None and group[0] == "Stable" and len(group[1]) == 1 and member not in group[1]) or None
 
 
 async def _logged(worker: WorkerProcess, text: str) -> bool | None:
