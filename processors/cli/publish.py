@@ -4,9 +4,9 @@
 every line against the contract before anything is sent, so the answer names the bad
 lines and the reason codes instead of leaving them to surface as rejection records.
 ``export`` writes a run back out as RunEventDocs that validate against the upstream
-OpenWOP schema, unchanged; from the committed log it then adds the run's signed checkpoints
-as ``{"checkpoint": {…}}`` lines (issue #18), so one file is all ``agentlog verify --export``
-needs (``--no-checkpoints`` leaves them out).
+OpenWOP schema, unchanged, and nothing else: its output is that contract, so any consumer
+of the schema reads it. The run's signed checkpoints go to a file of their own when asked
+for (``--checkpoints PATH``), which ``agentlog verify --export … --checkpoints …`` reads.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from typing import IO, Any, TypedDict
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from schemas.canonical import jcs, loads_strict
-from schemas.errors import AgentlogError, ConfigError, EventRejected, InfraError
+from schemas.errors import AgentlogError, ConfigError, EventRejected
 from streams.settings import load_settings
 
 
@@ -120,12 +121,11 @@ def export(
     out: Path | None = typer.Option(None, "--out", help="output file (default: stdout)"),
     source: str = typer.Option("log", "--source", help="log (committed, hash-chained) or ingest (raw)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
-    checkpoints: bool = typer.Option(True, "--checkpoints/--no-checkpoints",
-                                     help="after the docs, the run's signed checkpoints (--source log only)"),
+    checkpoints: Path | None = typer.Option(None, "--checkpoints", help="also write the run's signed checkpoints "
+                                            "to this file, one JSON per line (--source log only)"),
 ) -> None:
-    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), then its checkpoints."""
+    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), and nothing else."""
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from processors.replay.verify import checkpoint_line
     from streams.reader import read_run, read_topic
 
     async def run_checkpoints() -> list[dict[str, Any]]:
@@ -135,30 +135,35 @@ def export(
 
     if source not in ("log", "ingest"):
         raise ConfigError(f"--source must be log or ingest, not {source!r}")
+    if checkpoints is not None and source != "log":
+        raise ConfigError("--checkpoints needs --source log: the worker signs the committed log, not the ingest topic")
     settings = load_settings()
     events = asyncio.run(read_run(settings, run, short_name=source))
     if not events:
         raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
-    signed: list[dict[str, Any]] = []
-    if checkpoints and source == "log":
-        try:
-            signed = asyncio.run(run_checkpoints())
-        except InfraError as e:  # a deployment from before the checkpoints topic (issue #18)
-            typer.echo(f"warning: no checkpoints exported: {e}", err=True)
+    signed = asyncio.run(run_checkpoints()) if checkpoints is not None else []
+    if checkpoints is not None and not signed:
+        Console(stderr=True).print(f"[yellow]warning:[/] run {escape(run)} has no signed checkpoints yet")
     sink: IO[bytes]
     with (open(out, "wb") if out else _stdout_bytes()) as sink:
         for item in events:
             sink.write(jcs(item["doc"]) + b"\n")
-        for record in signed:
-            sink.write(jcs(checkpoint_line(record)) + b"\n")
-    summary = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts),
-               "checkpoints": len(signed)}
+    if checkpoints is not None:
+        with open(checkpoints, "wb") as cp_sink:
+            for record in signed:
+                cp_sink.write(jcs(record) + b"\n")
+    summary: dict[str, Any] = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts)}
     if out is not None:
         summary["out"] = str(out)
+    if checkpoints is not None:
+        summary.update(checkpoints=len(signed), checkpointsOut=str(checkpoints))
     if as_json:
         typer.echo(json.dumps(summary), err=True)
-    elif out is not None:
-        Console(stderr=True).print(f"{len(events)} events and {len(signed)} checkpoints of {run} → {out}")
+    elif out is not None or checkpoints is not None:
+        wrote = [f"{len(events)} events of {run} → {out or 'stdout'}"]
+        if checkpoints is not None:
+            wrote.append(f"{len(signed)} checkpoints → {checkpoints}")
+        Console(stderr=True).print("; ".join(wrote), markup=False, highlight=False)
     if events.conflicts:
         Console(stderr=True).print(
             f"[yellow]warning:[/] {len(events.conflicts)} conflicting duplicate(s) dropped (first record kept)"

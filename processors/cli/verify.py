@@ -1,6 +1,7 @@
-"""``agentlog verify``: check a run's history against the worker's signed checkpoints (issue #18).
+"""``agentlog verify``: check a run's history against the worker's signed checkpoints.
 
-Offline with ``--export FILE`` (what ``agentlog export`` wrote: docs, then checkpoint lines), or
+Offline with ``--export FILE`` (what ``agentlog export`` wrote: RunEventDocs) and ``--checkpoints
+FILE`` beside it (what ``agentlog export --checkpoints`` wrote: one signed checkpoint per line), or
 from the committed log and the ``checkpoints`` topic. The check is
 :func:`processors.core.checkpoint.verify_history`; exit 0 verified, 1 not verified (the first
 index no valid signature vouches for, with a stable code), 2 the check could not run.
@@ -26,6 +27,8 @@ def verify_command(
     run: str = typer.Option(..., "--run", help="The run to verify."),
     export: Path | None = typer.Option(None, "--export", help="An `agentlog export` file (offline); "
                                        "default: the committed log and the checkpoints topic."),
+    checkpoints: Path | None = typer.Option(None, "--checkpoints", help="The run's signed checkpoints, one per "
+                                            "line (`agentlog export --checkpoints`); goes with --export."),
     public_key: list[Path] = typer.Option(..., "--public-key", help="A worker's ed25519.pub.pem; repeat it for "
                                           "every key that signed (key rotation)."),
     allow_unsigned_tail: bool = typer.Option(False, "--allow-unsigned-tail", help="Accept events after the last "
@@ -38,6 +41,9 @@ def verify_command(
 
     settings = load_settings()
     try:
+        if checkpoints is not None and export is None:
+            raise ConfigError("--checkpoints goes with --export; without --export, verify reads the committed log "
+                              "and the checkpoints topic")
         pems = []
         for path in public_key:
             try:
@@ -45,7 +51,8 @@ def verify_command(
             except OSError as e:
                 raise ConfigError(f"cannot read --public-key {path}: {e}") from e
         keys = load_keys(pems)
-        history = load_export(export, run) if export is not None else asyncio.run(load_from_log(settings, run))
+        history = (load_export(export, run, checkpoints=checkpoints) if export is not None
+                   else asyncio.run(load_from_log(settings, run)))
         if not history.records:
             where = str(export) if export is not None else f"{settings.topic_prefix}.log"
             raise AgentlogError(f"run {run!r} has no events in {where}", code="run_not_found")
@@ -61,7 +68,10 @@ def verify_command(
         typer.echo(json.dumps(result.to_json_dict(), ensure_ascii=False, sort_keys=True))
     else:
         console = Console(highlight=False, soft_wrap=True)  # hashes stay on one line, for copying
-        source = f"export {export}" if export is not None else "committed log + checkpoints topic"
+        if export is None:
+            source = "committed log + checkpoints topic"
+        else:
+            source = f"export {export}" + (f" + checkpoints {checkpoints}" if checkpoints is not None else "")
         if result.failure is None:
             console.print(f"[bold green]verified[/]: run {escape(run)}, {result.events} events, "
                           f"{result.checkpoints_verified} checkpoints ({escape(source)})")

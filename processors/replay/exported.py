@@ -1,7 +1,8 @@
-"""Runs exported as JSON lines (``agentlog export``), read back for an offline comparison.
+"""Runs exported as JSON lines (``agentlog export``), read back for an offline comparison or verification.
 
 ``agentlog compare`` judges a replay from two such files with the same engine the worker runs,
-so an operator can re-check a verdict — or a test can pin one — without a broker.
+so an operator can re-check a verdict — or a test can pin one — without a broker; ``agentlog
+verify`` checks one against the run's signed checkpoints, which travel in a file of their own.
 """
 
 from __future__ import annotations
@@ -12,8 +13,11 @@ from typing import Any
 
 from schemas.canonical import loads_strict
 from schemas.errors import AgentlogError, ReplayError
+from schemas.records import Checkpoint
 
-__all__ = ["json_lines", "read_jsonl"]
+__all__ = ["export_lines", "json_lines", "read_jsonl"]
+
+_CHECKPOINT_FIELDS = frozenset(Checkpoint.__annotations__)
 
 
 def json_lines(path: Path, *, code: str | None = None) -> Iterator[tuple[int, Any]]:
@@ -35,22 +39,43 @@ def json_lines(path: Path, *, code: str | None = None) -> Iterator[tuple[int, An
             raise ReplayError(f"{path}:{number}: {e}", code=code) from e
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """RunEventDocs from a JSONL file: one per line, bare or wrapped as a CommittedEvent (``doc``).
+def _is_checkpoint(value: dict[str, Any]) -> bool:
+    """A signed checkpoint, bare or as ``{"checkpoint": {…}}``: never a RunEventDoc or a CommittedEvent."""
+    if len(value) == 1 and isinstance(value.get("checkpoint"), dict):
+        return True
+    return value.keys() == _CHECKPOINT_FIELDS
 
-    Checkpoint lines (``{"checkpoint": …}``, which ``agentlog export`` writes after a run's docs for
-    ``agentlog verify``) are skipped: they are no events.
+
+def export_lines(path: Path, *, code: str | None = None) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, object)`` of every line of an export: a RunEventDoc, or a CommittedEvent (``doc``).
+
+    A signed checkpoint is refused rather than skipped: an export holds run events only, and a
+    checkpoint read as an event, or dropped unseen, would make a verification say the wrong thing.
 
     Raises:
-        ReplayError: the file cannot be read, or a line is not a JSON object.
+        ReplayError (with ``code``): the file cannot be read, a line is not a JSON object, or a
+            line is a signed checkpoint.
+    """
+    for number, value in json_lines(path, code=code):
+        if not isinstance(value, dict):
+            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)", code=code)
+        if _is_checkpoint(value):
+            raise ReplayError(
+                f"{path}:{number}: a signed checkpoint, not a RunEventDoc; an export holds run events only. "
+                "Put the checkpoints in a file of their own, one per line (`agentlog export --checkpoints PATH` "
+                "writes one), and give it to `agentlog verify --checkpoints PATH`", code=code)
+        yield number, value
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """RunEventDocs from an export: one per line, bare or wrapped as a CommittedEvent (``doc``).
+
+    Raises:
+        ReplayError: the file cannot be read, a line is not a JSON object, or a line is a signed checkpoint.
     """
     docs: list[dict[str, Any]] = []
-    for number, value in json_lines(path):
-        if isinstance(value, dict) and isinstance(value.get("checkpoint"), dict) and len(value) == 1:
-            continue
-        if isinstance(value, dict) and isinstance(value.get("doc"), dict) and "hash" in value:
+    for _, value in export_lines(path):
+        if isinstance(value.get("doc"), dict) and "hash" in value:
             value = value["doc"]
-        if not isinstance(value, dict):
-            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
         docs.append(value)
     return docs

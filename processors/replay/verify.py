@@ -1,9 +1,10 @@
-"""``agentlog verify``'s I/O: a run's history and checkpoints from Kafka or an export, then the pure check.
+"""``agentlog verify``'s I/O: a run's history and checkpoints from Kafka or from files, then the pure check.
 
 The check itself is :func:`processors.core.checkpoint.verify_history`; this module only finds
 what it checks. From Kafka: the run's committed log records (first copy of each sequence, as
-every reader keeps it) and its records on the ``checkpoints`` topic. From an export
-(``agentlog export``): the RunEventDoc lines and the checkpoint lines (:data:`CHECKPOINT_LINE_KEY`).
+every reader keeps it) and its records on the ``checkpoints`` topic. From files: an ``agentlog
+export`` (RunEventDocs, or CommittedEvents) and, beside it, the checkpoints ``agentlog export
+--checkpoints`` wrote (one signed checkpoint per line).
 """
 
 from __future__ import annotations
@@ -16,21 +17,12 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from processors.core.checkpoint import VerifyResult, key_id, load_public_key, verify_history
-from processors.replay.exported import json_lines
+from processors.replay.exported import export_lines, json_lines
 from schemas.errors import ReplayError
 from streams.reader import read_run, read_topic
 from streams.settings import Settings
 
-__all__ = ["CHECKPOINT_LINE_KEY", "RunHistory", "checkpoint_line", "load_export", "load_from_log", "load_keys",
-           "verify_run"]
-
-#: An export line ``{"checkpoint": {…Checkpoint}}``: never a RunEventDoc (those have no such key).
-CHECKPOINT_LINE_KEY = "checkpoint"
-
-
-def checkpoint_line(record: Mapping[str, Any]) -> dict[str, Any]:
-    """How ``agentlog export`` writes a checkpoint beside the run's docs."""
-    return {CHECKPOINT_LINE_KEY: dict(record)}
+__all__ = ["RunHistory", "load_checkpoints", "load_export", "load_from_log", "load_keys", "verify_run"]
 
 
 @dataclass(frozen=True)
@@ -68,28 +60,48 @@ async def load_from_log(settings: Settings, run_id: str) -> RunHistory:
                       notes=notes)
 
 
-def load_export(path: Path, run_id: str) -> RunHistory:
-    """A run's docs (bare or as CommittedEvents) and checkpoint lines from an ``agentlog export`` file.
+def load_export(path: Path, run_id: str, *, checkpoints: Path | None = None) -> RunHistory:
+    """A run's docs (bare or as CommittedEvents) from an ``agentlog export`` file, with its checkpoints file.
 
     Lines of other runs are skipped (a file may hold a run tree). Records keep file order; a
-    verification expects sequence order, which is the order export writes.
+    verification expects sequence order, which is the order export writes. Without
+    ``checkpoints`` nothing is signed, and the result's notes say so.
 
     Raises:
-        ReplayError: the file cannot be read or a line is not a JSON object.
+        ReplayError: ``export_unreadable`` (the export cannot be read, or a line is not a JSON
+            object or is a checkpoint) or ``checkpoints_unreadable`` (see :func:`load_checkpoints`).
     """
-    records: list[dict[str, Any]] = []
-    checkpoints: list[dict[str, Any]] = []
-    for number, value in json_lines(path, code="export_unreadable"):
-        if not isinstance(value, dict):
-            raise ReplayError(f"{path}:{number}: expected a JSON object", code="export_unreadable")
-        if isinstance(value.get(CHECKPOINT_LINE_KEY), dict):
-            if value[CHECKPOINT_LINE_KEY].get("runId") == run_id:
-                checkpoints.append(value[CHECKPOINT_LINE_KEY])
-            continue
-        doc = value["doc"] if isinstance(value.get("doc"), dict) else value
-        if doc.get("runId") == run_id:
-            records.append(value)
-    return RunHistory(records=records, checkpoints=checkpoints)
+    records = [value for _, value in export_lines(path, code="export_unreadable")
+               if (value["doc"] if isinstance(value.get("doc"), dict) else value).get("runId") == run_id]
+    if checkpoints is None:
+        return RunHistory(records=records, checkpoints=[], notes=(
+            "no checkpoints file given (--checkpoints PATH, as `agentlog export --checkpoints PATH` writes it): "
+            "no signature covers this export",))
+    return RunHistory(records=records, checkpoints=load_checkpoints(checkpoints, run_id))
+
+
+def load_checkpoints(path: Path, run_id: str) -> list[dict[str, Any]]:
+    """The run's signed checkpoints from a file of them, one JSON object per line (``agentlog export --checkpoints``).
+
+    Checkpoints of other runs are skipped. A checkpoint that is malformed but names its run is
+    kept, so the verification reports it (``bad_checkpoint``, ``signature_invalid``).
+
+    Raises:
+        ReplayError (``checkpoints_unreadable``): the file cannot be read, or a line is not a JSON
+            object naming its run, or is a run event (the export given in its place).
+    """
+    code = "checkpoints_unreadable"
+    found: list[dict[str, Any]] = []
+    for number, value in json_lines(path, code=code):
+        if isinstance(value, dict) and ("eventId" in value or "doc" in value):
+            raise ReplayError(f"{path}:{number}: a run event, not a signed checkpoint; give the export with "
+                              "--export and the checkpoints with --checkpoints", code=code)
+        if not isinstance(value, dict) or not isinstance(value.get("runId"), str):
+            raise ReplayError(f"{path}:{number}: not a signed checkpoint (a JSON object with runId, sequence, "
+                              "headHash, stateHash, keyId, signature)", code=code)
+        if value["runId"] == run_id:
+            found.append(value)
+    return found
 
 
 def verify_run(history: RunHistory, run_id: str, keys: Mapping[str, Ed25519PublicKey], *, handoff_mode: str,

@@ -57,7 +57,7 @@ def _wait_for(what: str, probe, timeout_s: float = 240.0):
 
 
 def _export(settings, run: str) -> list[dict]:
-    out = agentlog_cli(settings, "export", "--run", run, "--no-checkpoints")  # docs only
+    out = agentlog_cli(settings, "export", "--run", run)
     return [json.loads(line) for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
 
 
