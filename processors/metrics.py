@@ -24,7 +24,7 @@ _HELP = {
     "agentlog_violations_total": "Handoff violations, by code.",
     "agentlog_handoff_transitions_total": "Handoff transitions recorded, by phase and derived flag.",
     "agentlog_snapshots_total": "Run snapshots written.",
-    "agentlog_checkpoints_signed_total": "Signed checkpoints sent (issue #18).",
+    "agentlog_checkpoints_signed_total": "Signed checkpoints sent.",
     "agentlog_sink_batches_total": "Batches inserted into ClickHouse, by table.",
     "agentlog_sink_rows_total": "Rows inserted into ClickHouse, by table.",
     "agentlog_sink_lag_seconds": "Age of the oldest record in the last sink batch, by table.",
@@ -72,8 +72,12 @@ _HELP = {
                                             "(nothing sent).",
     "agentlog_durable_position": "Next source offset an agent has made durable, by topic, partition and agent table "
                                  "(the group commits the lowest per partition; compare with the end offset for lag).",
+    "agentlog_runs_in_flight": "Runs this worker holds state for (their head, index and state are in its tables).",
+    "agentlog_run_closes_asked_total": "Close requests sent for runs due to close, by reason (completed: the grace "
+                                       "after its terminal event passed; expired: idle past the retention).",
+    "agentlog_runs_closed_total": "Runs closed by the sequencer (their table entries deleted), by reason.",
 }
-_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position"}
+_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position", "agentlog_runs_in_flight"}
 
 
 class Metrics:

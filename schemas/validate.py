@@ -56,6 +56,8 @@ REJECTION_CODES: frozenset[str] = frozenset(
         "sequence_gap",
         "sequence_conflict",
         "dangling_causation",
+        "run_closed",
+        "run_expired",
     }
 )
 
@@ -179,8 +181,8 @@ def validate_parsed(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) 
     the sequencer needs the doc's JCS bytes anyway (its chain hash, then the committed record), so
     they are computed here, once, by :func:`schemas.canonical.jcs_parsed` (whose precondition
     ``streams.codec.decode_ingest`` meets: dicts, lists, str, int, finite float, bool, None), instead
-    of a Python walk for a size bound and a second, read-back-checked canonicalisation (#13
-    session 8). A value that cannot be canonicalised raises what :func:`check_json_safe` raises.
+    of a Python walk for a size bound and a second, read-back-checked canonicalisation. A value that
+    cannot be canonicalised raises what :func:`check_json_safe` raises.
 
     Raises:
         EventRejected: as :func:`validate_doc`.

@@ -15,7 +15,7 @@ both use it without ``streams`` depending on Faust.
 from __future__ import annotations
 
 import sys
-from collections import OrderedDict
+from collections import OrderedDict, namedtuple
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -58,6 +58,33 @@ async def load_topic_metadata(consumer: Any, topic: str) -> None:
     for that; ``topics()`` fetches metadata into a copy the consumer never reads).
     """
     await consumer._client.add_topic(topic)
+
+
+#: A topic partition as Faust's store reads it (``tp.partition``; faust.types.TP has the same fields).
+_TP = namedtuple("_TP", "topic partition")
+
+#: Faust's RocksDB table store (``table.data``): its per-partition database and the options object it opens
+#: them with (:func:`table_db`, :func:`use_rocksdb_opener`).
+FAUST_ROCKSDB_STORE_INTERNALS = ("_db_for_partition", "rocksdb_options", "set_persisted_offset")
+
+
+def table_db(table: Any, partition: int) -> Any:
+    """The RocksDB database (a ``rocksdict.Rdict``) of ``table``'s ``partition``, opened if it is not.
+
+    Faust's store reads and writes by "the current event's partition", which a batch of several
+    partitions does not have; the worker names the partition itself (:mod:`processors.worker.tables`).
+    """
+    return table.data._db_for_partition(partition)
+
+
+def set_persisted_offset(table: Any, partition: int, offset: int) -> None:
+    """Record that ``table``'s local database holds its changelog up to ``offset`` (recovery starts after it)."""
+    table.data.set_persisted_offset(_TP(table.changelog_topic.get_topic_name(), partition), offset)
+
+
+def use_rocksdb_opener(table: Any, opener: Any) -> None:
+    """Have ``table``'s RocksDB store open its databases with ``opener.open(path, read_only=...)``."""
+    table.data.rocksdb_options = opener
 
 
 def committed_offset(consumer: Any, tp: Any) -> int | None:

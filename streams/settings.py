@@ -172,6 +172,23 @@ class Settings:
     # or holding records of a partition that moved, writes no table (processors.worker.fence). 0 = never wait.
     revoke_wait_s: float = 5.0
 
+    # The worker's tables (RocksDB, one database per table partition) and the changelog offsets they hold;
+    # default $AGENTLOG_HOME/state. Each worker on a machine needs its own (a second one is refused at start).
+    state_dir: str = ""
+    # Memory the tables' RocksDB databases may use in all, in MiB: block cache and write buffers, shared.
+    state_cache_mb: int = 64
+    # Run lifetimes (README "Run lifetimes"): a run is closed run_grace_s after its terminal event, or after
+    # run_idle_s without an event; its table entries are then deleted. A marker that it was closed is kept
+    # run_closed_retention_s, during which a late event of it is refused (run_closed / run_expired).
+    run_grace_s: float = 300.0
+    run_idle_s: float = 7 * 86400.0
+    run_closed_retention_s: float = 7 * 86400.0
+
+    @property
+    def state_path(self) -> Path:
+        """The worker's state directory: ``state_dir`` or ``$AGENTLOG_HOME/state``."""
+        return Path(self.state_dir).expanduser() if self.state_dir else self.home / "state"
+
     @property
     def chdb_dir(self) -> Path:
         return self.home / "clickhouse"

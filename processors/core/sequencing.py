@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
+from processors.core.lifetimes import ClosedMarker, after_close
 from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
 from schemas.errors import ContractError
 from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
@@ -77,7 +78,12 @@ class Rejected:
     detail: str
 
 
-Decision = Accepted | Redelivered | Rejected
+@dataclass(frozen=True, slots=True)
+class Handled:
+    """The record comes before its run's close request: it was handled then, and this is a redelivery."""
+
+
+Decision = Accepted | Redelivered | Rejected | Handled
 
 
 def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], source: Source,
@@ -144,13 +150,15 @@ class Decoded:
 
 
 def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Callable[[str], IndexLookup],
-             source: Source, *, max_bytes: int) -> Decoded:
+             source: Source, *, max_bytes: int,
+             closed_of: Callable[[str], ClosedMarker | None] | None = None) -> Decoded:
     """Decode, validate and decide one ingest record: every reason a record is refused, in one place.
 
     ``head_of(runId)`` is the run's head, ``lookup_of(runId)`` its eventId index lookup. A
     record that does not decode or breaks the contract is ``Rejected`` with the contract's
     code (``bad_magic``, ``decode_error``, ``invalid_envelope``, ``oversize``, …); a valid doc
-    gets :func:`decide`'s decision. Never raises for a bad record: an unexpected error in
+    gets :func:`decide`'s decision, unless ``closed_of(runId)`` says its run is closed
+    (:func:`processors.core.lifetimes.after_close`). Never raises for a bad record: an unexpected error in
     decoding is a ``decode_error``, in deciding an ``invalid_envelope``, with its type and message.
     """
     doc = None
@@ -163,6 +171,10 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
         return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}"), e)
     run_id = doc["runId"]
     try:
+        marker = closed_of(run_id) if closed_of is not None else None
+        if marker is not None:
+            refused = after_close(marker, run_id, source.offset)
+            return Decoded(doc, Handled() if refused is None else Rejected(*refused))
         return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source, doc_bytes))
     except Exception as e:
         return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}"), e)

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
 
 import faust
 from faust.worker import Worker
@@ -45,6 +44,7 @@ from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, 
 from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
+from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 from streams import internals
@@ -85,14 +85,14 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     role = worker_role(settings, sink=sink)
     if settings.web_enabled:
         check_web_access(settings)  # issue #17: never serve beyond loopback without a token
-    (settings.home / "faust").mkdir(parents=True, exist_ok=True)
+    settings.state_path.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
         **faust_broker_kwargs(settings),  # issue #18 security: SASL/TLS from AGENTLOG_KAFKA_CONFIG
-        store="memory://",
+        store="rocksdb://",
         processing_guarantee="at_least_once",
         autodiscover=False,
-        datadir=str(settings.home / "faust"),
+        datadir=str(settings.state_path),
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=0,
@@ -141,17 +141,18 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         )
     }
 
-    def table(name: str) -> Any:
-        return app.Table(
-            name,
-            default=None,
-            partitions=settings.partitions,
-        )
+    budget = RocksBudget(settings.state_cache_mb)
 
-    tables = {
-        "heads": table("seq-heads"),  # runId -> {"next", "hash"}
-        "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]
-        "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}
+    def table(name: str, ttl_s: float | None = None) -> LocalTable:
+        faust_table = app.Table(name, default=None, partitions=settings.partitions)
+        internals.use_rocksdb_opener(faust_table, budget.opener(int(ttl_s) if ttl_s else None))
+        return LocalTable(faust_table)
+
+    tables: dict[str, Table] = {
+        "heads": table("seq-heads"),  # runId -> {"next", "hash", "ts", "end"}: runs in flight
+        "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]: runs in flight
+        "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}: runs in flight
+        "closed": table("run-closed", settings.run_closed_retention_s),  # runId -> ClosedMarker, for a while
         "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
     } if role != "sink" else {}
     durable = positions.DurablePositions()
@@ -159,9 +160,10 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
     if settings.consumer_fetch_max_wait_ms > 0:  # #13 session 7: no 1.5 s long-poll holding ingest back
         internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
     METRICS.add_collector(durable.series)
-    wiring = Wiring(settings=settings, app=app, topics=topics, tables=tables, positions=durable,
+    wiring = Wiring(settings=settings, app=app, topics=topics, tables=dict(tables), positions=durable,
                     fence=fence.Fence(fence.wait_bound(settings.revoke_wait_s, settings.rebalance_timeout_s)))
     fence.install(app, wiring.fence)
+    wiring.make_table = table
 
     # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
@@ -221,10 +223,14 @@ def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
     settings = wiring.settings
     rf = settings.replication_factor
     durable = durability_config(rf)
+    # A closed run's marker is kept run_closed_retention_s (the changelog deletes older records, the local
+    # database drops them by TTL); every other table deletes its keys with tombstones and is compacted.
+    expiring = {"closed": {"cleanup.policy": "compact,delete",
+                           "retention.ms": str(int(settings.run_closed_retention_s * 1000))}}
     specs = [
-        TopicSpec(table.changelog_topic.get_topic_name(), settings.partitions,
-                  {"cleanup.policy": "compact", **durable}, rf)
-        for table in wiring.tables.values()
+        TopicSpec(table.changelog, settings.partitions,
+                  {"cleanup.policy": "compact", **durable, **expiring.get(name, {})}, rf)
+        for name, table in wiring.tables.items()
     ]
     specs.append(TopicSpec(f"{wiring.app.conf.id}-__assignor-__leader", 1, dict(durable), rf))
     return specs
@@ -243,6 +249,8 @@ def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warnin
     if settings.sink_process and worker_role(settings, sink=sink) == "all":
         settings = settings.replace(worker_role="sink")
         half = halves.ProcessHalf(settings, loglevel=loglevel, wait_s=wait_s)
+    if worker_role(settings, sink=sink) != "sink":
+        lock_state_dir(settings.state_path)  # held until the process exits
     wiring = build_app(settings, sink=sink)
     loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
     try:

@@ -28,18 +28,17 @@ Changelog records are written to the *source record's* partition explicitly
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from aiokafka.partitioner import DefaultPartitioner
 
 from processors.metrics import METRICS
 from processors.worker.fence import Fenced, settling
+from processors.worker.tables import Table, encode
 from processors.worker.wiring import Wiring
 from streams import internals
 from streams.reader import fetch_range, first_offset
@@ -71,7 +70,8 @@ class Delivered:
 
 
 #: ``on_acked(partition, offset, value)``: called once a record is acknowledged (:meth:`Outbox.add`).
-Acked = Callable[[int, int, bytes], None]
+#: (``value`` is the record's bytes, None for a tombstone.)
+Acked = Callable[[int, int, Any], None]
 
 
 class Outbox:
@@ -95,7 +95,7 @@ class Outbox:
         self._partitions = partition_counts  # topic -> its partitions (shared: counts never change)
         # Per open topic-partition: its BatchBuilder and the records someone asked about
         # (index in the batch, future or None, value, on_acked or None).
-        self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes, Acked | None]]]] = {}
+        self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes | None, Acked | None]]]] = {}
         self._chosen: dict[tuple[str, bytes], int] = {}  # a run's records of one batch: murmur2 once (~6 µs)
         self.sent: list[asyncio.Future[Any]] = []
 
@@ -115,7 +115,7 @@ class Outbox:
             self._chosen[(topic, key)] = chosen
         return chosen
 
-    async def add(self, topic: str, partition: int, key: bytes | None, value: bytes, *, want: bool = False,
+    async def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None, *, want: bool = False,
                   on_acked: Acked | None = None) -> asyncio.Future[Delivered] | None:
         """Append one record to its topic-partition's open batch.
 
@@ -134,7 +134,7 @@ class Outbox:
             entry = self._open[tp] = (self._producer.create_batch(), [])
             meta = entry[0].append(key=key, value=value, timestamp=None)
             if meta is None:
-                raise ValueError(f"a record of {len(value)} bytes does not fit in one producer batch of {topic}")
+                raise ValueError(f"a record of {len(value or b'')} bytes does not fit in one producer batch of {topic}")
         if not want and on_acked is None:
             return None
         fut: asyncio.Future[Delivered] | None = asyncio.get_running_loop().create_future() if want else None
@@ -182,27 +182,22 @@ class Outbox:
 _PARTITIONER = DefaultPartitioner()
 
 
-def _json_bytes(obj: Any) -> bytes:
-    """What the tables' ``json`` serializer reads back at changelog recovery (any valid JSON does).
+def _persisted(table: Table) -> Acked:
+    def persisted(partition: int, offset: int, value: Any) -> None:
+        table.persisted(partition, offset)
 
-    orjson (#13): a ``runs`` record carries a run's whole state, once per run per batch. What
-    orjson refuses (integers past 64 bits, non-string keys) goes through ``json`` as before;
-    NaN cannot occur (every value was read by the strict decoder or folded from such values).
-    """
-    try:
-        return orjson.dumps(obj)
-    except (orjson.JSONEncodeError, TypeError):
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return persisted
 
 
 #: The stages in which a batch's table writes are made durable, in order: the tables of one stage are
 #: written in one round trip, and a stage is sent once the one before it is acknowledged (a table not
-#: named is a stage of its own, after these). ``heads`` and ``runs`` share one (#13 session 9): a crash
-#: may leave either ahead of the other, and both are repaired from ``index``, durable a stage before:
-#: ``runs`` behind is refolded (the module docstring), and ``runs`` ahead of ``heads`` makes the
-#: redelivered record ``Redelivered`` by its index entry, which restores the head, while the refold
-#: finds the run already folded past it and leaves it as it is.
-TABLE_STAGES: tuple[tuple[str, ...], ...] = (("index",), ("heads", "runs"), ("links",))
+#: named is a stage of its own, after these). ``heads`` and ``runs`` share one: a crash may leave either
+#: ahead of the other, and both are repaired from ``index``, durable a stage before: ``runs`` behind is
+#: refolded (the module docstring), and ``runs`` ahead of ``heads`` makes the redelivered record
+#: ``Redelivered`` by its index entry, which restores the head, while the refold finds the run already
+#: folded past it and leaves it as it is. A closed run's marker comes first: once it is durable, every
+#: record of the run is decided by it, whatever of the run's head, index and state is deleted yet.
+TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("heads", "runs"), ("links",))
 
 
 class Batch:
@@ -230,16 +225,32 @@ class Batch:
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
         self._positions: dict[tuple[str, str, int], int] = {}  # (table, topic, partition) -> next offset
         self._generation = wiring.app.consumer_generation_id
+        #: The partition of the record being handled: every key it reads lives there (tables are
+        #: co-partitioned with their source topic), so :meth:`get` looks there.
+        self.partition = -1
 
     def get(self, table: str, key: str) -> Any:
         """The key as this batch sees it: its own writes, then those of earlier batches not durable yet."""
         hit = self._writes.get((table, key))
         if hit is None and self._waiting:
             hit = self._waiting.get((table, key))
-        return hit[1] if hit is not None else self.wiring.tables[table].data.get(key)
+        return hit[1] if hit is not None else self.wiring.tables[table].get(self.partition, key)
 
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
+        """Write the key once the batch's outputs are acknowledged (``None`` deletes it)."""
         self._writes[(table, key)] = (partition, value)
+
+    def keys_from(self, table: str, prefix: str) -> list[str]:
+        """The keys starting with ``prefix`` in the current partition, as this batch sees them."""
+        keys = set(self.wiring.tables[table].keys_from(self.partition, prefix))
+        for pending in (self._waiting or {}, self._writes):
+            for (name, key), (_, value) in pending.items():
+                if name == table and key.startswith(prefix):
+                    if value is None:
+                        keys.discard(key)
+                    else:
+                        keys.add(key)
+        return sorted(keys)
 
     async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
                    on_acked: Acked | None = None) -> asyncio.Future[Delivered] | None:
@@ -296,17 +307,21 @@ class Batch:
         for batch in group:
             batch._publish_positions()
 
-    async def _put(self, table: Any, writes: list[tuple[str, int, Any]]) -> None:
-        """Set the keys and queue their changelog records, each to ``partition`` (the source record's).
+    async def _put(self, table: Table, writes: list[tuple[str, int, Any]]) -> None:
+        """Set the keys locally and queue their changelog records, each to ``partition`` (the source record's).
 
-        Sent straight to the app's producer at the caller's flush: never attached to the current
-        event and never through Faust's send buffer (drained only at commit time under load). The
-        memory store keeps no persisted offsets, so Faust's changelog-sent callback has nothing to record.
+        ``None`` deletes a key, and its changelog record is a tombstone, so compaction removes it
+        there too. Once the last record of a partition is acknowledged, the local database is
+        marked as holding the changelog up to it (a restart recovers only what comes after).
         """
-        topic = table.changelog_topic.get_topic_name()
-        for key, partition, value in writes:
-            table.data[key] = value
-            await self._outbox.add(topic, partition, _json_bytes(key), _json_bytes(value))
+        topic = table.changelog
+        last: dict[int, int] = {}
+        for i, (key, partition, value) in enumerate(writes):
+            table.put(partition, key, value)
+            last[partition] = i
+        for i, (key, partition, value) in enumerate(writes):
+            await self._outbox.add(topic, partition, encode(key), None if value is None else encode(value),
+                                   on_acked=_persisted(table) if last[partition] == i else None)
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
         """Note that every record of the partition below ``position`` is handled once this batch is durable."""
@@ -359,6 +374,7 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     plain consumer and handled first. Offsets below the expected one are
     redeliveries, which every agent already treats as done.
     """
+    batch.partition = msg.partition
     key = position_key(msg.topic, msg.partition)
     expected = batch.get(table, key)
     if expected is None:
@@ -394,7 +410,7 @@ def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:
     """The lowest next offset the agents reading ``topic`` hold for ``partition`` (None: one holds none)."""
     key = position_key(topic, partition)
     tables = [wiring.tables.get(table) for table in wiring.positions.tables_for(topic)]
-    found = [table.data.get(key) if table is not None else None for table in tables]
+    found = [table.get(partition, key) if table is not None else None for table in tables]
     positions = [position for position in found if isinstance(position, int)]
     return min(positions) if positions and len(positions) == len(found) else None
 

@@ -53,6 +53,8 @@ class Fence:
         self.dropped: Callable[[], bool] = dropped or (lambda: False)
         self._owned: frozenset[tuple[str, int]] | None = None  # None: before the first assignment
         self._settlers: list[Settle] = []
+        #: How many assignments this worker has had (what was read per assignment is read again after one).
+        self.assignments = 0
 
     def register(self, settle: Settle) -> None:
         """``settle()`` returns once the agent's batch in progress and its waiting commits are durable."""
@@ -103,6 +105,11 @@ class Fence:
     def assigned(self, tps: Iterable[Any]) -> None:
         """The new assignment (Faust's ``on_partitions_assigned``): source partitions as (topic, partition)."""
         self._owned = frozenset((tp.topic, tp.partition) for tp in tps)
+        self.assignments += 1
+
+    def partitions(self, topic: str) -> list[int]:
+        """The partitions of ``topic`` this worker owns now."""
+        return sorted(p for t, p in self._owned or () if t == topic)
 
 
 def settling(app: Any) -> bool:

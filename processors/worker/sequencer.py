@@ -30,11 +30,22 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from processors.core.checkpoint import is_due, sign_checkpoint
+from processors.core.lifetimes import CLOSE_PREFIX, CloseRequest, closed_marker, read_close_request
 from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance, refold_due
-from processors.core.sequencing import Accepted, IndexLookup, Redelivered, Source, rejection_record, sequence
+from processors.core.sequencing import (
+    Accepted,
+    Handled,
+    IndexLookup,
+    Redelivered,
+    Source,
+    rejection_record,
+    sequence,
+)
 from processors.metrics import METRICS
 from processors.worker import runstate
 from processors.worker.batch import Batch, SourceRecord, batched_agent
+from processors.worker.lifetimes import Lifetimes
+from processors.worker.lifetimes import install as install_lifetimes
 from processors.worker.signing import load_or_create_signing_key
 from processors.worker.wiring import Wiring
 from schemas.records import run_snapshot
@@ -56,6 +67,8 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     snapshot_every, handoff_mode = settings.snapshot_every, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
     remember = _remember(wiring)
+    lifetimes = Lifetimes(wiring)
+    install_lifetimes(wiring, lifetimes)
 
     async def run_record(batch: Batch, run_id: str, seq: int) -> RunRecord | None:
         """The run's ``runs`` record, caught up to just before ``seq`` (None: it cannot be)."""
@@ -66,12 +79,20 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     async def handle(batch: Batch, record: SourceRecord) -> None:
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
+        if record.value[:1] == CLOSE_PREFIX[:1] and (request := read_close_request(record.value)) is not None:
+            close(batch, source, request)
+            return
+        heads: dict[str, Any] = {}
+
+        def head_of(run_id: str) -> Any:
+            head = heads[run_id] = batch.get("heads", run_id)
+            return head
 
         def lookup_of(run_id: str) -> IndexLookup:
             return lambda event_id: batch.get("index", run_id + INDEX_SEP + event_id)
 
-        decoded = sequence(record.value, lambda run_id: batch.get("heads", run_id), lookup_of, source,
-                           max_bytes=max_bytes)
+        decoded = sequence(record.value, head_of, lookup_of, source, max_bytes=max_bytes,
+                           closed_of=lambda run_id: batch.get("closed", run_id))
         decision, doc = decoded.decision, decoded.doc
         if decoded.unexpected is not None:
             log.error("unexpected error on %s", source, exc_info=decoded.unexpected)
@@ -95,7 +116,11 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             # Only a snapshot needs to know where its log record landed (a future per record costs).
             logged = await batch.send("log", run_id, value, want=adv is not None and adv.snapshot,
                                       on_acked=remember)
-            batch.set("heads", source.partition, run_id, decision.head)
+            previous = heads.get(run_id)
+            head = {**decision.head, "ts": source.timestamp_ms,
+                    "end": doc["type"] in TERMINAL_TYPES or bool(previous and previous.get("end"))}
+            batch.set("heads", source.partition, run_id, head)
+            batch.collected.append(("head", run_id, head, source.partition))
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
             METRICS.inc("agentlog_events_accepted_total")
@@ -111,7 +136,10 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             assert doc is not None  # a redelivery was decoded
             if decision.head is not None:
                 batch.set("heads", source.partition, doc["runId"], decision.head)
+                batch.collected.append(("head", doc["runId"], decision.head, source.partition))
             await _refold(batch, source.partition, doc, decision.sequence)
+            METRICS.inc("agentlog_redelivered_total")
+        elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")
         else:
             rejected = rejection_record(decision.reason, decision.detail, record.value, source, doc)
@@ -119,6 +147,24 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
+
+    def close(batch: Batch, source: Source, request: CloseRequest) -> None:
+        """Close the run of a close request: a marker first, then its index, head and state deleted.
+
+        A request the run has moved on from (another event since) or that finds it closed does nothing.
+        """
+        run_id, partition = request["runId"], source.partition
+        head = batch.get("heads", run_id)
+        if head is None or head["next"] != request["next"]:
+            batch.collected.append(("closed" if head is None else "stale", run_id))
+            return
+        batch.set("closed", partition, run_id, closed_marker(request, head["hash"], source.offset))
+        for key in batch.keys_from("index", run_id + INDEX_SEP):
+            batch.set("index", partition, key, None)
+        batch.set("heads", partition, run_id, None)
+        batch.set("runs", partition, run_id, None)
+        batch.collected.append(("closed", run_id))
+        METRICS.inc("agentlog_runs_closed_total", reason=request["reason"])
 
     async def _refold(batch: Batch, partition: int, doc: dict[str, Any], seq: int) -> None:
         """A redelivered record whose fold did not become durable (a crash between tables): fold it again.
@@ -162,13 +208,20 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                 state=state, state_hash=state_hash, head_hash=head)))
             METRICS.inc("agentlog_snapshots_total")
 
-    async def verdicts(batch: Batch) -> None:
+    async def after(batch: Batch) -> None:
+        for item in batch.collected:
+            if item[0] == "head":
+                lifetimes.track(item[3], item[1], item[2])
+            elif item[0] == "closed":
+                lifetimes.forget(item[1])
+            elif item[0] == "stale":
+                lifetimes.unask(item[1])
         requests = [item[1] for item in batch.collected if item[0] == "verdict"]
         if requests:
             await runstate.send_verdicts(wiring, requests)
 
     batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle,
-                  before_commit=snapshots, after_commit=verdicts)
+                  before_commit=snapshots, after_commit=after)
 
 
 def _remember(wiring: Wiring) -> Callable[[int, int, bytes], None]:

@@ -47,6 +47,7 @@ from processors.core.otel import Cursor, Plan, due, is_root, plan_trace, sequenc
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from processors.worker.otlp import Receiver
+from processors.worker.tables import Table
 from processors.worker.wiring import Wiring
 from schemas.canonical import jcs
 from schemas.records import record_source, rejection
@@ -86,7 +87,6 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
     for sid in pending:
         batch.set(HELD, partition, _span_key(trace_id, sid), None)
-        batch.collected.append(_span_key(trace_id, sid))
     batch.set(HELD, partition, trace_id, {**entry, "pending": [], "publishedMs": now_ms,
                                           "published": {**entry["published"], **plan.published}})
     _remember_published(batch, partition, trace_id, now_ms)
@@ -131,33 +131,18 @@ def _expire(batch: Batch, partition: int, now_ms: int) -> None:
             # Re-published later (late spans) or holding spans again: a later bucket owns it.
             if entry is not None and not entry["pending"] and int(entry.get("publishedMs") or 0) < (bucket + 1) * width:
                 batch.set(HELD, partition, trace_id, None)
-                batch.collected.append(trace_id)
                 METRICS.inc("agentlog_otel_traces_expired_total")
         if batch.get(HELD, key) is not None:
             batch.set(HELD, partition, key, None)
-            batch.collected.append(key)
     if end > int(first):
         remaining = any(batch.get(HELD, f"{_DONE}{partition}\x1f{b}") for b in range(end, now_ms // width + 1))
         batch.set(HELD, partition, oldest_key, end if remaining else None)
 
 
-def expirable(held: Any, partition: int, ttl_ms: int, now_ms: int) -> bool:
+def expirable(held: Table, partition: int, ttl_ms: int, now_ms: int) -> bool:
     """Whether a tick would expire something in this partition (the timer asks; the tick decides)."""
-    first = held.get(f"{_DONE_FROM}{partition}")
+    first = held.get(partition, f"{_DONE_FROM}{partition}")
     return ttl_ms > 0 and first is not None and (now_ms - ttl_ms) // _bucket_ms(ttl_ms) > int(first)
-
-
-async def _drop_deleted(batch: Batch) -> None:
-    """Deleted keys leave the in-memory table once their (null) changelog records are durable.
-
-    Faust's memory store keeps a key written with ``None``; without this the tables' memory
-    would grow with every span and trace ever held, whatever is forgotten.
-    """
-    for name in (HELD, SEQ):
-        data = batch.wiring.tables[name].data
-        for key in batch.collected:
-            if key in data and data[key] is None:
-                del data[key]
 
 
 def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
@@ -237,8 +222,6 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         if forgotten is not None:
             batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
         batch.set(SEQ, p, _skey(run, kept), None)
-        batch.collected.append(_skey(run, kept))
-        batch.collected.append(_ekey(run, str(forgotten)))
         kept += 1
     if done.docs:
         batch.set(SEQ, p, run, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
@@ -325,23 +308,23 @@ def install(wiring: Wiring) -> None:
     wiring.topics["otel-events"] = app.topic(topic_name(settings, "otel-events"), key_type=bytes,
                                              value_type=bytes, key_serializer="raw", value_serializer="raw",
                                              partitions=settings.partitions)
+    assert wiring.make_table is not None
     for name in (HELD, SEQ):
-        wiring.tables[name] = app.Table(name, default=None, partitions=settings.partitions)
+        wiring.tables[name] = wiring.make_table(name)
     assert not POSITION_KEY.startswith(_PENDING)
-    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle, after_commit=_drop_deleted)
-    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
-                  after_commit=_drop_deleted)
+    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
+    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence)
 
     @app.timer(settings.otel_tick_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
         # worker writes nothing.
         name = wiring.topics["spans"].get_topic_name()
-        held = wiring.tables[HELD].data
+        held = wiring.tables[HELD]
         now_ms = int(time.time() * 1000)
-        for partition in range(settings.partitions):
-            if held.get(f"{_PENDING}{partition}") or expirable(held, partition, settings.otel_published_ttl_ms,
-                                                               now_ms):
+        for partition in wiring.fence.partitions(name):
+            if held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition,
+                                                                          settings.otel_published_ttl_ms, now_ms):
                 await app.producer.send(name, None, TICK, partition, None, None)
 
     if settings.otlp_port:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -10,6 +11,7 @@ import faust
 from processors.audit.store import Store
 from processors.worker.fence import Fence
 from processors.worker.positions import DurablePositions
+from processors.worker.tables import Table
 from streams.settings import Settings
 
 
@@ -20,7 +22,7 @@ class Wiring:
     settings: Settings
     app: faust.App
     topics: dict[str, Any]
-    tables: dict[str, Any]
+    tables: dict[str, Table]
     positions: DurablePositions
     store: Store | None = None  # set when the audit sink runs in this worker
     #: Log records this process wrote, by (partition, offset), until the log check has read them back:
@@ -35,6 +37,8 @@ class Wiring:
     partition_starts: Any = None
     #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
     fence: Fence = field(default_factory=Fence)
+    #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
+    make_table: Callable[[str], Table] | None = None
 
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).

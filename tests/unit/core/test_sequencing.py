@@ -22,6 +22,7 @@ from processors.core.sequencing import (
     RAW_MAX_BYTES,
     Accepted,
     Decoded,
+    Handled,
     Redelivered,
     Rejected,
     Source,
@@ -171,10 +172,40 @@ def test_dangling_causation():
     assert isinstance(_run(_json(_doc(1, causationId="r1:0")), run).decision, Accepted)
 
 
+def _closed(reason: str, at: int):
+    return lambda run_id: {"reason": reason, "next": 5, "hash": "c" * 64, "at": at} if run_id == "r1" else None
+
+
+@pytest.mark.parametrize(("closed_as", "code"), [("completed", "run_closed"), ("expired", "run_expired")])
+def test_an_event_after_its_runs_close_request_is_refused_with_the_way_it_closed(closed_as, code):
+    # Whatever the head or index say (a crash may leave them beside the marker), the marker decides.
+    run = _Run({"next": 5, "hash": "c" * 64})
+    for raw in (_json(_doc(5)), _json(_doc(0, eventId="r1:fresh")), _json(_doc(2, eventId="r1:2"))):
+        decided = sequence(raw, run.head_of, run.lookup_of, SRC, max_bytes=MAX, closed_of=_closed(closed_as, 41))
+        assert isinstance(decided.decision, Rejected)
+        assert decided.decision.reason == code
+        assert "r1" in decided.decision.detail and "sequence 4" in decided.decision.detail
+
+
+def test_a_record_before_its_runs_close_request_was_handled_then():
+    run = _Run()  # head and index deleted by the close
+    decided = sequence(_json(_doc(3)), run.head_of, run.lookup_of, SRC, max_bytes=MAX,
+                       closed_of=_closed("completed", SRC.offset + 1))
+    assert isinstance(decided.decision, Handled)
+    # A record that breaks the contract is refused for that, closed run or not.
+    assert _reason(_json(_doc(3, type="no.such.type")), run) == "unknown_event_type"
+
+
+def test_other_runs_are_decided_as_usual_beside_a_closed_one():
+    decided = sequence(_json(_doc(0, runId="r2", eventId="r2:0")), _Run().head_of, _Run().lookup_of, SRC,
+                       max_bytes=MAX, closed_of=_closed("completed", 0))
+    assert isinstance(decided.decision, Accepted)
+
+
 def test_every_contract_reason_has_a_test_here():
     tested = {"decode_error", "bad_magic", "unknown_schema_id", "invalid_envelope", "unknown_event_type",
               "unsafe_integer", "non_finite_number", "invalid_payload", "oversize", "duplicate_event_id",
-              "sequence_gap", "sequence_conflict", "dangling_causation"}
+              "sequence_gap", "sequence_conflict", "dangling_causation", "run_closed", "run_expired"}
     assert tested == REJECTION_CODES
 
 

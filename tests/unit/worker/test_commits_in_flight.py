@@ -16,6 +16,7 @@ import pytest
 
 from processors.worker.batch import Batch, _Commits
 from processors.worker.fence import Fence
+from processors.worker.tables import MemoryTable
 
 
 def _batch(name: str, writes: dict[tuple[str, str], Any] | None = None, waiting: Any = None) -> Any:
@@ -23,6 +24,7 @@ def _batch(name: str, writes: dict[tuple[str, str], Any] | None = None, waiting:
     b.name = name  # type: ignore[attr-defined]
     b._writes = {k: (0, v) for k, v in (writes or {}).items()}
     b._waiting = waiting
+    b.partition = 0
     return b
 
 
@@ -164,7 +166,8 @@ def test_abandon_cuts_the_commit_short_and_nothing_waiting_is_made_durable():
 
 def test_later_batches_read_the_writes_still_waiting_last_write_first_until_they_are_durable():
     async def scenario() -> None:
-        table = SimpleNamespace(data={"k": "durable", "only-durable": 1})
+        table = MemoryTable("runs")
+        table.data.update({"k": "durable", "only-durable": 1})
         log: list[str] = []
         commits = Gated(8, log)
         commits.gate.clear()
@@ -205,14 +208,13 @@ class RecordingOutbox:
     async def wait(self) -> None:
         self.log.append(f"acked {self.name}")
 
-    async def add(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
-        self.log.append(f"write {topic} {key.decode()}={value.decode()}")
+    async def add(self, topic: str, partition: int, key: bytes, value: bytes | None, on_acked: Any = None) -> None:
+        self.log.append(f"write {topic} {key.decode()}={value.decode() if value is not None else None}")
 
 
 def test_a_group_is_made_durable_as_one_batch_outputs_then_table_stages_in_order_then_positions():
     log: list[str] = []
-    tables = {name: SimpleNamespace(data={}, changelog_topic=SimpleNamespace(get_topic_name=lambda n=name: n))
-              for name in ("index", "heads", "runs")}
+    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
     advanced: list[tuple[str, int]] = []
     positions = SimpleNamespace(advance=lambda table, topic, partition, position, generation:
                                 advanced.append((topic, position)))
@@ -254,7 +256,7 @@ def test_settle_waits_until_every_waiting_batch_is_durable():
 def test_tables_are_written_in_stages_index_alone_then_heads_with_runs_then_the_rest_one_by_one():
     from processors.worker.batch import _stages
 
-    written = dict.fromkeys(["runs", "spans", "index", "heads", "other", "links"])
-    assert _stages(written) == [["index"], ["heads", "runs"], ["links"], ["spans"], ["other"]]
+    written = dict.fromkeys(["runs", "spans", "index", "heads", "other", "links", "closed"])
+    assert _stages(written) == [["closed"], ["index"], ["heads", "runs"], ["links"], ["spans"], ["other"]]
     assert _stages(dict.fromkeys(["runs"])) == [["runs"]]
     assert _stages({}) == []

@@ -16,6 +16,7 @@ import pytest
 
 from processors.worker.batch import Batch, _Commits
 from processors.worker.fence import Fence, Fenced, wait_bound
+from processors.worker.tables import MemoryTable
 
 
 def _tp(topic: str, partition: int) -> Any:
@@ -37,13 +38,12 @@ class Recording:
         if self.on_ack is not None:
             self.on_ack()
 
-    async def add(self, topic: str, partition: int, key: bytes, value: bytes) -> None:
+    async def add(self, topic: str, partition: int, key: bytes, value: bytes | None, on_acked: Any = None) -> None:
         self.log.append(f"write {topic} {key.decode()}")
 
 
 def _batch(log: list[str], fence: Fence, partition: int = 3) -> Batch:
-    tables = {name: SimpleNamespace(data={}, changelog_topic=SimpleNamespace(get_topic_name=lambda n=name: n))
-              for name in ("index", "heads", "runs")}
+    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
     positions = SimpleNamespace(advance=lambda table, topic, part, position, generation:
                                 log.append(f"position {topic}[{part}]={position}"))
     b = object.__new__(Batch)

@@ -1,0 +1,193 @@
+"""The worker's tables: per-partition key → value maps with a changelog, on local disk.
+
+Every agent keeps its state in tables partitioned like its source topic (a run's keys live in
+the partition of the records that wrote them). The runtime (:mod:`processors.worker.batch`)
+reads and writes them through the small :class:`Table` port below, always naming the
+partition, and sends every write's changelog record itself, after the batch's outputs are
+acknowledged.
+
+:class:`LocalTable` keeps each partition in a RocksDB database (``rocksdict``) under the
+worker's state directory, opened and recovered by Faust's RocksDB store: the database holds,
+beside the data, the changelog offset it reflects, so a restart on the same disk reads only
+the changelog's tail; a worker on a new disk reads the compacted changelog. Memory is RocksDB's
+write buffers and block cache, one budget shared by every table (``state_cache_mb``), not the
+number of keys: the tables hold only runs in flight (:mod:`processors.worker.lifetimes`), and
+what they hold lives on disk.
+
+:class:`MemoryTable` is the same port over a dict, for unit tests of the runtime and agents
+without a broker.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+
+from schemas.errors import ConfigError
+from streams import internals
+
+
+class Table(Protocol):
+    """One table as the runtime sees it: a name, a changelog topic, keys per partition."""
+
+    name: str
+    changelog: str
+
+    def get(self, partition: int, key: str) -> Any:
+        """The key's value in ``partition`` (None: absent)."""
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        """Set the key locally (``None`` deletes it); the caller sends the changelog record."""
+
+    def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
+        """Every key of ``partition`` that starts with ``prefix``, in key order."""
+
+    def persisted(self, partition: int, offset: int) -> None:
+        """Note that the local copy of ``partition`` holds every changelog record up to ``offset``."""
+
+
+def encode(obj: Any) -> bytes:
+    """A key or value as its changelog (and local store) bytes: JSON, which Faust's recovery reads back."""
+    try:
+        return orjson.dumps(obj)
+    except (orjson.JSONEncodeError, TypeError):  # integers past 64 bits, non-string keys: any valid JSON does
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+
+
+class LocalTable:
+    """A Faust table on RocksDB, read and written by partition (Faust's own access guesses the partition)."""
+
+    def __init__(self, faust_table: Any) -> None:
+        self._table = faust_table
+        self.name: str = faust_table.name
+        self.changelog: str = faust_table.changelog_topic.get_topic_name()
+
+    def _db(self, partition: int) -> Any:
+        return internals.table_db(self._table, partition)
+
+    def get(self, partition: int, key: str) -> Any:
+        raw = self._db(partition).get(encode(key))
+        return None if raw is None else orjson.loads(raw)
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        if value is None:
+            self._db(partition).delete(encode(key))
+        else:
+            self._db(partition).put(encode(key), encode(value))
+
+    def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
+        start = encode(prefix)[:-1]  # the JSON string without its closing quote: a byte prefix of the keys
+        for raw in self._db(partition).keys(from_key=start):
+            if not raw.startswith(start):
+                return
+            yield orjson.loads(raw)
+
+    def persisted(self, partition: int, offset: int) -> None:
+        internals.set_persisted_offset(self._table, partition, offset)
+
+
+class MemoryTable:
+    """The :class:`Table` port over one dict (keys are unique across partitions: a run lives in one)."""
+
+    def __init__(self, name: str, changelog: str | None = None) -> None:
+        self.name = name
+        self.changelog = changelog or name
+        self.data: dict[str, Any] = {}
+        self.offsets: dict[int, int] = {}
+
+    def get(self, partition: int, key: str) -> Any:
+        return self.data.get(key)
+
+    def put(self, partition: int, key: str, value: Any) -> None:
+        if value is None:
+            self.data.pop(key, None)
+        else:
+            self.data[key] = value
+
+    def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
+        return iter(sorted(k for k in self.data if k.startswith(prefix)))
+
+    def persisted(self, partition: int, offset: int) -> None:
+        self.offsets[partition] = offset
+
+
+class RocksBudget:
+    """Opens every table's RocksDB databases within one memory budget (Faust's store calls :meth:`open`).
+
+    Faust's own options give each database its own 2 GiB block cache and three 64 MiB write
+    buffers, so memory would grow with tables × partitions. Here all of them share one LRU block
+    cache and one write-buffer manager charged to that cache: ``cache_mb`` bounds both together.
+    A ``ttl_s`` database drops keys older than that at compaction (the ``closed`` table's markers).
+    """
+
+    def __init__(self, cache_mb: int) -> None:
+        import rocksdict
+
+        self._rocksdict = rocksdict
+        size = max(8, cache_mb) * 1024 * 1024
+        self._cache = rocksdict.Cache(size)
+        self._buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(size // 2, False,
+                                                                                         self._cache)
+
+    def opener(self, ttl_s: int | None = None) -> _Opener:
+        return _Opener(self, ttl_s)
+
+    def open(self, path: Path, ttl_s: int | None) -> Any:
+        rd = self._rocksdict
+        options = rd.Options(raw_mode=True)
+        options.create_if_missing(True)
+        options.set_write_buffer_size(4 * 1024 * 1024)
+        options.set_max_write_buffer_number(2)
+        options.set_write_buffer_manager(self._buffers)
+        table = rd.BlockBasedOptions()
+        table.set_bloom_filter(10, False)
+        table.set_block_cache(self._cache)
+        table.set_cache_index_and_filter_blocks(True)
+        options.set_block_based_table_factory(table)
+        access = rd.AccessType.read_write() if ttl_s is None else rd.AccessType.with_ttl(ttl_s)
+        return rd.Rdict(str(path), options=options, access_type=access)
+
+
+class _Opener:
+    """What Faust's RocksDB store asks for a partition's database (``rocksdb_options.open``)."""
+
+    def __init__(self, budget: RocksBudget, ttl_s: int | None) -> None:
+        self._budget = budget
+        self.ttl = ttl_s
+
+    def open(self, path: Path, *, read_only: bool = False) -> Any:
+        return self._budget.open(path, self.ttl)
+
+
+class StateDirLocked(ConfigError):
+    pass
+
+
+def lock_state_dir(path: Path) -> int:
+    """Take the worker's state directory for this process (released when it exits, however it exits).
+
+    Two workers on one directory would open the same RocksDB databases; RocksDB's own lock then
+    makes Faust retry for ever. Refused at start instead, naming the owner.
+
+    Raises:
+        StateDirLocked: ``state_dir_locked`` when another live process holds it.
+    """
+    path.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "another process"
+        os.close(fd)
+        raise StateDirLocked(
+            f"the worker state directory {path} is in use by pid {owner}; give each worker on this machine "
+            "its own AGENTLOG_STATE_DIR", code="state_dir_locked") from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, str(os.getpid()).encode("ascii"), 0)
+    return fd  # kept open (and locked) for the life of the process
