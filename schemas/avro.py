@@ -125,10 +125,10 @@ def _record_body(record: dict[str, Any]) -> bytes | None:
 def _read_body(data: bytes) -> tuple[dict[str, Any], str] | None:
     """The doc (payload still JSON text, in its place) read directly from the one fixed record schema.
 
-    The inverse of :func:`_record_body`: ``fastavro.schemaless_reader``'s per-call cost was most of
-    decoding an event in the worker (#13 session 8). ``None`` for anything it does not read plainly
-    (truncated, trailing bytes, a union index other than 0/1, a varint past 64 bits, bad UTF-8, a
-    negative length): fastavro then decides and words the error, as before. Gives fastavro's
+    The inverse of :func:`_record_body`: ``fastavro.schemaless_reader``'s per-call cost would be most
+    of decoding an event in the worker. ``None`` for anything it does not read plainly (truncated,
+    trailing bytes, a union index other than 0/1, a varint past 64 bits, bad UTF-8, a negative
+    length): fastavro then decides and words the error. Gives fastavro's
     dict for every body fastavro reads (tests/unit/schemas/test_avro_fast.py).
     """
     pos = _HEADER.size

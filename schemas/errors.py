@@ -49,7 +49,7 @@ class StoreError(AgentlogError):
 class StoreLockedError(StoreError):
     """Another live process owns the embedded chdb directory (code ``store_locked``); ``owner`` is its record.
 
-    The embedded store is in-process, so one process at a time holds its directory (issue #18): query
+    The embedded store is in-process, so one process at a time holds its directory: query
     through that process's endpoint, stop it, or run this worker with ``--role process``. A ClickHouse
     server (``AGENTLOG_CLICKHOUSE_URL``) has no such limit.
     """

@@ -138,7 +138,7 @@ StateDigest = TypedDict("StateDigest", {
     "logOffset": int,
 })
 
-#: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``, issue #18):
+#: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``):
 #: the worker's Ed25519 signature (base64) over the JCS statement that
 #: :func:`processors.core.checkpoint.statement_bytes` builds from the other fields.
 Checkpoint = TypedDict("Checkpoint", {

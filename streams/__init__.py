@@ -13,7 +13,7 @@ _EXPORTS: dict[str, str] = {
     # settings
     "Settings": "streams.settings",
     "load_settings": "streams.settings",
-    # Kafka client security (issue #18): AGENTLOG_KAFKA_CONFIG properties file
+    # Kafka client security: the AGENTLOG_KAFKA_CONFIG properties file
     "KafkaSecurity": "streams.security",
     "client_kwargs": "streams.security",
     "load_security": "streams.security",

@@ -84,7 +84,8 @@ def _source_bytes(source: Mapping[str, Any]) -> bytes:
 
     Its members in JCS order (``offset`` < ``partition`` < ``timestampMs`` < ``topic``), safe
     integers in decimal and the topic by :func:`canonical_leaf`; anything else goes through
-    :func:`jcs`. Once per committed record, where a general :func:`jcs` read its output back (#13 session 8).
+    :func:`jcs`. It runs once per committed record, so it skips the check of orjson's output that
+    a general :func:`jcs` makes.
     """
     offset, partition, ts, topic = (source.get("offset"), source.get("partition"), source.get("timestampMs"),
                                     source.get("topic"))

@@ -64,7 +64,7 @@ HERE = Path(__file__).resolve().parent
 POM = HERE / "pom.xml"
 LOG4J_CONFIG = HERE / "log4j2.xml"
 PROPERTIES_TEMPLATE = HERE / "node.template.properties"
-# Appended to a node's properties by `infra up --secure` (issue #18): SASL_SSL listener, authorizer.
+# Appended to a node's properties by `infra up --secure`: SASL_SSL listener, authorizer.
 SECURE_PROPERTIES = HERE / "node.secure.properties"
 
 HOST = "127.0.0.1"
@@ -114,7 +114,7 @@ class Topology:
     base_port: int
     cluster_id: str
     kafka_version: str
-    # issue #18 security: client listener SASL_SSL, StandardAuthorizer, SCRAM users, ACLs (infra/kafka/secure.py)
+    # a secure stack: client listener SASL_SSL, StandardAuthorizer, SCRAM users, ACLs (infra/kafka/secure.py)
     secure: bool = False
 
     def port(self, index: int) -> int:

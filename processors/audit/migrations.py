@@ -226,7 +226,7 @@ def open_owned(settings: Settings, *, wait_s: float = 60.0) -> Store:
     chdb lets one process own a directory; a user's ``agentlog query`` run while
     no worker owned it holds the lock for a moment. A worker that died on that
     would be absurd, so it retries; a long-lived owner still ends in one clear error.
-    Another worker running the audit sink on the directory is not waited for (issue #18):
+    Another worker running the audit sink on the directory is not waited for:
     with the embedded store there is one sink per directory, and this one refuses at once.
 
     Raises:

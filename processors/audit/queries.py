@@ -139,9 +139,9 @@ LIMIT {limit:UInt64}
 #           walks, so a shallow tree costs a few rounds however long max_depth is;
 #   up      the chain of causes from the event, at most max_depth hops;
 #   down    breadth-first depths from the event (-1 = not a descendant), one round per level.
-# Rows are those of the former recursive CTE: same relation, depth and columns, bounded by
-# max_depth the same way (on a causation cycle, which valid runs never have, each event is listed
-# once instead of once per lap).
+# Rows are those of a recursive CTE (the reference in tests/unit/audit/test_query_rewrites.py): same
+# relation, depth and columns, bounded by max_depth the same way (on a causation cycle, which valid
+# runs never have, each event is listed once instead of once per lap).
 _CAUSATION_CHAIN = """
 WITH
     run AS (
@@ -188,7 +188,7 @@ ORDER BY sequence
 # migration). Usually every row weighs 1 (transitions stored in the state machine's order) and is
 # read as it is; once a dispatch's phases were stored out of order its rows carry corrections
 # (weights -1 and +1), and then the weights are summed per value and each value repeated as often
-# as its weight says. The quantiles are exactly those of the window over transitions this replaced
+# as its weight says. The quantiles are exactly those of a window function over ``transitions``
 # (tests/unit/audit/test_query_rewrites.py compares the two), without sorting every transition at
 # read time. ``corrections`` is a constant by the time the query is planned, so only one branch reads.
 _HANDOFF_LATENCY = """
@@ -445,7 +445,7 @@ GROUP BY run_id, code
 ORDER BY run_id, code
 """
 
-# issue #17: the console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
+# The console's cost/tokens chart. Buckets of bucket_s seconds (default an hour).
 # Whole hours come from the usage_hourly rollup when a bucket is whole hours (a bucket of N hours
 # holds whole hours: toStartOfInterval counts from the epoch); only the part of an hour after a
 # ``since`` that is not on the hour, or every event for buckets that are not whole hours, is read
@@ -524,7 +524,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                    _REPLAY_VERDICTS),
         NamedQuery("rejections", "rejected ingest records by reason", (_RUN_FILTER,), _REJECTIONS),
         NamedQuery("violations", "handoff violations by run and code", (_RUN_FILTER,), _VIOLATIONS),
-        # issue #17 (the console)
+        # the console's cost/tokens chart
         NamedQuery("usage-over-time", "calls, tokens and cost per model per time bucket (provider.usage)",
                    (Param("bucket_s", "UInt32", default="3600", help="bucket width in seconds"),
                     Param("since", "IsoTime", help="usage at or after this " + _ISO_HELP)),

@@ -25,7 +25,7 @@ per column cost more than the rest of the sink together (measured); one RE2 pass
 
 Every other record (a foreign writer's non-JCS text, a wrong hash, an escaped id, a numeric
 timestamp, …) is neither lost nor stored differently: the sink sends exactly those through the
-Python path (:func:`processors.worker.sink.split_batch`), which stores or rejects them as before.
+Python path (:func:`processors.worker.sink.split_batch`), which stores or rejects them the general way.
 
 What the proof does not cover: a writer that hashes non-JCS doc text itself (a forged chain hash)
 has that text stored as written, where the Python path would store the JCS of the parsed doc; the
@@ -169,9 +169,9 @@ def insert_sql(stage: str, *, filtered: bool = True, settings: Mapping[str, int 
     A repeat within the batch is still dropped.
 
     ``settings`` (the insert's deduplication token: :func:`processors.audit.store.dedup_settings`) are
-    written into the statement's own ``SETTINGS`` clause. As per-call settings, clickhouse-connect's
-    chdb backend read them from ``system.settings`` and set and restored each one around the
-    statement: about 7 ms of CPU per log batch (#13 session 11).
+    written into the statement's own ``SETTINGS`` clause. Passed as per-call settings, they would make
+    clickhouse-connect's chdb backend read ``system.settings`` and set and restore each one around
+    the statement: about 7 ms of CPU per log batch.
     """
     cols = ", ".join(EVENT_COLUMNS)
     stored = f" AND (run_id, sequence) NOT IN ({_stored(stage)})" if filtered else ""

@@ -5,7 +5,7 @@ and ``worker_dispatches`` (migration 0005) are views over ``transitions``.
 
 ClickHouse commits an insert's part in ``events`` first and only then runs the materialized views
 into the rollups: a SIGKILL in between leaves the events stored and the rollups without them
-(seen in 36 of 95 SIGKILLs of a chdb process inserting sink batches, issue 14). The sink's
+(seen in 36 of 95 SIGKILLs of a chdb process inserting sink batches). The sink's
 re-formed batch finds every event present and would insert nothing, so the rollups would stay
 short for good.
 

@@ -79,7 +79,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "source_run_id", "replay_run_id", "record_hash", "mode", "verdict", "error_code",
         "compared_through", "first_divergence", "events", "doc",
     ),
-    # issue #18 signing (migration 0003)
+    # signed checkpoints (migration 0004)
     "checkpoints": (
         "run_id", "sequence", "key_id", "head_hash", "state_hash", "signature", "doc",
     ),
@@ -329,7 +329,7 @@ def verdict_rows(records: Iterable[Verdict]) -> Columns:
 
 
 def checkpoint_rows(records: Iterable[Checkpoint]) -> Columns:
-    """Checkpoint → ``checkpoints`` (issue #18); ``doc`` keeps the exact record, so a signature can be
+    """Checkpoint → ``checkpoints``; ``doc`` keeps the exact record, so a signature can be
     re-checked from the table alone."""
 
     def row(rec: Checkpoint) -> tuple[Any, ...]:

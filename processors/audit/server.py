@@ -112,7 +112,7 @@ def query_via_worker(settings: Settings | str, body: Mapping[str, Any], *, timeo
         return None
     path = "/sql" if "sql" in body else "/query"
     url = base if base.endswith(("/query", "/sql")) else base + path
-    token = settings.web_token if isinstance(settings, Settings) else ""  # issue #17: a guarded worker
+    token = settings.web_token if isinstance(settings, Settings) else ""  # a worker guarded by its web token
     try:
         try:
             return _send(url, body, "POST", timeout_s, token)

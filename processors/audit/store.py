@@ -15,7 +15,7 @@ ClickHouse 26.9):
 
 So within a process every ``open_store`` of a directory shares one client
 (reference-counted registry), and across processes one process owns the directory:
-it holds an exclusive ``flock`` on ``<dir>.lock`` (issue #18), taken before the
+it holds an exclusive ``flock`` on ``<dir>.lock``, taken before the
 engine opens and released by the kernel when the process ends, however it ends, so
 a SIGKILLed owner never blocks its own restart and a recycled pid is never taken for
 an owner. Beside it an owner file ``<dir>.owner.json`` ``{pid, cmd, started, role?,
@@ -211,7 +211,7 @@ def read_owner(settings_or_url: Settings | str) -> dict[str, Any] | None:
         return None
     owner = _load_owner(owner_file(path))
     if owner is None or not _pid_alive(owner.get("pid")):
-        return None  # locked by a process that has not written its record yet (or a pre-lock file)
+        return None  # locked by a process that has not written its record yet (the file is an earlier owner's)
     return owner
 
 

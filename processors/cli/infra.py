@@ -31,7 +31,7 @@ def _settings(port: int | None = None) -> Settings:
     from streams.settings import load_settings
 
     # An exported AGENTLOG_KAFKA_CONFIG naming a file `infra up --secure` has yet to write must not
-    # stop that very command (issue #18): until the file exists, only AGENTLOG_KAFKA_BOOTSTRAP counts.
+    # stop that very command: until the file exists, only AGENTLOG_KAFKA_BOOTSTRAP counts.
     config = os.environ.get("AGENTLOG_KAFKA_CONFIG")
     settings = load_settings() if not config or Path(config).expanduser().is_file() else load_settings(kafka_config="")
     if port is not None:
@@ -80,7 +80,7 @@ def up(
     from infra.kafka import local
 
     settings = _settings(port)
-    # issue #18 security: --secure asks for a secure stack; without it, a home keeps what it was made as.
+    # --secure asks for a secure stack; without it, a home keeps what it was made as.
     result = local.start(settings, nodes=nodes, secure=True if secure else None)
     secure_files = local.secure_properties(settings)
     bootstrap = local.bootstrap_servers(result)

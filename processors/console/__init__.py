@@ -1,4 +1,4 @@
-"""The web console (issue #17): runs, a run with its state at any index, replay comparisons, analytics.
+"""The web console: runs, a run with its state at any index, replay comparisons, analytics.
 
 Pages are pure renderers (:mod:`processors.console.pages`, records in, HTML out); each page's
 reads are one call in :mod:`processors.console.views` (an open store in, ``(status, html)`` out).

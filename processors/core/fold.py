@@ -121,7 +121,7 @@ def fold_noting(
 ) -> tuple[State, list[Output], tuple[str, str] | None]:
     """:func:`fold`, and ``(member, key)`` when all the event did was set ``state[member][key]``.
 
-    For re-derivation's state check (#13 session 9): with the key the event set, the candidate
+    For re-derivation's state check: with the key the event set, the candidate
     state hash re-spells that one entry instead of the whole member and finding what changed
     (:meth:`processors.core.statehash.ResumableStateHash.after_set`). ``None`` for every other
     event. The state is :func:`fold`'s own: the note is only *about* it. A note is given for

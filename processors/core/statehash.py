@@ -4,7 +4,7 @@ Both readers of a run's states hash them at every index: the live worker (the st
 each committed record carries) and re-derivation (checking each recorded digest). The
 reference ``processors.core.fold.state_hash`` canonicalises the whole state each time, which
 is quadratic over a long run. :class:`StateHasher` (re-derivation's exact path, checkpoints)
-caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker, #13 session 8)
+caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker)
 resumes SHA-256 from the first changed top-level member; :class:`ResumableStateHash` is
 re-derivation's candidate, checked against the recorded hash.
 
@@ -128,8 +128,8 @@ class ResumableStateHash:
     which keeps every key where it was, so ``list(state)`` equals the last key list (identity
     compares) and the values are compared by identity pairwise; any other key list starts over.
     (Keeping a large member such as ``variables`` per entry, re-writing only the changed entry,
-    was measured and dropped: the Python to find and join the entries cost as much as orjson
-    writing the whole member.)
+    does not pay here: the Python to find and join the entries costs as much as orjson writing
+    the whole member.)
 
     The result is only a candidate, as with :func:`schemas.canonical.hashes_to`: equal to a
     recorded JCS hash, it proves these bytes *are* the JCS bytes (SHA-256), since orjson spells
@@ -203,8 +203,8 @@ class ResumableStateHash:
         hashed last and ``member`` is its last member in JCS order (``variables``), that member is
         kept entry by entry and only the entry set is written again: one small orjson call, a join
         and SHA-256 from the member's checkpoint, instead of orjson writing the whole member (~1.7 KB
-        in the bench) and the identity diffs that find what changed (about 2 µs of ~4.8 per event,
-        #13 session 9). A note about anything else, or a set that added a key, goes the general way.
+        in the bench) and the identity diffs that find what changed (about 2 µs of ~4.8 per event).
+        A note about anything else, or a set that added a key, goes the general way.
 
         Only what the note names is looked at: the state and the member have as many keys as before,
         the key was there. The note is the fold's own statement about its step (held to it by a
@@ -321,7 +321,7 @@ _SORTED = orjson.OPT_SORT_KEYS | orjson.OPT_STRICT_INTEGER
 class ExactStateHash(ResumableStateHash):
     """Callable ``state -> sha256_hex(jcs(state))``, exactly, resuming SHA-256 where the state changed.
 
-    The live worker's state hash (#13 session 8). :class:`ResumableStateHash`'s layout (sorted
+    The live worker's state hash. :class:`ResumableStateHash`'s layout (sorted
     top-level members, a SHA-256 context kept at every member boundary, a member's bytes reused
     while its value is the same object), with each member's value spelled by
     :func:`schemas.canonical.jcs_parsed`: orjson's sorted bytes where they are provably JCS (no

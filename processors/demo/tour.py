@@ -701,7 +701,7 @@ def run_demo(settings: Settings, console: Console | None = None) -> DemoSummary:
     _print_next(console, summary, settings)
     summary.wall_s = round(time.monotonic() - t0, 1)
     console.print(f"[bold green]demo finished in {summary.wall_s:.1f}s[/]")
-    # issue #17: the last line is where to look, in a browser.
+    # The last line is where to look, in a browser.
     console.print(f"web console of the demo run: [bold cyan]{console_url(summary)}[/]", soft_wrap=True)
     return summary
 

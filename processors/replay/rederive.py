@@ -188,7 +188,7 @@ class _Snapshots(Mapping[int, dict[str, Any]]):
     A replay starts from one snapshot and looks at another only to diff fields at a divergence,
     but a topic not compacted yet holds every snapshot of the run (each the whole state, KBs).
     Every record is still decoded once when read, so a corrupt one fails the replay with its
-    decode error as before; what is not kept is the decoded state: keeping 200 of them alive cost
+    decode error; what is not kept is the decoded state: keeping 200 of them alive cost
     about as much again as decoding them (allocation and the collector walking them, measured).
     """
 
@@ -198,11 +198,11 @@ class _Snapshots(Mapping[int, dict[str, Any]]):
         self._log_offsets: dict[int, Any] = {}
 
     def add(self, at: int, raw: bytes, log_offset: Any = None) -> None:
-        """Keep ``raw`` for ``at`` (the first record per atSequence, as before), with its ``logOffset`` if known.
+        """Keep ``raw`` for ``at`` (the first record per atSequence), with its ``logOffset`` if known.
 
         The offset, read when the record was decoded to index it, lets a replay from a log offset
         pass over the snapshots at or after its start without decoding each of them again (that
-        was about 100 decodes of a whole state per replay from the middle of the bench's run).
+        would be about 100 decodes of a whole state per replay from the middle of the bench's run).
         """
         if at not in self._raw:
             self._raw[at] = raw
@@ -235,9 +235,9 @@ async def _snapshots(reader: TopicReader, run_id: str) -> _Snapshots:
 
     A record written as the worker writes it (JCS: ``atSequence``, ``headHash``, ``logOffset``,
     ``logPartition`` and ``runId`` come before the state) is indexed from that prefix and decoded only
-    when it is used: the one a replay starts from, one diffed at a divergence (#13 session 9: decoding
-    the 200 whole states of the bench's run was ~5 ms of CPU per replay, ~0.5 µs per verified event).
-    Any other record is decoded strictly here, as every record was before, so one that is not JSON
+    when it is used: the one a replay starts from, one diffed at a divergence (decoding
+    the 200 whole states of the bench's run costs ~5 ms of CPU per replay, ~0.5 µs per verified event).
+    Any other record is decoded strictly here, so one that is not JSON
     at all still fails the replay when read; a record with that prefix but broken further on fails
     it when it is used.
     """
@@ -420,7 +420,7 @@ class _Walk:
             return False
         prev = self.state
         state, _, note = fold_noting(prev, doc, handoff_mode=self.handoff_mode)
-        # With the fold's note of the one entry it set, only that entry is written again (#13 session 9).
+        # With the fold's note of the one entry it set, only that entry is written again.
         candidate = (self.candidate_hash(state) if note is None
                      else self.candidate_hash.after_set(state, prev, note[0], note[1]))
         if candidate != recorded_state:
@@ -445,7 +445,7 @@ class _Walk:
         :meth:`record` (the general way), or ``len(batch)``. The usual index is :meth:`_usual`'s, checked
         the same way and recorded the same way; this is that step and the caller's loop in one frame,
         with the walk's fields in locals, which is most of what the walk costs besides its C calls
-        (decode, orjson, SHA-256): about 1 µs per event (#13 session 9). Records that are not the
+        (decode, orjson, SHA-256): about 1 µs per event. Records that are not the
         run's are passed over as the callers do; a record whose ``doc`` is not an object is left
         to the caller (which passes over it too).
         """

@@ -1,6 +1,6 @@
 """The web console in a real headless Chromium (Debian's, driven by Playwright) against a worker fed by the demo.
 
-Each page is checked for what the issue promises and photographed; a screenshot must show a
+Each page is checked for what it must show and photographed; a screenshot must show a
 picture (many distinct colours, read with zlib alone: tests/unit/audit/pngcheck.py). Set
 ``AGENTLOG_CONSOLE_SHOTS=<dir>`` to keep the screenshots (README "Console" uses them).
 """

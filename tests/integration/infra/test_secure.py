@@ -1,4 +1,4 @@
-"""`agentlog infra up --secure` (issue #18): a SASL_SSL broker where only the worker may write the log.
+"""`agentlog infra up --secure`: a SASL_SSL broker where only the worker may write the log.
 
 One secure broker for the module (a JVM start is slow on a busy 2-core box), started with the CLI as a
 user would, on free ports in a tmp home, and purged at the end. Every principal's client is the real

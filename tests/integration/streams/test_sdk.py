@@ -197,7 +197,7 @@ def test_avro_and_json_share_the_ingest_topic(settings: Settings) -> None:
 
 
 def test_batches_keep_per_run_order_under_concurrent_emitters(settings: Settings) -> None:
-    """The SDK fills its own per-partition batches (#13): full ones, lingered ones and the ones
+    """The SDK fills its own per-partition batches: full ones, lingered ones and the ones
     emit_and_wait sends at once interleave across concurrent runs; each run still lands whole,
     once, in sequence order."""
     per_run, runs = 400, 6
@@ -229,9 +229,9 @@ def test_batches_keep_per_run_order_under_concurrent_emitters(settings: Settings
 
 
 def test_flush_returns_while_emitters_go_on_and_covers_what_came_before(settings: Settings) -> None:
-    """``flush`` waits for what was emitted before it, not for what other emitters add meanwhile (it
-    used to loop until nothing at all was pending, so continuous emitters kept it from returning),
-    and every record emitted before it is on the topic when it returns (#13)."""
+    """``flush`` waits for what was emitted before it, not for what other emitters add meanwhile (were
+    it to wait until nothing at all is pending, continuous emitters would keep it from returning),
+    and every record emitted before it is on the topic when it returns."""
     emitted: list[str] = []
     stop = asyncio.Event()
 

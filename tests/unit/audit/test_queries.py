@@ -315,7 +315,7 @@ def test_runs_lists_each_run_from_its_events(loaded_store):
 
 
 def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store):
-    """The console's filters (#17): model used, flagged only, last replay verdict; paging applies after them."""
+    """The console's filters: model used, flagged only, last replay verdict; paging applies after them."""
     models: dict[str, set[str]] = {}
     for rec in audit_batches()["committed"]:
         if rec["doc"]["type"] == "provider.usage":

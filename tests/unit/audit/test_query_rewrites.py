@@ -1,10 +1,11 @@
-"""The rewritten named queries against straightforward reference SQL over the same generated data.
+"""Named queries that read rollups or walk arrays, against straightforward reference SQL over the same data.
 
 handoff-latency and failures read rollups kept by views on ``transitions`` (migration 0005), and
-causation-chain walks arrays instead of a recursive CTE. Each is compared here with the query it
-replaced, kept below as the reference, on data generated in the shapes that matter: transitions
-inserted in many batches and out of order (a dispatch's later phase stored before its earlier one),
-and causation trees that are binary, linear chains or random.
+causation-chain walks arrays instead of a recursive CTE. Each is compared here with the
+straightforward query (a window over ``transitions``, a recursive CTE), kept below as the reference,
+on data generated in the shapes that matter: transitions inserted in many batches and out of order
+(a dispatch's later phase stored before its earlier one), and causation trees that are binary,
+linear chains or random.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ _RANK = """multiIf(
     phase = 'output.harvested', 3,
     9)"""
 
-# The queries as they were before the rollups (a window over every transition).
+# The reference queries without the rollups (a window over every transition).
 REF_HANDOFF_LATENCY = f"""
 WITH steps AS (
     SELECT worker_id, phase, {_RANK} AS phase_rank,

@@ -1,7 +1,7 @@
 """Rollup repair: the state a SIGKILL leaves between the events part and the views, and its repair.
 
 The state is made on a real store by detaching the views for one insert: the events are there,
-the rollups never saw them (what 36 of 95 SIGKILLs of an inserting chdb process left, issue 14).
+the rollups never saw them (what 36 of 95 SIGKILLs of an inserting chdb process left).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The sink's mapping of parsed records (``rows_for(..., parsed=True)``) gives the very rows of the general one.
 
 The sink decodes every log record with ``loads_strict`` and maps it with ``parsed=True``, which
-canonicalises ``doc`` and ``payload`` without reading them back (issue 14's sink throughput).
+canonicalises ``doc`` and ``payload`` without reading them back (for the sink's throughput).
 A row must be a deterministic function of its record whichever path made it: a re-formed batch
 is compared by natural key, and ``doc`` is what the hash chain is re-checked from.
 """

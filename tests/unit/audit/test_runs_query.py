@@ -1,4 +1,4 @@
-"""The ``runs`` named query (issue #17's fixed interface) on the realistic scenario of tests/unit/audit/data.py.
+"""The ``runs`` named query (the console's fixed interface) on the realistic scenario of tests/unit/audit/data.py.
 
 run-1 (check mode, 10:00:00-10:00:19) completes with worker-b's dispatch failed and worker-c's child
 cancelled, one violation and two replays (the later one diverged at a refusal); run-llm

@@ -436,7 +436,7 @@ def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refuse
 
 
 def test_checkpoints_land_in_their_table_and_verify_from_it(store):
-    """Issue #18: a checkpoint row keeps the exact record, so an auditor can re-check it from the table."""
+    """A checkpoint row keeps the exact record, so an auditor can re-check it from the table."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from processors.core.checkpoint import key_id, sign_checkpoint, verify_checkpoint
@@ -451,7 +451,7 @@ def test_checkpoints_land_in_their_table_and_verify_from_it(store):
     assert all(verify_checkpoint(json.loads(r[3]), {key_id(key): key.public_key()}) is None for r in rows)
 
 
-# --- issue #18: one owner per chdb directory, held by an flock the kernel drops with the process -------------
+# --- one owner per chdb directory, held by an flock the kernel drops with the process ------------------------
 
 SINK_HOLDER = """
 import sys

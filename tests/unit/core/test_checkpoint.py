@@ -1,4 +1,4 @@
-"""Signed checkpoints (issue #18): the statement's bytes, signatures, key ids and rotation, and what
+"""Signed checkpoints: the statement's bytes, signatures, key ids and rotation, and what
 :func:`verify_history` finds in an untouched, a forged, a truncated and an unsigned history."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The fold's note of the one entry it set, and the state hash re-derivation takes from it (pure, no broker).
 
-What must hold (#13 session 9): (1) ``fold_noting`` folds exactly as ``fold`` does, and whenever it gives
+What must hold: (1) ``fold_noting`` folds exactly as ``fold`` does, and whenever it gives
 a note ``(member, key)`` the new state differs from the old one in ``state[member][key]`` alone (every
 other member and entry the same object), over random histories of every kind of event the fold
 interprets; (2) ``ResumableStateHash.after_set`` with such a note is ``sha256(JCS(state))`` at every

@@ -101,7 +101,7 @@ def test_live_hasher_equals_reference_for_arbitrary_values_and_keys(steps):
 def test_exact_hash_equals_reference_for_hard_top_level_members_shared_between_states(states, data):
     """Any member names (non-BMP, U+E000.., controls) and values (1e21, 5e-324, -0.0, escapes), at
     every step some members carried over as the same objects (the fold's copy-on-write) and some
-    replaced: the digest is rfc8785's, not a candidate (#13 session 8)."""
+    replaced: the digest is rfc8785's, not a candidate."""
     hasher = ExactStateHash()
     previous: dict = {}
     for fresh in states:

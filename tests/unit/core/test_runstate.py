@@ -222,7 +222,7 @@ def test_a_redelivered_event_is_folded_again_only_where_its_run_state_stops_befo
     assert refold_due(_record(5), 5)
     assert refold_due(None, 0)
     # Already folded (the usual redelivery), or the run state was durable and the head was not
-    # (heads and runs share one round trip since #13 session 9): folding again would apply it twice.
+    # (heads and runs share one round trip): folding again would apply it twice.
     assert not refold_due(_record(6), 5)
     assert not refold_due(_record(9), 5)
     assert not refold_due(None, 3)

@@ -1,4 +1,4 @@
-"""The secure stack's material (issue #18) without a broker: files, modes, ACL lines, no password in a repr."""
+"""The secure stack's material without a broker: files, modes, ACL lines, no password in a repr."""
 
 from __future__ import annotations
 

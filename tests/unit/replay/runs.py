@@ -170,7 +170,7 @@ def changed(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
-# Concurrent workers and run trees (lanes, issue 15)
+# Concurrent workers and run trees (lanes)
 
 
 def concurrent_run(run_id: str = "par-1") -> list[dict[str, Any]]:

@@ -93,7 +93,7 @@ def test_the_human_report_shows_reordering_and_the_tree_path() -> None:
 # The CLI's JSON for the pre-lanes golden corpus, written by the engine as it was before lanes
 # existed (main at 7bcf556, index comparison only): --strict must still answer exactly that, and
 # per-lane comparison must reach the same verdicts on these sequential runs. ``unchecked`` (child
-# runs whose logs are not in the file) is a key added since, so it is set aside.
+# runs whose logs are not in the file) is a key that engine did not write, so it is set aside.
 BEFORE_LANES = json.loads((GOLDEN / "strict-before-lanes.json").read_text(encoding="utf-8"))
 
 

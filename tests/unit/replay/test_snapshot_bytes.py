@@ -1,7 +1,7 @@
 """Re-derivation keeps the run's snapshots as record bytes and decodes one when it is used (no broker).
 
 What must hold: a snapshot read back from the mapping is what ``decode_record`` gives for its record
-(the first record per atSequence, as before), it is decoded once however often it is looked at, and the
+(the first record per atSequence), it is decoded once however often it is looked at, and the
 mapping iterates the same sequences. Corrupt records still fail where they are read (``_snapshots``
 decodes each record once to index it); the integration tests run that path on a broker.
 """
@@ -84,7 +84,7 @@ def test_a_replay_from_an_offset_decodes_only_the_snapshot_it_starts_from():
             _snapshot_before(decoded, from_offset=None, from_seq=seq)
 
 
-# --- #13 session 9: snapshots indexed from their JCS prefix, decoded when used -----------------------
+# --- snapshots indexed from their JCS prefix, decoded when used --------------------------------------
 
 def _indexed(records: list[bytes], run_id: str) -> _Snapshots:
     out = _Snapshots()
@@ -135,7 +135,7 @@ def test_a_record_that_is_no_snapshot_still_fails_when_read_and_a_broken_one_whe
     with pytest.raises(EventRejected):
         _indexed([b"not json at all"], run_id)
     with pytest.raises(EventRejected):
-        _indexed([good[:40]], run_id)  # cut inside the prefix: decoded, and fails, as before
+        _indexed([good[:40]], run_id)  # cut inside the prefix: decoded when read, and fails
     cut = good[:-40]  # the prefix intact, the state cut off
     kept = _indexed([cut], run_id)
     at = decode_record(good)["atSequence"]

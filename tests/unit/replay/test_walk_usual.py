@@ -2,7 +2,7 @@
 
 ``_Walk._usual`` takes an index that is next in order, chains, and meets its carried stateHash, and
 leaves everything else to ``_Walk._index``. What must hold: a walk with it and a walk without it
-(the general path for every record, as before) end in the same verdicts, counts, head, state and
+(the general path for every record) end in the same verdicts, counts, head, state and
 record of what was seen, for every kind of alteration the walk reports, with and without
 ``collect_all``. The walk without it is a check that can fail: each altered log below does diverge.
 """
@@ -90,7 +90,7 @@ def test_an_altered_log_walks_the_same_with_the_usual_index(name: str, collect_a
     assert usual_summary == general_summary
 
 
-# --- #13 session 9: the usual indexes of a fetched batch in one frame (``_Walk.usual_run``) ------------
+# --- the usual indexes of a fetched batch in one frame (``_Walk.usual_run``) ---------------------------
 
 def _batched_walk(records: list[dict[str, Any]], *, collect_all: bool, size: int) -> tuple[_Walk, list[int]]:
     """The replay's loop: ``usual_run`` over each batch of undecoded records, the general way for the rest."""

@@ -76,7 +76,7 @@ def _as_record(doc: dict, payload: str) -> dict:
 @settings(max_examples=500, deadline=None)
 @given(_docs)
 def test_direct_reader_equals_fastavro(doc):
-    """``_read_body`` (#13 session 8) reads every body the writer makes as fastavro does."""
+    """``_read_body`` reads every body the writer makes as fastavro does."""
     record = {name: doc.get(name) for name in ("nodeId", "schemaVersion", "engineVersion", "causationId")}
     record.update({k: doc[k] for k in ("eventId", "runId", "type", "payload", "timestamp", "sequence")})
     data = _FRAME + _fastavro(record)

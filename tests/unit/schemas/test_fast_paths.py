@@ -159,7 +159,7 @@ def test_chain_hash_equals_reference(payload, prev):
         assert chain_hash(p, doc) == sha256_hex(p.encode("ascii") + rfc8785.dumps(doc))
 
 
-# --- orjson (#13): the encoder whose output is screened, and the decoder that writes back -----
+# --- orjson: the encoder whose output is screened, and the decoder that writes back -----------
 
 
 @settings(max_examples=600, deadline=None)

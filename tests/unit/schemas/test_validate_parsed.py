@@ -1,8 +1,8 @@
 """The sequencer's validation (``validate_parsed``) decides as ``validate_doc`` does and gives the reference JCS bytes.
 
-``validate_parsed`` computes the doc's canonical bytes while checking its size (#13 session 8), so
+``validate_parsed`` computes the doc's canonical bytes while checking its size, so
 the chain hash and the committed record reuse them: they must be ``rfc8785.dumps(doc)`` byte for
-byte, and every doc must get the same answer (accepted, or the same rejection code) as before.
+byte, and every doc must get the same answer (accepted, or the same rejection code) as ``validate_doc``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The SDK's per-event validation (#13) says what ``validate_doc`` says, for docs a run handle minted.
+"""The SDK's per-event validation says what ``validate_doc`` says, for docs a run handle minted.
 
 ``validate_minted`` skips the envelope fields the handle made itself and canonicalises the
 payload once; these tests hold it to the full check on the same docs, accepted or not.

@@ -141,7 +141,7 @@ class TestCodec:
         assert info.value.code == code
 
 
-# --- encode_committed: the log record composed around the doc's chain-hash bytes (#13) ---------------
+# --- encode_committed: the log record composed around the doc's chain-hash bytes ---------------------
 
 
 def test_encode_committed_equals_the_reference_encoding_of_the_whole_record():
@@ -181,7 +181,7 @@ def test_encode_committed_refuses_what_would_need_escaping():
 
 
 def test_a_record_source_is_written_as_the_reference_writes_it():
-    """``source`` is composed directly in the common shape (#13 session 8); any other shape goes through jcs."""
+    """``source`` is composed directly in the common shape; any other shape goes through jcs."""
     import rfc8785
     from hypothesis import given, settings
     from hypothesis import strategies as st
@@ -200,7 +200,7 @@ def test_a_record_source_is_written_as_the_reference_writes_it():
         try:
             reference = rfc8785.dumps(source)
         except rfc8785.CanonicalizationError:
-            with pytest.raises(Exception):  # noqa: B017 - jcs raises the contract's error, as before
+            with pytest.raises(Exception):  # noqa: B017 - the general jcs raises the contract's error
                 _source_bytes(source)
             return
         assert _source_bytes(source) == reference

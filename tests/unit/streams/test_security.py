@@ -1,4 +1,4 @@
-"""The client properties file (issue #18): parsing, refusals, client arguments, and the password never shown."""
+"""The client properties file: parsing, refusals, client arguments, and the password never shown."""
 
 from __future__ import annotations
 
