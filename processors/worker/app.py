@@ -92,7 +92,9 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         store="rocksdb://",
         processing_guarantee="at_least_once",
         autodiscover=False,
-        datadir=str(settings.state_path),
+        # One directory per app: a table database holds the changelog offset it reflects, so it must never
+        # be read by the app of another topic prefix.
+        datadir=str(settings.state_path / f"{settings.topic_prefix}-worker"),
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=0,

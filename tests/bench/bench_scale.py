@@ -98,7 +98,8 @@ def throughput(base: Settings, workers: int, n: int, tag: str) -> tuple[float, b
     asyncio.run(ensure_topics(s))
     args = ["-m", "processors", "worker", "--role", "process", "--no-web"]
     logs = [home / f"worker-{i}.log" for i in range(workers)]
-    procs = [_start(s.replace(worker_id=f"scale-{i}"), args, logs[i]) for i in range(workers)]
+    procs = [_start(s.replace(worker_id=f"scale-{i}", state_dir=str(home / f"state-{i}")), args, logs[i])
+             for i in range(workers)]
     try:
         return asyncio.run(_measure(s, workers, procs, logs, n))
     finally:

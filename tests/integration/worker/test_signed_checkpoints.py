@@ -1,4 +1,4 @@
-"""Signed checkpoints end to end (issue #18): a run through the real worker, exported, verified offline
+"""Signed checkpoints end to end: a run through the real worker, exported, verified offline
 and from Kafka; a forged export (one doc rewritten, every hash and state hash recomputed) passes the
 chain check and fails ``agentlog verify`` at the span the first broken checkpoint vouches for.
 
@@ -56,18 +56,20 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
         assert asyncio.run(scenario()) == [4, 9, 14, 19, 22]
         assert pub.exists() and (settings.home / "keys" / "ed25519.pem").stat().st_mode & 0o777 == 0o600
 
-        export = tmp_path / "run.jsonl"
-        done = agentlog_cli(settings, "export", "--run", run_id, "--out", str(export), "--json")
+        export, signed = tmp_path / "run.jsonl", tmp_path / "run.checkpoints.jsonl"
+        done = agentlog_cli(settings, "export", "--run", run_id, "--out", str(export), "--checkpoints", str(signed),
+                            "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stderr.strip().splitlines()[-1])["checkpoints"] == 5
-        lines = [json.loads(line) for line in export.read_text().splitlines()]
-        assert lines[:len(docs)] == docs and all(set(line) == {"checkpoint"} for line in lines[len(docs):])
+        assert [json.loads(line) for line in export.read_text().splitlines()] == docs  # the events, nothing else
+        assert [json.loads(line)["sequence"] for line in signed.read_text().splitlines()] == [4, 9, 14, 19, 22]
 
-        code, offline = _verify(settings, run_id, pub, "--export", str(export))
+        code, offline = _verify(settings, run_id, pub, "--export", str(export), "--checkpoints", str(signed))
         assert (code, offline["verified"], offline["checkpointsVerified"], offline["lastSigned"]) == (0, True, 5, 22)
         code, live = _verify(settings, run_id, pub)
         assert (code, live["verified"], live["headHash"]) == (0, True, offline["headHash"])
-        human = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--export", str(export))
+        human = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--export", str(export),
+                             "--checkpoints", str(signed))
         assert human.returncode == 0 and "verified" in human.stdout
 
         async def audited():
@@ -90,10 +92,9 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
     assert forged[7]["doc"] != records[7]["doc"]
     assert all(chain_problem(r) is None for r in forged)  # today's chain check passes ...
     assert [r["stateHash"] for r in forged] == [h for _, h in states_by_index([r["doc"] for r in forged])]
-    checkpoint_lines = [line for line in export.read_text().splitlines() if line.startswith('{"checkpoint"')]
     forged_export = tmp_path / "forged.jsonl"
-    forged_export.write_text("".join(jcs(r).decode() + "\n" for r in forged) + "\n".join(checkpoint_lines) + "\n")
-    code, result = _verify(settings, run_id, pub, "--export", str(forged_export))
+    forged_export.write_text("".join(jcs(r).decode() + "\n" for r in forged))
+    code, result = _verify(settings, run_id, pub, "--export", str(forged_export), "--checkpoints", str(signed))
     assert (code, result["verified"]) == (1, False)  # ... and verify does not
     failure = result["failure"]
     assert (failure["code"], failure["atSequence"], failure["checkpointSequence"]) == ("checkpoint_mismatch", 5, 9)
@@ -106,7 +107,8 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
 
     stranger = tmp_path / "stranger.pub.pem"
     stranger.write_bytes(public_key_pem(Ed25519PrivateKey.generate().public_key()))
-    code, result = _verify(settings, run_id, stranger, "--export", str(export))
+    code, result = _verify(settings, run_id, stranger, "--export", str(export), "--checkpoints", str(signed))
     assert (code, result["failure"]["code"], result["failure"]["atSequence"]) == (1, "unknown_key", 0)
-    bad = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(export), "--export", str(export))
+    bad = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(export), "--export", str(export),
+                       "--checkpoints", str(signed))
     assert bad.returncode == 2 and bad.stderr.startswith("error[checkpoint_key_invalid]")

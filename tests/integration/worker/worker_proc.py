@@ -20,16 +20,19 @@ class WorkerProcess:
         #: extra environment for the child (e.g. a fault-injecting ``PYTHONPATH``)
         self.env = env or {}
         self.sink = sink
-        #: ``agentlog worker --role`` (issue #18); None: ``all`` with ``sink``, else ``process``
+        #: ``agentlog worker --role``; None: ``all`` with ``sink``, else ``process``
         self.role = role or ("all" if sink else "process")
         self.web = web
         self.log_path = Path(settings.home) / f"{log_name}.log"
+        self.state_dir = Path(settings.home) / f"state-{log_name}"
         self.proc: subprocess.Popen | None = None
         self.starts = 0
 
     def start(self) -> WorkerProcess:
         Path(self.settings.home).mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1", **self.env}
+        # Each worker its own state directory, kept across its restarts (as on its own machine).
+        state = {"AGENTLOG_STATE_DIR": str(self.state_dir)} if not self.settings.state_dir else {}
+        env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1", **state, **self.env}
         args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
                 "--role", self.role, "--web" if self.web else "--no-web"]
         self.starts += 1

@@ -1,0 +1,80 @@
+"""Restart: a stopped worker, started again, commits a new event how soon — after H historical events?
+
+The realistic workload (:mod:`tests.bench.workload`, runs that finish) is published and handled by
+``agentlog worker --role process`` with a short grace (5 s), so every run of the history is closed
+before the worker is stopped (SIGTERM). The worker is started again on the same state directory,
+a new tree of runs (33 events) is published at once, and the figure is the time from the start
+command to the first of those events in the committed log (its broker timestamp).
+
+Baseline, measured in the same run on the same broker: the Faust pass-through agent started on a
+topic holding only those 33 events — Faust's own start-up and group join, with no table to recover.
+``AGENTLOG_BENCH_RESTART_EVENTS`` sets H (default 200,000; 20,000 with --quick).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+
+from streams.admin import ensure_topics
+from tests.bench import PASSTHROUGH_ARGS, BenchContext
+from tests.bench.bench_process import REPO, _start, _stop, topic_stamps
+from tests.bench.workload import TREE_EVENTS, publish
+
+GRACE_S = 5.0
+
+
+def _first_new(settings, before: int, proc) -> float:
+    """Broker timestamp (s) of the first log record beyond the first ``before`` ones."""
+    stamps = asyncio.run(topic_stamps(settings, "log", before + TREE_EVENTS, timeout=1800, procs=[proc]))
+    return sorted(stamps)[before] / 1000.0 if before else min(stamps) / 1000.0
+
+
+def run(ctx: BenchContext) -> dict:
+    history = int(os.environ.get("AGENTLOG_BENCH_RESTART_EVENTS", 20_000 if ctx.quick else 200_000))
+    tag = uuid.uuid4().hex[:6]
+    home = REPO / ".agentlog" / "bench" / f"restart-{tag}"
+    s = ctx.settings.replace(topic_prefix=f"benchrestart{tag}", home=home, partitions=4, replication_factor=1,
+                             web_enabled=False, otlp_port=0, run_grace_s=GRACE_S)
+    asyncio.run(ensure_topics(s))
+    asyncio.run(publish(s, f"hist-{tag}", history, concurrent=1000))
+    worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
+    proc = _start(s, worker, home / "first.log")
+    try:
+        t0 = time.time()
+        stamps = asyncio.run(topic_stamps(s, "log", history, timeout=3600, procs=[proc]))
+        handled_s = max(stamps) / 1000.0 - t0
+        time.sleep(GRACE_S + 15)  # every run of the history closed (asked within 2.5 s of its grace)
+    finally:
+        _stop(proc)
+    state_bytes = sum(f.stat().st_size for f in (home / "state").rglob("*") if f.is_file())
+
+    started = time.time()
+    proc = _start(s, worker, home / "restart.log")
+    try:
+        asyncio.run(publish(s, f"new-{tag}", TREE_EVENTS, concurrent=1))
+        restart_s = _first_new(s, history, proc) - started
+    finally:
+        _stop(proc)
+
+    p = ctx.settings.replace(topic_prefix=f"benchrestartpass{tag}", home=home / "pass", partitions=4,
+                             replication_factor=1, web_enabled=False, otlp_port=0)
+    asyncio.run(ensure_topics(p))
+    asyncio.run(publish(p, f"pass-{tag}", TREE_EVENTS, concurrent=1))
+    started = time.time()
+    proc = _start(p, PASSTHROUGH_ARGS, home / "passthrough.log")
+    try:
+        passthrough_s = _first_new(p, 0, proc) - started
+    finally:
+        _stop(proc)
+    return {
+        "ours": restart_s,
+        "baseline": passthrough_s,
+        "unit": "s to the first new event (lower is better)",
+        "goal_ratio": None,
+        "details": {"historical_events": history, "first_pass_s": handled_s,
+                    "first_pass_events_per_s": history / max(handled_s, 1e-3), "state_dir_bytes": state_bytes,
+                    "goal_s": 10.0 if history <= 200_000 else 15.0, "grace_s": GRACE_S},
+    }

@@ -1,0 +1,75 @@
+"""The realistic workload: multi-agent runs as hosts send them, many at once, each one finishing.
+
+One *tree* is a planner run (``tests.unit.replay.runs.llm_run``: 28 events — run.started, a
+variable, the orchestrator's decision, usage records, an LLM call with its messages and cache
+key, tool calls and returns, a retried node, two workers dispatched with their handoff
+transitions, a channel write, a harvest, run.completed) and its two child runs (3 and 2
+events, each with its own terminal status): 33 events, three runs, every one of which ends.
+``concurrent`` trees are in flight at once; each event is taken from a random one of them, so
+runs interleave as concurrent hosts interleave them, and a finished tree is replaced by a new
+one. Values are JSON, as a non-SDK host publishes them, keyed by runId.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Iterator
+
+from aiokafka import AIOKafkaProducer
+
+from streams.codec import encode_json
+from streams.security import client_kwargs
+from streams.settings import Settings
+from streams.topics import topic_name
+from tests.unit.core.runs import child_runs
+from tests.unit.replay.runs import llm_run
+
+#: Events in one tree (a planner run and its two child runs).
+TREE_EVENTS = 33
+
+
+def tree(run_id: str) -> list[list[dict]]:
+    """The runs of one tree, each a list of docs in sequence order."""
+    return [llm_run(run_id), *child_runs(run_id).values()]
+
+
+def events(prefix: str, total: int, *, concurrent: int = 1000, seed: int = 7) -> Iterator[tuple[str, bytes]]:
+    """``total`` events as (runId, JSON value), runs of ``concurrent`` trees interleaved."""
+    rng = random.Random(seed)
+    active: list[Iterator[dict]] = []
+    started = 0
+    for _ in range(total):
+        while len(active) < concurrent * 3:
+            active.extend(iter(run) for run in tree(f"{prefix}-{started}"))
+            started += 1
+        i = rng.randrange(len(active))
+        doc = next(active[i], None)
+        while doc is None:  # that run is done: another one takes its place
+            active[i] = active[-1]
+            active.pop()
+            i = rng.randrange(len(active))
+            doc = next(active[i], None)
+        yield doc["runId"], encode_json(doc)
+
+
+async def publish(settings: Settings, prefix: str, total: int, *, concurrent: int = 1000, rate: float = 0.0) -> None:
+    """Publish ``total`` workload events to ingest (acks=all), at most ``rate`` per second when set."""
+    producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True, linger_ms=5,
+                                max_batch_size=1 << 20)
+    await producer.start()
+    topic = topic_name(settings, "ingest")
+    loop = asyncio.get_running_loop()
+    t0 = loop.time()
+    try:
+        pending = []
+        for i, (run_id, value) in enumerate(events(prefix, total, concurrent=concurrent)):
+            pending.append(await producer.send(topic, value, key=run_id.encode()))
+            if len(pending) >= 2000:
+                await asyncio.gather(*pending)
+                pending.clear()
+            if rate and i % 100 == 99 and (ahead := t0 + (i + 1) / rate - loop.time()) > 0:
+                await asyncio.sleep(ahead)
+        await asyncio.gather(*pending)
+    finally:
+        await producer.stop()

@@ -1,0 +1,152 @@
+"""Run lifetimes on a real broker: a finished run is closed after its grace, an idle one expires.
+
+A worker with a 1 s grace and a 6 s idle retention takes a finished run and an unfinished one.
+Closing deletes each run's head, index and state: the changelogs carry their tombstones, and the
+worker's own RocksDB state (opened after it stops, as a restarted worker would) holds none of
+their keys. A later event of either run, a new one or a copy of one already appended, is refused
+with the way its run closed (``run_closed`` / ``run_expired``) and the log is left as it was.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import uuid
+
+import faust
+import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from processors.core.runstate import TERMINAL_TYPES
+from processors.worker.sequencer import INDEX_SEP
+from processors.worker.tables import LocalTable, RocksBudget
+from streams import internals
+from streams.admin import ensure_topics
+from streams.publisher import publish_docs
+from streams.reader import read_topic
+from streams.security import client_kwargs
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.unit.core.runs import realistic_run
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
+
+
+async def _changelog(settings, table: str) -> list[tuple[str, bytes | None]]:
+    """Every (key, value) of a table's changelog, in offset order per partition."""
+    topic = f"{settings.topic_prefix}-worker-{table}-changelog"
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        consumer.assign(parts)
+        ends = await consumer.end_offsets(parts)
+        seen = {tp: -1 for tp in parts}
+        out: list[tuple[str, bytes | None]] = []
+        for _ in range(60):
+            if all(seen[tp] >= ends[tp] - 1 for tp in parts):
+                break
+            for tp, messages in (await consumer.getmany(timeout_ms=500)).items():
+                out.extend((m.key.decode(), m.value) for m in messages)
+                seen[tp] = messages[-1].offset
+        return out
+    finally:
+        await consumer.stop()
+
+
+async def _rejections(settings) -> list[dict]:
+    return [record async for _, _, _, record in read_topic(settings, "rejections")]
+
+
+async def _logged(settings) -> list[tuple[str, int]]:
+    return [(r["doc"]["runId"], r["doc"]["sequence"]) async for _, _, _, r in read_topic(settings, "log")]
+
+
+def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_events_are_refused(settings):
+    settings = settings.replace(run_grace_s=1.0, run_idle_s=6.0)
+    tag = uuid.uuid4().hex[:6]
+    finished = realistic_run(f"done-{tag}")
+    assert finished[-1]["type"] in TERMINAL_TYPES
+    unfinished = [d for d in realistic_run(f"open-{tag}") if d["type"] not in TERMINAL_TYPES][:6]
+    done_id, open_id = finished[0]["runId"], unfinished[0]["runId"]
+    worker = WorkerProcess(settings, log_name="lifetimes")
+
+    def late(run: list[dict], tail: str) -> dict:
+        doc = copy.deepcopy(run[1])
+        doc.update(eventId=f"{doc['runId']}:late-{tail}", sequence=len(run))
+        doc.pop("causationId", None)
+        return doc
+
+    async def scenario() -> None:
+        await ensure_topics(settings)
+        assert (await publish_docs(settings, finished + unfinished)).accepted == len(finished) + len(unfinished)
+        worker.start()
+
+        async def tombstoned(run_id: str) -> list | None:
+            heads = await _changelog(settings, "seq-heads")
+            last = {}
+            for key, value in heads:
+                last[key] = value
+            return heads if f'"{run_id}"' in last and last[f'"{run_id}"'] is None else None
+
+        expected = sorted([(d["runId"], d["sequence"]) for d in finished + unfinished])
+
+        async def all_logged() -> bool | None:
+            return sorted(await _logged(settings)) == expected or None
+
+        await wait_until(all_logged, what="both runs in the log", worker=worker, timeout=90)
+        await wait_until(lambda: tombstoned(done_id), what="the finished run's head tombstone", worker=worker,
+                         timeout=90)
+        # Still open: the unfinished run's head has no tombstone yet (its idle retention is 6 s).
+        assert await tombstoned(open_id) is None
+        await wait_until(lambda: tombstoned(open_id), what="the idle run's head tombstone", worker=worker,
+                         timeout=90)
+
+        # Every index entry and the run state of both runs: written, then deleted.
+        for table, keys in (("seq-index", [f'"{d["runId"]}{INDEX_SEP}{d["eventId"]}"'.replace(INDEX_SEP, "\\u001f")
+                                           for d in finished + unfinished]),
+                            ("run-state", [f'"{done_id}"', f'"{open_id}"'])):
+            last: dict[str, bytes | None] = {}
+            for key, value in await _changelog(settings, table):
+                last[key] = value
+            assert all(key in last and last[key] is None for key in keys), (
+                table, [k for k in keys if last.get(k, b"") is not None], sorted(last)[:5])
+        markers = {k: v for k, v in await _changelog(settings, "run-closed")}
+        assert b'"reason":"completed"' in markers[f'"{done_id}"'] and b'"reason":"expired"' in markers[f'"{open_id}"']
+
+        # Later events: a new one, and a copy of one already appended.
+        later = [late(finished, "a"), finished[3], late(unfinished, "b"), unfinished[2]]
+        assert (await publish_docs(settings, later)).accepted == len(later)
+
+        async def refused() -> list | None:
+            found = [(r["runId"], r["eventId"], r["reason"]) for r in await _rejections(settings)]
+            return found if len(found) >= 4 else None
+
+        found = await wait_until(refused, what="the late events refused", worker=worker, timeout=60)
+        assert sorted(found) == sorted([(done_id, later[0]["eventId"], "run_closed"),
+                                        (done_id, later[1]["eventId"], "run_closed"),
+                                        (open_id, later[2]["eventId"], "run_expired"),
+                                        (open_id, later[3]["eventId"], "run_expired")])
+        assert len(await _logged(settings)) == len(finished) + len(unfinished)  # nothing re-opened
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.stop()
+
+    # The worker's own state on disk, opened as a restarted worker would: none of the two runs' keys.
+    app = faust.App(f"{settings.topic_prefix}-worker", broker="kafka://127.0.0.1:1", store="rocksdb://",
+                    autodiscover=False, datadir=str(worker.state_dir / f"{settings.topic_prefix}-worker"))
+    budget = RocksBudget(8)
+    tables = {}
+    for name in ("seq-heads", "seq-index", "run-state", "run-closed"):
+        faust_table = app.Table(name, default=None, partitions=settings.partitions)
+        ttl = int(settings.run_closed_retention_s) if name == "run-closed" else None  # as the worker opens it
+        internals.use_rocksdb_opener(faust_table, budget.opener(ttl))
+        tables[name] = LocalTable(faust_table)
+    for p in range(settings.partitions):
+        for run_id in (done_id, open_id):
+            assert tables["seq-heads"].get(p, run_id) is None
+            assert tables["run-state"].get(p, run_id) is None
+            assert list(tables["seq-index"].keys_from(p, run_id + INDEX_SEP)) == []
+    assert sum(tables["run-closed"].get(p, done_id) is not None for p in range(settings.partitions)) == 1
