@@ -7,8 +7,9 @@ closes ``GRACE_S`` after its terminal event, so the runs in flight stay about co
 should the memory: the figure is the RSS at the end against the RSS once warmed up (after a
 sixth of the soak), a ratio near 1 meaning flat.
 
-Baseline, in the same run on the same broker: the Faust pass-through agent under the same load,
-its RSS at the end (what a Faust process that keeps nothing costs).
+Baseline, in the same run on the same broker and at the same time (its own topics and publisher):
+the Faust pass-through agent under the same load, its RSS at the end (what a Faust process that
+keeps nothing costs).
 """
 
 from __future__ import annotations
@@ -20,7 +21,11 @@ import time
 import uuid
 from pathlib import Path
 
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
 from streams.admin import ensure_topics
+from streams.security import client_kwargs
+from streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.workload import publish
@@ -39,32 +44,66 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
-def _soak(settings, args: list[str], log: Path, seconds: float, tag: str) -> list[tuple[float, float]]:
-    """RSS samples (seconds since start, MB) of the process ``args`` while the workload runs for ``seconds``."""
-    asyncio.run(ensure_topics(settings))
-    proc = _start(settings, args, log)
-    samples: list[tuple[float, float]] = []
-    done = threading.Event()
-    t0 = time.monotonic()
+class _Soak:
+    """One process under the workload: started, fed at ``RATE`` for ``seconds``, its RSS sampled every 30 s."""
 
-    def sample() -> None:
-        while not done.wait(30.0):
-            rss = _rss_mb(proc.pid)
-            if rss is not None:
-                samples.append((round(time.monotonic() - t0, 1), round(rss, 1)))
+    def __init__(self, settings, args: list[str], log: Path, seconds: float, tag: str) -> None:
+        asyncio.run(ensure_topics(settings))
+        self.settings, self.log, self.seconds, self.tag = settings, log, seconds, tag
+        self.proc = _start(settings, args, log)
+        self.samples: list[tuple[float, float]] = []
+        self.error: BaseException | None = None
+        self.logged = 0  # log records at the end (the process kept up when it is every event)
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
+    def feed(self) -> None:
+        try:
+            asyncio.run(publish(self.settings, f"soak-{self.tag}", int(RATE * self.seconds), concurrent=1000,
+                                rate=RATE))
+        except BaseException as e:  # reported by run()
+            self.error = e
+
+    def sample(self, t0: float) -> None:
+        rss = _rss_mb(self.proc.pid)
+        if rss is not None:
+            self.samples.append((round(time.monotonic() - t0, 1), round(rss, 1)))
+
+
+async def _logged(settings) -> int:
+    """Records in the ``log`` topic (the sum of its end offsets)."""
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None)
+    await consumer.start()
     try:
-        time.sleep(10)  # started and in its group before the load begins
-        asyncio.run(publish(settings, f"soak-{tag}", int(RATE * seconds), concurrent=1000, rate=RATE))
-        if proc.poll() is not None:
-            raise RuntimeError(f"the process died during the soak; see {log}")
+        topic = topic_name(settings, "log")
+        parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
+        return sum((await consumer.end_offsets(parts)).values())
     finally:
-        done.set()
-        sampler.join()
-        _stop(proc)
-    return samples
+        await consumer.stop()
+
+
+def _soak_both(soaks: list[_Soak]) -> None:
+    """Feed every process at once (each its own topics and publisher) and sample them together."""
+    time.sleep(10)  # started and in their groups before the load begins
+    feeders = [threading.Thread(target=s.feed, daemon=True) for s in soaks]
+    t0 = time.monotonic()
+    for f in feeders:
+        f.start()
+    try:
+        while any(f.is_alive() for f in feeders):
+            for f in feeders:
+                f.join(timeout=30.0 / len(feeders))
+            for s in soaks:
+                s.sample(t0)
+        for s in soaks:
+            if s.error is not None:
+                raise s.error
+            if s.proc.poll() is not None:
+                raise RuntimeError(f"a process died during the soak; see {s.log}")
+        time.sleep(5)
+        for s in soaks:
+            s.logged = asyncio.run(_logged(s.settings))
+    finally:
+        for s in soaks:
+            _stop(s.proc)
 
 
 def run(ctx: BenchContext) -> dict:
@@ -73,19 +112,23 @@ def run(ctx: BenchContext) -> dict:
     home = REPO / ".agentlog" / "bench" / f"soak-{tag}"
     s = ctx.settings.replace(topic_prefix=f"benchsoak{tag}", home=home, partitions=4, replication_factor=1,
                              web_enabled=False, otlp_port=0, run_grace_s=GRACE_S)
-    ours = _soak(s, ["-m", "processors", "worker", "--role", "all", "--no-web"], home / "worker.log", seconds, tag)
     p = ctx.settings.replace(topic_prefix=f"benchsoakpass{tag}", home=home / "pass", partitions=4,
                              replication_factor=1, web_enabled=False, otlp_port=0)
-    passthrough = _soak(p, PASSTHROUGH_ARGS, home / "passthrough.log", seconds, tag)
+    worker = _Soak(s, ["-m", "processors", "worker", "--role", "all", "--no-web"], home / "worker.log", seconds,
+                   tag)
+    passthrough = _Soak(p, PASSTHROUGH_ARGS, home / "passthrough.log", seconds, tag)
+    _soak_both([worker, passthrough])
+    ours = worker.samples
     warm = [mb for at, mb in ours if at >= seconds / 6]
     end = ours[-1][1] if ours else None
     return {
         "ours": end,
-        "baseline": passthrough[-1][1] if passthrough else None,
+        "baseline": passthrough.samples[-1][1] if passthrough.samples else None,
         "unit": "MB RSS at the end",
         "goal_ratio": None,
         "details": {"seconds": seconds, "rate_events_per_s": RATE, "events": int(RATE * seconds),
-                    "grace_s": GRACE_S, "rss_mb_samples": ours, "passthrough_rss_mb_samples": passthrough,
+                    "grace_s": GRACE_S, "logged_at_end": worker.logged,
+                    "passthrough_logged_at_end": passthrough.logged, "rss_mb_samples": ours, "passthrough_rss_mb_samples": passthrough.samples,
                     "end_over_warm": (end / warm[0]) if warm and end else None,
                     "warm_max_over_min": (max(warm) / min(warm)) if warm else None, "goal_end_over_warm": 1.1},
     }
