@@ -12,7 +12,8 @@ def register(app: typer.Typer) -> None:
         web: bool = typer.Option(True, "--web/--no-web", help="Enable the HTTP endpoint."),
         role: str = typer.Option(None, help="all | process | sink (default: AGENTLOG_WORKER_ROLE, else all): "
                                              "process = the Faust agents, no audit store; sink = only the audit "
-                                             "sink and the HTTP endpoints; all = both (README \"Scaling out\")."),
+                                             "sink and the HTTP endpoints; all = both "
+                                             "(README \"Running the worker\")."),
         sink: bool = typer.Option(None, "--sink/--no-sink",
                                   help="Deprecated: --no-sink is --role process; --sink changes nothing."),
         sink_process: bool = typer.Option(None, "--sink-process/--one-process",
