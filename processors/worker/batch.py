@@ -316,11 +316,14 @@ class Batch:
         """
         topic = table.changelog
         last: dict[int, int] = {}
+        records = []
         for i, (key, partition, value) in enumerate(writes):
-            table.put(partition, key, value)
+            encoded = (encode(key), None if value is None else encode(value))
+            table.put(partition, key, value, encoded)
+            records.append((partition, encoded))
             last[partition] = i
-        for i, (key, partition, value) in enumerate(writes):
-            await self._outbox.add(topic, partition, encode(key), None if value is None else encode(value),
+        for i, (partition, (raw_key, raw_value)) in enumerate(records):
+            await self._outbox.add(topic, partition, raw_key, raw_value,
                                    on_acked=_persisted(table) if last[partition] == i else None)
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
@@ -771,6 +774,10 @@ def batched_agent(
             # Records taken before a rebalance wait for its end: during the tables' recovery a kept
             # partition's table is being re-read (older values for a while) and a moved one is not ours.
             await asyncio.sleep(0.02)
+        if wiring.tables_read_in != wiring.fence.assignments:  # recovery wrote the tables behind their caches
+            for t in wiring.tables.values():
+                t.forget_cached()
+            wiring.tables_read_in = wiring.fence.assignments
         events = wiring.fence.owned_events(events)
         if not events:
             return

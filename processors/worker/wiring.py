@@ -37,6 +37,8 @@ class Wiring:
     partition_starts: Any = None
     #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
     fence: Fence = field(default_factory=Fence)
+    #: The assignment the tables' caches were last valid in (:meth:`processors.worker.tables.LocalTable.forget_cached`).
+    tables_read_in: int = -1
     #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
     make_table: Callable[[str], Table] | None = None
 

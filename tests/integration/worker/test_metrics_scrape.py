@@ -47,6 +47,8 @@ NOT_DRIVEN = {
     "agentlog_worker_child_restarts_total": "needs --sink-process and a child's death: driven in test_halves.py",
     "agentlog_batches_fenced_total": "needs a rebalance under a batch in progress: driven in test_rebalance_fence.py",
     "agentlog_batches_fenced_revocations_total": "needs a rebalance under a batch in progress: test_rebalance_fence.py",
+    "agentlog_run_closes_asked_total": "needs a run past its grace: driven in test_run_lifetimes.py",
+    "agentlog_runs_closed_total": "needs a run past its grace: driven in test_run_lifetimes.py",
     **{name: "needs OTLP traffic: sampled in tests/integration/otel/test_otel_conversation.py" for name in (
         "agentlog_otlp_requests_total", "agentlog_otlp_spans_total", "agentlog_otel_spans_published_total",
         "agentlog_otel_duplicate_spans_total", "agentlog_otel_unmappable_traces_total", "agentlog_otel_events_total",

@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import copy
 import uuid
+from collections import Counter
 
 import faust
+import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
@@ -150,3 +152,79 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
             assert tables["run-state"].get(p, run_id) is None
             assert list(tables["seq-index"].keys_from(p, run_id + INDEX_SEP)) == []
     assert sum(tables["run-closed"].get(p, done_id) is not None for p in range(settings.partitions)) == 1
+
+
+def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplicate_nothing(settings):
+    """SIGKILL the worker while runs finish and close (a 0.5 s grace) under a stream of realistic runs.
+
+    Every event precedes its run's close request in the run's partition (the worker asks only after
+    it handled the terminal event), so whatever the kills interrupt — a close half made durable, a
+    request lost before it was sent — every event is in the log, nothing is refused, and in
+    the end every run is closed: its head, state and index entries tombstoned, its marker written.
+    """
+    import random
+
+    from tests.bench.workload import TREE_EVENTS, events
+
+    settings = settings.replace(run_grace_s=0.5)
+    tag = uuid.uuid4().hex[:6]
+    trees = 120
+    stream = list(events(f"kill-{tag}", trees * TREE_EVENTS, concurrent=20))
+    runs = {run_id for run_id, _ in stream}
+    rng = random.Random(5)
+    worker = WorkerProcess(settings, log_name="lifetimes-kills")
+
+    async def publish_chunk(chunk: list[tuple[str, bytes]]) -> None:
+        from aiokafka import AIOKafkaProducer
+
+        from streams.topics import topic_name
+
+        producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True)
+        await producer.start()
+        try:
+            for run_id, value in chunk:
+                await producer.send(topic_name(settings, "ingest"), value, key=run_id.encode())
+        finally:
+            await producer.stop()
+
+    async def logged_at_least(n: int) -> bool | None:
+        return len(await _logged(settings)) >= n or None
+
+    async def scenario() -> None:
+        await ensure_topics(settings)
+        worker.start()
+        chunks = [stream[i:i + 400] for i in range(0, len(stream), 400)]
+        sent = 0
+        for i, chunk in enumerate(chunks):
+            await publish_chunk(chunk)
+            sent += len(chunk)
+            if i % 2 == 1:  # a kill once part of what was sent is handled, at a random point
+                await wait_until(lambda s=sent: logged_at_least(s - rng.randrange(50, 350)), what="progress",
+                                 worker=worker, timeout=120)
+                worker.kill()
+                worker.start()
+
+        async def all_closed() -> bool | None:
+            last: dict[str, bytes | None] = {}
+            for key, value in await _changelog(settings, "seq-heads"):
+                last[key] = value
+            return all(last.get(f'"{r}"', b"") is None for r in runs) or None
+
+        await wait_until(all_closed, what="every run closed", worker=worker, timeout=180)
+        copies = Counter(await _logged(settings))
+        assert set(copies) == {(json_doc["runId"], json_doc["sequence"]) for json_doc in
+                               (orjson.loads(v) for _, v in stream)}
+        assert await _rejections(settings) == []
+        markers = {k for k, v in await _changelog(settings, "run-closed") if v is not None}
+        assert markers == {f'"{r}"' for r in runs}
+        for table in ("run-state", "seq-index"):
+            last: dict[str, bytes | None] = {}
+            for key, value in await _changelog(settings, table):
+                last[key] = value
+            assert all(v is None for k, v in last.items() if not k.startswith('"\\u0000')), table
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        worker.stop()
+    assert worker.starts > 3

@@ -65,3 +65,16 @@ def test_the_memory_table_is_the_same_port():
     table.put(0, "a\x1f1", None)
     assert table.get(0, "a\x1f2") == 2 and table.get(0, "a\x1f1") is None
     assert list(table.keys_from(0, "a\x1f")) == ["a\x1f2"]
+
+
+def test_values_are_cached_decoded_and_forgotten_when_recovery_wrote_behind_the_cache(tmp_path):
+    table = _table(tmp_path, "run-state")
+    table.put(0, "run", {"next": 1})
+    assert table.get(0, "run") == {"next": 1}
+    # Faust's recovery writes the database itself (the changelog's bytes), not through the table.
+    internals.table_db(table._table, 0).put(encode("run"), encode({"next": 7}))
+    assert table.get(0, "run") == {"next": 1}  # what this process last wrote, until told otherwise
+    table.forget_cached()
+    assert table.get(0, "run") == {"next": 7}
+    table.put(0, "run", None)
+    assert table.get(0, "run") is None
