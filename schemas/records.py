@@ -181,8 +181,9 @@ def committed_event(*, doc: dict[str, Any], prev_hash: str, hash: str, source: R
 
     Nothing is added inside ``doc`` so an exported event still validates upstream;
     ``hash`` must be ``chain_hash(prev_hash, doc)``, which every reader re-checks.
-    ``state_hash`` (format 2) is the state hash after folding this event; without it the
-    key is absent, so a format-1 record keeps the bytes it always had.
+    ``state_hash`` is the state hash after folding this event, which every log record carries.
+    Without it the key is absent: the sequencer's decision, made before the fold, is built that
+    way and is never written to the log as it is.
     """
     record: CommittedEvent = {"doc": doc, "prevHash": prev_hash, "hash": hash, "source": source}
     if state_hash is not None:

@@ -8,14 +8,13 @@ Comparing JCS bytes as well as dicts catches what ``==`` forgives (``True == 1``
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from processors.core.fold import fold_all
 from processors.core.handoff import derive_child_outcome, join
-from processors.core.runstate import TERMINAL_TYPES, step
+from processors.core.runstate import TERMINAL_TYPES, advance, chain_problem
 from processors.core.sequencing import RAW_MAX_BYTES, Source, decide, rejection_record
 from processors.replay.compare import compare_runs
 from processors.replay.host import error_record, verdict_record
@@ -58,7 +57,8 @@ def test_record_source():
           {"topic": "agentlog.ingest", "partition": 0, "offset": 17, "timestampMs": 1700000000000})
 
 
-def test_committed_event():
+def test_committed_event_before_its_fold():
+    # The sequencer's decision: made before the fold, never written to the log as it is.
     doc = {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {}, "timestamp": "2025-01-15T10:00:00.000Z",
            "sequence": 0}
     source = {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}
@@ -70,7 +70,7 @@ def test_committed_event():
            "source": {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}})
 
 
-def test_committed_event_format_2_carries_the_state_hash():
+def test_committed_event_carries_the_state_hash():
     doc = {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {}, "timestamp": "2025-01-15T10:00:00.000Z",
            "sequence": 0}
     source = {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}
@@ -305,32 +305,22 @@ def test_run_state_records_have_their_shapes():
     docs = realistic_run("run-1", "check")
     record, head = None, GENESIS
     sent: dict[str, int] = {}
-    shapes = {"transitions": Transition, "violations": Violation, "digests": StateDigest, "snapshots": RunSnapshot}
-    for offset, doc in enumerate(docs):
+    shapes = {"transitions": Transition, "violations": Violation}
+    for doc in docs:
         h = chain_hash(head, doc)
-        committed = {"doc": doc, "prevHash": head, "hash": h,
-                     "source": {"topic": "agentlog.ingest", "partition": 0, "offset": offset, "timestampMs": 0}}
-        if offset == 5:  # a rewritten record and a skipped sequence: the run-state chain checks report both
-            gap = copy.deepcopy(committed)
-            gap["doc"]["sequence"] += 1
-            gap["prevHash"] = H1
-            _, bad = step(record, gap, partition=0, offset=offset, snapshot_every=4, handoff_mode="auto")
-            assert [v["code"] for short, _, v in bad if short == "violations"] == ["log_gap", "hash_chain_broken"]
-            for short, _, value in bad:
-                if short in shapes:
-                    _check_keys(shapes[short], dict(value))
-        record, sends = step(record, committed, partition=0, offset=offset, snapshot_every=4, handoff_mode="auto")
-        head = h
-        for short, _, value in sends:
+        adv = advance(record, doc, h, snapshot_every=4, handoff_mode="auto")
+        record, head = adv.record, h
+        for short, _, value in adv.sends:
             if short in shapes:
                 _check_keys(shapes[short], dict(value))
                 sent[short] = sent.get(short, 0) + 1
-    assert set(sent) == {"transitions", "digests", "snapshots"}
-    rewritten = {**committed, "hash": H2}
-    _, sends = step(record, rewritten, partition=0, offset=99, snapshot_every=4, handoff_mode="auto")
-    [(short, _, value)] = sends
-    assert short == "violations" and value["code"] == "hash_chain_broken"
-    _check_keys(Violation, dict(value))
+    assert set(sent) == {"transitions"}
+    # The live log check's violation for a record whose doc does not hash to its hash.
+    rewritten = {"doc": docs[-1], "prevHash": H1, "hash": H2, "stateHash": H1,
+                 "source": {"topic": "agentlog.ingest", "partition": 0, "offset": 9, "timestampMs": 0}}
+    problem = chain_problem(rewritten)
+    assert problem is not None and problem["code"] == "hash_chain_broken"
+    _check_keys(Violation, dict(problem))
 
 
 def test_host_verdicts_have_the_verdict_keys():
