@@ -1,8 +1,8 @@
 """The records our processors write to internal topics (CONTRACT.md), one type and one builder each.
 
 A record's bytes are its identity: values are JCS-encoded, redelivery is
-deduplicated by byte equality and a store written by an earlier version must
-stay readable. So which keys a record has — and which it leaves out — is part
+deduplicated by byte equality and a store written by an earlier version of the
+same log format must stay readable. So which keys a record has — and which it leaves out — is part
 of the contract, and each shape is built in exactly one place: the builder
 below. Producers pass values; they never write a record literal of their own.
 
@@ -26,7 +26,10 @@ user's file, unvalidated. The live processors only fold validated docs, where al
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
+
+from schemas.errors import LogFormatError
 
 __all__ = [
     "Checkpoint",
@@ -40,6 +43,7 @@ __all__ = [
     "VerdictKind",
     "Violation",
     "committed_event",
+    "log_format_error",
     "record_source",
     "rejection",
     "run_snapshot",
@@ -61,15 +65,20 @@ RecordSource = TypedDict("RecordSource", {
 
 #: One event of the committed log (topic ``log``): the doc as ingested, chained to its run's
 #: previous event, and where it was read from.
-class _CommittedEventFormat1(TypedDict):
+class _CommittedEventChain(TypedDict):
     doc: dict[str, Any]
     prevHash: str
     hash: str
     source: RecordSource
 
 
-class CommittedEvent(_CommittedEventFormat1, total=False):
-    """A committed log record; ``stateHash`` (format 2) is absent in format-1 records."""
+class CommittedEvent(_CommittedEventChain, total=False):
+    """A committed log record: every record in the log carries ``stateHash`` (log format 2).
+
+    The key is optional in the type for one value only: the sequencer's decision
+    (:func:`committed_event` without ``state_hash``), made before the event is folded and never
+    written as it is. A record read from the log without it is log format 1 (:func:`log_format_error`).
+    """
 
     stateHash: str
 
@@ -189,6 +198,25 @@ def committed_event(*, doc: dict[str, Any], prev_hash: str, hash: str, source: R
     if state_hash is not None:
         record["stateHash"] = state_hash
     return record
+
+
+def log_format_error(committed: Mapping[str, Any], *, partition: int | None = None,
+                     offset: int | None = None) -> LogFormatError:
+    """The error a reader raises for a log record without ``stateHash`` (log format 1), saying where it is.
+
+    Readers check ``"stateHash" in record`` themselves (it is on their hot path) and build the
+    error here, so every reader words it the same way.
+    """
+    doc = committed.get("doc")
+    where = []
+    if isinstance(doc, dict):
+        if isinstance(doc.get("runId"), str):
+            where.append(f"run {doc['runId']}")
+        if type(doc.get("sequence")) is int:
+            where.append(f"sequence {doc['sequence']}")
+    if offset is not None:
+        where.append(f"log offset {offset}" + (f" in partition {partition}" if partition is not None else ""))
+    return LogFormatError("log record " + ", ".join(where) if where else "a log record")
 
 
 def rejection(

@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.canonical import jcs, jcs_parsed, jcs_parsed_and_member, sha256_hex
-from schemas.errors import StoreError
+from schemas.errors import LogFormatError, StoreError
 from schemas.records import (
     Checkpoint,
     CommittedEvent,
@@ -27,6 +27,7 @@ from schemas.records import (
     Transition,
     Verdict,
     Violation,
+    log_format_error,
 )
 
 __all__ = [
@@ -167,10 +168,15 @@ def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -
     ``parsed=True`` says the records came from :func:`schemas.canonical.loads_strict` (the sink
     decodes every one), so ``doc`` and ``payload`` are canonicalised without reading them back
     (:func:`schemas.canonical.jcs_parsed`); the text is the same either way.
+
+    Raises:
+        LogFormatError: a record without ``stateHash`` (log format 1): no row is made for it.
     """
     payload_and_doc = _parsed_payload_and_doc if parsed else _payload_and_doc
 
     def row(rec: CommittedEvent) -> tuple[Any, ...]:
+        if "stateHash" not in rec:
+            raise log_format_error(rec)
         doc = rec["doc"]
         src = _source(rec)
         ts_ms = src.get("timestampMs")
@@ -189,7 +195,7 @@ def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -
             rec["hash"],
             rec["prevHash"],
             *payload_and_doc(doc),
-            _s(rec.get("stateHash")),  # format 2 (CONTRACT.md CommittedEvent); '' for format 1
+            _s(rec["stateHash"]),
         )
 
     return _columnar("events", (row(r) for r in records))
@@ -392,8 +398,9 @@ def rows_for(kind: str, records: Iterable[Mapping[str, Any]], *,
     :func:`committed_rows`); the rows are the same, computed with less work.
 
     Raises:
-        StoreError: ``unknown_record_kind`` for a kind no table holds, or
-            ``bad_record`` when a record lacks a field its table needs.
+        StoreError: ``unknown_record_kind`` for a kind no table holds, ``bad_record`` when a
+            record lacks a field its table needs, or ``log_format_unsupported`` for a log record
+            without ``stateHash`` (log format 1).
     """
     table = TABLE_FOR_KIND.get(kind)
     if table is None:
@@ -404,6 +411,8 @@ def rows_for(kind: str, records: Iterable[Mapping[str, Any]], *,
     try:
         names, cols = (committed_rows(records, parsed=True) if parsed and table == "events"  # type: ignore[arg-type]
                        else ROWS_FOR_TABLE[table](records))
+    except LogFormatError as e:
+        raise StoreError(str(e), code=e.code) from e
     except (KeyError, TypeError, ValueError) as e:
         raise StoreError(f"a {kind} record cannot be mapped to table {table}: {e!r}", code="bad_record") from e
     return table, names, cols

@@ -103,8 +103,13 @@ def test_rows_are_deterministic_and_strip_transport_keys():
         rows_for("nonsense", [])
     assert e.value.code == "unknown_record_kind"
     with pytest.raises(StoreError) as e:
-        rows_for("committed", [{"doc": {}}])
+        rows_for("committed", [{"doc": {}, "stateHash": "0" * 64}])
     assert e.value.code == "bad_record"
+    format_1 = {k: v for k, v in recs[0].items() if k != "stateHash"}  # a record an agentlog before 0.2 wrote
+    with pytest.raises(StoreError) as e:
+        rows_for("committed", [*recs[1:], format_1])
+    assert e.value.code == "log_format_unsupported"
+    assert str(e.value).endswith("re-ingest its runs with `agentlog publish` from an export made with that version")
 
 
 def test_one_process_shares_one_client_per_directory(tmp_path):
@@ -284,7 +289,7 @@ def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
            "timestamp": "2025-01-01T00:00:00Z", "nodeId": "ü", "causationId": "a\\b",
            "payload": {"f": 1.0, "g": 1e21, "😀": 1, "\ue000": 2, "s": "\u0007"}}
     recs = audit_batches()["committed"] + [{"doc": odd, "prevHash": "0" * 64, "hash": chain_hash("0" * 64, odd),
-                                            "source": {}}]
+                                            "source": {}, "stateHash": "0" * 64}]
     names, cols = committed_rows(recs)
     docs, payloads = cols[names.index("doc")], cols[names.index("payload")]
     assert docs == [jcs(r["doc"]).decode() for r in recs]

@@ -1,8 +1,8 @@
 """The topic record shapes (schemas.records): each builder gives the contract's bytes, and the producers use them.
 
-The expected records are written out by hand from CONTRACT.md and the producers as they
-were before the builders existed: a redelivered record is deduplicated by byte identity
-and old stores must stay readable, so a builder may not add, drop or retype a key.
+The expected records are written out by hand from CONTRACT.md: a redelivered record is
+deduplicated by byte identity and stores of the same log format must stay readable, so a
+builder may not add, drop or retype a key.
 Comparing JCS bytes as well as dicts catches what ``==`` forgives (``True == 1``).
 """
 
@@ -19,6 +19,7 @@ from processors.core.sequencing import RAW_MAX_BYTES, Source, decide, rejection_
 from processors.replay.compare import compare_runs
 from processors.replay.host import error_record, verdict_record
 from schemas.canonical import GENESIS, chain_hash, jcs
+from schemas.errors import LogFormatError
 from schemas.records import (
     CommittedEvent,
     RecordSource,
@@ -29,6 +30,7 @@ from schemas.records import (
     Verdict,
     Violation,
     committed_event,
+    log_format_error,
     record_source,
     rejection,
     run_snapshot,
@@ -207,11 +209,22 @@ def test_error_verdict_says_why():
            "firstDivergence": None, "events": [], "comparedThrough": None})
 
 
+def test_a_log_record_without_a_state_hash_is_log_format_1():
+    err = log_format_error({"doc": {"runId": "r1", "sequence": 4}, "prevHash": GENESIS, "hash": H1},
+                           partition=2, offset=17)
+    assert isinstance(err, LogFormatError) and err.code == "log_format_unsupported"
+    assert str(err) == ("log record run r1, sequence 4, log offset 17 in partition 2: this log was written by an "
+                        "agentlog before 0.2 (log format 1, records without stateHash); re-ingest its runs with "
+                        "`agentlog publish` from an export made with that version")
+    assert str(log_format_error({"doc": "?"})).startswith("a log record: this log was written by an agentlog before 0.2")
+
+
 def test_optional_keys_are_declared_optional():
     # Python 3.11 loses NotRequired in a class-form TypedDict under postponed annotations; this pins the fix.
     assert Rejection.__optional_keys__ == {"rawTruncated", "rawBytes", "rawSha256"}
     assert Verdict.__optional_keys__ == {"bindingDiff", "detail", "reordered", "path"}
-    assert CommittedEvent.__optional_keys__ == {"stateHash"}  # log format 2; absent in format 1
+    # On every log record; absent only from the sequencer's decision, made before the fold.
+    assert CommittedEvent.__optional_keys__ == {"stateHash"}
     for shape in (RecordSource, Transition, Violation, RunSnapshot, StateDigest):
         assert shape.__optional_keys__ == frozenset(), shape.__name__
 
