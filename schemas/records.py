@@ -37,7 +37,6 @@ __all__ = [
     "RecordSource",
     "Rejection",
     "RunSnapshot",
-    "StateDigest",
     "Transition",
     "Verdict",
     "VerdictKind",
@@ -47,7 +46,6 @@ __all__ = [
     "record_source",
     "rejection",
     "run_snapshot",
-    "state_digest",
     "transition",
     "checkpoint",
     "verdict",
@@ -135,16 +133,6 @@ RunSnapshot = TypedDict("RunSnapshot", {
     "state": dict[str, Any],
     "stateHash": str,
     "headHash": str,
-})
-
-#: The state hash after one committed event (topic ``digests``).
-StateDigest = TypedDict("StateDigest", {
-    "runId": str,
-    "sequence": int,
-    "stateHash": str,
-    "headHash": str,
-    "logPartition": int,
-    "logOffset": int,
 })
 
 #: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``):
@@ -345,7 +333,7 @@ def run_snapshot(
 
     ``log_partition``/``log_offset`` are the committed event's position, so a rebuild
     folds from ``log_offset + 1``; ``state_hash`` and ``head_hash`` let it check the
-    snapshot against the digests before trusting it.
+    snapshot against the log record at ``at_sequence`` (its stateHash and hash) before trusting it.
     """
     return {
         "runId": run_id,
@@ -355,20 +343,6 @@ def run_snapshot(
         "state": state,
         "stateHash": state_hash,
         "headHash": head_hash,
-    }
-
-
-def state_digest(
-    *, run_id: str, sequence: int, state_hash: str, head_hash: str, log_partition: int, log_offset: int
-) -> StateDigest:
-    """A StateDigest: what replay and re-derivation compare at every index without storing the state."""
-    return {
-        "runId": run_id,
-        "sequence": sequence,
-        "stateHash": state_hash,
-        "headHash": head_hash,
-        "logPartition": log_partition,
-        "logOffset": log_offset,
     }
 
 

@@ -23,7 +23,6 @@ from schemas.records import (
     CommittedEvent,
     Rejection,
     RunSnapshot,
-    StateDigest,
     Transition,
     Verdict,
     Violation,
@@ -39,7 +38,6 @@ __all__ = [
     "violation_rows",
     "rejection_rows",
     "snapshot_rows",
-    "digest_rows",
     "verdict_rows",
     "checkpoint_rows",
     "rows_for",
@@ -72,9 +70,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "snapshots": (
         "run_id", "at_sequence", "log_partition", "log_offset", "state", "state_hash", "head_hash",
-    ),
-    "state_digests": (
-        "run_id", "sequence", "state_hash", "head_hash", "log_partition", "log_offset",
     ),
     "replay_verdicts": (
         "source_run_id", "replay_run_id", "record_hash", "mode", "verdict", "error_code",
@@ -296,22 +291,6 @@ def snapshot_rows(records: Iterable[RunSnapshot]) -> Columns:
     return _columnar("snapshots", (row(r) for r in records))
 
 
-def digest_rows(records: Iterable[StateDigest]) -> Columns:
-    """StateDigest → ``state_digests``."""
-
-    def row(rec: StateDigest) -> tuple[Any, ...]:
-        return (
-            rec["runId"],
-            int(rec["sequence"]),
-            _s(rec.get("stateHash")),
-            _s(rec.get("headHash")),
-            int(rec.get("logPartition") if rec.get("logPartition") is not None else -1),
-            int(rec.get("logOffset") if rec.get("logOffset") is not None else -1),
-        )
-
-    return _columnar("state_digests", (row(r) for r in records))
-
-
 def verdict_rows(records: Iterable[Verdict]) -> Columns:
     """Verdict → ``replay_verdicts``; the key includes the verdict's content hash."""
 
@@ -365,9 +344,6 @@ TABLE_FOR_KIND: dict[str, str] = {
     "rejections": "rejections",
     "snapshot": "snapshots",
     "snapshots": "snapshots",
-    "digest": "state_digests",
-    "digests": "state_digests",
-    "state_digest": "state_digests",
     "verdict": "replay_verdicts",
     "verdicts": "replay_verdicts",
     "checkpoint": "checkpoints",
@@ -380,7 +356,6 @@ ROWS_FOR_TABLE: dict[str, RowMapper] = {
     "violations": violation_rows,
     "rejections": rejection_rows,
     "snapshots": snapshot_rows,
-    "state_digests": digest_rows,
     "replay_verdicts": verdict_rows,
     "checkpoints": checkpoint_rows,
 }

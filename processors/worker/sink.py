@@ -101,9 +101,8 @@ SINK_TOPICS = {
     "violations": "violation",
     "rejections": "rejection",
     "snapshots": "snapshot",
-    "digests": "digest",  # quiet once the log carries stateHash (format 2); kept for old data
     "verdicts": "verdict",
-    "checkpoints": "checkpoint",  # issue #18 signing
+    "checkpoints": "checkpoint",
 }
 
 
@@ -114,7 +113,6 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "violations": ("run_id", "sequence", "event_id", "code"),
     "rejections": ("source_topic", "source_partition", "source_offset"),
     "snapshots": ("run_id", "at_sequence"),
-    "state_digests": ("run_id", "sequence"),
     "replay_verdicts": ("source_run_id", "replay_run_id", "record_hash"),
     "checkpoints": ("run_id", "sequence", "key_id"),
 }

@@ -136,11 +136,6 @@ def verdicts() -> list[dict[str, Any]]:
     ]
 
 
-def digests(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"runId": r["doc"]["runId"], "sequence": r["doc"]["sequence"], "stateHash": "s" * 64,
-             "headHash": r["hash"], "logPartition": 0, "logOffset": i} for i, r in enumerate(records)]
-
-
 def snapshots(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     last = records[-1]
     return [{"runId": last["doc"]["runId"], "atSequence": last["doc"]["sequence"], "logOffset": len(records) - 1,
@@ -163,6 +158,5 @@ def audit_batches() -> dict[str, list[dict[str, Any]]]:
         "violation": violations(),
         "rejection": rejections(),
         "verdict": verdicts(),
-        "digest": digests(events),
         "snapshot": snapshots(committed(parent)),
     }

@@ -345,10 +345,10 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert s.query("SELECT count() FROM events").rows[0][0] == 2 * len(audit_batches()["committed"])
 
         assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
-                              "0005_handoff_rollups"]
+                              "0005_handoff_rollups", "0006_drop_state_digests"]
+        assert not s.query("EXISTS TABLE state_digests").rows[0][0]
         expected = {"events": "committed", "transitions": "transition", "violations": "violation",
-                    "rejections": "rejection", "snapshots": "snapshot", "state_digests": "digest",
-                    "replay_verdicts": "verdict"}
+                    "rejections": "rejection", "snapshots": "snapshot", "replay_verdicts": "verdict"}
         for table, kind in expected.items():
             engine = s.query("SELECT engine FROM system.tables WHERE name = {t:String} "
                              "AND database = currentDatabase()", {"t": table}).rows
@@ -417,9 +417,10 @@ def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refuse
         node = _ClusterOnOneNode(real._engine, real.url)
         assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
             "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
-            "0005_handoff_rollups"]
+            "0005_handoff_rollups", "0006_drop_state_digests"]
         engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
         assert engines["events_local"] == "MergeTree" and engines["sink_ranges_local"] == "MergeTree"
+        assert "state_digests" not in engines and "state_digests_local" not in engines
         # the table over events_local was re-created from the new one: it has 0002's extracted columns
         assert "model" in {r[0] for r in real.query("DESCRIBE TABLE events").rows}
         assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == []

@@ -25,7 +25,6 @@ from schemas.records import (
     RecordSource,
     Rejection,
     RunSnapshot,
-    StateDigest,
     Transition,
     Verdict,
     Violation,
@@ -34,7 +33,6 @@ from schemas.records import (
     record_source,
     rejection,
     run_snapshot,
-    state_digest,
     transition,
     verdict,
     violation,
@@ -167,14 +165,6 @@ def test_run_snapshot():
            "headHash": "2222222222222222222222222222222222222222222222222222222222222222"})
 
 
-def test_state_digest():
-    _same(state_digest(run_id="r1", sequence=6, state_hash=H1, head_hash=H2, log_partition=2, log_offset=41),
-          {"runId": "r1", "sequence": 6,
-           "stateHash": "1111111111111111111111111111111111111111111111111111111111111111",
-           "headHash": "2222222222222222222222222222222222222222222222222222222222222222",
-           "logPartition": 2, "logOffset": 41})
-
-
 def test_verdict_without_binding_diff_or_detail():
     events = [{"type": "replay.diverged", "payload": {"sourceRunId": "r1", "atSequence": 7}}]
     first = {"atSequence": 7, "kind": "output", "originalEventId": "e7", "path": "payload.result",
@@ -225,7 +215,7 @@ def test_optional_keys_are_declared_optional():
     assert Verdict.__optional_keys__ == {"bindingDiff", "detail", "reordered", "path"}
     # On every log record; absent only from the sequencer's decision, made before the fold.
     assert CommittedEvent.__optional_keys__ == {"stateHash"}
-    for shape in (RecordSource, Transition, Violation, RunSnapshot, StateDigest):
+    for shape in (RecordSource, Transition, Violation, RunSnapshot):
         assert shape.__optional_keys__ == frozenset(), shape.__name__
 
 

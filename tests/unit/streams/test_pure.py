@@ -65,7 +65,7 @@ def test_rfc3339_ms_is_utc_with_millis_and_z() -> None:
 class TestCatalogue:
     def test_every_contract_topic_once_with_prefix(self) -> None:
         names = [t.name for t in catalogue(Settings(topic_prefix="p"))]
-        expected = ["ingest", "log", "transitions", "violations", "rejections", "snapshots", "digests",
+        expected = ["ingest", "log", "transitions", "violations", "rejections", "snapshots",
                     "verdicts", "handoff-links", "checkpoints", "spans", "otel-events"]
         assert names == [f"p.{n}" for n in expected]
 
