@@ -51,9 +51,6 @@ _HELP = {
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",
-    "agentlog_runs_caught_up_total": "Runs whose run state lagged their log and was folded forward from it.",
-    "agentlog_catch_up_read_timeouts_total": "Catch-up reads of a run's log abandoned after catch_up_timeout_s "
-                                             "(read again with a fresh consumer).",
     "agentlog_skipped_records_healed_total": "Records the consumer skipped that an agent read around it, by topic.",
     "agentlog_dropped_records_reread_total": "Partitions sought back to records Faust dropped when it resumed flow "
                                              "after a recovery, by topic.",

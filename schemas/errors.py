@@ -67,6 +67,25 @@ class ReplayError(AgentlogError):
     code = "replay_error"
 
 
+class LogFormatError(AgentlogError):
+    """A committed log record without ``stateHash``: log format 1, which this agentlog does not read.
+
+    Every record the worker commits carries the state hash at its index (log format 2). A record
+    without one was committed by an agentlog before 0.2, whose state hashes were on a topic of their
+    own. Export the runs with that version (``agentlog export``) and publish the export here
+    (``agentlog publish``): the worker commits them again, each record with its state hash.
+    """
+
+    code = "log_format_unsupported"
+
+    #: What the user reads, after where the record is.
+    ADVICE = ("this log was written by an agentlog before 0.2 (log format 1, records without stateHash); "
+              "re-ingest its runs with `agentlog publish` from an export made with that version")
+
+    def __init__(self, where: str = "") -> None:
+        super().__init__(f"{where}: {self.ADVICE}" if where else self.ADVICE)
+
+
 class EventRejected(ContractError):
     """One event was refused at the door; ``code`` is a rejection reason from CONTRACT.md.
 

@@ -1,8 +1,8 @@
 """The records our processors write to internal topics (CONTRACT.md), one type and one builder each.
 
 A record's bytes are its identity: values are JCS-encoded, redelivery is
-deduplicated by byte equality and a store written by an earlier version must
-stay readable. So which keys a record has — and which it leaves out — is part
+deduplicated by byte equality and a store written by an earlier version of the
+same log format must stay readable. So which keys a record has — and which it leaves out — is part
 of the contract, and each shape is built in exactly one place: the builder
 below. Producers pass values; they never write a record literal of their own.
 
@@ -26,7 +26,10 @@ user's file, unvalidated. The live processors only fold validated docs, where al
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
+
+from schemas.errors import LogFormatError
 
 __all__ = [
     "Checkpoint",
@@ -34,16 +37,15 @@ __all__ = [
     "RecordSource",
     "Rejection",
     "RunSnapshot",
-    "StateDigest",
     "Transition",
     "Verdict",
     "VerdictKind",
     "Violation",
     "committed_event",
+    "log_format_error",
     "record_source",
     "rejection",
     "run_snapshot",
-    "state_digest",
     "transition",
     "checkpoint",
     "verdict",
@@ -61,15 +63,20 @@ RecordSource = TypedDict("RecordSource", {
 
 #: One event of the committed log (topic ``log``): the doc as ingested, chained to its run's
 #: previous event, and where it was read from.
-class _CommittedEventFormat1(TypedDict):
+class _CommittedEventChain(TypedDict):
     doc: dict[str, Any]
     prevHash: str
     hash: str
     source: RecordSource
 
 
-class CommittedEvent(_CommittedEventFormat1, total=False):
-    """A committed log record; ``stateHash`` (format 2) is absent in format-1 records."""
+class CommittedEvent(_CommittedEventChain, total=False):
+    """A committed log record: every record in the log carries ``stateHash`` (log format 2).
+
+    The key is optional in the type for one value only: the sequencer's decision
+    (:func:`committed_event` without ``state_hash``), made before the event is folded and never
+    written as it is. A record read from the log without it is log format 1 (:func:`log_format_error`).
+    """
 
     stateHash: str
 
@@ -128,16 +135,6 @@ RunSnapshot = TypedDict("RunSnapshot", {
     "headHash": str,
 })
 
-#: The state hash after one committed event (topic ``digests``).
-StateDigest = TypedDict("StateDigest", {
-    "runId": str,
-    "sequence": int,
-    "stateHash": str,
-    "headHash": str,
-    "logPartition": int,
-    "logOffset": int,
-})
-
 #: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``):
 #: the worker's Ed25519 signature (base64) over the JCS statement that
 #: :func:`processors.core.checkpoint.statement_bytes` builds from the other fields.
@@ -181,13 +178,33 @@ def committed_event(*, doc: dict[str, Any], prev_hash: str, hash: str, source: R
 
     Nothing is added inside ``doc`` so an exported event still validates upstream;
     ``hash`` must be ``chain_hash(prev_hash, doc)``, which every reader re-checks.
-    ``state_hash`` (format 2) is the state hash after folding this event; without it the
-    key is absent, so a format-1 record keeps the bytes it always had.
+    ``state_hash`` is the state hash after folding this event, which every log record carries.
+    Without it the key is absent: the sequencer's decision, made before the fold, is built that
+    way and is never written to the log as it is.
     """
     record: CommittedEvent = {"doc": doc, "prevHash": prev_hash, "hash": hash, "source": source}
     if state_hash is not None:
         record["stateHash"] = state_hash
     return record
+
+
+def log_format_error(committed: Mapping[str, Any], *, partition: int | None = None,
+                     offset: int | None = None) -> LogFormatError:
+    """The error a reader raises for a log record without ``stateHash`` (log format 1), saying where it is.
+
+    Readers check ``"stateHash" in record`` themselves (it is on their hot path) and build the
+    error here, so every reader words it the same way.
+    """
+    doc = committed.get("doc")
+    where = []
+    if isinstance(doc, dict):
+        if isinstance(doc.get("runId"), str):
+            where.append(f"run {doc['runId']}")
+        if type(doc.get("sequence")) is int:
+            where.append(f"sequence {doc['sequence']}")
+    if offset is not None:
+        where.append(f"log offset {offset}" + (f" in partition {partition}" if partition is not None else ""))
+    return LogFormatError("log record " + ", ".join(where) if where else "a log record")
 
 
 def rejection(
@@ -316,7 +333,7 @@ def run_snapshot(
 
     ``log_partition``/``log_offset`` are the committed event's position, so a rebuild
     folds from ``log_offset + 1``; ``state_hash`` and ``head_hash`` let it check the
-    snapshot against the digests before trusting it.
+    snapshot against the log record at ``at_sequence`` (its stateHash and hash) before trusting it.
     """
     return {
         "runId": run_id,
@@ -326,20 +343,6 @@ def run_snapshot(
         "state": state,
         "stateHash": state_hash,
         "headHash": head_hash,
-    }
-
-
-def state_digest(
-    *, run_id: str, sequence: int, state_hash: str, head_hash: str, log_partition: int, log_offset: int
-) -> StateDigest:
-    """A StateDigest: what replay and re-derivation compare at every index without storing the state."""
-    return {
-        "runId": run_id,
-        "sequence": sequence,
-        "stateHash": state_hash,
-        "headHash": head_hash,
-        "logPartition": log_partition,
-        "logOffset": log_offset,
     }
 
 

@@ -40,7 +40,8 @@ __all__ = [
 #: Largest accepted ``len(jcs(doc))``: Kafka's default ``max.message.bytes`` is 1 MiB.
 DEFAULT_MAX_BYTES = 1_048_576
 
-#: Stable rejection reason codes (CONTRACT.md "Rejection"); the first nine come from here.
+#: Stable rejection reason codes (CONTRACT.md "Rejection"); the first nine come from here, the last
+#: (``run_state_unavailable``) from the worker's fold (:func:`processors.core.runstate.fold_next`).
 REJECTION_CODES: frozenset[str] = frozenset(
     {
         "decode_error",
@@ -58,6 +59,7 @@ REJECTION_CODES: frozenset[str] = frozenset(
         "dangling_causation",
         "run_closed",
         "run_expired",
+        "run_state_unavailable",
     }
 )
 

@@ -59,7 +59,7 @@ def encode_record(obj: Mapping[str, Any]) -> bytes:
 
 
 def encode_committed(doc_bytes: bytes, prev_hash: str, hash: str, source: Mapping[str, Any],
-                     state_hash: str | None = None) -> bytes:
+                     state_hash: str) -> bytes:
     """A CommittedEvent's JCS bytes, around the doc's JCS bytes already computed for its chain hash.
 
     JCS is compositional: an object is its members' canonical bytes in key order, and the
@@ -67,12 +67,11 @@ def encode_committed(doc_bytes: bytes, prev_hash: str, hash: str, source: Mappin
     hashes need no escaping, so this equals ``encode_record(committed_event(...))`` byte for
     byte (unit-tested against the reference ``rfc8785``) without walking the doc again.
     """
-    if not (_HEX64.fullmatch(prev_hash) and _HEX64.fullmatch(hash)
-            and (state_hash is None or _HEX64.fullmatch(state_hash))):
+    if not (_HEX64.fullmatch(prev_hash) and _HEX64.fullmatch(hash) and _HEX64.fullmatch(state_hash)):
         raise ValueError("encode_committed takes 64-hex hashes only")
-    tail = b"}" if state_hash is None else b',"stateHash":"' + state_hash.encode("ascii") + b'"}'
     return (b'{"doc":' + doc_bytes + b',"hash":"' + hash.encode("ascii") + b'","prevHash":"'
-            + prev_hash.encode("ascii") + b'","source":' + _source_bytes(source) + tail)
+            + prev_hash.encode("ascii") + b'","source":' + _source_bytes(source) + b',"stateHash":"'
+            + state_hash.encode("ascii") + b'"}')
 
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")

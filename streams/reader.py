@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -30,24 +29,6 @@ log = logging.getLogger(__name__)
 Record = tuple[int, int, str | None, dict[str, Any]]
 #: ``(offset, key, value)`` as the broker holds them (these topics hold no tombstones).
 RawRecord = tuple[int, bytes | None, bytes]
-
-
-@dataclass
-class ReadProgress:
-    """Where a bounded read is, for a caller that gives up on it: the error then says which step stalled.
-
-    ``stage`` is one of ``connecting``, ``metadata``, ``offsets``, ``fetching``, ``done``;
-    ``records`` counts the records fetched so far and ``ends`` the end offsets the read aims for.
-    """
-
-    stage: str = "connecting"
-    records: int = 0
-    ends: dict[int, int] = field(default_factory=dict)
-    positions: dict[int, int] = field(default_factory=dict)
-
-    def __str__(self) -> str:
-        where = ", ".join(f"p{p}: {self.positions.get(p, '?')}/{e}" for p, e in sorted(self.ends.items()))
-        return f"stage {self.stage}, {self.records} records read" + (f", position/end {where}" if where else "")
 
 
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
@@ -103,7 +84,7 @@ async def _nothing() -> dict[TopicPartition, int]:
 
 
 def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPartition, int], key_bytes: bytes | None,
-                   progress: ReadProgress, plain: bool) -> list[tuple[int, list[RawRecord]]]:
+                   plain: bool) -> list[tuple[int, list[RawRecord]]]:
     """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end.
 
     ``plain``: the consumer hands out ``(offset, key, value)`` already
@@ -114,9 +95,7 @@ def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPar
         if not messages:
             continue
         partition, end = tp.partition, ends.get(tp)
-        progress.records += len(messages)
         last = messages[-1][0] if plain else messages[-1].offset
-        progress.positions[partition] = last + 1
         if end is None:
             end = last + 1
         if not plain:
@@ -133,10 +112,9 @@ class TopicReader:
     """One started group-less consumer for several bounded reads, one after another.
 
     Each read is an explicit assignment and seek, so a reader can read the snapshots
-    topic, then a run's log, then ask whether the digests topic holds anything for that
-    run, paying one consumer start-up (connection, metadata round trips) instead of one
-    per read; for a short replay the start-ups were most of the wall time. Use it as an
-    async context manager; reads must not overlap (one consumer, one assignment).
+    topic, then a run's log, paying one consumer start-up (connection, metadata round trips)
+    instead of one per read; for a short replay the start-ups are most of the wall time. Use it
+    as an async context manager; reads must not overlap (one consumer, one assignment).
     """
 
     def __init__(self, settings: Settings, *, isolation_level: str = "read_committed",
@@ -174,19 +152,6 @@ class TopicReader:
             parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
         return [TopicPartition(topic, p) for p in parts]
 
-    async def holds_records(self, short_name: str, *, key: str) -> bool:
-        """Whether the partition ``key`` maps to on a catalogue topic holds any record now.
-
-        Two offset look-ups instead of a read: an empty partition cannot hold ``key``'s records.
-        """
-        topic = topic_name(self.settings, short_name)
-        try:
-            tps = await self._topic_partitions(short_name, key)  # offsets need no assignment
-            begin, end = await asyncio.gather(self._consumer.beginning_offsets(tps), self._consumer.end_offsets(tps))
-        except KafkaError as e:
-            raise InfraError(f"reading the offsets of {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
-        return any(end[tp] > begin[tp] for tp in tps)
-
     async def read(
         self,
         short_name: str,
@@ -195,7 +160,6 @@ class TopicReader:
         from_offsets: dict[int, int] | None = None,
         until_end: bool = True,
         skip_undecodable: bool = False,
-        progress: ReadProgress | None = None,
     ) -> AsyncGenerator[Record, None]:
         """:func:`read_topic` on this reader's consumer.
 
@@ -206,7 +170,7 @@ class TopicReader:
         """
         decode = _decoder(short_name)
         async for partition, batch in self.read_raw(short_name, key=key, from_offsets=from_offsets,
-                                                    until_end=until_end, progress=progress):
+                                                    until_end=until_end):
             for offset, record_key, raw in batch:
                 try:
                     value = decode(raw)
@@ -224,7 +188,6 @@ class TopicReader:
         key: str | None = None,
         from_offsets: dict[int, int] | None = None,
         until_end: bool = True,
-        progress: ReadProgress | None = None,
     ) -> AsyncGenerator[tuple[int, list[RawRecord]], None]:
         """The records :meth:`read` reads, undecoded: ``(partition, [(offset, key, value bytes), …])`` per fetch.
 
@@ -234,11 +197,8 @@ class TopicReader:
         """
         consumer = self._consumer
         topic = topic_name(self.settings, short_name)
-        progress = progress if progress is not None else ReadProgress()
         try:
-            progress.stage = "metadata"
             tps = await self._topic_partitions(short_name, key)
-            progress.stage = "offsets"
             starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
             unset = [tp for tp, o in starts.items() if o is None]
             begin, ends = await asyncio.gather(
@@ -259,8 +219,6 @@ class TopicReader:
                 else:
                     consumer.pause(tp)
             key_bytes = key.encode() if key is not None else None
-            progress.stage = "fetching"
-            progress.ends = {tp.partition: end for tp, end in ends.items()}
             while live:
                 fetched = await consumer.getmany(*live, timeout_ms=500)
                 if until_end:
@@ -269,14 +227,13 @@ class TopicReader:
                             # Read to its end: pause it before the fetcher asks for more (see above).
                             live.discard(tp)
                             consumer.pause(tp)
-                batches = _plain_batches(fetched, ends, key_bytes, progress, self._plain)
+                batches = _plain_batches(fetched, ends, key_bytes, self._plain)
                 # Drop aiokafka's record objects before the batch is walked (without the plain hook):
                 # alive for the whole walk of a batch, a thousand of them outlived several young
                 # collections each and were promoted, which set off full collections.
                 fetched.clear()
                 for partition_batch in batches:
                     yield partition_batch
-            progress.stage = "done"
         except KafkaError as e:
             raise InfraError(f"reading {topic} from {self.settings.kafka_bootstrap} failed: {e}") from e
 
@@ -290,7 +247,6 @@ async def read_topic(
     until_end: bool = True,
     isolation_level: str = "read_committed",
     skip_undecodable: bool = False,
-    progress: ReadProgress | None = None,
 ) -> AsyncGenerator[Record, None]:
     """Yield ``(partition, offset, key, value)`` from a catalogue topic.
 
@@ -299,14 +255,11 @@ async def read_topic(
     With ``until_end`` the read stops at the end offsets seen when it started.
     Undecodable values raise (their ``EventRejected``), or are skipped with a log
     line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
-    sequencer rejected. One consumer per call; :class:`TopicReader` reuses one. ``progress``, when
-    given, is kept up to date (see :class:`ReadProgress`).
+    sequencer rejected. One consumer per call; :class:`TopicReader` reuses one.
     """
-    if progress is not None:
-        progress.stage = "connecting"
     async with TopicReader(settings, isolation_level=isolation_level) as reader:
         async for record in reader.read(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
-                                        skip_undecodable=skip_undecodable, progress=progress):
+                                        skip_undecodable=skip_undecodable):
             yield record
 
 
@@ -325,7 +278,6 @@ class RunLog(list[dict[str, Any]]):
 
 async def read_run(
     settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None,
-    progress: ReadProgress | None = None,
 ) -> RunLog:
     """The records of ``run_id`` from its partition, deduplicated by ``(runId, sequence)``.
 
@@ -343,7 +295,6 @@ async def read_run(
         from_offsets = {partition_for(settings, run_id, short_name): from_offset}
     async for partition, offset, _, value in read_topic(
         settings, short_name, key=run_id, from_offsets=from_offsets, skip_undecodable=short_name == "ingest",
-        progress=progress,
     ):
         item = value if short_name != "ingest" else {
             "doc": value,

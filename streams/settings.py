@@ -129,12 +129,6 @@ class Settings:
     # child process (`--role process`, its web on web_port + 1, loopback) supervised by this one, which
     # runs the sink and the HTTP endpoints: two cores instead of one thread. Off: one process.
     sink_process: bool = False
-    # Upgrade/repair path (session 5): a run whose run state lags its log is caught up by reading its
-    # log partition inside the sequencer's batch. Each read may take this long; a read that does not
-    # finish is abandoned and started again with a fresh consumer (catch_up_attempts reads in all), so
-    # one stalled read cannot hold the partition's batch for ever.
-    catch_up_timeout_s: float = 30.0
-    catch_up_attempts: int = 3
     # Issue #13, session 6 (garbage-collector pauses; processors/worker/gcpause.py). The tables keep
     # every run's state and eventId index in the worker's heap, and Python's generation-2 collection
     # walks all of it (measured: 38 collections of up to 1.3 s, 18 s in all, over 200k events). Every

@@ -23,7 +23,6 @@ _TOPICS: dict[str, dict[str, str]] = {
     "violations": _DELETE,
     "rejections": _DELETE,
     "snapshots": _COMPACT,
-    "digests": _DELETE,
     "verdicts": _DELETE,
     "handoff-links": _DELETE,
     # Signed checkpoints of the committed log, keyed by run (issue #18): kept as long as the log they vouch for.

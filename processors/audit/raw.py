@@ -1,7 +1,7 @@
 """The sink's fast path for the log: ClickHouse maps raw CommittedEvent records to ``events`` rows.
 
 The log's records are JCS bytes (:func:`streams.codec.encode_committed`):
-``{"doc":<JCS of doc>,"hash":"…","prevHash":"…","source":{…}[,"stateHash":"…"]}``, keys in that
+``{"doc":<JCS of doc>,"hash":"…","prevHash":"…","source":{…},"stateHash":"…"}``, keys in that
 order. So the exact ``doc`` text is a substring of the record, and ClickHouse can *prove* that
 substring is the text the sequencer hashed: ``hash = lower(hex(SHA256(prevHash || doc)))``
 (:func:`schemas.canonical.chain_hash`). A batch's raw bytes go to ClickHouse in one insert
@@ -11,7 +11,8 @@ column extracted in C++ (:data:`STAGE_SELECT`) together with ``ok``: the row is 
 
 The record is split by ONE regular expression (:data:`RECORD_RE`) written for the exact shape
 our writer produces: JCS key order, the doc's known members around ``payload`` (strings with no
-escapes, integers without leading zeros), 64-hex hashes, the four ``source`` members. JSON parsing
+escapes, integers without leading zeros), 64-hex hashes (``stateHash`` among them: a record without
+one is log format 1, which the Python path refuses), the four ``source`` members. JSON parsing
 per column cost more than the rest of the sink together (measured); one RE2 pass does not. A row is
 ``ok`` when, besides the match,
 
@@ -70,7 +71,7 @@ TAIL_RE = rf'^,"runId":"{_S}",(?:"schemaVersion":{_N},)?"sequence":{_N},"timesta
 HASHES_RE = rf'^,"hash":"{_H}","prevHash":"{_H}$'
 SOURCE_RE = (
     rf'^","source":\{{"offset":-?{_N},"partition":-?(?:0|[1-9][0-9]{{0,8}}),"timestampMs":(?:{_N}|null),'
-    rf'"topic":"{_S}"\}}(?:,"stateHash":"{_H}")?\}}$'
+    rf'"topic":"{_S}"\}},"stateHash":"{_H}"\}}$'
 )
 #: The whole shape, for reading (and the tests): ``{"doc":`` HEAD payload TAIL HASHES SOURCE.
 RECORD_RE = r'^\{"doc":' + HEAD_RE[1:-1] + ".*" + TAIL_RE[1:-1] + HASHES_RE[1:-1] + SOURCE_RE[1:]

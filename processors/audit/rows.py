@@ -17,16 +17,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from schemas.canonical import jcs, jcs_parsed, jcs_parsed_and_member, sha256_hex
-from schemas.errors import StoreError
+from schemas.errors import LogFormatError, StoreError
 from schemas.records import (
     Checkpoint,
     CommittedEvent,
     Rejection,
     RunSnapshot,
-    StateDigest,
     Transition,
     Verdict,
     Violation,
+    log_format_error,
 )
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "violation_rows",
     "rejection_rows",
     "snapshot_rows",
-    "digest_rows",
     "verdict_rows",
     "checkpoint_rows",
     "rows_for",
@@ -71,9 +70,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     ),
     "snapshots": (
         "run_id", "at_sequence", "log_partition", "log_offset", "state", "state_hash", "head_hash",
-    ),
-    "state_digests": (
-        "run_id", "sequence", "state_hash", "head_hash", "log_partition", "log_offset",
     ),
     "replay_verdicts": (
         "source_run_id", "replay_run_id", "record_hash", "mode", "verdict", "error_code",
@@ -167,10 +163,15 @@ def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -
     ``parsed=True`` says the records came from :func:`schemas.canonical.loads_strict` (the sink
     decodes every one), so ``doc`` and ``payload`` are canonicalised without reading them back
     (:func:`schemas.canonical.jcs_parsed`); the text is the same either way.
+
+    Raises:
+        LogFormatError: a record without ``stateHash`` (log format 1): no row is made for it.
     """
     payload_and_doc = _parsed_payload_and_doc if parsed else _payload_and_doc
 
     def row(rec: CommittedEvent) -> tuple[Any, ...]:
+        if "stateHash" not in rec:
+            raise log_format_error(rec)
         doc = rec["doc"]
         src = _source(rec)
         ts_ms = src.get("timestampMs")
@@ -189,7 +190,7 @@ def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -
             rec["hash"],
             rec["prevHash"],
             *payload_and_doc(doc),
-            _s(rec.get("stateHash")),  # format 2 (CONTRACT.md CommittedEvent); '' for format 1
+            _s(rec["stateHash"]),
         )
 
     return _columnar("events", (row(r) for r in records))
@@ -290,22 +291,6 @@ def snapshot_rows(records: Iterable[RunSnapshot]) -> Columns:
     return _columnar("snapshots", (row(r) for r in records))
 
 
-def digest_rows(records: Iterable[StateDigest]) -> Columns:
-    """StateDigest → ``state_digests``."""
-
-    def row(rec: StateDigest) -> tuple[Any, ...]:
-        return (
-            rec["runId"],
-            int(rec["sequence"]),
-            _s(rec.get("stateHash")),
-            _s(rec.get("headHash")),
-            int(rec.get("logPartition") if rec.get("logPartition") is not None else -1),
-            int(rec.get("logOffset") if rec.get("logOffset") is not None else -1),
-        )
-
-    return _columnar("state_digests", (row(r) for r in records))
-
-
 def verdict_rows(records: Iterable[Verdict]) -> Columns:
     """Verdict → ``replay_verdicts``; the key includes the verdict's content hash."""
 
@@ -359,9 +344,6 @@ TABLE_FOR_KIND: dict[str, str] = {
     "rejections": "rejections",
     "snapshot": "snapshots",
     "snapshots": "snapshots",
-    "digest": "state_digests",
-    "digests": "state_digests",
-    "state_digest": "state_digests",
     "verdict": "replay_verdicts",
     "verdicts": "replay_verdicts",
     "checkpoint": "checkpoints",
@@ -374,7 +356,6 @@ ROWS_FOR_TABLE: dict[str, RowMapper] = {
     "violations": violation_rows,
     "rejections": rejection_rows,
     "snapshots": snapshot_rows,
-    "state_digests": digest_rows,
     "replay_verdicts": verdict_rows,
     "checkpoints": checkpoint_rows,
 }
@@ -392,8 +373,9 @@ def rows_for(kind: str, records: Iterable[Mapping[str, Any]], *,
     :func:`committed_rows`); the rows are the same, computed with less work.
 
     Raises:
-        StoreError: ``unknown_record_kind`` for a kind no table holds, or
-            ``bad_record`` when a record lacks a field its table needs.
+        StoreError: ``unknown_record_kind`` for a kind no table holds, ``bad_record`` when a
+            record lacks a field its table needs, or ``log_format_unsupported`` for a log record
+            without ``stateHash`` (log format 1).
     """
     table = TABLE_FOR_KIND.get(kind)
     if table is None:
@@ -404,6 +386,8 @@ def rows_for(kind: str, records: Iterable[Mapping[str, Any]], *,
     try:
         names, cols = (committed_rows(records, parsed=True) if parsed and table == "events"  # type: ignore[arg-type]
                        else ROWS_FOR_TABLE[table](records))
+    except LogFormatError as e:
+        raise StoreError(str(e), code=e.code) from e
     except (KeyError, TypeError, ValueError) as e:
         raise StoreError(f"a {kind} record cannot be mapped to table {table}: {e!r}", code="bad_record") from e
     return table, names, cols

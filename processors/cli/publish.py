@@ -26,6 +26,7 @@ from rich.table import Table
 
 from schemas.canonical import jcs, loads_strict
 from schemas.errors import AgentlogError, ConfigError, EventRejected
+from schemas.records import log_format_error
 from streams.settings import load_settings
 
 
@@ -124,7 +125,11 @@ def export(
     checkpoints: Path | None = typer.Option(None, "--checkpoints", help="also write the run's signed checkpoints "
                                             "to this file, one JSON per line (--source log only)"),
 ) -> None:
-    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), and nothing else."""
+    """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), and nothing else.
+
+    A log record without stateHash (log format 1) stops the export with ``log_format_unsupported``
+    before anything is written: that log is exported with the version that wrote it.
+    """
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
     from streams.reader import read_run, read_topic
 
@@ -141,6 +146,8 @@ def export(
     events = asyncio.run(read_run(settings, run, short_name=source))
     if not events:
         raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
+    if source == "log" and (old := next((item for item in events if "stateHash" not in item), None)) is not None:
+        raise log_format_error(old)  # before anything is written: an export of this log is made by its version
     signed = asyncio.run(run_checkpoints()) if checkpoints is not None else []
     if checkpoints is not None and not signed:
         Console(stderr=True).print(f"[yellow]warning:[/] run {escape(run)} has no signed checkpoints yet")

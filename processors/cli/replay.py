@@ -1,7 +1,7 @@
 """``agentlog replay`` (re-derive a run from an offset) and ``agentlog replay-verdicts``.
 
 ``replay`` re-reads the committed log from the nearest snapshot, refolds it with the live
-fold and checks every index against the recorded digests and the hash chain
+fold and checks every index against the state hash its log record carries and the hash chain
 (:func:`processors.replay.rederive.replay_run`). Exit codes follow SPEC §7: 0 match, 1 divergence,
 2 the replay could not run. When the run is itself a host replay, its host-replay verdict is
 shown too, so a ``what-if`` (other bound versions, MACP §3) is never mistaken for a match.
@@ -76,9 +76,8 @@ def _print_human(console: Console, result: RederivationResult, host: Verdict | N
     console.print(f"start: sequence {result.from_seq}   snapshot used: {snap}")
     if result.snapshot_note:
         console.print(f"  ({result.snapshot_note})", markup=False)
-    console.print(f"events compared with recorded digests: {result.compared}"
-                  + (f"   not yet digested (chain-checked only): {result.undigested}" if result.undigested else "")
-                  + f"   last sequence: {result.last_sequence}")
+    console.print(f"events compared with their recorded state hashes: {result.compared}"
+                  f"   last sequence: {result.last_sequence}")
     console.print(f"head hash: {result.head_hash}")
     if result.bindings:
         console.print("bound versions: " + ", ".join(f"{k}={v}" for k, v in sorted(result.bindings.items())),
@@ -107,7 +106,7 @@ def replay_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
     collect_all: bool = typer.Option(False, "--all", help="Report every divergence, not just the first."),
 ) -> None:
-    """Re-derive a run from a log offset or sequence and compare with the recorded digests."""
+    """Re-derive a run from a log offset or sequence and compare with the recorded state hashes."""
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
     from processors.replay import replay_run_with_host_verdict
 

@@ -8,7 +8,7 @@ tests run the very same code, byte for byte.
 from processors.core.fold import FoldError, fold, fold_all, initial_state, observable, state_hash, states_by_index
 from processors.core.handoff import HandoffError, derive_child_outcome, join
 from processors.core.result_cache import ResultCache, tool_cache_key
-from processors.core.runstate import TERMINAL_TYPES, step
+from processors.core.runstate import TERMINAL_TYPES, advance, fold_next
 from processors.core.sequencing import Accepted, Decision, Redelivered, Rejected, Source, decide, rejection_record
 from processors.core.statehash import StateHasher
 
@@ -20,7 +20,7 @@ __all__ = [
     # sequencing
     "Accepted", "Decision", "Redelivered", "Rejected", "Source", "decide", "rejection_record",
     # run state
-    "TERMINAL_TYPES", "StateHasher", "step",
+    "TERMINAL_TYPES", "StateHasher", "advance", "fold_next",
     # observable-result cache
     "ResultCache", "tool_cache_key",
 ]

@@ -18,8 +18,8 @@ read and written by the callers (:mod:`processors.worker.signing`, :mod:`process
   travels in the statement, so after a key rotation old checkpoints name the old key and the
   verifier, given every public key in use, picks the right one.
 * **What verification checks** (:func:`verify_history`, stops at the first failure): contiguous
-  sequences from 0; each record's ``prevHash``/``hash`` and ``stateHash`` when it carries them
-  (today's chain check); at every checkpoint, the signature with a known key and the recomputed
+  sequences from 0; a log record's ``prevHash``/``hash`` and ``stateHash`` (the chain check; a bare
+  doc from an export carries none of them); at every checkpoint, the signature with a known key and the recomputed
   head and state hash; a checkpoint at every terminal event (else deleting the run's last
   checkpoints would go unnoticed); no checkpoint beyond the history (else truncation would); and,
   unless allowed, no event after the last checkpoint (the "unsigned tail").
@@ -43,7 +43,7 @@ from processors.core.runstate import TERMINAL_TYPES
 from processors.core.statehash import StateHasher
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
 from schemas.errors import AgentlogError
-from schemas.records import Checkpoint, checkpoint
+from schemas.records import Checkpoint, checkpoint, log_format_error
 
 __all__ = [
     "PURPOSE",
@@ -258,6 +258,10 @@ def verify_history(
     GENESIS, the one fold with ``handoff_mode``, as the worker ran it) is what the signatures are
     compared with, so nothing a forger can rewrite is trusted. ``checkpoints`` may repeat and
     come in any order; ``keys`` maps :func:`key_id` to public key.
+
+    Raises:
+        LogFormatError: a CommittedEvent without ``stateHash`` (log format 1), which this version
+            does not verify.
     """
     by_seq: dict[int, list[Mapping[str, Any]]] = {}
     seen: set[bytes] = set()
@@ -292,6 +296,8 @@ def verify_history(
 
     for index, rec in enumerate(records):
         committed = isinstance(rec.get("doc"), dict)
+        if committed and "stateHash" not in rec:
+            raise log_format_error(rec)
         doc: Mapping[str, Any] = rec["doc"] if committed else rec
         if doc.get("runId") != run_id:
             return result(VerifyFailure("wrong_run", index, f"event {index} belongs to run {doc.get('runId')!r}"),

@@ -1,10 +1,10 @@
-"""The run-state step: one committed event → the run's new table record and the records to send.
+"""The run-state step: one accepted event → the run's new table record, its state hash and the records to send.
 
 It calls the one pure fold (:mod:`processors.core.fold`) — the same function replay
-uses — and turns its outputs into records. It also re-checks the hash chain of
-what it reads, so a record rewritten in the log is flagged where it is consumed,
-not only when someone thinks to replay. The Faust agent around it is
-:mod:`processors.worker.runstate`.
+uses — and turns its outputs into records. The one-pass sequencer
+(:mod:`processors.worker.sequencer`) folds every accepted event here before it commits it, so
+the committed record carries the state hash at its index. :func:`chain_problem` is what the
+live log check (:mod:`processors.worker.runstate`) says about a record read back from the log.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from processors.core.fold import fold
 from processors.core.handoff import State
 from processors.core.statehash import ExactStateHash
 from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
-from schemas.records import CommittedEvent, Violation, run_snapshot, state_digest, violation
+from schemas.records import Violation, violation
 
 log = logging.getLogger("agentlog.runstate")
 
@@ -60,59 +60,12 @@ Send = tuple[str, str | None, Mapping[str, Any]]
 
 
 class RunRecord(TypedDict):
-    """A run's record in the ``runs`` table, as :func:`step` writes it."""
+    """A run's record in the ``runs`` table, as :func:`advance` makes it."""
 
     state: State | None  # the folded state; None only before the first event
     next: int  # the sequence expected next
     head: str  # hash of the last committed event (GENESIS before the first)
     since: int  # events folded since the last snapshot
-
-
-def step(record: RunRecord | None, committed: CommittedEvent, *, partition: int, offset: int,
-         snapshot_every: int, handoff_mode: str) -> tuple[RunRecord | None, list[Send]]:
-    """Advance one run by one committed event; pure.
-
-    Returns the run's new table record (None when the event is a duplicate to skip)
-    and the records to send as ``(topic short name, key, value)``. A rewritten copy of an
-    already folded sequence returns the record unchanged and a ``hash_chain_broken`` violation.
-    """
-    doc = committed["doc"]
-    run_id = doc["runId"]
-    rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
-    seq = doc["sequence"]
-    if seq < rec["next"]:
-        # A later copy of a (runId, sequence) already folded. A redelivery is byte-identical, so
-        # its doc still hashes to the hash it carries; a copy whose doc does not was rewritten
-        # after it was committed. (A rewrite with a recomputed hash is caught by replay, which
-        # compares the copies.)
-        carried = committed.get("hash")
-        if carried != chain_hash(str(committed.get("prevHash")), doc):
-            return rec, [("violations", run_id, _violation(
-                run_id, "hash_chain_broken",
-                f"a later copy of sequence {seq} carries hash {carried}, but its doc hashes to "
-                f"{chain_hash(str(committed.get('prevHash')), doc)}: the record was rewritten", doc))]
-        return None, []  # a redelivered or duplicated log record: readers dedup by (runId, sequence)
-    sends: list[Send] = []
-    if seq > rec["next"]:
-        sends.append(("violations", run_id, _violation(
-            run_id, "log_gap", f"committed log jumps from sequence {rec['next'] - 1} to {seq}", doc)))
-    expected_hash = chain_hash(rec["head"], doc)
-    if committed.get("prevHash") != rec["head"] or committed.get("hash") != expected_hash:
-        sends.append(("violations", run_id, _violation(
-            run_id, "hash_chain_broken",
-            f"record at sequence {seq} has prevHash {committed.get('prevHash')} / hash {committed.get('hash')}, "
-            f"expected {rec['head']} / {expected_hash}", doc)))
-    adv = advance(rec, doc, expected_hash, snapshot_every=snapshot_every, handoff_mode=handoff_mode)
-    sends.extend(adv.sends)
-    new = adv.record
-    sends.append(("digests", run_id, state_digest(
-        run_id=run_id, sequence=seq, state_hash=adv.state_hash, head_hash=new["head"], log_partition=partition,
-        log_offset=offset)))
-    if adv.snapshot:
-        sends.append(("snapshots", run_id, run_snapshot(
-            run_id=run_id, at_sequence=seq, log_partition=partition, log_offset=offset, state=adv.state,
-            state_hash=adv.state_hash, head_hash=new["head"])))
-    return new, sends
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,9 +88,8 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
             handoff_mode: str) -> Advanced:
     """Fold ``doc`` (the run's next sequence, already chained to ``head_hash``) into the run; pure.
 
-    The one-pass worker calls this right after the sequencer's decision, so the chain is not
-    re-checked here (it was computed a moment ago from the same doc); :func:`step`, which reads
-    records back from the log, checks it first and then calls this.
+    The one-pass worker calls this (through :func:`fold_next`) right after the sequencer's
+    decision, so the chain is not re-checked here: it was computed a moment ago from the same doc.
     """
     run_id = doc["runId"]
     rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
@@ -162,14 +114,55 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
     return Advanced(new, state, sends, s_hash, snapshot)
 
 
+#: The rejection reason of an accepted event that its run's state cannot take (CONTRACT.md "Rejection").
+RUN_STATE_UNAVAILABLE = "run_state_unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Unfoldable:
+    """Why an accepted event cannot be folded into its run; the sequencer refuses the event with it."""
+
+    detail: str
+
+
+def fold_next(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, snapshot_every: int,
+              handoff_mode: str) -> Advanced | Unfoldable:
+    """:func:`advance` when ``record`` is the run's state just before ``doc``; otherwise why it is not.
+
+    Every committed record carries the state hash at its index, so the sequencer commits an event
+    only together with its fold. Its crash rule leaves a run's ``runs`` record at most one stage
+    behind its head, and the redelivered records put it level again (:func:`refold_due`); so a
+    record missing for a run past its first event, one behind or past ``doc``, or a fold that
+    raises, is an internal error. Folding over it anyway would commit a state hash that is not the
+    run's, which every later record and checkpoint would repeat: the event is refused instead, its
+    bytes kept in ``rejections``, and the run's log stays as it was.
+    """
+    run_id, seq = doc["runId"], doc["sequence"]
+    held = record["next"] if record else 0
+    if held != seq:
+        state = "no run state" if record is None else f"its run state at sequence {held}"
+        return Unfoldable(f"the worker holds {state} for run {run_id}, whose next sequence is {seq}; "
+                          + _NOT_APPENDED)
+    try:
+        return advance(record, doc, head_hash, snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+    except Exception as e:  # a fold bug: the sequencer has validated the event
+        log.exception("cannot fold run %s at sequence %d", run_id, seq)
+        return Unfoldable(f"folding run {run_id} at sequence {seq} failed ({type(e).__name__}: {e}); "
+                          + _NOT_APPENDED)
+
+
+_NOT_APPENDED = ("the event is not appended, because every log record carries the state hash at its index "
+                 "(an internal error of the worker: its log says more)")
+
+
 def refold_due(record: RunRecord | None, sequence: int) -> bool:
     """Whether a redelivered event at ``sequence`` must be folded again into its run's ``record``.
 
     Only when the record stops exactly before it: a crash made the event's index entry durable and
     not the run state that followed it. A record already past it (the run state was made durable
-    and the head was not: the two share one round trip, #13 session 9) has folded it, and folding
-    it again would apply it twice; a record further behind is caught up from the log by the run's
-    next accepted event.
+    and the head was not: the two share one round trip) has folded it, and folding it again would
+    apply it twice. A record further behind is none the crash rule leaves (a fold that failed):
+    the run's next accepted event is refused (:func:`fold_next`).
     """
     return (record["next"] if record else 0) == sequence
 

@@ -6,11 +6,11 @@ as the same frozen :class:`Divergence`. Its ``kind`` is one :data:`DivergenceKin
 
 * ``output`` — a compared field or the observable state differs (comparison);
 * ``missing`` / ``extra`` — an index only the reference / only the other side has
-  (comparison: original vs replay; re-derivation: recorded digests vs the committed log);
+  (comparison: original vs replay); re-derivation reports ``missing`` where the committed log
+  skips a sequence;
 * ``type-mismatch`` — different event types at one index (comparison);
 * ``refusal`` — a valid LLM envelope on one side, a refusal on the other (comparison, RFC 0041 §B);
-* ``state`` / ``head`` — the refolded state hash / head hash differs from the recorded digest
-  (re-derivation);
+* ``state`` — the refolded state hash differs from the one the log record carries (re-derivation);
 * ``tampered`` — the hash chain is broken or a committed record was rewritten (re-derivation).
 
 ``expected`` is always the reference's value (the original run, or what was recorded) and
@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 __all__ = ["Divergence", "DivergenceEngine", "DivergenceKind"]
 
-DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal", "state", "head", "tampered"]
+DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal", "state", "tampered"]
 
 #: Which job found the divergence; it decides the JSON shape (see the module docstring).
 DivergenceEngine = Literal["comparison", "rederivation"]

@@ -9,22 +9,18 @@ check three things against what was recorded:
 * the hash chain itself: ``prevHash`` is the previous record's hash and
   ``hash == chain_hash(prevHash, doc)``; a later copy of a ``(runId, sequence)`` that differs
   from the first one is a rewrite. Either is ``tampered``.
-* the state hash of the refolded state against the ``digests`` topic (``state``), with a
-  field-level diff when a recorded snapshot exists at that index;
-* the head hash against the digest (``head``).
+* the state hash of the refolded state against the ``stateHash`` the record carries (``state``),
+  with a field-level diff when a recorded snapshot exists at that index.
 
-Where the recorded state hash comes from depends on the log record's format: a format-2
-record carries its own ``stateHash`` (written by the one-pass worker together with its
-hash); a format-1 record (written before that) has it on the ``digests`` topic. Both are
-"the digest" below, so logs and topics written by either version replay the same way.
-(A format-2 forger who recomputes the chain can recompute the carried stateHash too; the
-snapshots and the audit store's copy are then the independent record.)
+Every log record carries the state hash at its index, written by the worker together with its
+hash (log format 2); "the digest" of an index below is that pair, the record's ``stateHash`` and
+its own ``hash`` (the head hash). A record without ``stateHash`` is log format 1, which this
+version does not read: the replay stops with :class:`schemas.errors.LogFormatError`
+(``log_format_unsupported``). A forger who recomputes the chain can recompute the carried
+stateHash too; the snapshots, the signed checkpoints (``agentlog verify``) and the audit store's
+copy are then the independent record.
 
-A sequence the log skips, or one the digests know but the log no longer holds, is
-``missing``; a log record inside the digested range that no digest covers is ``extra``.
-Records past the last digest (the worker has not got there yet) are still chain-checked and
-counted as ``undigested``, never called a divergence: a replay racing the live worker must
-not report its lag as tampering.
+A sequence the log skips is ``missing``.
 
 Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to` for the
 chain: orjson's sorted bytes hashed as they are, an equal SHA-256 proving they are the JCS bytes;
@@ -33,8 +29,7 @@ with SHA-256 resumed from the first top-level member the event changed), and onl
 does not match that way is computed exactly, through the incremental hasher and then the
 reference encoder, which is what every reported divergence rests on.
 
-Every read of one replay goes through one consumer (:class:`streams.reader.TopicReader`); the
-digests topic is only read when the run's partition of it holds records (format 1).
+Every read of one replay goes through one consumer (:class:`streams.reader.TopicReader`).
 
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
@@ -46,7 +41,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from processors.core.fold import fold, fold_noting, state_hash
@@ -57,7 +52,7 @@ from processors.replay.divergence import Divergence, DivergenceKind
 from processors.replay.host import host_verdicts
 from schemas.canonical import GENESIS, canonical_leaf, chain_hash, hashes_to, reference_jcs, sha256_hex
 from schemas.errors import AgentlogError, ReplayError
-from schemas.records import Verdict
+from schemas.records import Verdict, log_format_error
 from streams.codec import decode_record
 from streams.reader import TopicReader, partition_for
 from streams.settings import Settings
@@ -69,7 +64,9 @@ __all__ = ["RederivationResult", "record_metrics", "replay_run", "replay_run_wit
 RederivationVerdict = Literal["match", "diverged", "error"]
 
 #: Metric aspect each divergence kind counts under (``replay_behavior_*_total{aspect}``).
-_ASPECT = {"state": "state", "head": "head", "tampered": "chain", "missing": "chain", "extra": "chain"}
+_ASPECT = {"state": "state", "tampered": "chain", "missing": "chain"}
+#: ``head`` (the run's head hash) is checked with the chain: each record's hash is its head hash, so a
+#: chain that holds has the recorded head at every index, and a break is counted under ``chain``.
 REDERIVATION_ASPECTS = ("state", "head", "chain")
 
 #: How often (in events) the progress callback is called.
@@ -85,8 +82,8 @@ class RederivationResult:
     ``first_divergence`` (and each of ``divergences``) is a :class:`Divergence` of engine
     ``rederivation`` (JSON ``{atSequence, kind, path, expected, actual, logOffset, detail}``;
     ``expected`` is what was recorded, ``actual`` what the log refolds to). ``compared`` counts the
-    indexes checked against a recorded digest; ``undigested`` those past the last digest
-    (chain-checked only). ``error`` is set with verdict ``error`` (e.g. the run has no log).
+    indexes checked against their recorded state hash. ``error`` is set with verdict ``error``
+    (e.g. the run has no log).
     """
 
     verdict: RederivationVerdict
@@ -99,7 +96,6 @@ class RederivationResult:
     divergences: tuple[Divergence, ...] = ()
     collect_all: bool = False
     last_sequence: int | None = None
-    undigested: int = 0
     log_partition: int | None = None
     read_from_offset: int | None = None
     snapshot_note: str | None = None
@@ -114,7 +110,6 @@ class RederivationResult:
             "fromSeq": self.from_seq,
             "snapshotUsed": self.snapshot_used,
             "compared": self.compared,
-            "undigested": self.undigested,
             "lastSequence": self.last_sequence,
             "firstDivergence": self.first_divergence.to_dict() if self.first_divergence else None,
             "headHash": self.head_hash,
@@ -139,36 +134,24 @@ def _divergence(seq: int, kind: DivergenceKind, *, path: str | None, expected: A
 
 
 # ---------------------------------------------------------------------------------------------
-# Recorded data: digests and snapshots
-
-
-async def _digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
-    """Recorded per-index digests of the run, first record per sequence (redeliveries are identical).
-
-    Only format-1 logs have them: an empty partition (every log a one-pass worker wrote) is
-    known from its offsets, without reading it.
-    """
-    out: dict[int, dict[str, Any]] = {}
-    if not await reader.holds_records("digests", key=run_id):
-        return out
-    async for _, _, _, value in reader.read("digests", key=run_id):
-        if value.get("runId") == run_id and isinstance(value.get("sequence"), int):
-            out.setdefault(value["sequence"], value)
-    return out
+# Recorded data: the digests the log records carry, and snapshots
 
 
 def _carried_digest(committed: Mapping[str, Any], partition: int | None, offset: int) -> dict[str, Any]:
-    """The digest a format-2 log record carries: its stateHash, with its own hash as the head hash."""
+    """The digest a log record carries: its stateHash, with its own hash as the head hash."""
     return {"sequence": committed["doc"]["sequence"], "stateHash": committed["stateHash"],
             "headHash": committed.get("hash"), "logPartition": partition, "logOffset": offset}
 
 
 async def _log_digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, Any]]:
-    """Digests carried by the run's format-2 log records, from the first copy of each sequence.
+    """The digests the run's log records carry, from the first copy of each sequence.
 
     Only a replay that starts after sequence 0 needs them up front (to map an offset to a
     sequence, check the snapshot it starts from, and judge later copies of earlier indexes);
     a replay from 0 reads each record's stateHash as it walks.
+
+    Raises:
+        LogFormatError: a first copy without ``stateHash`` (log format 1).
     """
     out: dict[int, dict[str, Any]] = {}
     seen: set[int] = set()
@@ -176,7 +159,9 @@ async def _log_digests(reader: TopicReader, run_id: str) -> dict[int, dict[str, 
         doc = value.get("doc")
         if not isinstance(doc, dict) or doc.get("runId") != run_id or type(seq := doc.get("sequence")) is not int:
             continue
-        if seq not in seen and isinstance(value.get("stateHash"), str):
+        if seq not in seen:
+            if "stateHash" not in value:
+                raise log_format_error(value, partition=partition, offset=offset)
             out[seq] = _carried_digest(value, partition, offset)
         seen.add(seq)
     return out
@@ -268,7 +253,7 @@ def _snapshot_problem(snap: Mapping[str, Any], digests: Mapping[int, dict[str, A
         return "its state does not hash to its stateHash"
     digest = digests.get(snap["atSequence"])
     if digest is not None and (digest["stateHash"] != snap["stateHash"] or digest["headHash"] != snap["headHash"]):
-        return "it disagrees with the digest recorded at that index"
+        return "it disagrees with the log record at that index"
     return None
 
 
@@ -336,7 +321,9 @@ class _Walk:
 
     def __init__(self, *, state: dict[str, Any] | None, head: str, next_seq: int, collect_all: bool,
                  digests: Mapping[int, dict[str, Any]], snapshots: Mapping[int, dict[str, Any]],
-                 handoff_mode: str) -> None:
+                 handoff_mode: str, partition: int | None = None) -> None:
+        """``digests``: those read up front (:func:`_log_digests`), to judge copies of indexes before the
+        start; ``partition``: the run's log partition, named in errors."""
         self.state = state
         self.head = head
         self.next_seq = next_seq
@@ -347,12 +334,11 @@ class _Walk:
         self.handoff_mode = handoff_mode
         self.hasher = StateHasher()
         self.candidate_hash = ResumableStateHash()
-        self.last_digest = max(digests) if digests else -1
+        self.partition = partition
         # seq -> (offset, prevHash as the record claims it (absent: None), recomputed head)
         self.seen: dict[int, tuple[int, str | None, str]] = {}
         self.divergences: list[Divergence] = []
         self.compared = 0
-        self.undigested = 0
         self.events = 0
         self.state_blind = False  # after a missing record the state can no longer be refolded
         self.state_diverged = False  # the previous index already had a state divergence
@@ -409,13 +395,13 @@ class _Walk:
         ``False`` changes nothing (the fold is pure, the candidate hasher is a cache), and
         :meth:`_index` then judges the record the general way. Only called before any divergence,
         so there is no earlier state divergence to carry. Kept apart from the general path's
-        branching (format-1 digests, missing and extra records, divergences to word), which the
+        branching (a record without stateHash, missing records, divergences to word), which the
         usual index needs none of: about 0.5 µs of CPU less per event (in-process A/B over the bench run).
         """
         recorded_state = committed.get("stateHash")
         claimed: Any = committed.get("hash")  # a str once hashes_to has matched it
         head = self.head
-        if (type(recorded_state) is not str or committed.get("prevHash") != head or seq in self.digests
+        if (type(recorded_state) is not str or committed.get("prevHash") != head
                 or not hashes_to(claimed, doc, head.encode("ascii"))):
             return False
         prev = self.state
@@ -430,8 +416,6 @@ class _Walk:
         self.state = state
         self.events += 1
         self.compared += 1
-        if seq > self.last_digest:
-            self.last_digest = seq
         self.seen[seq] = (offset, head, claimed)
         self.head = claimed
         self.next_seq = seq + 1
@@ -451,11 +435,11 @@ class _Walk:
         """
         if self.divergences or self.state_blind:
             return i
-        decode, noting, candidate, digests, seen, mode = (decode_record, fold_noting, self.candidate_hash,
-                                                          self.digests, self.seen, self.handoff_mode)
+        decode, noting, candidate, seen, mode = (decode_record, fold_noting, self.candidate_hash, self.seen,
+                                                 self.handoff_mode)
         after_set = candidate.after_set
         state, head, next_seq, events, compared = self.state, self.head, self.next_seq, self.events, self.compared
-        last_digest, n = self.last_digest, len(batch)
+        n = len(batch)
         try:
             while i < n:
                 offset, _, data = batch[i]
@@ -469,8 +453,7 @@ class _Walk:
                 seq, recorded_state = doc.get("sequence"), committed.get("stateHash")
                 claimed: Any = committed.get("hash")  # a str once hashes_to has matched it
                 if (seq != next_seq or type(seq) is not int or type(recorded_state) is not str
-                        or committed.get("prevHash") != head or seq in digests
-                        or not hashes_to(claimed, doc, head.encode("ascii"))):
+                        or committed.get("prevHash") != head or not hashes_to(claimed, doc, head.encode("ascii"))):
                     break
                 new, _, note = noting(state, doc, handoff_mode=mode)
                 if (candidate(new) if note is None else after_set(new, state, note[0], note[1])) != recorded_state:
@@ -480,8 +463,6 @@ class _Walk:
                 state = new
                 events += 1
                 compared += 1
-                if seq > last_digest:
-                    last_digest = seq
                 seen[seq] = (offset, head, claimed)
                 head = claimed
                 next_seq = seq + 1
@@ -491,29 +472,25 @@ class _Walk:
                     progress(events, total)
         finally:
             self.state, self.head, self.next_seq, self.events, self.compared = state, head, next_seq, events, compared
-            self.last_digest = last_digest
         return i
 
     def _index(self, seq: int, offset: int, committed: dict[str, Any], doc: dict[str, Any]) -> None:
+        """Judge the record at index ``seq`` the general way: its chain link, then its state hash.
+
+        Raises:
+            LogFormatError: the record carries no ``stateHash`` (log format 1).
+        """
+        if "stateHash" not in committed:
+            raise log_format_error(committed, partition=self.partition, offset=offset)
         prev_claimed = committed.get("prevHash")
         claimed = committed.get("hash")
-        # What was recorded at this index: the digests topic (format 1), else the record itself
-        # (format 2: its stateHash, and its own hash as the head hash); neither: no digest.
-        digest = self.digests.get(seq)
-        if digest is not None:
-            has_digest, recorded_state, recorded_head = True, digest.get("stateHash"), digest.get("headHash")
-        elif isinstance(carried := committed.get("stateHash"), str):
-            has_digest, recorded_state, recorded_head = True, carried, claimed
-            if seq > self.last_digest:
-                self.last_digest = seq
-        else:
-            has_digest, recorded_state, recorded_head = False, None, None
+        recorded_state = committed["stateHash"]
         head = self.head
-        if hashes_to(claimed, doc, head.encode("ascii")) and (not has_digest or recorded_head == claimed):
+        if hashes_to(claimed, doc, head.encode("ascii")):
             expected_head = cast(str, claimed)  # proven by its SHA-256: the usual case, no canonicalisation
         else:
             expected_head = chain_hash(head, doc)
-            if claimed != expected_head or (has_digest and recorded_head != expected_head):
+            if claimed != expected_head:
                 # A divergence is only ever reported from the reference hash.
                 expected_head = _reference_chain_hash(head, doc)
         found: Divergence | None = None
@@ -529,28 +506,13 @@ class _Walk:
         s_hash = None
         if not self.state_blind:
             self.state, _ = fold(self.state, doc, handoff_mode=self.handoff_mode)
-            if has_digest:  # past the last digest nothing is compared, so nothing is hashed
-                s_hash = self._state_hash(recorded_state)
-        if not has_digest:
-            if seq <= self.last_digest and found is None:
-                found = _divergence(seq, "extra", path=None, expected=None, actual=doc.get("type"), offset=offset,
-                                    detail="the log holds an event the recorded digests do not cover")
-            elif seq > self.last_digest:
-                self.undigested += 1
-        else:
-            self.compared += 1
-            # One wrong value stays wrong at every later index: report where a difference starts.
-            state_differs = s_hash is not None and s_hash != recorded_state
-            if found is None and state_differs and not self.state_diverged:
-                found = self._state_divergence(seq, offset, recorded_state, s_hash)
-            self.state_diverged = state_differs
-            if found is None and recorded_head != expected_head:
-                found = _divergence(seq, "head", path="headHash", expected=recorded_head,
-                                    actual=expected_head, offset=offset,
-                                    detail="the head hash recomputed from the log differs from the recorded one")
-            if found is not None and found.kind == "tampered" and recorded_head != expected_head:
-                found = replace(found, detail=found.detail
-                                + "; the recorded digest confirms the doc differs from what was folded")
+            s_hash = self._state_hash(recorded_state)
+        self.compared += 1
+        # One wrong value stays wrong at every later index: report where a difference starts.
+        state_differs = s_hash is not None and s_hash != recorded_state
+        if found is None and state_differs and not self.state_diverged:
+            found = self._state_divergence(seq, offset, recorded_state, s_hash)
+        self.state_diverged = state_differs
         if found is not None:
             self.add(found)
         # Continue the chain from what the log claims, so one rewritten record is reported once.
@@ -590,7 +552,7 @@ class _Walk:
                            f"{recorded} recorded, {s_hash} refolded)")
         return _divergence(seq, "state", path="stateHash", expected=recorded, actual=s_hash,
                            offset=offset,
-                           detail="refolded state hash differs from the recorded digest "
+                           detail="refolded state hash differs from the one the log record carries "
                                   "(no snapshot at this index to diff fields against)")
 
     def _duplicate(self, seq: int, offset: int, committed: dict[str, Any]) -> None:
@@ -601,7 +563,7 @@ class _Walk:
         first = self.seen.get(seq)
         if first is not None:
             identical = first[1] == committed.get("prevHash") and first[2] == recomputed == claimed
-        else:  # before where this replay started: judge the copy by the recorded digest
+        else:  # before where this replay started: judge the copy by the digest its first copy carries
             digest = self.digests.get(seq)
             if digest is None:
                 if self.defer_early:
@@ -610,18 +572,6 @@ class _Walk:
             identical = recomputed == claimed == digest.get("headHash")
         if not identical:
             self.conflicts.append((seq, offset, committed))
-
-    def finish(self) -> None:
-        """Digests past the end of the log: the log lost records the processor once folded."""
-        if self.stopped:
-            return
-        beyond = [s for s in self.digests if s >= self.next_seq]
-        if beyond:
-            lost = min(beyond)
-            self.add(_divergence(
-                lost, "missing", path=None, expected=f"sequence {lost}", actual=None,
-                offset=self.digests[lost].get("logOffset"),
-                detail=f"digests record sequences up to {max(beyond)} but the log ends at {self.next_seq - 1}"))
 
 
 async def _conflict_divergences(reader: TopicReader, run_id: str, partition: int, walk: _Walk) -> list[Divergence]:
@@ -663,6 +613,8 @@ async def replay_run(
 
     Raises:
         ReplayError: both start points given, a negative one, or nothing of the run at/after it.
+        LogFormatError: a log record of the run carries no ``stateHash`` (log format 1,
+            ``log_format_unsupported``): this version cannot check that log.
         InfraError: Kafka unreachable / topics missing.
     """
     if from_offset is not None and from_seq is not None:
@@ -670,7 +622,7 @@ async def replay_run(
     if (from_offset is not None and from_offset < 0) or (from_seq is not None and from_seq < 0):
         raise ReplayError("the start offset/sequence must be >= 0")
     # Every read of one replay goes through one consumer: its start-up is paid once.
-    async with TopicReader(settings, topics=("snapshots", "digests", "log")) as reader:
+    async with TopicReader(settings, topics=("snapshots", "log")) as reader:
         return await _replay(reader, run_id, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
                              progress=progress)
 
@@ -679,17 +631,14 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
                   collect_all: bool, progress: Progress | None) -> RederivationResult:
     settings = reader.settings
     snapshots = await _snapshots(reader, run_id)
-    digests = await _digests(reader, run_id)  # format-1 records: the digests topic
-    if not digests and (from_offset is not None or from_seq):
+    digests: dict[int, dict[str, Any]] = {}
+    if from_offset is not None or from_seq:
         quick = await _replay_from_snapshot(reader, run_id, snapshots, from_offset=from_offset, from_seq=from_seq,
                                             collect_all=collect_all, progress=progress)
         if quick is not None:
             return quick
-    if from_offset is not None or from_seq:
-        # Format 2: the digests are in the log records; a replay that does not walk from 0 needs
-        # those before its start point too (the digests topic wins where both exist).
-        for seq, digest in (await _log_digests(reader, run_id)).items():
-            digests.setdefault(seq, digest)
+        # A replay that does not walk from 0 needs the digests before its start point too.
+        digests = await _log_digests(reader, run_id)
     partition = next(iter(digests.values()))["logPartition"] if digests else partition_for(settings, run_id)
     if from_offset is not None:
         start_seq = await _first_seq_at_offset(reader, run_id, partition, from_offset, digests)
@@ -699,14 +648,14 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
     if snap is not None:
         walk = _Walk(state=snap["state"], head=snap["headHash"], next_seq=snap["atSequence"] + 1,
                      collect_all=collect_all, digests=digests, snapshots=snapshots,
-                     handoff_mode=settings.handoff_mode)
+                     handoff_mode=settings.handoff_mode, partition=partition)
         read_from = snap["logOffset"] + 1
     else:
         walk = _Walk(state=None, head=GENESIS, next_seq=0, collect_all=collect_all, digests=digests,
-                     snapshots=snapshots, handoff_mode=settings.handoff_mode)
-        # The processor recorded where sequence 0 sits; without digests, read the partition from its start.
+                     snapshots=snapshots, handoff_mode=settings.handoff_mode, partition=partition)
+        # Where sequence 0 sits, when the digests were read; else the partition from its start.
         read_from = digests[0].get("logOffset") if 0 in digests else None
-    total = (walk.last_digest + 1 - walk.first_seq) if digests else None
+    total = (max(digests) + 1 - walk.first_seq) if digests else None
     from_offsets = {partition: read_from} if read_from is not None else None
     # A fetched batch at a time, undecoded: the loop over it is plain Python (no async step per record).
     async for _, batch in reader.read_raw("log", key=run_id, from_offsets=from_offsets):
@@ -725,7 +674,6 @@ async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, 
             if progress is not None and walk.events % PROGRESS_EVERY == 0 and walk.events:
                 progress(walk.events, total)
     if walk.next_seq == walk.first_seq and not walk.divergences and snap is None:
-        walk.finish()
         return _error(run_id, start_seq, ReplayError(
             f"run {run_id} has no committed events in {settings.topic_prefix}.log; check the run id and prefix"))
     return await _result(reader, run_id, walk, partition=partition, start_seq=start_seq, snap=snap,
@@ -737,7 +685,6 @@ async def _result(reader: TopicReader, run_id: str, walk: _Walk, *, partition: i
                   progress: Progress | None) -> RederivationResult:
     """Finish a walk: its last checks, the rewrites of earlier indexes, the frozen result and its metrics."""
     collect_all = walk.collect_all
-    walk.finish()
     if walk.state is not None and not walk.state_blind and walk.hasher(walk.state) != state_hash(walk.state):
         raise ReplayError("internal: the incremental state hash disagrees with state_hash; report this bug",
                           code="replay_internal")
@@ -765,7 +712,6 @@ async def _result(reader: TopicReader, run_id: str, walk: _Walk, *, partition: i
         divergences=tuple(divergences),
         collect_all=collect_all,
         last_sequence=walk.next_seq - 1,
-        undigested=walk.undigested,
         log_partition=partition,
         read_from_offset=read_from,
         snapshot_note=note,
@@ -800,7 +746,7 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
                                 progress: Progress | None) -> RederivationResult | None:
     """Re-derivation from a later start, reading the log once: from the snapshot's own record on.
 
-    Format-2 records carry their digests, so nothing before the snapshot is needed up front: the
+    Log records carry their digests, so nothing before the snapshot is needed up front: the
     snapshot is checked against the record it names (same sequence, stateHash and hash, which is
     what :func:`_snapshot_problem` checks against a digest), the start sequence is the first index
     reached at or after ``from_offset``, and the rare later copy of an index before the snapshot is
@@ -814,7 +760,7 @@ async def _replay_from_snapshot(reader: TopicReader, run_id: str, snapshots: Map
     settings = reader.settings
     at, partition = snap["atSequence"], partition_for(settings, run_id)
     walk = _Walk(state=snap["state"], head=snap["headHash"], next_seq=at + 1, collect_all=collect_all, digests={},
-                 snapshots=snapshots, handoff_mode=settings.handoff_mode)
+                 snapshots=snapshots, handoff_mode=settings.handoff_mode, partition=partition)
     walk.defer_early = True
     start_seq: int | None = from_seq if from_offset is None else None
     snap_offset = snap["logOffset"]
@@ -866,13 +812,13 @@ async def replay_run_with_host_verdict(
 ) -> tuple[RederivationResult, Verdict | None]:
     """:func:`replay_run`, and when the run is itself a host replay, its latest host-replay verdict.
 
-    A run that declares ``replayOf`` may match its own recorded digests and still be a
+    A run that declares ``replayOf`` may match its own recorded state hashes and still be a
     ``what-if`` of its source (other bound versions, MACP §3); showing the verdict beside the
     re-derivation keeps the one from being read as the other. The verdict is ``None`` when the
     run is no host replay or no verdict is recorded yet.
 
     Raises:
-        ReplayError, InfraError: as :func:`replay_run`.
+        ReplayError, LogFormatError, InfraError: as :func:`replay_run`.
     """
     result = await replay_run(settings, run_id, from_offset=from_offset, from_seq=from_seq,
                               collect_all=collect_all, progress=progress)

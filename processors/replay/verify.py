@@ -48,7 +48,10 @@ def load_keys(pems: Iterable[tuple[str, bytes]]) -> dict[str, Ed25519PublicKey]:
 
 
 async def load_from_log(settings: Settings, run_id: str) -> RunHistory:
-    """The run's committed log records (with prevHash/hash/stateHash) and its ``checkpoints`` records."""
+    """The run's committed log records (with prevHash/hash/stateHash) and its ``checkpoints`` records.
+
+    A record without stateHash (log format 1) is read as it is: :func:`verify_run` refuses it.
+    """
     log = await read_run(settings, run_id)
     checkpoints = [value async for _, _, _, value in read_topic(settings, "checkpoints", key=run_id)
                    if value.get("runId") == run_id]
@@ -106,7 +109,11 @@ def load_checkpoints(path: Path, run_id: str) -> list[dict[str, Any]]:
 
 def verify_run(history: RunHistory, run_id: str, keys: Mapping[str, Ed25519PublicKey], *, handoff_mode: str,
                allow_unsigned_tail: bool = False) -> VerifyResult:
-    """:func:`verify_history` over a loaded history; the loader's notes are kept in the result."""
+    """:func:`verify_history` over a loaded history; the loader's notes are kept in the result.
+
+    Raises:
+        LogFormatError: a log record of the history carries no ``stateHash`` (log format 1).
+    """
     result = verify_history(run_id, history.records, history.checkpoints, keys, handoff_mode=handoff_mode,
                             allow_unsigned_tail=allow_unsigned_tail)
     if history.notes:

@@ -139,7 +139,7 @@ def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> 
         )
         for short in (
             "ingest", "log", "transitions", "violations", "rejections",
-            "snapshots", "digests", "verdicts", "handoff-links", "checkpoints",
+            "snapshots", "verdicts", "handoff-links", "checkpoints",
         )
     }
 

@@ -1,11 +1,8 @@
-"""Run state around the one-pass sequencer: catching a run up, host-replay verdicts, the live log check.
+"""Run state around the one-pass sequencer: host-replay verdicts, the live log check.
 
 The fold itself happens in the sequencer's pass (:mod:`processors.worker.sequencer`); what
 is left here needs no Faust table, so none of it consumes through a Faust stream:
 
-* :func:`catch_up` folds a run whose ``runs`` record is behind the event being committed,
-  from the run's own log records — a worker started on tables of the two-hop version
-  (whose run-state agent lagged the log), or a run whose fold failed once;
 * :func:`send_verdicts` asks for the verdict of every host replay that reached a terminal
   status once its batch is durable;
 * :func:`install_log_check` re-checks every record of the committed log with a plain
@@ -24,83 +21,15 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from processors.core.runstate import RunRecord, advance, chain_problem
+from processors.core.runstate import chain_problem
 from processors.metrics import METRICS
 from processors.replay.host import host_replay_verdict
-from processors.worker.batch import Batch
 from processors.worker.wiring import Wiring
 from streams.codec import decode_record, encode_record
-from streams.reader import ReadProgress, read_run
 from streams.security import client_kwargs
-from streams.settings import Settings
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.runstate")
-
-#: Runs whose catch-up failed in this process: not retried for every later event.
-_HOPELESS: set[str] = set()
-
-
-async def catch_up(wiring: Wiring, batch: Batch, run_id: str, rec: RunRecord | None, seq: int) -> RunRecord | None:
-    """``rec`` folded forward over the run's committed records up to (not including) ``seq``.
-
-    Reads the run's log partition (a full read: this is the upgrade and repair path, not the
-    hot one). Returns None when the log does not hold every sequence in between; the event is
-    then committed without a state hash (a format-1 record, which readers check against the
-    ``digests`` topic, if any) and the error is logged.
-
-    The read runs inside the sequencer's batch, so it is bounded: each attempt may take
-    ``catch_up_timeout_s``, and one that does not finish is abandoned (its consumer closed) and
-    tried again with a fresh one, ``catch_up_attempts`` times in all; the log line says which
-    step stalled (:class:`streams.reader.ReadProgress`).
-    """
-    if run_id in _HOPELESS:
-        return None
-    settings = wiring.settings
-    start = rec["next"] if rec else 0
-    log.warning("run %s: run state is at sequence %d, the log at %d; folding the gap from the log", run_id,
-                start, seq)
-    try:
-        records = await _read_bounded(settings, run_id)
-        for committed in records:
-            doc = committed["doc"]
-            s = doc.get("sequence")
-            if type(s) is not int or s < start or s >= seq:
-                continue
-            if s != (rec["next"] if rec else 0):
-                raise ValueError(f"the log skips from sequence {(rec['next'] if rec else 0) - 1} to {s}")
-            rec = advance(rec, doc, committed["hash"], snapshot_every=settings.snapshot_every,
-                          handoff_mode=settings.handoff_mode).record
-        if (rec["next"] if rec else 0) != seq:
-            raise ValueError(f"the log ends before sequence {seq}")
-    except Exception:
-        log.exception("run %s: cannot catch the run state up to sequence %d; its records carry no state hash",
-                      run_id, seq)
-        _HOPELESS.add(run_id)
-        return None
-    METRICS.inc("agentlog_runs_caught_up_total")
-    return rec
-
-
-async def _read_bounded(settings: Settings, run_id: str) -> list[dict[str, Any]]:
-    """``read_run`` of the run's log, each attempt bounded by ``catch_up_timeout_s``.
-
-    Raises:
-        TimeoutError: every attempt stalled; the message says where the last one was.
-    """
-    attempts = max(1, settings.catch_up_attempts)
-    for attempt in range(1, attempts + 1):
-        progress = ReadProgress()
-        try:
-            return await asyncio.wait_for(read_run(settings, run_id, progress=progress),
-                                          timeout=settings.catch_up_timeout_s)
-        except TimeoutError:
-            METRICS.inc("agentlog_catch_up_read_timeouts_total")
-            where = f"the read of run {run_id}'s log stalled for {settings.catch_up_timeout_s:g} s at {progress}"
-            if attempt == attempts:
-                raise TimeoutError(f"{where}; gave up after {attempts} attempts") from None
-            log.warning("%s; reading again with a fresh consumer (attempt %d of %d)", where, attempt + 1, attempts)
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 async def send_verdicts(wiring: Wiring, requests: list[dict[str, Any]]) -> None:

@@ -14,9 +14,12 @@ links, snapshots) is acknowledged before the first of them is written, so a cras
 at worst a run whose ``heads`` or ``runs`` record is behind its ``index``: the redelivered
 record is then ``Redelivered``, its index entry restores the head, and a run state behind
 is refolded silently (its outputs are already durable), which restores it byte for byte;
-a run state already past it is left as it is.
+a run state already past it is left as it is. Every committed record carries its state hash,
+so an accepted event whose run state is not just before it (none the crash rule leaves: a
+fold that failed, a table lost) is not committed without one: it goes to ``rejections`` with
+reason ``run_state_unavailable`` (:func:`processors.core.runstate.fold_next`).
 
-Signed checkpoints (issue #18): where a run is due one (every ``checkpoint_every`` events
+Signed checkpoints: where a run is due one (every ``checkpoint_every`` events
 and at every terminal event, :func:`processors.core.checkpoint.is_due`), the sequencer —
 the one place that knows an event's chain hash and state hash together — signs
 ``(runId, sequence, headHash, stateHash)`` and sends it to ``checkpoints`` with the log
@@ -31,7 +34,15 @@ from typing import Any, cast
 
 from processors.core.checkpoint import is_due, sign_checkpoint
 from processors.core.lifetimes import CLOSE_PREFIX, CloseRequest, closed_marker, read_close_request
-from processors.core.runstate import TERMINAL_TYPES, RunRecord, advance, refold_due
+from processors.core.runstate import (
+    RUN_STATE_UNAVAILABLE,
+    TERMINAL_TYPES,
+    RunRecord,
+    Unfoldable,
+    advance,
+    fold_next,
+    refold_due,
+)
 from processors.core.sequencing import (
     Accepted,
     Handled,
@@ -70,13 +81,6 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     lifetimes = Lifetimes(wiring)
     install_lifetimes(wiring, lifetimes)
 
-    async def run_record(batch: Batch, run_id: str, seq: int) -> RunRecord | None:
-        """The run's ``runs`` record, caught up to just before ``seq`` (None: it cannot be)."""
-        rec = cast(RunRecord | None, batch.get("runs", run_id))
-        if (rec["next"] if rec else 0) < seq:
-            rec = await runstate.catch_up(wiring, batch, run_id, rec, seq)
-        return rec
-
     async def handle(batch: Batch, record: SourceRecord) -> None:
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
         if record.value[:1] == CLOSE_PREFIX[:1] and (request := read_close_request(record.value)) is not None:
@@ -100,22 +104,16 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             committed = decision.committed
             doc = committed["doc"]
             run_id, seq = doc["runId"], doc["sequence"]
-            state_hash = None
-            try:
-                rec = await run_record(batch, run_id, seq)
-                adv = advance(rec, doc, decision.head["hash"], snapshot_every=snapshot_every,
-                              handoff_mode=handoff_mode) if rec is not None or seq == 0 else None
-            except Exception:  # never die on one record; the sequencer has validated it
-                log.exception("cannot fold run %s at sequence %d", run_id, seq)
-                adv = None
-            if adv is not None:
-                state_hash = adv.state_hash
+            adv = fold_next(cast(RunRecord | None, batch.get("runs", run_id)), doc, decision.head["hash"],
+                            snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+            if isinstance(adv, Unfoldable):
+                await refuse(batch, record, source, doc, adv)
+                return
             # The doc's JCS bytes were computed once, for its chain hash; the record is built around them.
             value = encode_committed(decision.doc_bytes, committed["prevHash"], committed["hash"],
-                                     committed["source"], state_hash)
+                                     committed["source"], adv.state_hash)
             # Only a snapshot needs to know where its log record landed (a future per record costs).
-            logged = await batch.send("log", run_id, value, want=adv is not None and adv.snapshot,
-                                      on_acked=remember)
+            logged = await batch.send("log", run_id, value, want=adv.snapshot, on_acked=remember)
             previous = heads.get(run_id)
             head = {**decision.head, "ts": source.timestamp_ms,
                     "end": doc["type"] in TERMINAL_TYPES or bool(previous and previous.get("end"))}
@@ -124,14 +122,13 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
             METRICS.inc("agentlog_events_accepted_total")
-            if adv is not None:
-                if is_due(seq, doc["type"], checkpoint_every):
-                    signed = sign_checkpoint(signer.key, kid=signer.key_id, run_id=run_id, sequence=seq,
-                                             head_hash=committed["hash"], state_hash=adv.state_hash)
-                    await batch.send("checkpoints", run_id, encode_record(signed))
-                    METRICS.inc("agentlog_checkpoints_signed_total")
-                await _folded(batch, source.partition, run_id, doc, adv.record, adv.sends, adv.state_hash,
-                              logged if adv.snapshot else None, replay=replay)
+            if is_due(seq, doc["type"], checkpoint_every):
+                signed = sign_checkpoint(signer.key, kid=signer.key_id, run_id=run_id, sequence=seq,
+                                         head_hash=committed["hash"], state_hash=adv.state_hash)
+                await batch.send("checkpoints", run_id, encode_record(signed))
+                METRICS.inc("agentlog_checkpoints_signed_total")
+            await _folded(batch, source.partition, run_id, doc, adv.record, adv.sends, adv.state_hash,
+                          logged if adv.snapshot else None, replay=replay)
         elif isinstance(decision, Redelivered):
             assert doc is not None  # a redelivery was decoded
             if decision.head is not None:
@@ -147,6 +144,19 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
+
+    async def refuse(batch: Batch, record: SourceRecord, source: Source, doc: dict[str, Any],
+                     why: Unfoldable) -> None:
+        """An accepted event its run's state cannot take: to ``rejections``, nothing of it in the log or tables.
+
+        Neither its index entry nor the run's head moves, so the run's log stays as it was and the
+        event, sent again, is decided again.
+        """
+        log.error("run %s: event %s at sequence %d refused: %s", doc["runId"], doc["eventId"], doc["sequence"],
+                  why.detail)
+        rejected = rejection_record(RUN_STATE_UNAVAILABLE, why.detail, record.value, source, doc)
+        await batch.send("rejections", rejected["runId"], encode_record(rejected))
+        METRICS.inc("agentlog_events_rejected_total", reason=RUN_STATE_UNAVAILABLE)
 
     def close(batch: Batch, source: Source, request: CloseRequest) -> None:
         """Close the run of a close request: a marker first, then its index, head and state deleted.
@@ -174,7 +184,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         run_id = doc["runId"]
         rec = cast(RunRecord | None, batch.get("runs", run_id))
         if not refold_due(rec, seq):
-            return  # already folded (the usual redelivery), or behind by more: the next accepted event catches up
+            return  # already folded (the usual redelivery), or behind by more: the next accepted event is refused
         entry = batch.get("index", run_id + INDEX_SEP + doc["eventId"])
         try:
             adv = advance(rec, doc, entry[1], snapshot_every=snapshot_every, handoff_mode=handoff_mode)

@@ -55,8 +55,9 @@ non-JCS text, a wrong hash, an unusual timestamp …) are decoded and mapped in 
 token ``<range>/py``. The other topics are mapped in Python.
 
 A record that cannot be decoded or mapped is not skipped silently: it goes to the
-``rejections`` table (reason ``sink_undecodable`` / ``sink_unmappable``, raw bytes kept) in
-the same exactly-once way, and the rest of its batch is inserted. A failing insert is
+``rejections`` table (reason ``sink_undecodable`` / ``sink_unmappable``, or
+``log_format_unsupported`` for a log record without ``stateHash``, raw bytes kept) in the same
+exactly-once way, and the rest of its batch is inserted. A failing insert is
 retried with backoff, never dropped.
 """
 
@@ -85,7 +86,7 @@ from processors.audit.rows import rows_for
 from processors.audit.store import Store, dedup_settings
 from processors.metrics import METRICS
 from processors.worker.wiring import Wiring
-from schemas.errors import StoreError
+from schemas.errors import LogFormatError, StoreError
 from streams.codec import decode_record
 from streams.security import client_kwargs
 from streams.settings import Settings
@@ -100,9 +101,8 @@ SINK_TOPICS = {
     "violations": "violation",
     "rejections": "rejection",
     "snapshots": "snapshot",
-    "digests": "digest",  # quiet once the log carries stateHash (format 2); kept for old data
     "verdicts": "verdict",
-    "checkpoints": "checkpoint",  # issue #18 signing
+    "checkpoints": "checkpoint",
 }
 
 
@@ -113,7 +113,6 @@ NATURAL_KEYS: dict[str, tuple[str, ...]] = {
     "violations": ("run_id", "sequence", "event_id", "code"),
     "rejections": ("source_topic", "source_partition", "source_offset"),
     "snapshots": ("run_id", "at_sequence"),
-    "state_digests": ("run_id", "sequence"),
     "replay_verdicts": ("source_run_id", "replay_run_id", "record_hash"),
     "checkpoints": ("run_id", "sequence", "key_id"),
 }
@@ -596,7 +595,8 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list
     rejections for the records that cannot go there).
 
     Mapping is tried on the whole batch first and per record only when that fails, so the
-    common case stays one columnar mapping, done once.
+    common case stays one columnar mapping, done once. A log record without ``stateHash`` (log
+    format 1) is rejected with that reason, ``log_format_unsupported``, and its message.
     """
     good: list[dict[str, Any]] = []
     bad: list[dict[str, Any]] = []
@@ -623,7 +623,7 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list
                 rows_for(kind, [v], parsed=True)
                 good.append(v)
             except StoreError as e:
-                reject(m, "sink_unmappable", str(e), v)
+                reject(m, e.code if e.code == LogFormatError.code else "sink_unmappable", str(e), v)
     return (rows_for(kind, good, parsed=True) if good else None), bad
 
 

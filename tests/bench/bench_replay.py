@@ -1,12 +1,12 @@
 """Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
 
 Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
-worker`` process builds its committed log (format 2: each record carries its stateHash) and
+worker`` process builds its committed log (each record carries its stateHash) and
 snapshots; the worker is stopped before measuring. Ours: re-derive the run from the log
 offset of its middle event — load the nearest snapshot, re-read the log from there, refold,
-check the hash chain and compare state and head hash with the digest at every index; the
-whole call is timed (one consumer: the snapshots read, the digests topic's offsets, and one
-read of the log from the snapshot's own record on). Baseline: the same records (same partition, from the same offset to
+check the hash chain and compare the state hash each record carries at every index; the
+whole call is timed (one consumer: the snapshots read and one read of the log from the
+snapshot's own record on). Baseline: the same records (same partition, from the same offset to
 the end) read with a plain aiokafka consumer with the same settings (no group, assign +
 seek, read_committed, the reader's fetch wait) and only decoded with the same strict JSON decoder. Rate = events
 verified (or read) per second of wall time. The details also give each side's CPU time per event
@@ -101,7 +101,7 @@ async def _build(settings: Settings, run_id: str, n: int, timeout_s: float) -> N
 
 
 async def _middle_offset(settings: Settings, run_id: str, seq: int) -> tuple[int, int]:
-    """Where sequence ``seq`` of the run sits in the log (read from the log itself: format 2 has no digests)."""
+    """Where sequence ``seq`` of the run sits in the log (read from the log itself)."""
     async for partition, offset, _, value in read_topic(settings, "log", key=run_id):
         doc = value.get("doc") or {}
         if doc.get("runId") == run_id and doc.get("sequence") == seq:
@@ -137,7 +137,7 @@ async def _ours(settings: Settings, run_id: str, offset: int) -> tuple[float, di
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     if result.verdict != "match":
         raise InfraError(f"bench replay did not match: {result.first_divergence}")
-    events = result.compared + result.undigested
+    events = result.compared
     return events / elapsed, result.to_json_dict(), cpu / max(events, 1)
 
 

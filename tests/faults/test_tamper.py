@@ -31,7 +31,7 @@ from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run, read_topic
 from tests.faults.gen import synthetic_run
-from tests.integration.replay.helpers import HandLog, digested, records_of
+from tests.integration.replay.helpers import HandLog, committed, records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.core.forgery import forge
 
@@ -49,10 +49,8 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
     async def scenario():
         assert (await publish_docs(settings, docs, wire="avro")).accepted == len(docs)
 
-        async def settled():
-            return await digested(settings, run_id, len(docs)) is not None
-
-        await wait_until(settled, timeout=180, what="every digest recorded", worker=worker)
+        await wait_until(lambda: committed(settings, run_id, len(docs)), timeout=180, what="every event committed",
+                         worker=worker)
 
         async def signed():
             return any(c["sequence"] == len(docs) - 1 for c in await records_of(settings, "checkpoints", run_id))

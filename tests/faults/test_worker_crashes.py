@@ -128,15 +128,13 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     async def read_back():
         out = await read_outputs(settings)
         transitions = set()
-        keys: dict[str, set] = {"transitions": set(), "snapshots": set(), "state_digests": set(),
-                                "replay_verdicts": set(), "checkpoints": set()}
+        keys: dict[str, set] = {"transitions": set(), "snapshots": set(), "replay_verdicts": set(),
+                                "checkpoints": set()}
         async for _, _, _, t in read_topic(settings, "transitions"):
             transitions.add((t["parentRunId"], t["eventId"]))
             keys["transitions"].add((t["parentRunId"], t["dispatchId"], t["phase"]))
         async for _, _, _, snap in read_topic(settings, "snapshots"):
             keys["snapshots"].add((snap["runId"], snap["atSequence"]))
-        async for _, _, _, d in read_topic(settings, "digests"):
-            keys["state_digests"].add((d["runId"], d["sequence"]))
         async for _, _, _, v in read_topic(settings, "verdicts"):
             keys["replay_verdicts"].add(encode_record(v))
         sink_keys.update(keys)
@@ -168,8 +166,8 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
 
     # --- ClickHouse: stop the worker first (it owns the chdb directory) ------------------------
     with open_store(settings) as store:
-        tables = ("events", "transitions", "violations", "rejections", "snapshots", "state_digests",
-                  "replay_verdicts", "checkpoints")
+        tables = ("events", "transitions", "violations", "rejections", "snapshots", "replay_verdicts",
+                  "checkpoints")
         counts = {t: store.query(f"SELECT count() FROM {t}").rows[0][0] for t in tables}  # no FINAL
         dup_rows = store.query(
             "SELECT run_id, sequence, count() AS c FROM events GROUP BY run_id, sequence HAVING c > 1 LIMIT 5"

@@ -1,9 +1,9 @@
 """Helpers for the live replay tests: wait for a worker's output, or write a log by hand.
 
 Hand-written logs let a test put an altered record *first* at its (runId, sequence) — what
-readers keep — which a running worker would never do. The digests and snapshots written
-next to them are what an honest worker records for the *original* docs: the chain over
-the original docs and the fold of them (the same pure fold the worker calls).
+readers keep — which a running worker would never do. The state hash each record carries, and
+the snapshots written next to them, are what an honest worker records for the *original* docs:
+the fold of them (the same pure fold the worker calls) and the chain over them.
 """
 
 from __future__ import annotations
@@ -27,21 +27,17 @@ async def records_of(settings: Settings, short: str, run_id: str, field: str = "
     return [v async for _, _, _, v in read_topic(settings, short, key=run_id) if v.get(field) == run_id]
 
 
-async def digested(settings: Settings, run_id: str, n: int) -> dict[int, dict] | None:
-    """The run's digests by sequence once all ``n`` are there (else None).
+async def logged(settings: Settings, run_id: str, n: int) -> dict[int, dict] | None:
+    """What the run's log records carry at each sequence (first copy), once all ``n`` are there (else None).
 
-    Format-2 log records carry their digest (stateHash; the record's hash is the head hash);
-    format-1 ones have theirs on the ``digests`` topic.
+    ``{"stateHash", "headHash" (the record's hash), "logPartition", "logOffset"}`` per sequence.
     """
     found: dict[int, dict] = {}
-    for d in await records_of(settings, "digests", run_id):
-        found.setdefault(d["sequence"], d)
     async for partition, offset, _, v in read_topic(settings, "log", key=run_id):
         doc = v.get("doc") or {}
-        if doc.get("runId") == run_id and "stateHash" in v:
-            found.setdefault(doc["sequence"], {
-                "runId": run_id, "sequence": doc["sequence"], "stateHash": v["stateHash"], "headHash": v["hash"],
-                "logPartition": partition, "logOffset": offset})
+        if doc.get("runId") == run_id:
+            found.setdefault(doc["sequence"], {"stateHash": v["stateHash"], "headHash": v["hash"],
+                                               "logPartition": partition, "logOffset": offset})
     return found if len(found) >= n else None
 
 
@@ -55,19 +51,26 @@ async def committed(settings: Settings, run_id: str, n: int):
     return run if len(run) >= n else None
 
 
-def chained(docs: list[dict]) -> list[dict]:
-    """CommittedEvents for ``docs`` with a correct hash chain (source fields are placeholders)."""
+def chained(docs: list[dict], *, recorded: list[dict] | None = None) -> list[dict]:
+    """CommittedEvents for ``docs`` with a correct hash chain, each with the state hash at its index.
+
+    The state hashes are the fold of ``recorded`` (default ``docs``): given the original docs, a
+    forger's chain over altered ``docs`` that kept the state hashes the worker committed. The
+    source fields are placeholders.
+    """
+    states = states_by_index(recorded if recorded is not None else docs)
     out, head = [], GENESIS
-    for i, doc in enumerate(docs):
+    for i, (doc, (_, s_hash)) in enumerate(zip(docs, states, strict=False)):
         h = chain_hash(head, doc)
         out.append({"doc": copy.deepcopy(doc), "prevHash": head, "hash": h,
-                    "source": {"topic": "hand-written", "partition": 0, "offset": i, "timestampMs": 0}})
+                    "source": {"topic": "hand-written", "partition": 0, "offset": i, "timestampMs": 0},
+                    "stateHash": s_hash})
         head = h
     return out
 
 
 class HandLog:
-    """Writes a run's committed log, digests and snapshots straight to the topics."""
+    """Writes a run's committed log and snapshots straight to the topics."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -93,18 +96,19 @@ class HandLog:
             where.append((meta.partition, meta.offset))
         return where
 
-    async def recorded(self, original_docs: list[dict], where: dict[int, tuple[int, int]],
-                       *, snapshot_at: tuple[int, ...] = ()) -> None:
-        """Digests (and snapshots at ``snapshot_at``) an honest worker records for ``original_docs``."""
+    async def snapshots(self, original_docs: list[dict], where: dict[int, tuple[int, int]], *,
+                        at: tuple[int, ...]) -> None:
+        """The snapshots at the sequences ``at`` an honest worker records for ``original_docs``.
+
+        ``where`` maps a sequence to the (partition, offset) its log record was written at.
+        """
         run_id = original_docs[0]["runId"]
         head = GENESIS
         for doc, (state, s_hash) in zip(original_docs, states_by_index(original_docs), strict=False):
             head = chain_hash(head, doc)
             seq = doc["sequence"]
-            partition, offset = where.get(seq, (0, -1))
-            await self.send("digests", run_id, {"runId": run_id, "sequence": seq, "stateHash": s_hash,
-                                                 "headHash": head, "logPartition": partition, "logOffset": offset})
-            if seq in snapshot_at:
+            if seq in at:
+                partition, offset = where.get(seq, (0, -1))
                 await self.send("snapshots", run_id, {
                     "runId": run_id, "atSequence": seq, "logPartition": partition, "logOffset": offset,
                     "state": state, "stateHash": s_hash, "headHash": head})

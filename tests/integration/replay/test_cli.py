@@ -31,7 +31,7 @@ def _write(settings: Settings, docs: list[dict], records: list[dict], snapshot_a
     async def go():
         async with HandLog(settings) as hand:
             where = await hand.log(records)
-            await hand.recorded(docs, dict(enumerate(where)), snapshot_at=snapshot_at)
+            await hand.snapshots(docs, dict(enumerate(where)), at=snapshot_at)
             return where
 
     return asyncio.run(go())

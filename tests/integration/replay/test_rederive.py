@@ -1,7 +1,7 @@
 """Re-derivation from an offset on the real broker (SPEC §7.1).
 
-Two kinds of logs: ones a real ``agentlog worker`` built (digests and snapshots written by the
-live run-state processor), and ones written by hand so that an altered record is the *first*
+Two kinds of logs: ones a real ``agentlog worker`` built (each record carrying its state hash,
+snapshots written beside them), and ones written by hand so that an altered record is the *first*
 copy of its (runId, sequence) — the copy every reader keeps.
 """
 
@@ -19,7 +19,7 @@ from schemas.canonical import chain_hash
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_run
-from tests.integration.replay.helpers import HandLog, chained, committed, digested, terminal_snapshot
+from tests.integration.replay.helpers import HandLog, chained, committed, logged, terminal_snapshot
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
 
@@ -41,10 +41,10 @@ async def _publish_and_settle(settings, worker, docs):
     summary = await publish_docs(settings, docs, wire="avro")
     assert summary.accepted == len(docs) and not summary.rejected
     log = await wait_until(lambda: committed(settings, run_id, len(docs)), what="committed log", worker=worker)
-    digests = await wait_until(lambda: digested(settings, run_id, len(docs)), what="digests", worker=worker)
+    recorded = await wait_until(lambda: logged(settings, run_id, len(docs)), what="log records", worker=worker)
     snaps = await wait_until(lambda: terminal_snapshot(settings, run_id, len(docs) - 1),
                              what="terminal snapshot", worker=worker)
-    return log, digests, snaps
+    return log, recorded, snaps
 
 
 def test_worker_built_log_replays_to_match_from_any_start(settings, worker):
@@ -52,7 +52,7 @@ def test_worker_built_log_replays_to_match_from_any_start(settings, worker):
     docs = llm_run(run_id)
 
     async def scenario():
-        log, digests, snaps = await _publish_and_settle(settings, worker, docs)
+        log, recorded, snaps = await _publish_and_settle(settings, worker, docs)
         head = log[-1]["hash"]
 
         whole = await replay_run(settings, run_id, from_seq=0)
@@ -62,13 +62,13 @@ def test_worker_built_log_replays_to_match_from_any_start(settings, worker):
 
         middle = len(docs) // 2 + 1
         progress = []
-        by_offset = await replay_run(settings, run_id, from_offset=digests[middle]["logOffset"],
+        by_offset = await replay_run(settings, run_id, from_offset=recorded[middle]["logOffset"],
                                      progress=lambda done, total: progress.append((done, total)))
         expected_snapshot = max(s for s in snaps if s < middle)
         assert by_offset.verdict == "match", by_offset.first_divergence
         assert by_offset.from_seq == middle
         assert by_offset.snapshot_used == expected_snapshot
-        assert by_offset.read_from_offset == digests[expected_snapshot]["logOffset"] + 1
+        assert by_offset.read_from_offset == recorded[expected_snapshot]["logOffset"] + 1
         assert by_offset.compared == len(docs) - expected_snapshot - 1
         assert by_offset.head_hash == head
         assert progress and progress[-1][0] == by_offset.compared
@@ -86,7 +86,7 @@ def test_rewritten_copy_appended_after_the_worker_stopped_is_tampered(settings, 
     k = 10  # variable.changed searchHits
 
     async def scenario():
-        log, digests, _ = await _publish_and_settle(settings, worker, docs)
+        log, recorded, _ = await _publish_and_settle(settings, worker, docs)
         worker.stop()
         forged = copy.deepcopy(log[k])
         forged["doc"]["payload"]["value"] = 999
@@ -100,10 +100,10 @@ def test_rewritten_copy_appended_after_the_worker_stopped_is_tampered(settings, 
         d = result.first_divergence
         assert (d.at_sequence, d.kind) == (k, "tampered")
         assert (d.path, d.expected, d.actual) == ("doc.payload.value", 3, 999)
-        assert d.log_offset > digests[len(docs) - 1]["logOffset"]
+        assert d.log_offset > recorded[len(docs) - 1]["logOffset"]
         assert METRICS.get("replay_behavior_mismatch_total", aspect="chain") == before + 1
 
-        # Started after k from a snapshot, the copy is still judged — against the recorded digest.
+        # Started after k from a snapshot, the copy is still judged — against what its first copy carries.
         late = await replay_run(settings, run_id, from_seq=len(docs) - 2)
         assert late.snapshot_used is not None and late.snapshot_used > k
         assert (late.first_divergence.at_sequence, late.first_divergence.kind) == (k, "tampered")
@@ -130,7 +130,6 @@ def test_first_copy_altered_is_tampered_at_its_index(settings):
         records[k]["doc"]["payload"]["value"] = 4  # hashes left as committed: the doc no longer matches them
         async with HandLog(settings) as hand:
             where = await hand.log(records)
-            await hand.recorded(docs, dict(enumerate(where)))
         assert not (await read_run(settings, run_id)).conflicts  # nothing a dedup would notice
 
         result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
@@ -142,15 +141,19 @@ def test_first_copy_altered_is_tampered_at_its_index(settings):
         assert isinstance(d, Divergence) and result.to_json_dict()["firstDivergence"] == {
             "atSequence": k, "kind": "tampered", "path": "hash", "expected": d.expected, "actual": records[k]["hash"],
             "logOffset": where[k][1],
-            "detail": "hash does not match chain_hash(prevHash, doc): the doc was altered after it was committed; "
-                      "the recorded digest confirms the doc differs from what was folded"}
+            "detail": "hash does not match chain_hash(prevHash, doc): the doc was altered after it was committed"}
         # The altered value also changes the state from k on; collect-all reports that stretch once.
         assert [(x.at_sequence, x.kind) for x in result.divergences] == [(k, "tampered")]
 
     asyncio.run(scenario())
 
 
-def test_consistently_rewritten_chain_is_caught_by_the_digests_with_a_field_diff(settings):
+def test_consistently_rewritten_chain_is_caught_by_the_state_hashes_with_a_field_diff(settings):
+    """A forger recomputes the chain over an altered doc but keeps the state hashes the worker committed.
+
+    (A forger who recomputes those too, or whose change leaves the state alone, leaves a log that
+    refolds to itself: the signed checkpoints catch that, ``agentlog verify``, tests/faults/test_tamper.py.)
+    """
     run_id = f"run-{uuid.uuid4().hex[:8]}"
     docs = llm_run(run_id)
     k = 10
@@ -158,23 +161,12 @@ def test_consistently_rewritten_chain_is_caught_by_the_digests_with_a_field_diff
     async def scenario():
         forged = _altered(docs, k, 7)
         async with HandLog(settings) as hand:
-            where = await hand.log(chained(forged))  # a self-consistent chain over the forged docs
-            await hand.recorded(docs, dict(enumerate(where)), snapshot_at=(4, k, len(docs) - 1))
+            where = await hand.log(chained(forged, recorded=docs))  # a self-consistent chain over the forged docs
+            await hand.snapshots(docs, dict(enumerate(where)), at=(4, k, len(docs) - 1))
         result = await replay_run(settings, run_id, from_seq=0)
         d = result.first_divergence
         assert (d.at_sequence, d.kind) == (k, "state")
         assert (d.path, d.expected, d.actual) == ("state.variables.searchHits", 3, 7)
-
-        # A rewrite that does not touch the state (usage numbers) shows up as the head hash.
-        usage_k = 11
-        forged_usage = copy.deepcopy(docs)
-        forged_usage[usage_k]["payload"]["costCents"] = 0
-        other = settings.replace(topic_prefix=settings.topic_prefix + "u")
-        async with HandLog(other) as hand:
-            where = await hand.log(chained(forged_usage))
-            await hand.recorded(docs, dict(enumerate(where)))
-        usage = await replay_run(other, run_id, from_seq=0)
-        assert (usage.first_divergence.at_sequence, usage.first_divergence.kind) == (usage_k, "head")
 
     asyncio.run(scenario())
 
@@ -187,21 +179,10 @@ def test_missing_records_are_reported(settings):
     async def scenario():
         records = chained(docs)
         async with HandLog(settings) as hand:
-            where = await hand.log(records[:k] + records[k + 1:-2])  # a hole at k, and the tail lost
-            offsets = {r["doc"]["sequence"]: w for r, w in zip(records[:k] + records[k + 1:-2], where, strict=False)}
-            await hand.recorded(docs, offsets)
+            await hand.log(records[:k] + records[k + 1:])  # a hole at k
         result = await replay_run(settings, run_id, from_seq=0, collect_all=True)
-        kinds = [(d.at_sequence, d.kind) for d in result.divergences]
-        assert kinds == [(k, "missing"), (len(docs) - 2, "missing")]
+        assert [(d.at_sequence, d.kind) for d in result.divergences] == [(k, "missing")]
         assert result.verdict == "diverged"
-
-        tail = settings.replace(topic_prefix=settings.topic_prefix + "t")
-        async with HandLog(tail) as hand:
-            where = await hand.log(records[:-2])
-            await hand.recorded(docs, dict(enumerate(where)))
-        truncated = await replay_run(tail, run_id, from_seq=0)
-        d = truncated.first_divergence
-        assert (d.at_sequence, d.kind) == (len(docs) - 2, "missing")
 
     asyncio.run(scenario())
 

@@ -10,6 +10,7 @@ import base64
 from datetime import datetime
 from typing import Any
 
+from processors.core.fold import states_by_index
 from schemas.canonical import GENESIS, chain_hash
 from tests.unit.core.runs import child_runs, event_id, realistic_run
 
@@ -31,9 +32,9 @@ def _ms(ts: str) -> int:
 
 
 def committed(docs: list[dict[str, Any]], *, partition: int = 0, first_offset: int = 0) -> list[dict[str, Any]]:
-    """Wrap a run's docs as CommittedEvents with the contract's hash chain."""
+    """Wrap a run's docs as CommittedEvents with the contract's hash chain and the state hash at each index."""
     out, prev = [], GENESIS
-    for i, doc in enumerate(docs):
+    for i, (doc, (_, s_hash)) in enumerate(zip(docs, states_by_index(docs), strict=True)):
         h = chain_hash(prev, doc)
         out.append({
             "doc": doc,
@@ -41,6 +42,7 @@ def committed(docs: list[dict[str, Any]], *, partition: int = 0, first_offset: i
             "hash": h,
             "source": {"topic": INGEST_TOPIC, "partition": partition, "offset": first_offset + i,
                        "timestampMs": _ms(doc["timestamp"]) + 50},
+            "stateHash": s_hash,
         })
         prev = h
     return out
@@ -134,11 +136,6 @@ def verdicts() -> list[dict[str, Any]]:
     ]
 
 
-def digests(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [{"runId": r["doc"]["runId"], "sequence": r["doc"]["sequence"], "stateHash": "s" * 64,
-             "headHash": r["hash"], "logPartition": 0, "logOffset": i} for i, r in enumerate(records)]
-
-
 def snapshots(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     last = records[-1]
     return [{"runId": last["doc"]["runId"], "atSequence": last["doc"]["sequence"], "logOffset": len(records) - 1,
@@ -161,6 +158,5 @@ def audit_batches() -> dict[str, list[dict[str, Any]]]:
         "violation": violations(),
         "rejection": rejections(),
         "verdict": verdicts(),
-        "digest": digests(events),
         "snapshot": snapshots(committed(parent)),
     }

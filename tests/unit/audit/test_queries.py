@@ -144,8 +144,7 @@ def test_violations_by_code(loaded_store):
         ("run-1", "wrong_causation", 1)]
 
 
-AUDIT_TABLES = ("events", "transitions", "violations", "rejections", "snapshots", "state_digests",
-                "replay_verdicts")
+AUDIT_TABLES = ("events", "transitions", "violations", "rejections", "snapshots", "replay_verdicts")
 
 
 def _counts(store) -> dict[str, int]:

@@ -103,8 +103,13 @@ def test_rows_are_deterministic_and_strip_transport_keys():
         rows_for("nonsense", [])
     assert e.value.code == "unknown_record_kind"
     with pytest.raises(StoreError) as e:
-        rows_for("committed", [{"doc": {}}])
+        rows_for("committed", [{"doc": {}, "stateHash": "0" * 64}])
     assert e.value.code == "bad_record"
+    format_1 = {k: v for k, v in recs[0].items() if k != "stateHash"}  # a record an agentlog before 0.2 wrote
+    with pytest.raises(StoreError) as e:
+        rows_for("committed", [*recs[1:], format_1])
+    assert e.value.code == "log_format_unsupported"
+    assert str(e.value).endswith("re-ingest its runs with `agentlog publish` from an export made with that version")
 
 
 def test_one_process_shares_one_client_per_directory(tmp_path):
@@ -284,7 +289,7 @@ def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
            "timestamp": "2025-01-01T00:00:00Z", "nodeId": "ü", "causationId": "a\\b",
            "payload": {"f": 1.0, "g": 1e21, "😀": 1, "\ue000": 2, "s": "\u0007"}}
     recs = audit_batches()["committed"] + [{"doc": odd, "prevHash": "0" * 64, "hash": chain_hash("0" * 64, odd),
-                                            "source": {}}]
+                                            "source": {}, "stateHash": "0" * 64}]
     names, cols = committed_rows(recs)
     docs, payloads = cols[names.index("doc")], cols[names.index("payload")]
     assert docs == [jcs(r["doc"]).decode() for r in recs]
@@ -340,10 +345,10 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert s.query("SELECT count() FROM events").rows[0][0] == 2 * len(audit_batches()["committed"])
 
         assert migrate(s) == ["0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
-                              "0005_handoff_rollups"]
+                              "0005_handoff_rollups", "0006_drop_state_digests"]
+        assert not s.query("EXISTS TABLE state_digests").rows[0][0]
         expected = {"events": "committed", "transitions": "transition", "violations": "violation",
-                    "rejections": "rejection", "snapshots": "snapshot", "state_digests": "digest",
-                    "replay_verdicts": "verdict"}
+                    "rejections": "rejection", "snapshots": "snapshot", "replay_verdicts": "verdict"}
         for table, kind in expected.items():
             engine = s.query("SELECT engine FROM system.tables WHERE name = {t:String} "
                              "AND database = currentDatabase()", {"t": table}).rows
@@ -412,9 +417,10 @@ def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refuse
         node = _ClusterOnOneNode(real._engine, real.url)
         assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
             "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
-            "0005_handoff_rollups"]
+            "0005_handoff_rollups", "0006_drop_state_digests"]
         engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
         assert engines["events_local"] == "MergeTree" and engines["sink_ranges_local"] == "MergeTree"
+        assert "state_digests" not in engines and "state_digests_local" not in engines
         # the table over events_local was re-created from the new one: it has 0002's extracted columns
         assert "model" in {r[0] for r in real.query("DESCRIBE TABLE events").rows}
         assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == []

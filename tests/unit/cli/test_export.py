@@ -22,6 +22,7 @@ import streams.reader
 from processors.cli import app
 from processors.core.checkpoint import public_key_pem
 from schemas.canonical import jcs
+from schemas.errors import LogFormatError
 from schemas.upstream import upstream_file
 from tests.faults.gen import synthetic_run
 from tests.unit.core.forgery import signed_history
@@ -103,3 +104,16 @@ def test_a_run_not_signed_yet_gets_an_empty_checkpoints_file_and_a_warning(tmp_p
     warning, summary = result.stderr.strip().splitlines()
     assert warning == f"warning: run {RUN} has no signed checkpoints yet" and json.loads(summary)["checkpoints"] == 0
     assert len(result.stdout_bytes.splitlines()) == 25
+
+
+def test_a_format_1_log_is_not_exported(tmp_path, topics):
+    """A log record without stateHash (an agentlog before 0.2): ``log_format_unsupported``, nothing written."""
+    for record in topics["log"][5:]:
+        del record["stateHash"]
+    out = tmp_path / "run.jsonl"
+    result = _cli(tmp_path, "export", "--run", RUN, "--out", str(out))
+    assert result.exit_code != 0 and isinstance(result.exception, LogFormatError)
+    assert result.exception.code == "log_format_unsupported"
+    assert str(result.exception).endswith("re-ingest its runs with `agentlog publish` from an export made with that "
+                                          "version")
+    assert not out.exists()

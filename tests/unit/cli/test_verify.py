@@ -128,3 +128,18 @@ def test_the_checkpoints_file_holds_checkpoints_and_goes_with_an_export(tmp_path
     alone = CliRunner().invoke(app, ["verify", "--run", "r-cli", "--checkpoints", str(cps), "--public-key", str(pub)],
                                env={"AGENTLOG_HOME": str(tmp_path / "home")})
     assert alone.exit_code == 2 and "--checkpoints goes with --export" in alone.output
+
+
+def test_a_format_1_log_in_an_export_cannot_be_verified(tmp_path):
+    """Log records without stateHash (an agentlog before 0.2): exit 2, ``log_format_unsupported``, the way out."""
+    docs = synthetic_run("r-cli", 25, random.Random(3))
+    records, cps = signed_history(docs, KEY, every=10)
+    old = tmp_path / "old.jsonl"
+    old.write_bytes(b"".join(jcs({k: v for k, v in r.items() if k != "stateHash"}) + b"\n" for r in records))
+    old.with_suffix(".checkpoints.jsonl").write_bytes(b"".join(jcs(c) + b"\n" for c in cps))
+    human = _verify(tmp_path, old)
+    assert human.exit_code == 2
+    assert human.stderr.startswith("error[log_format_unsupported]: log record run r-cli, sequence 0: this log was "
+                                   "written by an agentlog before 0.2")
+    body = json.loads(_verify(tmp_path, old, "--json").stdout)
+    assert body["verified"] is False and body["error"]["code"] == "log_format_unsupported"

@@ -26,6 +26,7 @@ from processors.core.checkpoint import (
 )
 from processors.core.fold import states_by_index
 from processors.core.runstate import chain_problem
+from schemas.errors import LogFormatError
 from tests.faults.gen import synthetic_run
 from tests.unit.core.forgery import forge, signed_history
 from tests.unit.core.runs import realistic_run
@@ -165,6 +166,19 @@ def test_with_a_checkpoint_at_every_event_the_forged_index_is_exact():
     forged = forge(records, 13, lambda d: d.update(timestamp="2030-01-01T00:00:00.000Z"))
     f = verify_history("r-sign", forged, cps, _keys(KEY)).failure
     assert (f.code, f.at_sequence, f.checkpoint_sequence) == ("checkpoint_mismatch", 13, 13)
+
+
+def test_a_log_record_without_state_hash_is_log_format_1_and_is_not_verified():
+    records, cps = signed_history(_run(), KEY, every=10)
+    old = copy.deepcopy(records)
+    for r in old[7:]:
+        del r["stateHash"]  # what an agentlog before 0.2 committed
+    with pytest.raises(LogFormatError) as e:
+        verify_history("r-sign", old, cps, _keys(KEY))
+    assert e.value.code == "log_format_unsupported"
+    assert str(e.value).startswith("log record run r-sign, sequence 7: this log was written by an agentlog before 0.2")
+    # its docs alone (an export) carry no hashes to hold against it: they are verified as docs
+    assert verify_history("r-sign", [r["doc"] for r in old], cps, _keys(KEY)).verified
 
 
 def test_a_naive_rewrite_fails_the_chain_check_at_its_index():

@@ -1,4 +1,4 @@
-"""The run-state processor's incremental digests equal the reference hash at every index (pure, no broker)."""
+"""The run-state step's incremental state hashes equal the reference hash at every index (pure, no broker)."""
 
 from __future__ import annotations
 
@@ -32,40 +32,36 @@ def _committed(docs):
 
 
 def _step_all(runs: dict[str, list[dict]], snapshot_every: int = 7):
-    """Interleave the runs' committed events through ``step``; yield (run, state, digest, snapshots)."""
+    """Interleave the runs' committed events through ``advance``; yield (run, state, state hash, snapshot due)."""
     records: dict[str, dict | None] = {r: None for r in runs}
     streams = {r: list(_committed(docs)) for r, docs in runs.items()}
-    i = 0
     while any(streams.values()):
         for run_id, stream in streams.items():
             if not stream:
                 continue
-            new, sends = runstate.step(records[run_id], stream.pop(0), partition=0, offset=i,
-                                       snapshot_every=snapshot_every, handoff_mode="auto")
-            i += 1
-            records[run_id] = new
-            digests = [v for short, _, v in sends if short == "digests"]
-            snaps = [v for short, _, v in sends if short == "snapshots"]
-            yield run_id, new["state"], digests[0], snaps
+            committed = stream.pop(0)
+            adv = runstate.advance(records[run_id], committed["doc"], committed["hash"],
+                                   snapshot_every=snapshot_every, handoff_mode="auto")
+            records[run_id] = adv.record
+            yield run_id, adv.state, adv.state_hash, adv.snapshot
 
 
-def test_digests_equal_reference_for_interleaved_realistic_runs():
+def test_state_hashes_equal_reference_for_interleaved_realistic_runs():
     runs = {"a": realistic_run("a", "check"), "b": realistic_run("b", "derive"), "c": llm_run("c"),
             **child_runs("p")}
-    seen = 0
-    for _, state, digest, snaps in _step_all(runs):
-        assert digest["stateHash"] == _reference(state)
-        for snap in snaps:
-            assert snap["stateHash"] == _reference(snap["state"])
+    seen = snapshots = 0
+    for _, state, state_hash, snapshot in _step_all(runs):
+        assert state_hash == _reference(state)
         seen += 1
-    assert seen == sum(len(d) for d in runs.values())
+        snapshots += snapshot
+    assert seen == sum(len(d) for d in runs.values()) and snapshots
 
 
-def test_digests_equal_reference_when_hashers_are_evicted(monkeypatch):
+def test_state_hashes_equal_reference_when_hashers_are_evicted(monkeypatch):
     monkeypatch.setattr(runstate, "_MAX_HASHERS", 1)
     runs = {"a": realistic_run("a", "check"), "b": realistic_run("b", "derive")}
-    for _, state, digest, _ in _step_all(runs, snapshot_every=3):
-        assert digest["stateHash"] == _reference(state)
+    for _, state, state_hash, _ in _step_all(runs, snapshot_every=3):
+        assert state_hash == _reference(state)
 
 
 def test_a_state_mutated_behind_the_cache_is_caught_at_the_next_snapshot():
@@ -73,14 +69,15 @@ def test_a_state_mutated_behind_the_cache_is_caught_at_the_next_snapshot():
     run_id = "mutated"
     docs = realistic_run(run_id, "check")
     records = list(_committed(docs))
-    rec, _ = runstate.step(None, records[0], partition=0, offset=0, snapshot_every=1000, handoff_mode="auto")
-    rec, _ = runstate.step(rec, records[1], partition=0, offset=1, snapshot_every=1000, handoff_mode="auto")
+    rec = None
+    for committed in records[:2]:
+        rec = runstate.advance(rec, committed["doc"], committed["hash"], snapshot_every=1000,
+                               handoff_mode="auto").record
     rec["state"]["variables"]["sneaky"] = 1  # mutate a sub-dict the hasher has cached
-    terminal = {**records[2], "doc": {**records[2]["doc"], "type": "run.completed", "payload": {}}}
-    terminal["hash"] = chain_hash(rec["head"], terminal["doc"])
-    new, sends = runstate.step(rec, terminal, partition=0, offset=2, snapshot_every=1000, handoff_mode="auto")
-    digest = next(v for short, _, v in sends if short == "digests")
-    assert digest["stateHash"] == _reference(new["state"])
+    terminal = {**records[2]["doc"], "type": "run.completed", "payload": {}}
+    adv = runstate.advance(rec, terminal, chain_hash(rec["head"], terminal), snapshot_every=1000,
+                           handoff_mode="auto")
+    assert adv.snapshot and adv.state_hash == _reference(adv.state)
 
 
 @settings(max_examples=100, deadline=None)

@@ -1,8 +1,8 @@
-"""The run-state step (``processors.core.runstate.step``) without a broker.
+"""The run-state step (``processors.core.runstate.advance`` / ``fold_next``) without a broker.
 
-One committed log record in, the run's new table record and the records to send out: the
-digest of every event, snapshots every N events and at a terminal status, and the live checks of
-the committed log (``log_gap``, ``hash_chain_broken``). Hashes are computed here with
+One accepted event in, the run's new table record, its state hash and the records to send out:
+snapshots due every N events and at a terminal status, fold violations, and the refusal of an event
+the run's state is not just before (``run_state_unavailable``). Hashes are computed here with
 ``schemas.canonical.chain_hash`` and with ``hashlib`` over ``rfc8785`` (the JCS reference
 implementation), and states are written by hand from CONTRACT.md's ``initial_state``, never taken
 from the step itself.
@@ -10,13 +10,15 @@ from the step itself.
 
 from __future__ import annotations
 
-import copy
 import hashlib
+import logging
 import uuid
 
+import pytest
 import rfc8785
 
-from processors.core.runstate import refold_due, step
+import processors.core.runstate as runstate
+from processors.core.runstate import Advanced, Unfoldable, advance, fold_next, refold_due
 from schemas.canonical import GENESIS, chain_hash
 
 T = "2025-01-15T10:00:00.000Z"
@@ -64,103 +66,45 @@ def _committed(docs: list[dict]) -> list[dict]:
     return out
 
 
-def _step(record, committed, offset, *, every=100):
-    return step(record, committed, partition=3, offset=offset, snapshot_every=every, handoff_mode="auto")
+def _advance(record, committed, *, every=100) -> Advanced:
+    return advance(record, committed["doc"], committed["hash"], snapshot_every=every, handoff_mode="auto")
 
 
 def _violations(sends) -> list[dict]:
     return [v for topic, _, v in sends if topic == "violations"]
 
 
-def test_first_event_starts_the_run_and_sends_its_digest():
+def test_first_event_starts_the_run_with_its_state_hash():
     run_id = _run_id()
     log = _committed(_docs(run_id, 0))
-    record, sends = _step(None, log[0], 100)
+    adv = _advance(None, log[0])
     state = _state(bindings={"engineVersion": "1.4.0"})
-    assert record == {"state": state, "next": 1, "head": log[0]["hash"], "since": 1}
-    assert sends == [("digests", run_id, {"runId": run_id, "sequence": 0, "stateHash": _hash_state(state),
-                                          "headHash": chain_hash(GENESIS, log[0]["doc"]),
-                                          "logPartition": 3, "logOffset": 100})]
+    assert adv.record == {"state": state, "next": 1, "head": log[0]["hash"], "since": 1}
+    assert adv.state == state and adv.state_hash == _hash_state(state)
+    assert adv.sends == [] and not adv.snapshot
 
 
 def test_contiguous_events_fold_and_chain():
     run_id = _run_id()
     log = _committed(_docs(run_id, 3))
-    record, digests = None, []
-    for i, committed in enumerate(log):
-        record, sends = _step(record, committed, 200 + i)
-        assert _violations(sends) == []
-        digests += [v for topic, key, v in sends if topic == "digests" and key == run_id]
+    record, hashes = None, []
+    for committed in log:
+        adv = _advance(record, committed)
+        assert _violations(adv.sends) == []
+        record = adv.record
+        hashes.append(adv.state_hash)
     variables = {"v1": 10, "v2": 20, "v3": 30}
     state = _state(variables=variables, bindings={"engineVersion": "1.4.0"})
     assert record == {"state": state, "next": 4, "head": log[3]["hash"], "since": 4}
-    assert [(d["sequence"], d["headHash"], d["logOffset"]) for d in digests] == [
-        (i, c["hash"], 200 + i) for i, c in enumerate(log)]
-    assert digests[1]["stateHash"] == _hash_state(_state(variables={"v1": 10}, bindings={"engineVersion": "1.4.0"}))
-    assert digests[-1]["stateHash"] == _hash_state(state)
+    assert hashes[1] == _hash_state(_state(variables={"v1": 10}, bindings={"engineVersion": "1.4.0"}))
+    assert hashes[-1] == _hash_state(state)
 
 
 def _through(log: list[dict], n: int, every: int = 100) -> dict:
     record = None
-    for i, committed in enumerate(log[:n]):
-        record, _ = _step(record, committed, i, every=every)
+    for committed in log[:n]:
+        record = _advance(record, committed, every=every).record
     return record
-
-
-def test_a_skipped_sequence_is_a_log_gap_and_the_run_goes_on():
-    run_id = _run_id()
-    docs = _docs(run_id, 3)
-    record = _through(_committed(docs), 1)
-    for missing, seq in ((1, 2), (2, 3)):  # one sequence skipped, two skipped
-        # Chained on sequence 0, as a sequencer that lost the ones in between would have written it.
-        gap = {"doc": docs[seq], "prevHash": record["head"], "hash": chain_hash(record["head"], docs[seq]),
-               "source": {}}
-        new, sends = _step(record, gap, 9)
-        assert _violations(sends) == [{"runId": run_id, "code": "log_gap",
-                                       "detail": f"committed log jumps from sequence 0 to {seq}",
-                                       "eventId": f"{run_id}:{seq}", "sequence": seq,
-                                       "workerId": None, "phase": None, "dispatchId": None}], missing
-        assert new["next"] == seq + 1 and new["head"] == gap["hash"]
-        assert new["state"]["variables"] == {f"v{seq}": seq * 10}
-
-
-def test_a_record_that_does_not_continue_the_chain_is_flagged():
-    run_id = _run_id()
-    log = _committed(_docs(run_id, 2))
-    record = _through(log, 1)
-    forged = {**log[1], "prevHash": "f" * 64, "hash": chain_hash("f" * 64, log[1]["doc"])}
-    new, sends = _step(record, forged, 1)
-    [violation] = _violations(sends)
-    assert (violation["code"], violation["eventId"], violation["sequence"]) == ("hash_chain_broken", f"{run_id}:1", 1)
-    assert "f" * 64 in violation["detail"]
-    # The step goes on with the chain it computed, not the forged one.
-    assert new["head"] == log[1]["hash"] and new["next"] == 2
-    # A record with the right prevHash but a wrong hash is flagged too.
-    _, sends = _step(record, {**log[1], "hash": "0" * 64}, 1)
-    assert [v["code"] for v in _violations(sends)] == ["hash_chain_broken"]
-
-
-def test_a_rewritten_later_copy_is_flagged_and_changes_nothing():
-    run_id = _run_id()
-    log = _committed(_docs(run_id, 2))
-    record = _through(log, 3)
-    before = copy.deepcopy(record)
-    rewritten = copy.deepcopy(log[1])
-    rewritten["doc"]["payload"]["value"] = 999  # the doc changed after it was committed; its hash did not
-    new, sends = _step(record, rewritten, 1)
-    assert new == before
-    assert [(t, k) for t, k, _ in sends] == [("violations", run_id)]
-    [violation] = _violations(sends)
-    assert (violation["code"], violation["sequence"]) == ("hash_chain_broken", 1)
-    assert chain_hash(log[0]["hash"], rewritten["doc"]) in violation["detail"]
-
-
-def test_a_redelivered_copy_is_skipped():
-    run_id = _run_id()
-    log = _committed(_docs(run_id, 2))
-    record = _through(log, 3)
-    assert _step(record, copy.deepcopy(log[1]), 1) == (None, [])
-    assert _step(record, copy.deepcopy(log[2]), 2) == (None, [])
 
 
 def test_snapshot_every_n_events_and_at_a_terminal_status():
@@ -168,18 +112,18 @@ def test_snapshot_every_n_events_and_at_a_terminal_status():
     docs = _docs(run_id, 3, end="run.completed")  # sequences 0..4, run.completed at 4
     log = _committed(docs)
     record, snapshots, links = None, [], []
-    for i, committed in enumerate(log):
-        record, sends = _step(record, committed, 50 + i, every=3)
-        snapshots += [(k, v) for t, k, v in sends if t == "snapshots"]
-        links += [(k, v) for t, k, v in sends if t == "handoff-links"]
+    for committed in log:
+        adv = _advance(record, committed, every=3)
+        record = adv.record
+        if adv.snapshot:
+            snapshots.append((committed["doc"]["sequence"], adv.state, adv.state_hash, record["head"]))
+        links += [(k, v) for t, k, v in adv.sends if t == "handoff-links"]
     # The third event (sequence 2), then run.completed (sequence 4, only two events after the last snapshot).
-    assert [(k, s["atSequence"]) for k, s in snapshots] == [(run_id, 2), (run_id, 4)]
+    assert [s[0] for s in snapshots] == [2, 4]
     state2 = _state(variables={"v1": 10, "v2": 20}, bindings={"engineVersion": "1.4.0"})
-    assert snapshots[0][1] == {"runId": run_id, "atSequence": 2, "logPartition": 3, "logOffset": 52,
-                               "state": state2, "stateHash": _hash_state(state2), "headHash": log[2]["hash"]}
+    assert snapshots[0][1:] == (state2, _hash_state(state2), log[2]["hash"])
     state4 = _state(status="completed", variables={"v1": 10, "v2": 20, "v3": 30}, bindings={"engineVersion": "1.4.0"})
-    assert snapshots[1][1] == {"runId": run_id, "atSequence": 4, "logPartition": 3, "logOffset": 54,
-                               "state": state4, "stateHash": _hash_state(state4), "headHash": log[4]["hash"]}
+    assert snapshots[1][1:] == (state4, _hash_state(state4), log[4]["hash"])
     assert record["since"] == 0
     assert links == [(run_id, {"kind": "child-terminal", "event": docs[4]})]
 
@@ -188,12 +132,13 @@ def test_a_terminal_status_snapshots_before_n_events():
     run_id = _run_id()
     log = _committed(_docs(run_id, 1, end="run.failed"))  # 3 events, far fewer than every=100
     record, snapshots = None, []
-    for i, committed in enumerate(log):
-        record, sends = _step(record, committed, i, every=100)
-        snapshots += [v for t, _, v in sends if t == "snapshots"]
-    assert [s["atSequence"] for s in snapshots] == [2]
+    for committed in log:
+        adv = _advance(record, committed, every=100)
+        record = adv.record
+        if adv.snapshot:
+            snapshots.append((committed["doc"]["sequence"], adv.state, adv.state_hash))
     state = _state(status="failed", variables={"v1": 10}, bindings={"engineVersion": "1.4.0"})
-    assert snapshots[0]["state"] == state and snapshots[0]["stateHash"] == _hash_state(state)
+    assert snapshots == [(2, state, _hash_state(state))]
     assert record["since"] == 0
 
 
@@ -204,13 +149,60 @@ def test_fold_violations_are_sent_keyed_by_run_without_their_kind():
                  "payload": "not an object", "timestamp": T, "sequence": 1})
     log = _committed(docs)
     record = _through(log, 1)
-    new, sends = _step(record, log[1], 1)
-    [violation] = _violations(sends)
+    adv = _advance(record, log[1])
+    [violation] = _violations(adv.sends)
     assert "kind" not in violation
     assert (violation["runId"], violation["code"], violation["eventId"]) == (
         run_id, "invalid_chain_payload", f"{run_id}:1")
-    assert [k for t, k, _ in sends if t == "violations"] == [run_id]
-    assert new["state"]["flags"] == [{"code": "invalid_chain_payload", "eventId": f"{run_id}:1", "sequence": 1}]
+    assert [k for t, k, _ in adv.sends if t == "violations"] == [run_id]
+    assert adv.record["state"]["flags"] == [{"code": "invalid_chain_payload", "eventId": f"{run_id}:1",
+                                             "sequence": 1}]
+
+
+# --- fold_next: an event is committed only with its fold ------------------------------------------------
+
+
+def _fold_next(record, committed) -> Advanced | Unfoldable:
+    return fold_next(record, committed["doc"], committed["hash"], snapshot_every=100, handoff_mode="auto")
+
+
+def test_fold_next_folds_the_event_its_run_state_stops_before():
+    run_id = _run_id()
+    log = _committed(_docs(run_id, 3))
+    assert _fold_next(None, log[0]) == _advance(None, log[0])
+    record = _through(log, 2)
+    assert _fold_next(record, log[2]) == _advance(record, log[2])
+
+
+@pytest.mark.parametrize(("held", "state"), [(None, "no run state"), (1, "its run state at sequence 1"),
+                                             (3, "its run state at sequence 3")])
+def test_fold_next_refuses_an_event_its_run_state_is_not_just_before(held, state):
+    # Missing for a run past its first event, behind it (a fold that failed earlier), past it (a table
+    # that disagrees with the head): folding anyway would commit a state hash that is not the run's.
+    run_id = _run_id()
+    log = _committed(_docs(run_id, 3))
+    record = None if held is None else _through(log, held)
+    got = _fold_next(record, log[2])
+    assert isinstance(got, Unfoldable)
+    assert got.detail.startswith(f"the worker holds {state} for run {run_id}, whose next sequence is 2; "
+                                 "the event is not appended, because every log record carries the state hash")
+
+
+def test_fold_next_refuses_an_event_whose_fold_raises(monkeypatch, caplog):
+    run_id = _run_id()
+    log = _committed(_docs(run_id, 1))
+    record = _through(log, 1)
+
+    def broken(*_args, **_kwargs):
+        raise RuntimeError("a fold bug")
+
+    monkeypatch.setattr(runstate, "fold", broken)
+    with caplog.at_level(logging.ERROR, logger="agentlog.runstate"):
+        got = _fold_next(record, log[1])
+    assert isinstance(got, Unfoldable)
+    assert got.detail.startswith(f"folding run {run_id} at sequence 1 failed (RuntimeError: a fold bug); "
+                                 "the event is not appended")
+    assert any(r.exc_info for r in caplog.records)  # the traceback is in the worker's log
 
 
 def _record(next_seq: int) -> dict:
@@ -226,5 +218,5 @@ def test_a_redelivered_event_is_folded_again_only_where_its_run_state_stops_befo
     assert not refold_due(_record(6), 5)
     assert not refold_due(_record(9), 5)
     assert not refold_due(None, 3)
-    # Further behind: the run's next accepted event catches it up from the log instead.
+    # Further behind (a fold that failed): nothing to refold from; the run's next accepted event is refused.
     assert not refold_due(_record(3), 5)

@@ -11,6 +11,7 @@ from typing import get_args
 
 import pytest
 
+from processors.core.fold import states_by_index
 from processors.replay import ComparisonResult, Divergence, DivergenceKind, RederivationResult, compare_runs
 from processors.replay.exported import read_jsonl
 
@@ -38,9 +39,9 @@ def test_the_comparison_engine_builds_a_divergence_with_the_comparison_json() ->
 
 def _committed(docs: list[dict]) -> list[dict]:
     out, prev = [], GENESIS
-    for doc in docs:
+    for doc, (_, s_hash) in zip(docs, states_by_index(docs), strict=True):
         head = chain_hash(prev, doc)
-        out.append({"doc": doc, "prevHash": prev, "hash": head})
+        out.append({"doc": doc, "prevHash": prev, "hash": head, "stateHash": s_hash})
         prev = head
     return out
 
@@ -67,7 +68,7 @@ def test_the_rederivation_engine_builds_a_divergence_with_the_rederivation_json(
 def test_one_kind_vocabulary_covers_both_engines() -> None:
     assert set(get_args(DivergenceKind)) == {
         "output", "missing", "extra", "type-mismatch", "refusal",  # comparison
-        "state", "head", "tampered",  # re-derivation (+ missing, extra)
+        "state", "tampered",  # re-derivation (+ missing)
     }
 
 

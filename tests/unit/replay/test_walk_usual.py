@@ -48,7 +48,7 @@ def _altered() -> dict[str, list[dict[str, Any]]]:
         "record missing": edited(lambda r: r.pop(k)),
         "redelivered copy": edited(lambda r: r.insert(k + 3, copy.deepcopy(r[k]))),
         "rewritten copy": edited(lambda r: r.insert(k + 3, {**copy.deepcopy(r[k]), "hash": "3" * 64})),
-        "no stateHash from the middle on": edited(lambda r: [x.pop("stateHash") for x in r[k:]]),
+        "no stateHash from the middle on (log format 1)": edited(lambda r: [x.pop("stateHash") for x in r[k:]]),
         "stateHash not a string": edited(lambda r: r[k].update(stateHash=7)),
         "no hash": edited(lambda r: r[k].pop("hash")),
     }
@@ -83,8 +83,7 @@ def test_an_altered_log_walks_the_same_with_the_usual_index(name: str, collect_a
     records = _altered()[name]
     general, general_summary = _outcome(records, usual=False, collect_all=collect_all)
     with_usual, usual_summary = _outcome(records, usual=True, collect_all=collect_all)
-    if general is not None and name not in ("redelivered copy", "no stateHash from the middle on",
-                                            "stateHash not a string"):
+    if general is not None and name != "redelivered copy":
         # the comparison below is between two walks that found something (a rewritten copy is judged after the walk)
         assert general.divergences or general.conflicts, name
     assert usual_summary == general_summary
@@ -119,7 +118,6 @@ def _batched_walk(records: list[dict[str, Any]], *, collect_all: bool, size: int
             if not isinstance(doc, dict) or doc.get("runId") != "usual-1":
                 continue
             walk.record(offset, value, doc)
-    walk.finish()
     return walk, progressed
 
 

@@ -1,39 +1,38 @@
 """The topic record shapes (schemas.records): each builder gives the contract's bytes, and the producers use them.
 
-The expected records are written out by hand from CONTRACT.md and the producers as they
-were before the builders existed: a redelivered record is deduplicated by byte identity
-and old stores must stay readable, so a builder may not add, drop or retype a key.
+The expected records are written out by hand from CONTRACT.md: a redelivered record is
+deduplicated by byte identity and stores of the same log format must stay readable, so a
+builder may not add, drop or retype a key.
 Comparing JCS bytes as well as dicts catches what ``==`` forgives (``True == 1``).
 """
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import pytest
 
 from processors.core.fold import fold_all
 from processors.core.handoff import derive_child_outcome, join
-from processors.core.runstate import TERMINAL_TYPES, step
+from processors.core.runstate import TERMINAL_TYPES, advance, chain_problem
 from processors.core.sequencing import RAW_MAX_BYTES, Source, decide, rejection_record
 from processors.replay.compare import compare_runs
 from processors.replay.host import error_record, verdict_record
 from schemas.canonical import GENESIS, chain_hash, jcs
+from schemas.errors import LogFormatError
 from schemas.records import (
     CommittedEvent,
     RecordSource,
     Rejection,
     RunSnapshot,
-    StateDigest,
     Transition,
     Verdict,
     Violation,
     committed_event,
+    log_format_error,
     record_source,
     rejection,
     run_snapshot,
-    state_digest,
     transition,
     verdict,
     violation,
@@ -58,7 +57,8 @@ def test_record_source():
           {"topic": "agentlog.ingest", "partition": 0, "offset": 17, "timestampMs": 1700000000000})
 
 
-def test_committed_event():
+def test_committed_event_before_its_fold():
+    # The sequencer's decision: made before the fold, never written to the log as it is.
     doc = {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {}, "timestamp": "2025-01-15T10:00:00.000Z",
            "sequence": 0}
     source = {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}
@@ -70,7 +70,7 @@ def test_committed_event():
            "source": {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}})
 
 
-def test_committed_event_format_2_carries_the_state_hash():
+def test_committed_event_carries_the_state_hash():
     doc = {"eventId": "e1", "runId": "r1", "type": "run.started", "payload": {}, "timestamp": "2025-01-15T10:00:00.000Z",
            "sequence": 0}
     source = {"topic": "agentlog.ingest", "partition": 2, "offset": 5, "timestampMs": 1700000000001}
@@ -165,14 +165,6 @@ def test_run_snapshot():
            "headHash": "2222222222222222222222222222222222222222222222222222222222222222"})
 
 
-def test_state_digest():
-    _same(state_digest(run_id="r1", sequence=6, state_hash=H1, head_hash=H2, log_partition=2, log_offset=41),
-          {"runId": "r1", "sequence": 6,
-           "stateHash": "1111111111111111111111111111111111111111111111111111111111111111",
-           "headHash": "2222222222222222222222222222222222222222222222222222222222222222",
-           "logPartition": 2, "logOffset": 41})
-
-
 def test_verdict_without_binding_diff_or_detail():
     events = [{"type": "replay.diverged", "payload": {"sourceRunId": "r1", "atSequence": 7}}]
     first = {"atSequence": 7, "kind": "output", "originalEventId": "e7", "path": "payload.result",
@@ -207,12 +199,23 @@ def test_error_verdict_says_why():
            "firstDivergence": None, "events": [], "comparedThrough": None})
 
 
+def test_a_log_record_without_a_state_hash_is_log_format_1():
+    err = log_format_error({"doc": {"runId": "r1", "sequence": 4}, "prevHash": GENESIS, "hash": H1},
+                           partition=2, offset=17)
+    assert isinstance(err, LogFormatError) and err.code == "log_format_unsupported"
+    assert str(err) == ("log record run r1, sequence 4, log offset 17 in partition 2: this log was written by an "
+                        "agentlog before 0.2 (log format 1, records without stateHash); re-ingest its runs with "
+                        "`agentlog publish` from an export made with that version")
+    assert str(log_format_error({"doc": "?"})).startswith("a log record: this log was written by an agentlog before 0.2")
+
+
 def test_optional_keys_are_declared_optional():
     # Python 3.11 loses NotRequired in a class-form TypedDict under postponed annotations; this pins the fix.
     assert Rejection.__optional_keys__ == {"rawTruncated", "rawBytes", "rawSha256"}
     assert Verdict.__optional_keys__ == {"bindingDiff", "detail", "reordered", "path"}
-    assert CommittedEvent.__optional_keys__ == {"stateHash"}  # log format 2; absent in format 1
-    for shape in (RecordSource, Transition, Violation, RunSnapshot, StateDigest):
+    # On every log record; absent only from the sequencer's decision, made before the fold.
+    assert CommittedEvent.__optional_keys__ == {"stateHash"}
+    for shape in (RecordSource, Transition, Violation, RunSnapshot):
         assert shape.__optional_keys__ == frozenset(), shape.__name__
 
 
@@ -305,32 +308,22 @@ def test_run_state_records_have_their_shapes():
     docs = realistic_run("run-1", "check")
     record, head = None, GENESIS
     sent: dict[str, int] = {}
-    shapes = {"transitions": Transition, "violations": Violation, "digests": StateDigest, "snapshots": RunSnapshot}
-    for offset, doc in enumerate(docs):
+    shapes = {"transitions": Transition, "violations": Violation}
+    for doc in docs:
         h = chain_hash(head, doc)
-        committed = {"doc": doc, "prevHash": head, "hash": h,
-                     "source": {"topic": "agentlog.ingest", "partition": 0, "offset": offset, "timestampMs": 0}}
-        if offset == 5:  # a rewritten record and a skipped sequence: the run-state chain checks report both
-            gap = copy.deepcopy(committed)
-            gap["doc"]["sequence"] += 1
-            gap["prevHash"] = H1
-            _, bad = step(record, gap, partition=0, offset=offset, snapshot_every=4, handoff_mode="auto")
-            assert [v["code"] for short, _, v in bad if short == "violations"] == ["log_gap", "hash_chain_broken"]
-            for short, _, value in bad:
-                if short in shapes:
-                    _check_keys(shapes[short], dict(value))
-        record, sends = step(record, committed, partition=0, offset=offset, snapshot_every=4, handoff_mode="auto")
-        head = h
-        for short, _, value in sends:
+        adv = advance(record, doc, h, snapshot_every=4, handoff_mode="auto")
+        record, head = adv.record, h
+        for short, _, value in adv.sends:
             if short in shapes:
                 _check_keys(shapes[short], dict(value))
                 sent[short] = sent.get(short, 0) + 1
-    assert set(sent) == {"transitions", "digests", "snapshots"}
-    rewritten = {**committed, "hash": H2}
-    _, sends = step(record, rewritten, partition=0, offset=99, snapshot_every=4, handoff_mode="auto")
-    [(short, _, value)] = sends
-    assert short == "violations" and value["code"] == "hash_chain_broken"
-    _check_keys(Violation, dict(value))
+    assert set(sent) == {"transitions"}
+    # The live log check's violation for a record whose doc does not hash to its hash.
+    rewritten = {"doc": docs[-1], "prevHash": H1, "hash": H2, "stateHash": H1,
+                 "source": {"topic": "agentlog.ingest", "partition": 0, "offset": 9, "timestampMs": 0}}
+    problem = chain_problem(rewritten)
+    assert problem is not None and problem["code"] == "hash_chain_broken"
+    _check_keys(Violation, dict(problem))
 
 
 def test_host_verdicts_have_the_verdict_keys():

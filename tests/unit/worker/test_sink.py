@@ -81,7 +81,7 @@ def test_records_stored_at_another_offset_are_dropped_by_key_wherever_each_run_s
             return rows_for("committed", [
                 {"doc": {"eventId": f"{r}-{q}", "runId": r, "type": "variable.changed", "sequence": q,
                          "timestamp": "2026-01-01T00:00:00.000Z", "payload": {"q": q}},
-                 "prevHash": "0" * 64, "hash": f"{q:064x}",
+                 "prevHash": "0" * 64, "hash": f"{q:064x}", "stateHash": "ab" * 32,
                  "source": {"topic": "p.ingest", "partition": 0, "offset": q, "timestampMs": 0}}
                 for r, q in pairs])
 

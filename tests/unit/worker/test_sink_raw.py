@@ -9,6 +9,7 @@ records our sequencer writes go through ClickHouse, anything it cannot prove thr
 from __future__ import annotations
 
 import asyncio
+import base64
 from collections.abc import Mapping
 from typing import Any
 
@@ -20,7 +21,7 @@ from processors.audit.migrations import migrate
 from processors.audit.rows import rows_for
 from processors.audit.store import Store, open_store
 from processors.metrics import METRICS
-from processors.worker.sink import AuditSink, BlockingSink, SequenceTops, token_for
+from processors.worker.sink import AuditSink, BlockingSink, SequenceTops, split_batch, token_for
 from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
 from streams.codec import encode_committed, encode_record
 from streams.settings import Settings
@@ -39,7 +40,7 @@ def _doc(run: str, seq: int, payload: Any, **extra: Any) -> dict[str, Any]:
             "timestamp": "2026-01-01T00:00:00.123Z", "nodeId": "n1", "payload": payload, **extra}
 
 
-def _record(doc: dict[str, Any], prev: str = GENESIS, *, state_hash: str | None = "ab" * 32,
+def _record(doc: dict[str, Any], prev: str = GENESIS, *, state_hash: str = "ab" * 32,
             source: dict[str, Any] | None = None) -> bytes:
     """A CommittedEvent as the sequencer writes it."""
     return encode_committed(jcs(doc), prev, chain_hash(prev, doc), source or SOURCE, state_hash)
@@ -105,14 +106,18 @@ def _foreign_records() -> dict[str, bytes]:
         "doc text not JCS": good.replace(b'{"eventId":"foreign-0","nodeId":"n1",', b'{"nodeId":"n1","eventId":"foreign-0",'),
         "pretty-printed (a line break)": encode_record({"doc": _doc("foreign", 1, {"b": 2}), "prevHash": GENESIS,
                                                        "hash": chain_hash(GENESIS, _doc("foreign", 1, {"b": 2})),
-                                                       "source": SOURCE}).replace(b',"hash"', b',\n"hash"'),
-        "tampered hash": encode_committed(jcs(_doc("foreign", 2, {"c": 3})), GENESIS, "f" * 64, SOURCE),
+                                                       "source": SOURCE, "stateHash": "ab" * 32}
+                                                      ).replace(b',"hash"', b',\n"hash"'),
+        "tampered hash": encode_committed(jcs(_doc("foreign", 2, {"c": 3})), GENESIS, "f" * 64, SOURCE, "ab" * 32),
         "escaped id": _record(_doc('foreign"quote', 3, {})),
         "numeric timestamp": _record(_doc("foreign", 4, {}) | {"timestamp": 1_767_225_600_000}),
         "offset timestamp": _record(_doc("foreign", 5, {}) | {"timestamp": "2026-01-01T05:30:00+05:30"}),
         "leap second": _record(_doc("foreign", 6, {}) | {"timestamp": "2016-12-31T23:59:60Z"}),
-        "format 1 + unknown source key": _record(_doc("foreign", 7, {}), state_hash=None,
-                                                 source={**SOURCE, "extra": True}),
+        "unknown source key": _record(_doc("foreign", 7, {}), source={**SOURCE, "extra": True}),
+        # what an agentlog before 0.2 wrote: refused (log_format_unsupported), never stored without its state hash
+        "log format 1 (no stateHash)": encode_record({"doc": _doc("foreign", 8, {}), "prevHash": GENESIS,
+                                                      "hash": chain_hash(GENESIS, _doc("foreign", 8, {})),
+                                                      "source": SOURCE}),
         "not JSON": b'{"doc": nope',
     }
 
@@ -136,12 +141,19 @@ def test_records_clickhouse_cannot_prove_take_the_python_path_and_are_stored_as_
         s.command("TRUNCATE TABLE events")
         # the whole batch as the sink flushes it (another partition: another range token)
         asyncio.run(sink.flush(Partition("p.log", 1), messages, lo=0, hi=len(values) - 1, marked=False))
-        decodable = [v for k, v in foreign.items() if k != "not JSON" and k != "tampered hash"]
+        refused = ("not JSON", "tampered hash", "log format 1 (no stateHash)")
+        decodable = [v for k, v in foreign.items() if k not in refused]
         tampered = foreign["tampered hash"]
         assert _stored(s, ["ours", "foreign", 'foreign"quote']) == _expected([*ours, *decodable, tampered])
         for doc, in s.query("SELECT doc FROM events").rows:
             assert doc.encode() == rfc8785.dumps(loads_strict(doc.encode()))
-        assert s.query("SELECT reason, source_offset FROM rejections").rows == [("sink_undecodable", len(values) - 1)]
+        format_1 = values.index(foreign["log format 1 (no stateHash)"])
+        assert s.query("SELECT reason, source_offset, run_id FROM rejections ORDER BY source_offset").rows == [
+            ("log_format_unsupported", format_1, "foreign"), ("sink_undecodable", len(values) - 1, "")]
+        [(detail,)] = s.query("SELECT detail FROM rejections WHERE reason = 'log_format_unsupported'").rows
+        assert detail == ("log record run foreign, sequence 8: this log was written by an agentlog before 0.2 (log "
+                          "format 1, records without stateHash); re-ingest its runs with `agentlog publish` from an "
+                          "export made with that version")
 
 
 def test_the_range_token_protects_events_and_the_rollups_and_a_reform_lands_what_is_missing(store_url):  # noqa: F811
@@ -201,14 +213,14 @@ def test_generated_docs_are_stored_as_the_python_mapping_stores_them(tmp_path):
         paths = {"clickhouse": 0, "python": 0}
 
         @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-        @given(docs=st.lists(valid_docs(), min_size=1, max_size=25), with_state=st.booleans())
-        def check(docs: list[dict[str, Any]], with_state: bool) -> None:
+        @given(docs=st.lists(valid_docs(), min_size=1, max_size=25))
+        def check(docs: list[dict[str, Any]]) -> None:
             s.command("TRUNCATE TABLE events")
             values, seen = [], set()
             for d in docs:
                 if (d["runId"], d["sequence"]) not in seen:
                     seen.add((d["runId"], d["sequence"]))
-                    values.append(_record(d, state_hash="cd" * 32 if with_state else None))
+                    values.append(_record(d, state_hash="cd" * 32))
             token = token_for("p.log", 0, next(batches), 0)
             proven, unproven = sink.insert_log(values, token)
             assert proven + len(unproven) == len(values)
@@ -323,3 +335,19 @@ def test_a_token_is_written_into_the_statement_as_a_string_and_still_drops_a_rep
         s.command("ALTER TABLE events DELETE WHERE run_id = 'quote' AND sequence = 4", settings={"mutations_sync": 2})
         sink.insert_log(values, token)
         assert s.query("SELECT count() FROM events WHERE run_id = 'quote'").rows[0][0] == 4, "the token dropped it"
+
+
+def test_a_format_1_log_record_is_a_sink_rejection_and_the_rest_of_its_batch_maps():
+    """The sink never dies on a record: one without stateHash (an agentlog before 0.2) goes to rejections
+    with reason ``log_format_unsupported`` and what to do, its raw bytes kept; the others map as usual."""
+    ours = [_record(_doc("mixed", q, {"q": q})) for q in range(3)]
+    doc = _doc("mixed", 3, {})
+    old = encode_record({"doc": doc, "prevHash": GENESIS, "hash": chain_hash(GENESIS, doc), "source": SOURCE})
+    messages = [Record(topic="p.log", partition=0, offset=i, timestamp=5, value=v) for i, v in enumerate([*ours, old])]
+    mapped, bad = split_batch("committed", messages)
+    assert mapped is not None and mapped[0] == "events" and mapped[2][0] == ["mixed"] * 3
+    [rejected] = bad
+    assert (rejected["reason"], rejected["runId"], rejected["source"]["offset"]) == ("log_format_unsupported", "mixed", 3)
+    assert rejected["detail"].startswith("log record run mixed, sequence 3: this log was written by an agentlog "
+                                         "before 0.2")
+    assert base64.b64decode(rejected["raw"]) == old
