@@ -201,7 +201,7 @@ TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("heads", 
 
 
 class Batch:
-    """One ``take_events`` batch: outputs go out at once, table writes wait for their acks.
+    """One batch of an agent (:func:`_adaptive`): outputs go out at once, table writes wait for their acks.
 
     The one place the module docstring's rule lives: :meth:`commit` awaits every
     output the batch sent, and only then writes the table keys the batch changed
@@ -486,84 +486,29 @@ async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
     return await first_offset(wiring.settings, topic, partition)
 
 
-async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
-                     tick_s: float, linger_s: float) -> None:
-    """Collect from the Faust stream while the previous batch is processed; process what has piled up.
-
-    ``take_events`` alone serialises the two: while the agent handles a batch, nothing is
-    delivered, and while it waits for the next window the agent does nothing, so every event
-    pays Faust's delivery *plus* the work and a low-load event waits out the whole window.
-    Here the stream only collects, in ticks of ``tick_s``, into a queue; one processor task
-    (concurrency stays 1: batches are processed one at a time, in offset order) takes the
-    first tick waiting and every other one already there, up to ``max_events``. Idle: a
-    batch of what one tick brought, handled at once. Behind (more than one tick waiting): it
-    gathers for up to ``linger_s`` more, so batches are large under load (table records are
-    per run per batch), and Faust's delivery of the next batch overlaps the work on this one.
-    The queue is bounded, so a slow processor holds the stream back (Faust's own flow control then pauses fetching).
-
-    Positions, not Faust's acks, decide what is committed (:mod:`processors.worker.positions`),
-    so events acknowledged to Faust when collected are not thereby committed.
-    """
-    queue: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=max(2, max_events // 64))
-
-    loop = asyncio.get_running_loop()
-
-    async def processor() -> None:
-        while True:
-            events = await queue.get()
-            behind = not queue.empty()
-            while not queue.empty() and len(events) < max_events:
-                events.extend(queue.get_nowait())
-            # Behind (more than one tick was waiting): latency is the backlog's already, so gather up
-            # to one window more; a larger batch writes each run's table records once for more events.
-            deadline = loop.time() + linger_s
-            while behind and len(events) < max_events and (left := deadline - loop.time()) > 0:
-                try:
-                    events.extend(await asyncio.wait_for(queue.get(), left))
-                except TimeoutError:
-                    break
-            await process(events)
-
-    task = asyncio.ensure_future(processor())
-    try:
-        async for events in stream.take_events(max_events, within=tick_s):
-            if task.done():
-                break
-            put = asyncio.ensure_future(queue.put(list(events)))
-            await asyncio.wait([put, task], return_when=asyncio.FIRST_COMPLETED)
-            if not put.done():
-                put.cancel()
-                break
-    finally:
-        if not task.done():
-            task.cancel()  # a batch cut short is a crash's redelivery: its table writes come after its outputs
-        await asyncio.wait([task])
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]  # the agent crashes as it would have inline
-
-
 async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
                     tick_s: float, window_s: float, idle_events: int, quiet_s: float = 0.0,
                     behind: Callable[[list[Any]], bool] | None = None) -> None:
-    """Batches sized by the load: a quiet tick is handled at once, busy ticks pile up (``batch_idle_events``).
+    """The one batching loop: batches sized by the load, a quiet tick handled at once, busy ticks piled up.
 
-    Each ``take_events`` tick is handed over as soon as Faust has it, and the next tick is already
-    being collected while a batch is handled (the take is resumed first), so, as in
-    :func:`_pipelined`, records are acknowledged to Faust when collected and positions decide what
-    is committed. Batches are handled one at a time, in offset order. A batch that is still piling
-    up is handled when no tick has come for ``quiet_s`` (the stream fell silent: a burst ended,
-    #13 session 7) or at the latest when ``window_s`` has passed since its first tick: the pending
-    take is waited on with a timeout, never cancelled (cancelling Faust's ``take_events`` would
-    leave its passive drainer acknowledging records nobody handles).
+    The stream is taken in ``take_events`` ticks of ``tick_s``, and each tick is handed over as soon
+    as Faust has it; the next tick is already being collected while a batch is handled (the take is
+    resumed first), so records are acknowledged to Faust when collected, and positions decide what
+    is committed (:mod:`processors.worker.positions`). Batches are handled one at a time, in offset
+    order.
 
-    Before ``quiet_s``, the last records of every burst waited out the whole window (0.2 s), which
-    was most of publish → log p99 at 1k ev/s in runs without a delivery stall (tests/bench/JOURNAL.md).
-    Under load ticks keep coming every ``tick_s``, so the pile still grows to ``batch_max`` or the window.
+    A tick that had to be waited for and brought fewer than ``idle_events`` records says the agent
+    keeps up: what piled up is handled at once (latency about one tick). Every other tick piles up,
+    and the pile is handled when it holds ``max_events`` records, when ``window_s`` has passed since
+    its first tick, or when no tick has come for ``quiet_s`` (a burst ended; ``quiet_s`` 0 turns this off).
+    The pending take is waited on with a timeout, never cancelled (cancelling Faust's
+    ``take_events`` would leave its passive drainer acknowledging records nobody handles).
+    ``idle_events`` 0 makes no tick quiet: every batch piles up, and with ``quiet_s`` 0 too it closes
+    only at ``max_events`` or ``window_s``.
 
-    A small tick is not quiet when ``behind(events)`` says the broker holds more of its partitions
-    (#13 session 8): Faust hands a 5 ms tick only a few records even with thousands waiting, so once
-    the agent no longer waits for its commits (``_Commits``) nothing else made it pile up, and
-    batches of five records each paid a whole batch's cost.
+    A small tick is not quiet either when ``behind(events)`` says the broker holds more of its
+    partitions (:func:`broker_ahead`): Faust hands a 5 ms tick only a few records even with
+    thousands waiting, and batches of five records would each pay a whole batch's commit.
     """
     loop = asyncio.get_running_loop()
     takes = stream.take_events(max_events, within=tick_s).__aiter__()
@@ -741,24 +686,19 @@ def batched_agent(
     handle: Handler,
     before_commit: Hook | None = None,
     after_commit: Hook | None = None,
-    max_events: int | None = None,
-    within_s: float | None = None,
 ) -> None:
     """Register an agent on topic ``short``: every batch runs ``handle`` per record, in offset order.
 
-    The loop is the module docstring's order: each record (and any the consumer skipped
-    before it, :func:`in_order`) goes to ``handle``, which sends outputs and stages table
-    writes on the batch; ``before_commit`` runs once the records are handled (the sink
-    inserts there); :meth:`Batch.commit` makes outputs, then tables, then positions durable;
-    ``after_commit`` runs last (work that must see the batch durable, e.g. replay verdicts).
-    Concurrency 1, and registered so the group commits no offset of the topic before this
-    agent has made it durable (:mod:`processors.worker.positions`).
+    Batches are taken by :func:`_adaptive`, the one loop (``batch_max``, ``batch_within_s``,
+    ``batch_tick_s``, ``batch_idle_events``, ``batch_quiet_ms``). A batch follows the module
+    docstring's order: each record (and any the consumer skipped before it, :func:`in_order`) goes
+    to ``handle``, which sends outputs and stages table writes on the batch; ``before_commit`` runs
+    once the records are handled (the sink inserts there); :meth:`Batch.commit` makes outputs, then
+    tables, then positions durable; ``after_commit`` runs last (work that must see the batch
+    durable, e.g. replay verdicts). Concurrency 1, and registered so the group commits no offset of
+    the topic before this agent has made it durable (:mod:`processors.worker.positions`).
     """
     settings = wiring.settings
-    max_events = max_events or settings.batch_max
-    pipelined = settings.batch_pipelined and within_s is None
-    adaptive = settings.batch_idle_events > 0 and within_s is None
-    within_s = settings.batch_within_s if within_s is None else within_s
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 
     slice_s = settings.batch_slice_ms / 1000.0
@@ -820,16 +760,9 @@ def batched_agent(
     async def agent(stream: Any) -> None:
         commits.restart()  # Faust's supervisor restarts a crashed agent with the same stream
         try:
-            if adaptive:
-                await _adaptive(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                                window_s=within_s, idle_events=settings.batch_idle_events,
-                                quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
-            elif not pipelined:
-                async for events in stream.take_events(max_events, within=within_s):
-                    await process(list(events))
-            else:
-                await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                                 linger_s=within_s)
+            await _adaptive(stream, process, max_events=settings.batch_max, tick_s=settings.batch_tick_s,
+                            window_s=settings.batch_within_s, idle_events=settings.batch_idle_events,
+                            quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
         except BaseException:
             await commits.abandon()
             raise
