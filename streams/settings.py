@@ -158,11 +158,6 @@ class Settings:
     # interval, is read again from that position (Faust was seen to drop fetched records without
     # delivering them; processors.worker.batch.heal_stalled). 0 = off.
     stall_check_s: float = 5.0
-    # #13 session 8 (latency). Up to batch_commits_in_flight handled batches of an agent may wait to be made
-    # durable (in group commits, in offset order: processors.worker.batch._Commits) while the next batch is
-    # handled; its reads see their writes. 0 (the default) = each batch commits before the next is handled:
-    # on a quiet machine 16 measured no better (tests/bench/JOURNAL.md "Commits in flight").
-    batch_commits_in_flight: int = 0
     # #13 session 12: at a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
     # rebalance_timeout_s) to make its tables durable before the member rejoins; one still going after that,
     # or holding records of a partition that moved, writes no table (processors.worker.fence). 0 = never wait.
