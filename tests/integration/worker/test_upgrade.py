@@ -40,7 +40,7 @@ def test_worker_continues_a_run_whose_old_run_state_lagged_its_head(settings):
     k, lag = 12, 5  # the old sequencer committed 0..k-1; its run-state agent had folded 0..lag-1
     states = states_by_index(docs)
     old_log = chained(docs[:k])
-    wiring = build_app(settings, sink=False, replay=False)
+    wiring = build_app(settings.replace(worker_role="process"), replay=False)
     changelogs = {name: t.changelog_topic.get_topic_name() for name, t in wiring.tables.items()}
 
     async def scenario():
