@@ -46,8 +46,9 @@ class Settings:
     max_event_bytes: int = 1_048_576
     # Processors
     snapshot_every: int = 100
-    # Processor batches: up to batch_max records, or what arrived within batch_within_s. Larger
-    # windows mean fewer acknowledgement round trips per event (throughput) at the cost of latency.
+    # Processor batches: a pile of busy ticks is handled at batch_max records, or batch_within_s after its
+    # first tick (batch_tick_s below). Larger windows mean fewer acknowledgement round trips per event
+    # (throughput) at the cost of latency.
     batch_max: int = 5000
     batch_within_s: float = 0.2
     handoff_mode: str = "auto"  # auto | check | derive
@@ -88,21 +89,16 @@ class Settings:
     otel_grace_ms: int = 30_000
     otel_max_held_spans: int = 10_000
     otel_tick_s: float = 0.5
-    # Throughput (#13): pipelined, adaptive batches (opt-in; measured slower at saturation on this
-    # machine, faster at low load: tests/bench/JOURNAL.md). With batch_pipelined the Faust stream only
-    # collects (ticks of batch_tick_s) while the previous batch is processed; the processor takes
-    # every collected batch waiting, and when behind gathers up to batch_within_s more. Off (the
-    # default): take_events(batch_max, batch_within_s).
-    batch_pipelined: bool = False
-    batch_tick_s: float = 0.005
     # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
     events_ttl_days: int = 0
-    # Adaptive batches (#13; the default since session 5, 0 = off: take_events(batch_max, batch_within_s);
-    # tests/bench/JOURNAL.md): the stream is taken in
+    # How agents take batches (processors.worker.batch._adaptive, the one loop): the stream is taken in
     # ticks of batch_tick_s; a tick that had to be waited for and brought fewer than batch_idle_events
     # records means we keep up, so what was taken is handled at once (latency ~ one tick); busier ticks pile up
     # into one batch of up to batch_max records or batch_within_s (under load: fewer table records
     # per event, as per run per batch). Faust keeps collecting the next tick while a batch is handled.
+    # batch_idle_events 0: no tick is handled at once, every batch piles up (with batch_quiet_ms 0 too,
+    # it closes only at batch_max or batch_within_s).
+    batch_tick_s: float = 0.005
     batch_idle_events: int = 16
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
     # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
@@ -156,11 +152,6 @@ class Settings:
     # interval, is read again from that position (Faust was seen to drop fetched records without
     # delivering them; processors.worker.batch.heal_stalled). 0 = off.
     stall_check_s: float = 5.0
-    # #13 session 8 (latency). Up to batch_commits_in_flight handled batches of an agent may wait to be made
-    # durable (in group commits, in offset order: processors.worker.batch._Commits) while the next batch is
-    # handled; its reads see their writes. 0 (the default) = each batch commits before the next is handled:
-    # on a quiet machine 16 measured no better (tests/bench/JOURNAL.md "Commits in flight").
-    batch_commits_in_flight: int = 0
     # #13 session 12: at a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
     # rebalance_timeout_s) to make its tables durable before the member rejoins; one still going after that,
     # or holding records of a partition that moved, writes no table (processors.worker.fence). 0 = never wait.

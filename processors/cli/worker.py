@@ -14,8 +14,6 @@ def register(app: typer.Typer) -> None:
                                              "process = the Faust agents, no audit store; sink = only the audit "
                                              "sink and the HTTP endpoints; all = both "
                                              "(README \"Running the worker\")."),
-        sink: bool = typer.Option(None, "--sink/--no-sink",
-                                  help="Deprecated: --no-sink is --role process; --sink changes nothing."),
         sink_process: bool = typer.Option(None, "--sink-process/--one-process",
                                           help="With --role all: run the Faust agents in a supervised child "
                                                "process and the sink in this one (two cores; default: "
@@ -34,13 +32,9 @@ def register(app: typer.Typer) -> None:
                                  sink_process=sink_process)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
-        if sink is False:
-            typer.echo("note: --no-sink is deprecated; it means --role process", err=True)
-        elif sink is True and settings.worker_role == "process":
-            raise typer.BadParameter("--sink contradicts --role process (use --role all)")
-        runs = worker_role(settings, sink=sink is not False)
+        runs = worker_role(settings)
         if sink_process and runs != "all":
             # Only the flag is refused: AGENTLOG_SINK_PROCESS may be set for a whole deployment.
             raise typer.BadParameter(f"--sink-process splits a --role all worker in two; "
                                      f"this worker runs --role {runs} only")
-        run_worker(settings, sink=sink is not False, loglevel=loglevel, wait_s=wait)
+        run_worker(settings, loglevel=loglevel, wait_s=wait)

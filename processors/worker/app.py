@@ -59,30 +59,22 @@ log = logging.getLogger("agentlog.worker")
 ROLES = ("all", "process", "sink")
 
 
-def worker_role(settings: Settings, *, sink: bool = True) -> str:
-    """The role to run: ``settings.worker_role``, with ``sink=False`` (``--no-sink``) meaning ``process``.
+def worker_role(settings: Settings) -> str:
+    """The role to run: ``settings.worker_role``.
 
     Raises:
-        ConfigError: ``bad_worker_role`` for a role not in :data:`ROLES`, or ``sink=False`` with role ``sink``.
+        ConfigError: ``bad_worker_role`` for a role not in :data:`ROLES`.
     """
     role = settings.worker_role
     if role not in ROLES:
         raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
                           code="bad_worker_role")
-    if not sink:
-        if role == "sink":
-            raise ConfigError("--no-sink contradicts --role sink: a sink worker runs nothing else; "
-                              "use --role process for a worker without the audit sink", code="bad_worker_role")
-        role = "process"
     return role
 
 
-def build_app(settings: Settings, *, sink: bool = True, replay: bool = True) -> Wiring:
-    """Create the worker's Faust app for ``settings.worker_role``; ``sink=False`` leaves ClickHouse out.
-
-    ``sink=False`` (benchmarks, tests, ``--no-sink``) is the ``process`` role.
-    """
-    role = worker_role(settings, sink=sink)
+def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
+    """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out)."""
+    role = worker_role(settings)
     if settings.web_enabled:
         check_web_access(settings)  # issue #17: never serve beyond loopback without a token
     settings.state_path.mkdir(parents=True, exist_ok=True)
@@ -238,7 +230,7 @@ def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
     return specs
 
 
-def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warning", wait_s: float = 300.0) -> None:
+def run_worker(settings: Settings, *, loglevel: str = "warning", wait_s: float = 300.0) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``).
 
     Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
@@ -248,12 +240,12 @@ def run_worker(settings: Settings, *, sink: bool = True, loglevel: str = "warnin
     """
     halves.watch_parent()  # a process half started by a parent below stops when that parent ends
     half = None
-    if settings.sink_process and worker_role(settings, sink=sink) == "all":
+    if settings.sink_process and worker_role(settings) == "all":
         settings = settings.replace(worker_role="sink")
         half = halves.ProcessHalf(settings, loglevel=loglevel, wait_s=wait_s)
-    if worker_role(settings, sink=sink) != "sink":
+    if worker_role(settings) != "sink":
         lock_state_dir(settings.state_path)  # held until the process exits
-    wiring = build_app(settings, sink=sink)
+    wiring = build_app(settings)
     loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
     try:
         loop.run_until_complete(

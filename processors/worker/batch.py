@@ -201,21 +201,20 @@ TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("heads", 
 
 
 class Batch:
-    """One ``take_events`` batch: outputs go out at once, table writes wait for their acks.
+    """One batch of an agent (:func:`_adaptive`): outputs go out at once, table writes wait for their acks.
 
     The one place the module docstring's rule lives: :meth:`commit` awaits every
     output the batch sent, and only then writes the table keys the batch changed
     (to the partition of the record that changed them), stage after stage
     (:data:`TABLE_STAGES`), each table's records as one producer batch per changelog
     partition (:class:`Outbox`). Reads see the batch's own pending writes first, so
-    later events of the batch build on earlier ones. ``collected`` is the agent's own
-    per-batch scratch list (what its hooks act on).
+    later events of the batch build on earlier ones; an agent's next batch starts once
+    this one is durable, so the tables hold everything earlier. ``collected`` is the
+    agent's own per-batch scratch list (what its hooks act on).
     """
 
-    def __init__(self, wiring: Wiring, agent: str = "", size: int = 0,
-                 waiting: Mapping[tuple[str, str], tuple[int, Any]] | None = None) -> None:
+    def __init__(self, wiring: Wiring, agent: str = "", size: int = 0) -> None:
         self.wiring = wiring
-        self._waiting = waiting  # the agent's writes handled and not durable yet (live: _Commits.overlay)
         if agent:
             METRICS.inc("agentlog_batches_total", agent=agent)
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
@@ -230,10 +229,8 @@ class Batch:
         self.partition = -1
 
     def get(self, table: str, key: str) -> Any:
-        """The key as this batch sees it: its own writes, then those of earlier batches not durable yet."""
+        """The key as this batch sees it: its own pending write, else the table's value."""
         hit = self._writes.get((table, key))
-        if hit is None and self._waiting:
-            hit = self._waiting.get((table, key))
         return hit[1] if hit is not None else self.wiring.tables[table].get(self.partition, key)
 
     def set(self, table: str, partition: int, key: str, value: Any) -> None:
@@ -243,13 +240,12 @@ class Batch:
     def keys_from(self, table: str, prefix: str) -> list[str]:
         """The keys starting with ``prefix`` in the current partition, as this batch sees them."""
         keys = set(self.wiring.tables[table].keys_from(self.partition, prefix))
-        for pending in (self._waiting or {}, self._writes):
-            for (name, key), (_, value) in pending.items():
-                if name == table and key.startswith(prefix):
-                    if value is None:
-                        keys.discard(key)
-                    else:
-                        keys.add(key)
+        for (name, key), (_, value) in self._writes.items():
+            if name == table and key.startswith(prefix):
+                if value is None:
+                    keys.discard(key)
+                else:
+                    keys.add(key)
         return sorted(keys)
 
     async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
@@ -274,38 +270,30 @@ class Batch:
         await self._outbox.flush()
 
     async def commit(self) -> None:
-        await Batch.commit_group([self])
+        """Make the batch durable: every output acknowledged, then its table writes, then its positions.
 
-    @staticmethod
-    async def commit_group(group: list[Batch]) -> None:
-        """Make ``group`` (consecutive batches of one agent, oldest first) durable as one batch.
+        The table writes go stage after stage (:data:`TABLE_STAGES`), a stage sent once the one
+        before it is acknowledged.
 
-        Every output of every batch acknowledged, then the table writes (a key written by several
-        batches once, with its last value), then each batch's positions in order.
+        Raises:
+            Fenced: a source partition of the batch is no longer this worker's (checked before each
+                stage and before the positions, :mod:`.fence`); what was durable before stays so.
         """
-        for batch in group:
-            await batch._outbox.flush()
-        for batch in group:
-            await batch._outbox.wait()
-        writes = group[0]._writes
-        if len(group) > 1:
-            writes = {}
-            for batch in group:
-                writes.update(batch._writes)
+        outbox = self._outbox
+        await outbox.flush()
+        await outbox.wait()
         by_table: dict[str, list[tuple[str, int, Any]]] = {}
-        for (table, key), (partition, value) in writes.items():
+        for (table, key), (partition, value) in self._writes.items():
             by_table.setdefault(table, []).append((key, partition, value))
-        last = group[-1]
-        sources = {(topic, partition) for batch in group for (_, topic, partition) in batch._positions}
+        sources = {(topic, partition) for (_, topic, partition) in self._positions}
         for stage in _stages(by_table):
-            _check_owned(last.wiring, sources)
+            _check_owned(self.wiring, sources)
             for table in stage:
-                await last._put(last.wiring.tables[table], by_table[table])
-            await last._outbox.flush()
-            await last._outbox.wait()
-        _check_owned(last.wiring, sources)
-        for batch in group:
-            batch._publish_positions()
+                await self._put(self.wiring.tables[table], by_table[table])
+            await outbox.flush()
+            await outbox.wait()
+        _check_owned(self.wiring, sources)
+        self._publish_positions()
 
     async def _put(self, table: Table, writes: list[tuple[str, int, Any]]) -> None:
         """Set the keys locally and queue their changelog records, each to ``partition`` (the source record's).
@@ -486,84 +474,29 @@ async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
     return await first_offset(wiring.settings, topic, partition)
 
 
-async def _pipelined(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
-                     tick_s: float, linger_s: float) -> None:
-    """Collect from the Faust stream while the previous batch is processed; process what has piled up.
-
-    ``take_events`` alone serialises the two: while the agent handles a batch, nothing is
-    delivered, and while it waits for the next window the agent does nothing, so every event
-    pays Faust's delivery *plus* the work and a low-load event waits out the whole window.
-    Here the stream only collects, in ticks of ``tick_s``, into a queue; one processor task
-    (concurrency stays 1: batches are processed one at a time, in offset order) takes the
-    first tick waiting and every other one already there, up to ``max_events``. Idle: a
-    batch of what one tick brought, handled at once. Behind (more than one tick waiting): it
-    gathers for up to ``linger_s`` more, so batches are large under load (table records are
-    per run per batch), and Faust's delivery of the next batch overlaps the work on this one.
-    The queue is bounded, so a slow processor holds the stream back (Faust's own flow control then pauses fetching).
-
-    Positions, not Faust's acks, decide what is committed (:mod:`processors.worker.positions`),
-    so events acknowledged to Faust when collected are not thereby committed.
-    """
-    queue: asyncio.Queue[list[Any]] = asyncio.Queue(maxsize=max(2, max_events // 64))
-
-    loop = asyncio.get_running_loop()
-
-    async def processor() -> None:
-        while True:
-            events = await queue.get()
-            behind = not queue.empty()
-            while not queue.empty() and len(events) < max_events:
-                events.extend(queue.get_nowait())
-            # Behind (more than one tick was waiting): latency is the backlog's already, so gather up
-            # to one window more; a larger batch writes each run's table records once for more events.
-            deadline = loop.time() + linger_s
-            while behind and len(events) < max_events and (left := deadline - loop.time()) > 0:
-                try:
-                    events.extend(await asyncio.wait_for(queue.get(), left))
-                except TimeoutError:
-                    break
-            await process(events)
-
-    task = asyncio.ensure_future(processor())
-    try:
-        async for events in stream.take_events(max_events, within=tick_s):
-            if task.done():
-                break
-            put = asyncio.ensure_future(queue.put(list(events)))
-            await asyncio.wait([put, task], return_when=asyncio.FIRST_COMPLETED)
-            if not put.done():
-                put.cancel()
-                break
-    finally:
-        if not task.done():
-            task.cancel()  # a batch cut short is a crash's redelivery: its table writes come after its outputs
-        await asyncio.wait([task])
-    if not task.cancelled() and task.exception() is not None:
-        raise task.exception()  # type: ignore[misc]  # the agent crashes as it would have inline
-
-
 async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
                     tick_s: float, window_s: float, idle_events: int, quiet_s: float = 0.0,
                     behind: Callable[[list[Any]], bool] | None = None) -> None:
-    """Batches sized by the load: a quiet tick is handled at once, busy ticks pile up (``batch_idle_events``).
+    """The one batching loop: batches sized by the load, a quiet tick handled at once, busy ticks piled up.
 
-    Each ``take_events`` tick is handed over as soon as Faust has it, and the next tick is already
-    being collected while a batch is handled (the take is resumed first), so, as in
-    :func:`_pipelined`, records are acknowledged to Faust when collected and positions decide what
-    is committed. Batches are handled one at a time, in offset order. A batch that is still piling
-    up is handled when no tick has come for ``quiet_s`` (the stream fell silent: a burst ended,
-    #13 session 7) or at the latest when ``window_s`` has passed since its first tick: the pending
-    take is waited on with a timeout, never cancelled (cancelling Faust's ``take_events`` would
-    leave its passive drainer acknowledging records nobody handles).
+    The stream is taken in ``take_events`` ticks of ``tick_s``, and each tick is handed over as soon
+    as Faust has it; the next tick is already being collected while a batch is handled (the take is
+    resumed first), so records are acknowledged to Faust when collected, and positions decide what
+    is committed (:mod:`processors.worker.positions`). Batches are handled one at a time, in offset
+    order.
 
-    Before ``quiet_s``, the last records of every burst waited out the whole window (0.2 s), which
-    was most of publish → log p99 at 1k ev/s in runs without a delivery stall (tests/bench/JOURNAL.md).
-    Under load ticks keep coming every ``tick_s``, so the pile still grows to ``batch_max`` or the window.
+    A tick that had to be waited for and brought fewer than ``idle_events`` records says the agent
+    keeps up: what piled up is handled at once (latency about one tick). Every other tick piles up,
+    and the pile is handled when it holds ``max_events`` records, when ``window_s`` has passed since
+    its first tick, or when no tick has come for ``quiet_s`` (a burst ended; ``quiet_s`` 0 turns this off).
+    The pending take is waited on with a timeout, never cancelled (cancelling Faust's
+    ``take_events`` would leave its passive drainer acknowledging records nobody handles).
+    ``idle_events`` 0 makes no tick quiet: every batch piles up, and with ``quiet_s`` 0 too it closes
+    only at ``max_events`` or ``window_s``.
 
-    A small tick is not quiet when ``behind(events)`` says the broker holds more of its partitions
-    (#13 session 8): Faust hands a 5 ms tick only a few records even with thousands waiting, so once
-    the agent no longer waits for its commits (``_Commits``) nothing else made it pile up, and
-    batches of five records each paid a whole batch's cost.
+    A small tick is not quiet either when ``behind(events)`` says the broker holds more of its
+    partitions (:func:`broker_ahead`): Faust hands a 5 ms tick only a few records even with
+    thousands waiting, and batches of five records would each pay a whole batch's commit.
     """
     loop = asyncio.get_running_loop()
     takes = stream.take_events(max_events, within=tick_s).__aiter__()
@@ -619,117 +552,26 @@ def broker_ahead(consumer: Any, events: list[Any], records: int) -> bool:
     return False
 
 
-class _Commits:
-    """An agent's handled batches, made durable in the background in groups ("Commits in flight").
+async def _commit(batch: Batch, agent: str, before: Hook | None, after: Hook | None) -> None:
+    """Make a handled batch durable between the agent's hooks, before the agent takes its next batch.
 
-    A batch's commit is the module docstring's order (``before_commit``, outputs acknowledged, tables
-    in :data:`TABLE_STAGES`, positions, ``after_commit``). Inline, every record that came meanwhile
-    waited out one output round trip and one per table (four or five acks=all round trips per batch)
-    before it was even handled. Here a handled batch joins the next *group commit* and the agent
-    handles its next batch at once: one committer makes the batches durable, a group at a time, in
-    offset order, each group being every batch handled while the previous group committed — its
-    outputs all acknowledged, then its table writes (one record per key for the whole group, the last
-    value) stage after stage, then the batches' positions in order. A group is one larger batch as far
-    as a crash can tell, so a crash leaves what it could before: outputs acknowledged whose tables are
-    not written (their records are redelivered, and their outputs, computed from the same state, are
-    byte-identical), never a table ahead of its outputs, never a position ahead of its tables. While a
-    batch waits, later batches read its writes (:attr:`overlay`, :meth:`Batch.get`). At most ``limit``
-    batches wait at once; the agent's next batch then waits for the committer. A failed commit stops
-    the committer (nothing after it becomes durable), is logged at once, and is raised by the agent's
-    next batch, as it was when the batch committed inline. ``limit`` 0: each batch commits inline.
+    ``before`` (the batch's records are handled), :meth:`Batch.commit` (the module docstring's
+    order), then ``after`` (work that must see the batch durable). A fenced batch (its partitions
+    moved to another worker while it was handled) is, as far as anyone can tell, a crash before its
+    table writes: not a failure, counted and logged, and the agent goes on without ``after``. Any
+    other failure is raised: the agent crashes and Faust's supervisor restarts it.
     """
-
-    def __init__(self, limit: int, agent: str, before: Hook | None, after: Hook | None) -> None:
-        self.limit = limit
-        self.agent = agent
-        self.before = before
-        self.after = after
-        #: (table, key) -> (partition, value) of the batches handled and not yet durable, last write wins
-        self.overlay: dict[tuple[str, str], tuple[int, Any]] = {}
-        self._queued: list[Batch] = []  # handled, for the next group
-        self._waiting = 0  # handled and not yet durable (queued or in the group committing)
-        self._committer: asyncio.Future[None] | None = None
-        self._failed: BaseException | None = None
-
-    async def commit(self, batch: Batch) -> None:
-        """Queue ``batch`` for the next group commit (or commit it now, ``limit`` 0)."""
-        if self.limit <= 0:
-            await self._commit_group([batch])
-            return
-        self.raise_if_failed()
-        self.overlay.update(batch._writes)
-        self._queued.append(batch)
-        self._waiting += 1
-        if self._committer is None or self._committer.done():
-            self._committer = asyncio.ensure_future(self._run())
-        if self._waiting > self.limit:
-            await asyncio.wait([self._committer])
-        self.raise_if_failed()
-
-    async def settle(self) -> None:
-        """Wait until every handled batch is durable or failed (a rebalance revokes partitions)."""
-        if self._committer is not None:
-            await asyncio.wait([self._committer])
-
-    def restart(self) -> None:
-        """The agent (re)starts: nothing of an earlier run of it is waiting, and its failure is behind it."""
-        self._failed = None
-        self._queued.clear()
-        self.overlay.clear()
-        self._waiting = 0
-
-    def raise_if_failed(self) -> None:
-        if self._failed is not None:
-            raise self._failed
-
-    async def drain(self) -> None:
-        """Wait until every handled batch is durable (the stream ended); raise a failure."""
-        if self._committer is not None:
-            await asyncio.wait([self._committer])
-        self.raise_if_failed()
-
-    async def abandon(self) -> None:
-        """The agent is stopping: what is not durable yet is cut short (a crash's redelivery, nothing more)."""
-        if self._committer is not None:
-            self._committer.cancel()
-            await asyncio.wait([self._committer])
-        self.restart()
-
-    async def _run(self) -> None:
-        try:
-            while self._queued:
-                group, self._queued = self._queued, []
-                await self._commit_group(group)
-                self._waiting -= len(group)
-                for batch in group:  # durable: the table holds these writes unless a later batch's wait
-                    for key, write in batch._writes.items():
-                        if self.overlay.get(key) is write:
-                            del self.overlay[key]
-        except asyncio.CancelledError:
-            raise
-        except BaseException as e:
-            self._failed = e
-            log.error("agent %s: a commit failed; nothing after it is made durable, the agent stops at its "
-                      "next batch", self.agent, exc_info=e)
-
-    @staticmethod
-    async def _make_durable(group: list[Batch]) -> None:
-        await Batch.commit_group(group)
-
-    async def _commit_group(self, group: list[Batch]) -> None:
-        if self.before is not None:
-            for batch in group:
-                await self.before(batch)
-        try:
-            await self._make_durable(group)
-        except Fenced as e:  # a crash before the table writes, as far as anyone can tell: not a failure
-            METRICS.inc("agentlog_batches_fenced_total", len(group), agent=self.agent)
-            log.warning("agent %s: %d batch(es) not made durable: %s moved to another worker while they were "
-                        "handled; their next owner handles their records again", self.agent, len(group), e)
-            return
-        if self.after is not None:
-            for batch in group:
-                await self.after(batch)
+    if before is not None:
+        await before(batch)
+    try:
+        await batch.commit()
+    except Fenced as e:
+        METRICS.inc("agentlog_batches_fenced_total", agent=agent)
+        log.warning("agent %s: a batch was not made durable: %s moved to another worker while it was handled; "
+                    "its next owner handles its records again", agent, e)
+        return
+    if after is not None:
+        await after(batch)
 
 
 def batched_agent(
@@ -741,29 +583,22 @@ def batched_agent(
     handle: Handler,
     before_commit: Hook | None = None,
     after_commit: Hook | None = None,
-    max_events: int | None = None,
-    within_s: float | None = None,
 ) -> None:
     """Register an agent on topic ``short``: every batch runs ``handle`` per record, in offset order.
 
-    The loop is the module docstring's order: each record (and any the consumer skipped
-    before it, :func:`in_order`) goes to ``handle``, which sends outputs and stages table
-    writes on the batch; ``before_commit`` runs once the records are handled (the sink
-    inserts there); :meth:`Batch.commit` makes outputs, then tables, then positions durable;
-    ``after_commit`` runs last (work that must see the batch durable, e.g. replay verdicts).
-    Concurrency 1, and registered so the group commits no offset of the topic before this
-    agent has made it durable (:mod:`processors.worker.positions`).
+    Batches are taken by :func:`_adaptive`, the one loop (``batch_max``, ``batch_within_s``,
+    ``batch_tick_s``, ``batch_idle_events``, ``batch_quiet_ms``). A batch follows the module
+    docstring's order: each record (and any the consumer skipped before it, :func:`in_order`) goes
+    to ``handle``, which sends outputs and stages table writes on the batch; ``before_commit`` runs
+    once the records are handled (the sink inserts there); :meth:`Batch.commit` makes outputs, then
+    tables, then positions durable; ``after_commit`` runs last (work that must see the batch
+    durable, e.g. replay verdicts). Concurrency 1, and registered so the group commits no offset of
+    the topic before this agent has made it durable (:mod:`processors.worker.positions`).
     """
     settings = wiring.settings
-    max_events = max_events or settings.batch_max
-    pipelined = settings.batch_pipelined and within_s is None
-    adaptive = settings.batch_idle_events > 0 and within_s is None
-    within_s = settings.batch_within_s if within_s is None else within_s
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 
     slice_s = settings.batch_slice_ms / 1000.0
-
-    commits = _Commits(wiring.settings.batch_commits_in_flight, name, before_commit, after_commit)
 
     idle = asyncio.Event()  # no batch of this agent in progress (what a revocation waits for: :mod:`.fence`)
     idle.set()
@@ -788,8 +623,7 @@ def batched_agent(
             idle.set()
 
     async def _process(events: list[Any]) -> None:
-        commits.raise_if_failed()
-        batch = Batch(wiring, name, len(events), commits.overlay)
+        batch = Batch(wiring, name, len(events))
         clock = loop_clock
         resumed = clock()
         for event in events:
@@ -803,14 +637,14 @@ def batched_agent(
                 await asyncio.sleep(0)
                 resumed = clock()
         await batch.flush()  # the outputs leave now; ``before_commit`` may wait for some (snapshots do)
-        await commits.commit(batch)
+        await _commit(batch, name, before_commit, after_commit)
 
     async def settle() -> None:
-        # Faust does not wait for a batch at a rebalance (records are acknowledged to it when taken):
-        # the batch in progress and the batches waiting for their commit must be durable before the
-        # member rejoins, or their table writes land while the partitions' next owner recovers them.
+        # Faust does not wait for a batch at a rebalance (records are acknowledged to it when taken): the
+        # batch in progress must be durable before the member rejoins, or its table writes land while the
+        # partitions' next owner recovers them. A batch is durable before the next one starts, so the
+        # batch in progress is all there is to wait for.
         await idle.wait()
-        await commits.settle()
 
     wiring.fence.register(settle)
 
@@ -818,22 +652,9 @@ def batched_agent(
         return broker_ahead(wiring.app.consumer, events, settings.batch_idle_events)
 
     async def agent(stream: Any) -> None:
-        commits.restart()  # Faust's supervisor restarts a crashed agent with the same stream
-        try:
-            if adaptive:
-                await _adaptive(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                                window_s=within_s, idle_events=settings.batch_idle_events,
-                                quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
-            elif not pipelined:
-                async for events in stream.take_events(max_events, within=within_s):
-                    await process(list(events))
-            else:
-                await _pipelined(stream, process, max_events=max_events, tick_s=settings.batch_tick_s,
-                                 linger_s=within_s)
-        except BaseException:
-            await commits.abandon()
-            raise
-        await commits.drain()
+        await _adaptive(stream, process, max_events=settings.batch_max, tick_s=settings.batch_tick_s,
+                        window_s=settings.batch_within_s, idle_events=settings.batch_idle_events,
+                        quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
 
     agent.__name__ = name.replace("-", "_")
     wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

@@ -10,12 +10,13 @@ the high watermark it started from): a head ahead of the index is not repairable
 redelivered record of the range was refused as a ``sequence_conflict`` (``test_many_workers``,
 about one run in 35: 754 records of one partition).
 
-So at a revocation every agent's batch in progress, and its commits waiting, are given until
-half the rebalance timeout to become durable (the member rejoins only after: whatever they wrote
-is in the changelogs before any new owner reads them). A batch still going after that, and any
-batch holding records of a partition this worker no longer owns, writes no table and publishes
-no position: exactly a crash before its table writes, which every agent already recovers from
-(its outputs are byte-identical when the records are handled again, by whoever owns them).
+So at a revocation every agent's batch in progress is given until half the rebalance timeout to
+become durable (the member rejoins only after: whatever it wrote is in the changelogs before any
+new owner reads them; the agent's earlier batches are durable already, each before the next began).
+A batch still going after that, and any batch holding records of a partition this worker no longer
+owns, writes no table and publishes no position: exactly a crash before its table writes, which
+every agent already recovers from (its outputs are byte-identical when the records are handled
+again, by whoever owns them).
 
 The wait is only for a member the group is still waiting for. A member the group has dropped
 (its session expired while the process stalled, session 13) learns it at its next heartbeat and
@@ -57,7 +58,7 @@ class Fence:
         self.assignments = 0
 
     def register(self, settle: Settle) -> None:
-        """``settle()`` returns once the agent's batch in progress and its waiting commits are durable."""
+        """``settle()`` returns once the agent has no batch in progress (its last one is durable, or failed)."""
         self._settlers.append(settle)
 
     def unowned(self, sources: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -123,7 +124,7 @@ def settling(app: Any) -> bool:
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
     if not fut.cancelled():
-        fut.exception()  # a settle that failed late is the agent's own failure, raised by its next batch
+        fut.exception()  # a settle that failed late is its agent's own failure, which the agent raises
 
 
 def wait_bound(revoke_wait_s: float, rebalance_timeout_s: float) -> float:

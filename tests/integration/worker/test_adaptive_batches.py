@@ -1,6 +1,6 @@
 """Adaptive batches (``batch_idle_events``, #13): every way a batch can close still commits each run whole.
 
-A real worker in adaptive mode gets a trickle (quiet ticks: handled at once), bursts (busy ticks
+A real worker gets a trickle (quiet ticks: handled at once), bursts (busy ticks
 pile up), and a burst followed by silence (the pile is handled when its window closes, with no
 later record to push it along). Each run must end up committed once per sequence, in order,
 with an unbroken hash chain, and the stateful outputs (snapshots) must follow.

@@ -78,7 +78,7 @@ class SmallTicks:
         return ticks()
 
 
-async def _batches_of_small_ticks(behind) -> list[list[int]]:
+async def _batches_of_small_ticks(behind, idle_events: int = 16) -> list[list[int]]:
     stream = SmallTicks(ticks=10, per_tick=4)
     batches: list[list[int]] = []
 
@@ -87,7 +87,7 @@ async def _batches_of_small_ticks(behind) -> list[list[int]]:
         if sum(map(len, batches)) == 40:
             stream.end.set()
 
-    await _adaptive(stream, process, max_events=1000, tick_s=0.005, window_s=WINDOW_S, idle_events=16,
+    await _adaptive(stream, process, max_events=1000, tick_s=0.005, window_s=WINDOW_S, idle_events=idle_events,
                     quiet_s=0.05, behind=behind)
     return batches
 
@@ -102,6 +102,11 @@ def test_small_ticks_pile_up_while_the_broker_holds_more_of_their_partitions():
     # handled with that tick; the last tick is quiet again.
     batches = asyncio.run(_batches_of_small_ticks(lambda events: events[-1] < 35))
     assert batches == [list(range(36)), list(range(36, 40))]
+
+
+def test_with_idle_events_zero_no_tick_is_quiet_small_ticks_pile_up_until_the_stream_falls_silent():
+    batches = asyncio.run(_batches_of_small_ticks(lambda events: False, idle_events=0))
+    assert batches == [list(range(40))]
 
 
 def test_the_broker_is_ahead_when_a_partition_of_the_tick_has_enough_records_beyond_its_last():

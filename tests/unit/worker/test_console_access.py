@@ -36,9 +36,10 @@ def test_the_worker_refuses_to_start_without_one(tmp_path):
     from processors.worker.app import build_app
 
     with pytest.raises(ConfigError, match="AGENTLOG_WEB_TOKEN"):
-        build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0"), sink=False)
+        build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0", worker_role="process"))
     # With a token it binds where it was told and guards its whole server.
-    wiring = build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0", web_token=TOKEN), sink=False)
+    wiring = build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0", web_token=TOKEN,
+                                worker_role="process"))
     assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("0.0.0.0", "0.0.0.0")
     assert [m.__name__ for m in wiring.app.web.web_app.middlewares] == ["guard"]
 

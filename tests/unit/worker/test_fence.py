@@ -1,8 +1,8 @@
 """A batch that outlives its partitions writes no table (:mod:`processors.worker.fence`, #13 session 12).
 
 The fence is driven directly (its revocation wait, its assignment) and through
-:meth:`Batch.commit_group` / :class:`_Commits` with a recording producer stand-in, as in
-``test_commits_in_flight``. The real rebalance (two worker processes, real Kafka) is
+:meth:`Batch.commit` / ``batch._commit`` with a recording producer stand-in, as in
+``test_batch_commit``. The real rebalance (two worker processes, real Kafka) is
 ``tests/integration/worker/test_rebalance_fence.py``.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from processors.worker.batch import Batch, _Commits
+from processors.metrics import METRICS
+from processors.worker.batch import Batch, _commit
 from processors.worker.fence import Fence, Fenced, wait_bound
 from processors.worker.tables import MemoryTable
 
@@ -144,7 +145,7 @@ def test_a_batch_of_a_partition_that_moved_writes_no_table_and_no_position():
     fence.assigned([_tp("ingest", 4)])  # partition 3 went to another worker
     batch = _batch(log, fence)
     with pytest.raises(Fenced, match=r"ingest\[3\]"):
-        asyncio.run(Batch.commit_group([batch]))
+        asyncio.run(batch.commit())
     assert log == ["flush", "acked"]  # its outputs were sent (a redelivery resends the same bytes), no table
     assert all(not t.data for t in batch.wiring.tables.values())
 
@@ -157,12 +158,12 @@ def test_a_partition_lost_between_stages_stops_the_batch_before_the_next_stage()
     acks = iter([lambda: None, lambda: fence.assigned([])])  # the outputs, then the index stage
     batch._outbox.on_ack = lambda: next(acks, lambda: None)()  # type: ignore[attr-defined]
     with pytest.raises(Fenced):
-        asyncio.run(Batch.commit_group([batch]))
+        asyncio.run(batch.commit())
     # index written (a head behind its index is repaired on redelivery), heads/runs and the position not
     assert log == ["flush", "acked", 'write index "r/e"', "flush", "acked"]
 
 
-def test_a_fenced_group_is_not_a_failure_the_agent_goes_on():
+def test_a_fenced_batch_is_not_a_failure_the_agent_goes_on():
     async def scenario() -> list[str]:
         log: list[str] = []
         fence = Fence()
@@ -172,10 +173,10 @@ def test_a_fenced_group_is_not_a_failure_the_agent_goes_on():
         async def note(batch: Any) -> None:
             after.append("after")
 
-        commits = _Commits(0, "test", None, note)
-        await commits.commit(_batch(log, fence, partition=3))  # fenced: no raise, no after-commit hook
-        commits.raise_if_failed()
-        await commits.commit(_batch(log, fence, partition=4))
+        fenced = METRICS.get("agentlog_batches_fenced_total", agent="fence-test")
+        await _commit(_batch(log, fence, partition=3), "fence-test", None, note)  # fenced: no raise, no after hook
+        assert METRICS.get("agentlog_batches_fenced_total", agent="fence-test") == fenced + 1
+        await _commit(_batch(log, fence, partition=4), "fence-test", None, note)
         return log + after
 
     log = asyncio.run(scenario())

@@ -50,12 +50,11 @@ def test_all_runs_both(tmp_path):
         wiring.store.close()
 
 
-def test_no_sink_is_process_and_nonsense_is_refused(tmp_path):
-    assert worker_role(_settings(tmp_path, "all"), sink=False) == "process"
-    for role, sink in (("nonsense", True), ("sink", False)):
-        with pytest.raises(ConfigError) as e:
-            worker_role(_settings(tmp_path, role), sink=sink)
-        assert e.value.code == "bad_worker_role"
+def test_the_role_is_the_setting_and_nonsense_is_refused(tmp_path):
+    assert [worker_role(_settings(tmp_path, role)) for role in ("all", "process", "sink")] == ["all", "process", "sink"]
+    with pytest.raises(ConfigError) as e:
+        worker_role(_settings(tmp_path, "nonsense"))
+    assert e.value.code == "bad_worker_role"
 
 
 def test_the_cli_says_so_in_one_line(tmp_path):

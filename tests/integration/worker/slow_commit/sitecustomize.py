@@ -1,7 +1,7 @@
 """Fault injection for ``test_rebalance_fence``: the first batch commit is held until a rebalance starts.
 
 Put on ``PYTHONPATH`` of a worker process (after the checkout). With ``AGENTLOG_TEST_HOLD_FIRST_COMMIT=1``
-the first :meth:`Batch.commit_group` of the process waits, before any table write, until the Faust app
+the first :meth:`Batch.commit` of the process waits, before any table write, until the Faust app
 is rebalancing and one second more (at most 120 s): a batch still being handled when another worker
 joins the group, which is what Faust does not wait for. Later commits are not touched.
 
@@ -20,22 +20,22 @@ if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_COMMIT") == "1":
 
     from processors.worker.batch import Batch
 
-    _commit_group = Batch.commit_group
+    _commit = Batch.commit
     _held: list[bool] = []
 
-    async def commit_group(group):  # type: ignore[no-untyped-def]
+    async def commit(self):  # type: ignore[no-untyped-def]
         if not _held:
             _held.append(True)
-            app = group[-1].wiring.app
+            app = self.wiring.app
             deadline = time.monotonic() + 120
             print("slow_commit: holding the first commit until a rebalance", file=sys.stderr, flush=True)
             while not app.rebalancing and time.monotonic() < deadline:
                 await asyncio.sleep(0.05)
             await asyncio.sleep(1.0)
             print("slow_commit: the first commit goes on", file=sys.stderr, flush=True)
-        await _commit_group(group)
+        await _commit(self)
 
-    Batch.commit_group = staticmethod(commit_group)
+    Batch.commit = commit
 
 if os.environ.get("AGENTLOG_TEST_IGNORE_DROPPED") == "1":
     from processors.worker import fence as _fence
