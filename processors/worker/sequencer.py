@@ -132,8 +132,11 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         elif isinstance(decision, Redelivered):
             assert doc is not None  # a redelivery was decoded
             if decision.head is not None:
-                batch.set("heads", source.partition, doc["runId"], decision.head)
-                batch.collected.append(("head", doc["runId"], decision.head, source.partition))
+                previous = heads.get(doc["runId"])
+                head = {**decision.head, "ts": source.timestamp_ms,
+                        "end": doc["type"] in TERMINAL_TYPES or bool(previous and previous.get("end"))}
+                batch.set("heads", source.partition, doc["runId"], head)
+                batch.collected.append(("head", doc["runId"], head, source.partition))
             await _refold(batch, source.partition, doc, decision.sequence)
             METRICS.inc("agentlog_redelivered_total")
         elif isinstance(decision, Handled):
