@@ -165,12 +165,13 @@ def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -
     (:func:`schemas.canonical.jcs_parsed`); the text is the same either way.
 
     Raises:
-        LogFormatError: a record without ``stateHash`` (log format 1): no row is made for it.
+        LogFormatError: a committed record (``doc``, ``hash``) without ``stateHash`` (log format 1): no row is
+            made for it. A record that is not a committed one at all is the caller's ``KeyError``.
     """
     payload_and_doc = _parsed_payload_and_doc if parsed else _payload_and_doc
 
     def row(rec: CommittedEvent) -> tuple[Any, ...]:
-        if "stateHash" not in rec:
+        if "stateHash" not in rec and "doc" in rec and "hash" in rec:  # a committed record, but of format 1
             raise log_format_error(rec)
         doc = rec["doc"]
         src = _source(rec)

@@ -125,21 +125,24 @@ def _generate(store: Store, n: int) -> dict[str, float]:
 
 def _committed_records(n: int) -> list[dict[str, Any]]:
     """``n`` CommittedEvents in runs of PER_RUN, hash-chained like the sequencer does."""
-    out, prev = [], GENESIS
+    from processors.core.runstate import advance
+
+    out, prev, record = [], GENESIS, None
     for i in range(n):
         seq = i % PER_RUN
         run = f"ins-{i // PER_RUN}"
         if seq == 0:
-            prev = GENESIS
+            prev, record = GENESIS, None
         doc = {"eventId": f"{run}:{seq}", "runId": run, "type": "variable.changed", "sequence": seq,
                "timestamp": "2025-02-01T00:00:00.000Z", "nodeId": "n",
                "payload": {"name": f"v{seq % 13}", "value": {"step": i, "note": "observation " * 4}}}
         if seq:
             doc["causationId"] = f"{run}:{seq - 1}"
         h = chain_hash(prev, doc)
-        out.append({"doc": doc, "prevHash": prev, "hash": h,
+        folded = advance(record, doc, h, snapshot_every=10**9, handoff_mode="auto")
+        out.append({"doc": doc, "prevHash": prev, "hash": h, "stateHash": folded.state_hash,
                     "source": {"topic": "bench.ingest", "partition": 0, "offset": i, "timestampMs": 1738368000000}})
-        prev = h
+        prev, record = h, folded.record
     return out
 
 

@@ -1,8 +1,8 @@
 """Restart: a stopped worker, started again, commits a new event how soon — after H historical events?
 
 The realistic workload (:mod:`tests.bench.workload`, runs that finish) is published and handled by
-``agentlog worker --role process`` with a short grace (5 s), so every run of the history is closed
-before the worker is stopped (SIGTERM). The worker is started again on the same state directory,
+``agentlog worker --role process`` with a short grace (5 s), so every finished run of the history is
+closed before the worker is stopped (SIGTERM); the ~1,000 trees the stream cuts off stay in flight. The worker is started again on the same state directory,
 a new tree of runs (33 events) is published at once, and the figure is the time from the start
 command to the first of those events in the committed log (its broker timestamp).
 

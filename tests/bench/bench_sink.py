@@ -42,8 +42,11 @@ BASELINE_BATCH = 20_000
 
 
 def _committed(n: int) -> list[dict]:
+    from processors.core.runstate import advance
+
     heads = [GENESIS] * RUNS
     seqs = [0] * RUNS
+    states: list = [None] * RUNS
     out = []
     for i in range(n):
         r = i % RUNS
@@ -52,9 +55,10 @@ def _committed(n: int) -> list[dict]:
                "payload": {"name": f"v{i % 11}", "value": i}, "timestamp": "2026-01-01T00:00:00.000Z",
                "sequence": seqs[r], "nodeId": "n1"}
         h = chain_hash(heads[r], doc)
-        out.append({"doc": doc, "prevHash": heads[r], "hash": h,
+        folded = advance(states[r], doc, h, snapshot_every=10**9, handoff_mode="auto")
+        out.append({"doc": doc, "prevHash": heads[r], "hash": h, "stateHash": folded.state_hash,
                     "source": {"topic": "bench.ingest", "partition": 0, "offset": i, "timestampMs": 0}})
-        heads[r], seqs[r] = h, seqs[r] + 1
+        heads[r], seqs[r], states[r] = h, seqs[r] + 1, folded.record
     return out
 
 
