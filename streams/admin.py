@@ -73,7 +73,7 @@ async def ensure_topics(settings: Settings, specs: list[TopicSpec] | None = None
                 if code == 0:
                     created.append(name)
                 elif code == _TOPIC_AUTHORIZATION_FAILED:
-                    # A secured cluster (issue #18): a host principal may describe and write only the
+                    # A secured cluster: a host principal may describe and write only the
                     # ingest topic, so every other topic looks missing to it and it may create none. The
                     # worker or `agentlog infra up --secure` creates them; not this client's business.
                     log.debug("not authorised to create or describe topic %s; left to the worker", name)
@@ -159,8 +159,8 @@ async def delete_topics(settings: Settings, names: list[str]) -> int:
     """Delete ``names`` (benches remove what they created); returns how many the broker accepted.
 
     Every all-topics metadata response a client decodes lists every topic on the broker; a bench
-    broker that kept each run's topics grew to ~4,000 and made those responses a tenth of a
-    worker's busy time (#13). Deleting in chunks keeps each request small.
+    broker that keeps each run's topics grows to ~4,000, and those responses then take a tenth of a
+    worker's busy time. Deleting in chunks keeps each request small.
     """
     deleted = 0
     async with _admin(settings, timeout_ms=60_000) as admin:

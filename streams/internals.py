@@ -29,10 +29,10 @@ FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
 #: mode's ``FlowControlEvent`` (``app.flow_control``) and the ``FlowControlQueue`` s it clears on resume.
 FLOW_CONTROL_INTERNALS = ("_queues",)
 FLOW_QUEUE_INTERNALS = ("_queue",)
-#: aiokafka's fetched-records buffer (#13 session 9, :func:`plain_fetched_records`): the started consumer's
+#: aiokafka's fetched-records buffer (:func:`plain_fetched_records`): the started consumer's
 #: fetcher, its per-partition buffer, a buffered ``FetchResult``'s records and the per-record hook they call.
 AIOKAFKA_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_consumer_record")
-#: The path from Faust's consumer to aiokafka's group coordinator (#13 session 13, :func:`membership_probe`):
+#: The path from Faust's consumer to aiokafka's group coordinator (:func:`membership_probe`):
 #: the consumer thread, its started ``AIOKafkaConsumer``, that consumer's coordinator.
 GROUP_COORDINATOR_PATH = ("_thread", "_consumer", "_coordinator")
 #: aiokafka's generation of a member without one (``OffsetCommitRequest.DEFAULT_GENERATION_ID``): before
@@ -176,7 +176,7 @@ def set_fetch_max_wait(app: Any, ms: int) -> None:
     in flight per broker and leaves out of it the partitions that still hold unconsumed records,
     so while a busy partition's records are being processed the fetch in flight may name only idle
     partitions, and the broker holds it for the whole wait before the busy partition can be fetched
-    again: a delivery stall of up to 1.5 s (#13, publish → log p99). The value is read when the
+    again: a delivery stall of up to 1.5 s (publish → log p99). The value is read when the
     consumer starts (its fetcher is built then), so setting it on the new, unstarted consumer works.
     """
 
@@ -255,16 +255,16 @@ class _PlainFetches(OrderedDict[Any, Any]):
 def plain_fetched_records(consumer: Any) -> bool:
     """Have a *started* ``AIOKafkaConsumer``'s ``getmany`` give ``(offset, key, value)`` tuples per record.
 
-    Why: a bounded read that only wants those three (re-derivation, #13 session 9) paid about
-    1.5–2 µs of CPU per record for aiokafka's ``ConsumerRecord`` (an 11-field dataclass and a
+    Why: a bounded read that only wants those three (re-derivation) would pay about 1.5–2 µs of
+    CPU per record for aiokafka's ``ConsumerRecord`` (an 11-field dataclass and a
     ``tuple(headers)``, built in Python) and then its own tuple; measured on the bench's log, a
-    public read cost 3.6–5.0 µs per record and this one 1.8–3.7. What is read, and how, is
+    public read costs 3.6–5.0 µs per record and this one 1.8–3.7. What is read, and how, is
     aiokafka's: the batches are walked by its ``PartitionRecords`` (CRC checks, control batches
-    skipped, aborted transactions dropped under ``read_committed``), positions move as before; only
-    the object built per record differs. Deserializers are not applied (the reader sets none).
+    skipped, aborted transactions dropped under ``read_committed``), positions move as in a public
+    read; only the object built per record differs. Deserializers are not applied (the reader sets none).
 
     Returns ``False`` and changes nothing when this aiokafka has no such buffer (not started, or an
-    upgrade moved it): the caller then reads ``ConsumerRecord`` s as before. Only for a consumer
+    upgrade moved it): the caller then reads ``ConsumerRecord`` s as usual. Only for a consumer
     whose every caller expects the tuples (``streams.reader.TopicReader``).
     """
     fetcher: Any = getattr(consumer, "_fetcher", None)

@@ -33,7 +33,7 @@ class Settings:
     kafka_heap: str = "-Xms256m -Xmx1g"
     # Where the Kafka jars are cached (default: ~/.cache/agentlog/kafka-<version>), shared by checkouts
     kafka_cache: str = ""
-    # issue #18 security: a librdkafka/kcat client properties file (SASL/SCRAM, TLS CA; streams/security.py)
+    # A secured cluster: a librdkafka/kcat client properties file (SASL/SCRAM, TLS CA; streams/security.py)
     # used by every Kafka client we build. Its bootstrap.servers, when present, wins over kafka_bootstrap.
     # Only the path is held here, so printing Settings never prints the password.
     kafka_config: str = ""
@@ -57,19 +57,19 @@ class Settings:
     web_enabled: bool = False
     session_timeout_s: float = 10.0
     rebalance_timeout_s: float = 10.0
-    # #14 session 8: 30,000 (was 20,000). The sink's 200k bench, alternated on one broker: 115-133k rows/s
-    # against 90-115k (fewer statements, parts and ledger rows per row); a trickle still waits sink_flush_s.
-    # #13 session 11: also the bound of a batch that carries several partitions of a topic (a trickle's
+    # Rows of a sink batch. The sink's 200k bench, alternated on one broker: 115-133k rows/s at 30,000
+    # against 90-115k at 20,000 (fewer statements, parts and ledger rows per row); a trickle still waits
+    # sink_flush_s. Also the bound of a batch that carries several partitions of a topic (a trickle's
     # buffers ride along with the first one ready: processors.worker.sink.AuditSink._riders).
     sink_batch_rows: int = 30_000
-    # 0.5 s (was 1 s): publish → queryable p99 at 1k ev/s 2.2 → 1.7 s (#13, session 6, quiet machine);
-    # at most two inserts per second per partition and table at a trickle.
+    # 0.5 s: publish → queryable p99 at 1k ev/s 1.7 s against 2.2 s at 1 s (quiet machine); at most two
+    # inserts per second per partition and table at a trickle.
     sink_flush_s: float = 0.5
-    # issue #14 (session 7): log batches of this many partitions are stored at once, each on its own
-    # ClickHouse connection and staging tables (chdb releases the GIL: two statements use two cores).
-    # A partition still has one batch in flight at a time. 1 = one batch at a time, as before.
+    # Log batches of this many partitions are stored at once, each on its own ClickHouse connection and
+    # staging tables (chdb releases the GIL: two statements use two cores). A partition still has one
+    # batch in flight at a time. 1 = one batch at a time.
     sink_lanes: int = 2
-    # Replay lanes, run trees and recorded results over HTTP (issue 15)
+    # Replay lanes, run trees and recorded results over HTTP
     # Host-replay verdicts compare index by index (RFC 0041 conformance) instead of per lane.
     replay_strict: bool = False
     # How long a host-replay verdict waits for the replay's child runs to end before it gives up
@@ -78,7 +78,7 @@ class Settings:
     replay_child_wait_s: float = 10.0
     # Finished source runs whose result caches the HTTP results endpoint keeps in memory.
     replay_results_cached_runs: int = 16
-    # OpenTelemetry ingest (issue #16): the worker's OTLP/HTTP receiver on 127.0.0.1:otlp_port
+    # OpenTelemetry ingest: the worker's OTLP/HTTP receiver on 127.0.0.1:otlp_port
     # (0 = off) and how long the span mapper holds a trace before publishing its runs: settle_ms
     # after its last span once the root span has arrived, grace_ms after its first span at most,
     # or at once when max_held_spans are held. otel_tick_s: how often held traces are re-checked.
@@ -89,7 +89,7 @@ class Settings:
     otel_grace_ms: int = 30_000
     otel_max_held_spans: int = 10_000
     otel_tick_s: float = 0.5
-    # Exactly-once audit store (issue 14): drop events older than this many days by TTL (0 = keep forever)
+    # Exactly-once audit store: drop events older than this many days by TTL (0 = keep forever)
     events_ttl_days: int = 0
     # How agents take batches (processors.worker.batch._adaptive, the one loop): the stream is taken in
     # ticks of batch_tick_s; a tick that had to be waited for and brought fewer than batch_idle_events
@@ -101,42 +101,42 @@ class Settings:
     batch_tick_s: float = 0.005
     batch_idle_events: int = 16
     # Event ids the OTel run sequencer remembers per run (to never sequence a re-emitted event twice);
-    # the oldest are forgotten beyond this many (README "Send OpenTelemetry traces").
+    # the oldest are forgotten beyond this many (README "Sending OpenTelemetry traces").
     otel_run_index_max: int = 100_000
     # How long the span mapper remembers a published trace's span ids (to drop re-sent spans); 0 = forever.
     otel_published_ttl_ms: int = 3_600_000
-    # issue #18 signing: the sequencer signs a checkpoint (runId, sequence, headHash, stateHash) every
+    # Signed checkpoints: the sequencer signs a checkpoint (runId, sequence, headHash, stateHash) every
     # checkpoint_every events of a run (0 = only at terminal events, which are always signed) with the
     # Ed25519 key in signing_key_file (PKCS#8 PEM; default $AGENTLOG_HOME/keys/ed25519.pem, made with
     # mode 0600 on the worker's first start, its public key written beside it as ed25519.pub.pem).
     checkpoint_every: int = 100
     signing_key_file: str = ""
-    # issue #17: the web console (and every HTTP endpoint of the worker) binds web_host. Beyond
-    # loopback it needs web_token: every page and API then asks for ``Authorization: Bearer <token>``
-    # (README "Console"). The token is never printed: it is left out of repr.
+    # The web console (and every HTTP endpoint of the worker) binds web_host. Beyond loopback it needs
+    # web_token: every page and API then asks for ``Authorization: Bearer <token>`` (README "Console").
+    # The token is never printed: it is left out of repr.
     web_host: str = "127.0.0.1"
     web_token: str = field(default="", repr=False)
-    # issue #18 roles: what `agentlog worker` runs (README "Scaling out"). "process": the Faust agents
+    # What `agentlog worker` runs (README "Running the worker"). "process": the Faust agents
     # (sequencer, fold, handoff, OTel) and the log check, no audit store opened; "sink": only the audit
     # sink (and the HTTP endpoints that read the store), no Faust consumer group joined; "all": both.
     # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
     worker_role: str = "all"
-    # #13 session 13 (processors/worker/halves.py): with worker_role "all", run the Faust agents in a
-    # child process (`--role process`, its web on web_port + 1, loopback) supervised by this one, which
-    # runs the sink and the HTTP endpoints: two cores instead of one thread. Off: one process.
+    # With worker_role "all", run the Faust agents in a child process (`--role process`, its web on
+    # web_port + 1, loopback) supervised by this one, which runs the sink and the HTTP endpoints: two cores
+    # instead of one thread (processors/worker/halves.py). Off: one process.
     sink_process: bool = False
-    # Issue #13, session 6 (garbage-collector pauses; processors/worker/gcpause.py). The tables keep
-    # every run's state and eventId index in the worker's heap, and Python's generation-2 collection
-    # walks all of it (measured: 38 collections of up to 1.3 s, 18 s in all, over 200k events). Every
-    # gc_freeze_every_s the worker moves what has survived so far out of the collector's sight
-    # (gc.freeze()), and Python's own generation-2 trigger is off; every gc_full_every_s it runs one
-    # full collection (reclaims reference cycles frozen meanwhile). 0 = off (Python's own schedule).
+    # Garbage-collector pauses (processors/worker/gcpause.py). The tables keep every run's state and
+    # eventId index in the worker's heap, and Python's generation-2 collection walks all of it
+    # (measured: 38 collections of up to 1.3 s, 18 s in all, over 200k events). Every gc_freeze_every_s
+    # the worker moves what has survived so far out of the collector's sight (gc.freeze()), and Python's
+    # own generation-2 trigger is off; every gc_full_every_s it runs one full collection (reclaims
+    # reference cycles frozen meanwhile). 0 = off (Python's own schedule).
     gc_freeze_every_s: float = 1.0
     gc_full_every_s: float = 1800.0
-    # #13 session 7. Longest the worker's Faust consumer's fetch waits at the broker for data (Faust
-    # hard-codes 1500 ms). aiokafka leaves partitions that still hold unconsumed records out of its one
-    # fetch in flight, so a fetch naming only idle partitions (spans, otel, handoff-links, changelogs)
-    # held ingest back for the whole wait (measured: 1.5 s delivery stalls, tests/bench/JOURNAL.md;
+    # Longest the worker's Faust consumer's fetch waits at the broker for data (Faust hard-codes
+    # 1500 ms). aiokafka leaves partitions that still hold unconsumed records out of its one fetch in
+    # flight, so a fetch naming only idle partitions (spans, otel, handoff-links, changelogs) holds
+    # ingest back for the whole wait (measured: 1.5 s delivery stalls, tests/bench/JOURNAL.md;
     # streams.internals.set_fetch_max_wait). 0 keeps Faust's own.
     consumer_fetch_max_wait_ms: int = 100
     # When > 0, a 1 ms heartbeat on the worker's event loop and a watchdog thread that logs every
@@ -152,7 +152,7 @@ class Settings:
     # interval, is read again from that position (Faust was seen to drop fetched records without
     # delivering them; processors.worker.batch.heal_stalled). 0 = off.
     stall_check_s: float = 5.0
-    # #13 session 12: at a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
+    # At a rebalance each agent's batch in progress gets up to revoke_wait_s (at most half of
     # rebalance_timeout_s) to make its tables durable before the member rejoins; one still going after that,
     # or holding records of a partition that moved, writes no table (processors.worker.fence). 0 = never wait.
     revoke_wait_s: float = 5.0
@@ -162,9 +162,10 @@ class Settings:
     state_dir: str = ""
     # Memory the tables' RocksDB databases may use in all, in MiB: block cache and write buffers, shared.
     state_cache_mb: int = 64
-    # Run lifetimes (README "Run lifetimes"): a run is closed run_grace_s after its terminal event, or after
-    # run_idle_s without an event; its table entries are then deleted. A marker that it was closed is kept
-    # run_closed_retention_s, during which a late event of it is refused (run_closed / run_expired).
+    # Run lifetimes (README "Run lifetimes and the worker's state"): a run is closed run_grace_s after its
+    # terminal event, or after run_idle_s without an event; its table entries are then deleted. A marker
+    # that it was closed is kept run_closed_retention_s, during which a late event of it is refused
+    # (run_closed / run_expired).
     run_grace_s: float = 300.0
     run_idle_s: float = 7 * 86400.0
     run_closed_retention_s: float = 7 * 86400.0
@@ -184,7 +185,7 @@ class Settings:
 
     @property
     def signing_key_path(self) -> Path:
-        """The worker's checkpoint signing key (issue #18): ``signing_key_file`` or the home's default."""
+        """The worker's checkpoint signing key: ``signing_key_file`` or the home's default."""
         return Path(self.signing_key_file).expanduser() if self.signing_key_file else (
             self.home / "keys" / "ed25519.pem")
 
@@ -197,12 +198,12 @@ _LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
 
 
 def web_is_loopback(host: str) -> bool:
-    """True when ``host`` only accepts connections from this machine (issue #17)."""
+    """True when ``host`` only accepts connections from this machine."""
     return host in _LOOPBACK_HOSTS or host.startswith("127.")
 
 
 def check_web_access(settings: Settings) -> None:
-    """Refuse to serve HTTP beyond loopback without a token (issue #17).
+    """Refuse to serve HTTP beyond loopback without a token.
 
     Raises:
         ConfigError: ``web_token_required`` when ``web_host`` is not loopback and ``web_token`` is empty.
@@ -247,7 +248,7 @@ def load_settings(**overrides: object) -> Settings:
     if isinstance(values.get("home"), str):
         values["home"] = Path(values["home"]).expanduser().resolve()
     settings = Settings(**values)
-    if settings.kafka_config:  # issue #18 security
+    if settings.kafka_config:  # a secured cluster: its properties file names the brokers
         from streams.security import bootstrap
 
         settings = settings.replace(kafka_bootstrap=bootstrap(settings))

@@ -25,11 +25,11 @@ _TOPICS: dict[str, dict[str, str]] = {
     "snapshots": _COMPACT,
     "verdicts": _DELETE,
     "handoff-links": _DELETE,
-    # Signed checkpoints of the committed log, keyed by run (issue #18): kept as long as the log they vouch for.
+    # Signed checkpoints of the committed log, keyed by run: kept as long as the log they vouch for.
     "checkpoints": _FOREVER,
-    # OpenTelemetry spans from the OTLP receiver, keyed by trace id (issue #16).
+    # OpenTelemetry spans from the OTLP receiver, keyed by trace id.
     "spans": _DELETE,
-    # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer (#16).
+    # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer.
     "otel-events": _DELETE,
 }
 

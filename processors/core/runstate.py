@@ -34,8 +34,8 @@ _MAX_HASHERS = 1024
 def _state_hash(run_id: str, state: State, *, verify: bool) -> str:
     """``fold.state_hash(state)``, hashing again only the top-level members from the first one changed.
 
-    :class:`ExactStateHash` (#13 session 8; before, :class:`~processors.core.statehash.StateHasher`,
-    whose Python walk of every changed dict was the largest part of the worker's own per-event work).
+    :class:`ExactStateHash`, not :class:`~processors.core.statehash.StateHasher`, whose Python walk of
+    every changed dict would be the largest part of the worker's own per-event work.
     With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
     is checked against a full :func:`jcs` of the state; a difference means a state was
     mutated after it was hashed (the fold is copy-on-write, states are read-only), so the

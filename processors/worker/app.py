@@ -20,7 +20,7 @@ otel-sequencer  otel-events           ingest, rejections                        
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
 acknowledged before table writes, positions committed only once both are durable).
 
-Roles (issue #18, ``agentlog worker --role``): ``process`` runs every row above but the audit
+Roles (``agentlog worker --role``): ``process`` runs every row above but the audit
 sink and opens no store; ``sink`` runs only the audit sink (and the HTTP endpoints, which read
 the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only mode: Faust
 still serves the web endpoints and runs the sink's task, but it subscribes to nothing and so
@@ -55,7 +55,7 @@ from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 log = logging.getLogger("agentlog.worker")
 
 
-#: ``agentlog worker --role`` values (issue #18 roles); see the module docstring.
+#: ``agentlog worker --role`` values; see the module docstring.
 ROLES = ("all", "process", "sink")
 
 
@@ -76,11 +76,11 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
     """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out)."""
     role = worker_role(settings)
     if settings.web_enabled:
-        check_web_access(settings)  # issue #17: never serve beyond loopback without a token
+        check_web_access(settings)  # never serve beyond loopback without a token
     settings.state_path.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
-        **faust_broker_kwargs(settings),  # issue #18 security: SASL/TLS from AGENTLOG_KAFKA_CONFIG
+        **faust_broker_kwargs(settings),  # SASL/TLS from AGENTLOG_KAFKA_CONFIG
         store="rocksdb://",
         processing_guarantee="at_least_once",
         autodiscover=False,
@@ -102,15 +102,15 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         producer_linger=0.005,
         web_enabled=settings.web_enabled,
         web_port=settings.web_port,
-        # issue #17: web_bind is the interface the server listens on, web_host the name in its
+        # web_bind is the interface the server listens on, web_host the name in its
         # canonical URL; both follow AGENTLOG_WEB_HOST (loopback unless a token is set: check_web_access).
         web_bind=settings.web_host,
         web_host=settings.web_host,
         stream_wait_empty=False,
         # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
-        # Faust starts. Declaring them again made Faust force an all-topics metadata refresh per
+        # Faust starts. Declaring them again makes Faust force an all-topics metadata refresh per
         # topic, at start and at every rebalance (14 per start; each a response listing every topic
-        # on the broker): #13, session 6.
+        # on the broker).
         topic_allow_declare=False,
         # Table keys/values as JSON: str keys come back as str after changelog recovery
         # (the topics below set raw bytes explicitly).
@@ -151,7 +151,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
     } if role != "sink" else {}
     durable = positions.DurablePositions()
     positions.install(app, durable)
-    if settings.consumer_fetch_max_wait_ms > 0:  # #13 session 7: no 1.5 s long-poll holding ingest back
+    if settings.consumer_fetch_max_wait_ms > 0:  # no 1.5 s long-poll holding ingest back
         internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
     METRICS.add_collector(durable.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=dict(tables), positions=durable,
@@ -159,7 +159,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
     fence.install(app, wiring.fence)
     wiring.make_table = table
 
-    # One pass over ingest (#13): sequencing and the fold in one agent; the log is only re-read
+    # One pass over ingest: sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
         _install_partition_starts(wiring)
@@ -170,7 +170,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
     if role != "process":
         audit_sink.install(wiring)
     if role != "sink":
-        # OpenTelemetry ingest (issue #16): OTLP/HTTP receiver + span mapper (spans → ingest).
+        # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         otel_spans.install(wiring)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
@@ -181,15 +181,15 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
-    gcpause.install(app, settings)  # #13 session 6: no generation-2 pauses over the tables' heap
-    lagprobe.install(app, settings)  # #13 session 7: AGENTLOG_LOOP_LAG_LOG_MS, off by default
+    gcpause.install(app, settings)  # no generation-2 pauses over the tables' heap
+    lagprobe.install(app, settings)  # AGENTLOG_LOOP_LAG_LOG_MS, off by default
     if settings.web_enabled:
         web.install(wiring)
     return wiring
 
 
 def _install_partition_starts(wiring: Wiring) -> None:
-    """One long-lived look-up consumer for where partitions start, started with the app (#13 session 6).
+    """One long-lived look-up consumer for where partitions start, started with the app.
 
     Started before the first batch needs it, so its bootstrap (an all-topics metadata request, as
     every aiokafka client's is) is paid at start-up, not inside a partition's first batch.

@@ -122,7 +122,7 @@ class Outbox:
         With ``want``, a future that resolves to where the record landed once it is acknowledged;
         ``on_acked(partition, offset, value)`` is called then (in the batch's acknowledgement
         callback). A record asks for neither by default: a future and its callback per record cost
-        ~4% of the worker's main thread (#13 session 8), and only a snapshot's log record needs one.
+        ~4% of the worker's main thread, and only a snapshot's log record needs one.
         """
         tp = (topic, partition)
         entry = self._open.get(tp)
@@ -466,7 +466,7 @@ async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
 
     A fresh group-less consumer (what :func:`streams.reader.first_offset` starts) asks the broker for
     *every* topic's metadata at its start-up; once per partition, inside that partition's first
-    batch, it cost a broker holding thousands of topics seconds of the worker's time (#13 session 6).
+    batch, it costs a broker holding thousands of topics seconds of the worker's time.
     """
     if wiring.partition_starts is not None:
         offset: int = await wiring.partition_starts.first_offset(topic, partition)
@@ -632,7 +632,7 @@ def batched_agent(
             if slice_s > 0 and clock() - resumed > slice_s:
                 # Let Faust's drainer run: records left in aiokafka's buffer for over its prefetch
                 # backoff (100 ms) are left out of the next fetch, which may then name only idle
-                # partitions and long-poll (#13 session 7). Nothing else of this agent runs meanwhile
+                # partitions and long-poll. Nothing else of this agent runs meanwhile
                 # (concurrency 1; the next batch waits for this one), so the order is unchanged.
                 await asyncio.sleep(0)
                 resumed = clock()

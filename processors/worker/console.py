@@ -7,7 +7,7 @@ with HTML. Routes (README "Console"):
 ``/`` runs · ``/runs/<runId>`` a run · ``/runs/<runId>/state?at=N`` the slider's fragment ·
 ``/runs/<runId>/replays`` its replay verdicts · ``/compare?a=<runId>&b=<runId>`` · ``/analytics``
 
-Access (issue #17): with ``AGENTLOG_WEB_TOKEN`` set, every request to this server — console
+Access: with ``AGENTLOG_WEB_TOKEN`` set, every request to this server — console
 pages, ``/query``, ``/sql``, ``/replay/...``, ``/metrics`` and Faust's own pages — needs
 ``Authorization: Bearer <token>``, except ``/health`` (liveness probes; it names the worker
 and nothing else). A browser opens a page once with ``?token=<token>``: the answer sets an

@@ -1,4 +1,4 @@
-"""A batch that outlives its partitions writes no table (#13 session 12).
+"""A batch that outlives its partitions writes no table.
 
 Faust does not wait for our batches at a rebalance: records are acknowledged to Faust when a
 batch collects them, and ``stream_wait_empty`` is off, so its revocation returns while a batch
@@ -19,7 +19,7 @@ every agent already recovers from (its outputs are byte-identical when the recor
 again, by whoever owns them).
 
 The wait is only for a member the group is still waiting for. A member the group has dropped
-(its session expired while the process stalled, session 13) learns it at its next heartbeat and
+(its session expired while the process stalled) learns it at its next heartbeat and
 then rejoins: by the time Faust signals that revocation, the partitions have been given to others,
 who may be recovering the tables already. Waiting would let exactly the late write through that the
 fence is for, so such a revocation fences at once.

@@ -1,4 +1,4 @@
-"""Keep Python's garbage collector from pausing the worker for 100-200 ms at a time (#13, session 6).
+"""Keep Python's garbage collector from pausing the worker for 100-200 ms at a time.
 
 The worker's tables live in its heap (every run's state, head and eventId index), so the heap
 grows with every event handled. CPython's generation-2 collection walks every tracked object;
@@ -86,8 +86,8 @@ class GcPacer:
             gc.freeze()
             METRICS.inc("agentlog_gc_full_collections_total")
             # Counting the frozen objects walks all of them (``gc.get_freeze_count`` is a list walk):
-            # done at the full tick only, which walks the whole heap anyway. Done every tick it cost
-            # ~4% of the worker's main thread at 300k frozen objects, growing with the heap (#13 session 8).
+            # done at the full tick only, which walks the whole heap anyway. Done every tick it costs
+            # ~4% of the worker's main thread at 300k frozen objects, growing with the heap.
             METRICS.set("agentlog_gc_frozen_objects", gc.get_freeze_count())
             done = "full"
         else:

@@ -1,4 +1,4 @@
-"""``--role all`` as two processes (``AGENTLOG_SINK_PROCESS``, #13 session 13): the sink here, the agents in a child.
+"""``--role all`` as two processes (``AGENTLOG_SINK_PROCESS``): the sink here, the agents in a child.
 
 Why: in one process the Faust agents and the audit sink share one Python thread, and on the
 project's 2-core machine that thread is the limit of ingest → queryable (README "Benchmarks":

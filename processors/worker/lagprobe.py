@@ -1,4 +1,4 @@
-"""Say where the worker's event loop stalls: a 1 ms heartbeat and a watchdog thread (#13 session 7).
+"""Say where the worker's event loop stalls: a 1 ms heartbeat and a watchdog thread.
 
 Publish → log latency at low load is decided by pauses of the worker's event loop: a record
 that arrives while the loop runs something else for 100 ms waits those 100 ms. Which code

@@ -8,9 +8,9 @@ directions once the consumer has been restarted a few times:
   restarts Faust's consumer was seen to skip records (which :func:`in_order`
   then reads around it), so the committed offset stayed below such a hole for
   good: processing complete, consumer lag stuck (fault suite, 10 rapid kills);
-* acknowledging the hole ourselves let one agent's progress commit past
+* acknowledging the hole ourselves would let one agent's progress commit past
   another agent on the same topic (the run-state processor and the audit sink
-  both read ``log``), so "the group is drained" no longer meant "ClickHouse
+  both read ``log``), so "the group is drained" would not mean "ClickHouse
   holds everything".
 
 Every agent already keeps, in its own table, the next offset it has durably
@@ -65,9 +65,9 @@ class DurablePositions:
         """True if this worker held the partition in every generation after ``since`` up to ``generation``.
 
         Then nobody else can have handled it in between (a partition changes hands only at a
-        generation boundary), so a position made durable in ``since`` still holds now (issue #18:
-        three workers, a batch made durable while a rebalance went by, then no more records on
-        that partition: without this its commit waited for a record that never came).
+        generation boundary), so a position made durable in ``since`` still holds now (three
+        workers, a batch made durable while a rebalance goes by, then no more records on that
+        partition: without this its commit would wait for a record that never comes).
         """
         if not (isinstance(since, int) and isinstance(generation, int)) or not since < generation:
             return False

@@ -1,4 +1,4 @@
-"""The worker's checkpoint signing key on disk (issue #18): read it, or make it on first start.
+"""The worker's checkpoint signing key on disk: read it, or make it on first start.
 
 The key signs checkpoints (:mod:`processors.core.checkpoint`); whoever holds it can vouch for a
 forged history, so it is created with mode 0600 (in a 0700 directory) and never logged. The

@@ -1,7 +1,7 @@
 """Audit sink: every output topic → ClickHouse, exactly once, as a plain bulk Kafka consumer.
 
-Not a Faust agent: it needs no table, and Faust's per-record stream machinery is most of
-what made the old sink slow. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
+Not a Faust agent: it needs no table, and Faust's per-record stream machinery would be most of
+a sink's cost. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
 all output topics; records are buffered per (topic, partition) and a buffer is ready to go as
 one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
 (the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
@@ -977,7 +977,7 @@ class AuditSink:
         Under a steady load that the sink keeps up with, every partition's buffer goes when it is
         ``sink_flush_s`` old, a few hundred records each, and a batch's statements cost the same
         whether they carry 800 rows or 3,000: about 55 ms of chdb CPU per log batch besides ~7 µs a
-        row (#13 session 11, ``BlockingSink.insert_log`` alone: 73 µs a row at 800-row batches, 23 at
+        row (``BlockingSink.insert_log`` alone: 73 µs a row at 800-row batches, 23 at
         3,200, 11 at 12,800). So the partitions not storing a batch go along, ready or not, while the
         batch stays within ``sink_batch_rows``: fewer statements and parts, and no buffer waits longer
         for it. A backlog fills batches by itself, one partition each, on as many lanes as are free.

@@ -62,7 +62,7 @@ def _replay_series() -> Iterator[Sample]:
 
 
 def install(wiring: Wiring) -> None:
-    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console (#17)."""
+    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console."""
     app = wiring.app
     console.install(wiring)  # first: its "/" must be routed before Faust's own index page
     METRICS.add_collector(_replay_series)

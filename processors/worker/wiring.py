@@ -32,8 +32,8 @@ class Wiring:
     partition_counts: dict[str, list[int]] = field(default_factory=dict)
     #: Each topic's full name by its short name (``topics[short].get_topic_name()``, once per topic).
     topic_names: dict[str, str] = field(default_factory=dict)
-    #: Log start offsets of source partitions from one long-lived consumer (#13 session 6;
-    #: :class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
+    #: Log start offsets of source partitions from one long-lived consumer
+    #: (:class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
     partition_starts: Any = None
     #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
     fence: Fence = field(default_factory=Fence)

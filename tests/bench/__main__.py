@@ -96,8 +96,8 @@ def _topics(settings: Settings) -> set[str]:
 def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> dict[str, int]:
     """Delete the topics a bench created (every bench prefixes its own with ``bench``); report the counts.
 
-    A broker that kept every run's topics grew to thousands, and every all-topics metadata response
-    a client decodes lists them all (#13): the figures of later runs then paid for earlier ones.
+    A broker that keeps every run's topics grows to thousands, and every all-topics metadata response
+    a client decodes lists them all: the figures of later runs would then pay for earlier ones.
     """
     import asyncio
 

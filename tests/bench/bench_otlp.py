@@ -129,7 +129,7 @@ def run(ctx: BenchContext) -> dict:
         "ours": ours,
         "baseline": baseline,
         "unit": "spans/s",
-        "goal_ratio": None,  # the issue asks for the figure, not a target
+        "goal_ratio": None,  # the figure is what is asked for, not a target
         "details": {"traces": n_traces, "spans": n_spans, "requests": len(bodies),
                     "phases_s": {k: round(v, 3) for k, v in phases.items()},
                     "note": "ours = HTTP + Kafka acks=all + read back + map; baseline = protobuf decode only"},

@@ -13,7 +13,7 @@ process start-up and group join are not counted for anyone.
 - ``ours``: ``agentlog worker --role process`` (the one-pass sequencer: decode, validate,
   decide, fold, state hash, the committed record with its stateHash, tables).
 - ``passthrough``: a Faust agent that forwards each record with no work
-  (:mod:`tests.bench.passthrough_faust`): Faust's own ceiling, the issue's yardstick.
+  (:mod:`tests.bench.passthrough_faust`): Faust's own ceiling, the yardstick of the goal.
 - ``bare``: one aiokafka consumer + idempotent producer in this process copying the bytes.
 - ``raw``: the same loop doing the worker's per-event work, state in dicts, no tables
   (how much of the gap to ``bare`` is the work itself).
@@ -137,8 +137,8 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, shor
     """Seconds the process ``args`` starts took for the n records (broker stamps); ``cpu`` gets its CPU per event.
 
     The process's CPU time (user + system, every thread; ``/proc/<pid>/stat``) is sampled every 50 ms,
-    and the CPU spent between the first and the n-th record is reported as µs per event (#13 session
-    8): less noisy than wall time on a shared machine, and it says whether the process was CPU-bound
+    and the CPU spent between the first and the n-th record is reported as µs per event: less noisy
+    than wall time on a shared machine, and it says whether the process was CPU-bound
     (``cpu_per_wall`` near 1) or waiting.
     """
     proc = _start(settings, args, log)
@@ -262,14 +262,14 @@ LATENCY_RATE = 1000
 LATENCY_SECONDS = 10
 #: Seconds of the same paced load before the measured ones (not measured): steady state is what is
 #: measured. On topics created for the run, the produce request that crosses a partition's first
-#: ``index.interval.bytes`` (4 KiB), where the broker writes that segment's first index entry, took
+#: ``index.interval.bytes`` (4 KiB), where the broker writes that segment's first index entry, takes
 #: ~5-9 ms more per partition (a bare aiokafka producer on fresh topics: 17-47 ms for a request to 4
 #: partitions against a median of ~1 ms, and never again over the next ~110 index entries; with
 #: ``segment.index.bytes`` 64 KiB instead of 10 MiB it does not happen: the cost is the new segment's
-#: index, once per segment, #13 sessions 9-10). The worker's changelogs cross it in their first
-#: second; its low-volume topics (checkpoints, snapshots: one round per ``snapshot_every`` events of a
-#: run, every 5 s here) only in their second round: with 6 s of warm-up that round fell in the
-#: measured window (traced: its two requests took 24 and 33 ms, the next rounds' 1-6 ms). 12 s takes
+#: index, once per segment). The worker's changelogs cross it in their first second; its low-volume
+#: topics (checkpoints, snapshots: one round per ``snapshot_every`` events of a run, every 5 s here)
+#: only in their second round: with 6 s of warm-up that round falls in the measured window (traced:
+#: its two requests take 24 and 33 ms, the next rounds' 1-6 ms). 12 s takes
 #: every run through two rounds, so no topic is fresh when measuring; a long-lived deployment pays
 #: this once per segment (1 GiB, or 7 days). The warm-up's own percentiles are reported beside.
 LATENCY_WARM_SECONDS = 12

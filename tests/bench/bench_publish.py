@@ -1,7 +1,7 @@
 """Publish throughput: the SDK (`Publisher` + `Run.emit`, then flush) vs raw aiokafka.
 
-The SDK hands aiokafka whole per-partition batches (#13); the table's baseline stays the
-per-record ``send()`` of the issue, and the same bytes through aiokafka's batch API are
+The SDK hands aiokafka whole per-partition batches; the table's baseline is a plain
+per-record ``send()``, and the same bytes through aiokafka's batch API are
 reported beside it (``raw_batch_api_rounds``), the floor the SDK can approach.
 
 Both sides: the same broker, fresh topics with the same partition count, the same run
@@ -86,7 +86,7 @@ async def _raw(settings: Settings, encoded: list[tuple[bytes, bytes]]) -> _Clock
 
 
 async def _raw_batched(settings: Settings, encoded: list[tuple[bytes, bytes]], partitions: list[int]) -> _Clock:
-    """The same bytes through aiokafka's batch API (what the SDK itself uses since #13): the floor of the SDK."""
+    """The same bytes through aiokafka's batch API (what the SDK itself uses): the floor of the SDK."""
     producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                                 linger_ms=DEFAULT_LINGER_MS, max_batch_size=DEFAULT_MAX_BATCH_BYTES,
                                 max_request_size=settings.max_event_bytes + 64 * 1024)
@@ -180,7 +180,7 @@ def run(ctx: BenchContext) -> dict:
             "max_batch_bytes": DEFAULT_MAX_BATCH_BYTES,
             "sdk_rounds": sdk,
             "raw_rounds": raw,
-            # The SDK hands aiokafka whole batches (#13); the same bytes through that API, for the record:
+            # The SDK hands aiokafka whole batches; the same bytes through that API, for the record:
             "raw_batch_api_rounds": batched,
             "ratio_to_raw_batch_api": statistics.median(sdk) / statistics.median(batched),
             # CPU µs per event in this process (client side only; the broker is another process)

@@ -5,7 +5,7 @@ store, so the embedded ClickHouse's start-up is not counted), then N events of t
 bench's shape are published; the clock runs from the first of them in the committed log
 (broker timestamp) until ``SELECT count() FROM events`` covers them, asked through the
 worker's own query endpoint every ``POLL_S``. Baseline: the Faust pass-through agent of
-:mod:`tests.bench.passthrough_faust` on the same N events in the same run. Goal (#13):
+:mod:`tests.bench.passthrough_faust` on the same N events in the same run. Goal:
 ≥ 0.7× (floor 0.5×).
 
 Every deployment of :data:`DEPLOYMENTS` is measured in the same run: the single ``--role all``

@@ -5,7 +5,7 @@ prefix. The workers are started first and the group is waited for (every member
 assigned, one warm-up record per run committed, so group join, table recovery and each
 partition's first-record look-up are not counted); then the events are published and
 the throughput is N / (last measured log record's broker timestamp − first one's).
-Goal (#13): two workers ≥ 1.5× one, by the engine's own consumer group.
+Goal: two workers ≥ 1.5× one, by the engine's own consumer group.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Three workers in one group on 8 partitions; a random one is SIGKILLed and restarted every few seconds.
 
-Issue #18 "many workers": one ``--role all`` worker (the only process that may open the embedded
+Many workers: one ``--role all`` worker (the only process that may open the embedded
 chdb directory: it runs the audit sink) and two ``--role process`` workers share the
 ``<prefix>-worker`` Faust group (and the log check's group) while events stream in. Every kill
 moves partitions, their tables and their batches in flight to the survivors; killing the ``all``
@@ -17,7 +17,7 @@ Afterwards, against oracles computed here from the published docs alone:
   the log check's group on the log, the sink's group on every topic it stores).
 
 Size: ``AGENTLOG_FAULT_EVENTS`` (default 20,000 here, so the test stays within ~4 minutes on the
-2-core CI machine; the issue's 50,000 is ``AGENTLOG_FAULT_EVENTS=50000``);
+2-core CI machine; the full 50,000 is ``AGENTLOG_FAULT_EVENTS=50000``);
 ``AGENTLOG_FAULT_KILL_EVERY_S`` the mean seconds between kills (default 3); ``AGENTLOG_FAULT_KILLS`` the
 fewest kills (default 8: they go on while the group drains if the stream ended first); ``AGENTLOG_FAULT_SEED``.
 """

@@ -46,7 +46,7 @@ def test_redelivery_repairs_a_head_left_behind_by_a_crash():
 
 
 def test_a_run_state_made_durable_before_its_head_is_neither_refolded_nor_skipped():
-    """``heads`` and ``runs`` share one round trip (#13 session 9): a crash may leave the run state ahead."""
+    """``heads`` and ``runs`` share one round trip: a crash may leave the run state ahead."""
     from processors.core.fold import fold
     from processors.core.runstate import advance, refold_due
 

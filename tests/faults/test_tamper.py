@@ -3,7 +3,7 @@
 First, a forger who can replace the whole log (delete and re-create the topic, or write the
 audit tables) rewrites one event and recomputes every ``hash`` and ``stateHash`` after it, and
 keeps the worker's checkpoints: the chain checks out, ``agentlog replay`` says ``match``, and only
-``agentlog verify`` (the signed checkpoints, issue #18) fails, naming the first unverified index.
+``agentlog verify`` (the signed checkpoints) fails, naming the first unverified index.
 The forged log is written under another topic prefix, standing for the replaced topic.
 
 Then two forgeries are appended to the log topic behind the sequencer's back:

@@ -10,7 +10,7 @@ Afterwards, against oracles computed here from the published docs alone:
 * every run's final snapshot is at its last sequence and equals the clean offline fold
   (variables, channels, status and the handoff machines), with the right head hash;
 * nothing was rejected and nothing was flagged;
-* every run verifies against the worker's signed checkpoints (issue #18): redelivered checkpoints are
+* every run verifies against the worker's signed checkpoints: redelivered checkpoints are
   byte-identical, and every terminal event is signed despite the kills.
 
 Size: ``AGENTLOG_FAULT_EVENTS`` events (default below), 100 per synthetic run, plus realistic
@@ -42,10 +42,11 @@ from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1800)]
 
-# The issue asks for >= 50k events and >= 10 kills; both are the defaults. Kills follow random log
+# The suite's target is >= 50k events and >= 10 kills; both are the defaults. Kills follow random log
 # thresholds with no minimum gap, so some land a fraction of a second after the previous restart,
-# while the group is still rebalancing or recovering its tables (the case that once stalled the
-# group's commits; see processors/worker/positions.py). AGENTLOG_FAULT_MIN_KILL_GAP_S spaces them out.
+# while the group is still rebalancing or recovering its tables (the case where Faust's own commit
+# bookkeeping would stall the group's commits; see processors/worker/positions.py).
+# AGENTLOG_FAULT_MIN_KILL_GAP_S spaces them out.
 DEFAULT_EVENTS = 50_000
 EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", DEFAULT_EVENTS))
 PER_RUN = 100

@@ -1,4 +1,4 @@
-"""Adaptive batches (``batch_idle_events``, #13): every way a batch can close still commits each run whole.
+"""Adaptive batches (``batch_idle_events``): every way a batch can close still commits each run whole.
 
 A real worker gets a trickle (quiet ticks: handled at once), bursts (busy ticks
 pile up), and a burst followed by silence (the pile is handled when its window closes, with no

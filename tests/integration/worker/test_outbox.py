@@ -42,7 +42,7 @@ def test_records_land_at_the_offsets_and_partitions_reported(settings):
                 key = f"run-{i % 11}".encode()
                 value = f"value-{i:04d}-".encode() + b"x" * 80
                 partition = await outbox.partition_for(topic, key)
-                if i % 3 == 2:  # a record nobody asks about: no future, no callback (#13 session 8)
+                if i % 3 == 2:  # a record nobody asks about: no future, no callback
                     assert await outbox.add(topic, partition, key, value) is None
                     unasked.append((key, value, partition))
                     continue

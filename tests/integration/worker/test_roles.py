@@ -1,4 +1,4 @@
-"""Issue #18 roles on a real broker: a ``process`` worker and a ``sink`` worker split the job.
+"""Worker roles on a real broker: a ``process`` worker and a ``sink`` worker split the job.
 
 The sink worker (a producer-only Faust app) must fill ClickHouse and answer queries without ever
 joining the processing group, and a second sink on the same home must refuse at start, naming the owner.

@@ -567,7 +567,7 @@ def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes
 @pytest.mark.parametrize("mode", ["before_insert", "after_insert"])
 def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_crash(settings, mode):
     """Records trickling into four partitions: a buffer that is ``sink_flush_s`` old takes the other
-    partitions' buffers along (#13 session 11: one set of statements instead of four). A crash after
+    partitions' buffers along (one set of statements instead of four). A crash after
     such a batch's ranges are recorded (rows in or not) loses and duplicates nothing: the next sink
     re-forms each partition's last range on its own."""
     from processors.audit.migrations import migrate

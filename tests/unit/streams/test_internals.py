@@ -201,7 +201,7 @@ def test_a_thread_frame_is_the_stack_that_thread_runs():
         thread.join()
 
 
-# --- #13 session 9: plain (offset, key, value) records out of aiokafka's fetch buffer -------------------
+# --- plain (offset, key, value) records out of aiokafka's fetch buffer -------------------------------------
 
 def _batch(base_offset: int, records: list[tuple[bytes | None, bytes]], *, producer_id: int = -1,
            transactional: bool = False, control: bool = False, corrupt: bool = False) -> bytes:

@@ -1,4 +1,4 @@
-"""Adaptive batches (#13 session 7): a pile of busy ticks is handled once the stream falls quiet.
+"""Adaptive batches: a pile of busy ticks is handled once the stream falls quiet.
 
 The stream here stands in for Faust's (only ``take_events`` ticks matter to
 :func:`processors.worker.batch._adaptive`); the real worker's batches are covered by

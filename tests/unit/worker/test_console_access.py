@@ -1,4 +1,4 @@
-"""Issue #17 access rules: no serving beyond loopback without a token; with one, every path but /health asks for it.
+"""Web access rules: no serving beyond loopback without a token; with one, every path but /health asks for it.
 
 The middleware is exercised on a real aiohttp server (the one Faust's web driver runs) over TCP.
 """

@@ -1,4 +1,4 @@
-"""A batch that outlives its partitions writes no table (:mod:`processors.worker.fence`, #13 session 12).
+"""A batch that outlives its partitions writes no table (:mod:`processors.worker.fence`).
 
 The fence is driven directly (its revocation wait, its assignment) and through
 :meth:`Batch.commit` / ``batch._commit`` with a recording producer stand-in, as in

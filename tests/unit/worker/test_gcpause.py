@@ -1,4 +1,4 @@
-"""The worker's collector schedule (#13 session 6): freeze what survived, reclaim frozen cycles on the full tick."""
+"""The worker's collector schedule: freeze what survived, reclaim frozen cycles on the full tick."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def test_the_freeze_tick_does_not_count_the_frozen_objects(pacer_clock, monkeypa
 
 
 def test_collections_are_counted_by_the_tick_not_one_metric_update_each(pacer_clock) -> None:
-    """Generation-0 collections run hundreds of times a second: the callback only adds them up (#13 session 8)."""
+    """Generation-0 collections run hundreds of times a second: the callback only adds them up."""
     from processors.metrics import METRICS
 
     pacer, clock = pacer_clock

@@ -1,4 +1,4 @@
-"""The loop-lag probe (#13 session 7) reports a stall of the event loop with the code that caused it."""
+"""The loop-lag probe reports a stall of the event loop with the code that caused it."""
 
 from __future__ import annotations
 

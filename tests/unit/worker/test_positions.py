@@ -83,7 +83,7 @@ def test_the_worker_app_commits_through_the_positions(tmp_path):
     assert consumer._filter_committable_offsets.__name__ == "_filter_committable_offsets"
     assert getattr(consumer._filter_committable_offsets, "__self__", None) is None  # ours, not Faust's method
     topics = {wiring.topics[s].get_topic_name() for s in ("ingest", "log", "handoff-links")}
-    # One pass (#13): without the sink no Faust agent reads the log (the chain check is a plain consumer).
+    # One pass: without the sink no Faust agent reads the log (the chain check is a plain consumer).
     consumed = {wiring.topics[s].get_topic_name() for s in ("ingest", "handoff-links")}
     assert {t for t in topics if wiring.positions._tables_by_topic.get(t)} == consumed
 
@@ -102,7 +102,7 @@ def test_positions_are_exported_as_a_gauge():
 
 
 def test_a_position_outlives_rebalances_the_worker_held_the_partition_through():
-    """Issue #18: a batch made durable just before a rebalance, then no more records on the partition."""
+    """A batch made durable just before a rebalance, then no more records on the partition."""
     pos = DurablePositions()
     pos.consumes("links", "links")
     a, b = _TP(("links", 7)), _TP(("links", 3))

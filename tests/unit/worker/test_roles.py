@@ -1,4 +1,4 @@
-"""Issue #18 roles: what ``agentlog worker --role process|sink|all`` builds (no broker: nothing connects)."""
+"""Worker roles: what ``agentlog worker --role process|sink|all`` builds (no broker: nothing connects)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The worker's signing key on disk (issue #18): made on first start with mode 0600, reused after."""
+"""The worker's signing key on disk: made on first start with mode 0600, reused after."""
 
 from __future__ import annotations
 

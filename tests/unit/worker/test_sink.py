@@ -1,6 +1,6 @@
 """The audit sink's store side, on a real store (chdb; a ClickHouse server too when configured).
 
-Two defences of issue 14, without a broker: a re-formed range lands although its dedup tokens
+Two defences of exactly-once storage, without a broker: a re-formed range lands although its dedup tokens
 are already taken by a part that no longer exists, and the ledger query finds gaps between ranges.
 """
 
@@ -67,7 +67,7 @@ def test_ledger_gaps_are_found_and_overlaps_are_not_gaps(store_url):  # noqa: F8
 
 
 def test_records_stored_at_another_offset_are_dropped_by_key_wherever_each_run_stands(store_url):  # noqa: F811
-    """The natural-key filter bounds its lookup by each run's own range in the batch (issue 14 throughput).
+    """The natural-key filter bounds its lookup by each run's own range in the batch (for throughput).
 
     Two runs far apart in sequence: a record the log holds twice (stored by an earlier batch) and
     a repeat inside the batch are dropped; the stored history outside each run's range neither

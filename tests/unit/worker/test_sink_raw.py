@@ -1,4 +1,4 @@
-"""The log's fast path (issue 14): ClickHouse maps and proves raw CommittedEvent records.
+"""The log's fast path: ClickHouse maps and proves raw CommittedEvent records.
 
 On a real store (chdb; a ClickHouse server too when configured), no broker. Every stored row must
 be the very row the Python mapping makes (``rows_for``), ``doc`` byte-identical to the reference

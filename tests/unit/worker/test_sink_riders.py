@@ -1,4 +1,4 @@
-"""A batch of several partitions (#13 session 11): which buffers ride along, and that such a batch is exactly once.
+"""A batch of several partitions: which buffers ride along, and that such a batch is exactly once.
 
 On a real store (chdb; a ClickHouse server too when configured), no broker: the choice of riders
 reads only the sink's own partition state, and :meth:`AuditSink.flush` only the store.

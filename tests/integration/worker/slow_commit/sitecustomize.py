@@ -6,7 +6,7 @@ is rebalancing and one second more (at most 120 s): a batch still being handled 
 joins the group, which is what Faust does not wait for. Later commits are not touched.
 
 With ``AGENTLOG_TEST_IGNORE_DROPPED=1`` the fence is not told when the group drops the member (the
-control of ``test_a_member_the_group_dropped_fences_at_once``): its revocation waits as before.
+control of ``test_a_member_the_group_dropped_fences_at_once``): its revocation waits as a kept member's does.
 """
 
 from __future__ import annotations
