@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from streams.settings import Settings
@@ -28,6 +29,11 @@ class BenchContext:
 
     settings: Settings
     quick: bool = False
+
+    def on_own_topics(self, prefix: str, home: Path, **changes: Any) -> Settings:
+        """The broker's settings for one path of a bench: its own topic prefix and home, 4 partitions, no web."""
+        return self.settings.replace(topic_prefix=prefix, home=home, partitions=4, replication_factor=1,
+                                     web_enabled=False, otlp_port=0, **changes)
 
 
 def store_main(prog: str, doc: str, measure: Callable[..., dict[str, Any]], show: Callable[[dict[str, Any]], None],

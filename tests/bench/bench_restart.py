@@ -36,8 +36,7 @@ def run(ctx: BenchContext) -> dict:
     history = int(os.environ.get("AGENTLOG_BENCH_RESTART_EVENTS", 20_000 if ctx.quick else 200_000))
     tag = uuid.uuid4().hex[:6]
     home = REPO / ".agentlog" / "bench" / f"restart-{tag}"
-    s = ctx.settings.replace(topic_prefix=f"benchrestart{tag}", home=home, partitions=4, replication_factor=1,
-                             web_enabled=False, otlp_port=0, run_grace_s=GRACE_S)
+    s = ctx.on_own_topics(f"benchrestart{tag}", home, run_grace_s=GRACE_S)
     asyncio.run(ensure_topics(s))
     asyncio.run(publish(s, f"hist-{tag}", history, concurrent=1000))
     worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
@@ -59,8 +58,7 @@ def run(ctx: BenchContext) -> dict:
     finally:
         _stop(proc)
 
-    p = ctx.settings.replace(topic_prefix=f"benchrestartpass{tag}", home=home / "pass", partitions=4,
-                             replication_factor=1, web_enabled=False, otlp_port=0)
+    p = ctx.on_own_topics(f"benchrestartpass{tag}", home / "pass")
     asyncio.run(ensure_topics(p))
     asyncio.run(publish(p, f"pass-{tag}", TREE_EVENTS, concurrent=1))
     started = time.time()

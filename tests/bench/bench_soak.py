@@ -110,10 +110,8 @@ def run(ctx: BenchContext) -> dict:
     seconds = float(os.environ.get("AGENTLOG_BENCH_SOAK_S", 180 if ctx.quick else 1800))
     tag = uuid.uuid4().hex[:6]
     home = REPO / ".agentlog" / "bench" / f"soak-{tag}"
-    s = ctx.settings.replace(topic_prefix=f"benchsoak{tag}", home=home, partitions=4, replication_factor=1,
-                             web_enabled=False, otlp_port=0, run_grace_s=GRACE_S)
-    p = ctx.settings.replace(topic_prefix=f"benchsoakpass{tag}", home=home / "pass", partitions=4,
-                             replication_factor=1, web_enabled=False, otlp_port=0)
+    s = ctx.on_own_topics(f"benchsoak{tag}", home, run_grace_s=GRACE_S)
+    p = ctx.on_own_topics(f"benchsoakpass{tag}", home / "pass")
     worker = _Soak(s, ["-m", "processors", "worker", "--role", "all", "--no-web"], home / "worker.log", seconds,
                    tag)
     passthrough = _Soak(p, PASSTHROUGH_ARGS, home / "passthrough.log", seconds, tag)
