@@ -1,10 +1,12 @@
 """When the worker asks for a run to be closed (the rules are :mod:`processors.core.lifetimes`).
 
 The sequencer tells :class:`Lifetimes` each run's new head once its batch is durable; a timer
-then asks, on the run's own ingest partition, for every run that is due to close. Only runs in
-flight are tracked (one entry each), and what is tracked is rebuilt from the ``heads`` table of
-each partition this worker is assigned, so a restart or a rebalance loses no due run. Asking is
-idempotent: the sequencer closes a run once and ignores a request the run has moved on from.
+then asks, on the run's own ingest partition, for every run that is due to close — once: a
+request the broker has taken reaches the sequencer in its turn, however long the backlog. Only
+runs in flight are tracked (one entry each), and what is tracked is rebuilt from the ``heads``
+table of each partition this worker is assigned, so a restart or a rebalance loses no due run
+(its new owner asks again). Asking twice is harmless: the sequencer closes a run once and
+ignores a request the run has moved on from.
 """
 
 from __future__ import annotations
@@ -22,9 +24,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentlog.lifetimes")
 
-#: A request not answered within this many seconds (lost with a crash, say) is made again.
-ASK_AGAIN_S = 60.0
-
 
 class Lifetimes:
     """The runs in flight of this worker's ingest partitions, and when each is due to close."""
@@ -35,7 +34,9 @@ class Lifetimes:
         self._idle_s = wiring.settings.run_idle_s
         #: runId -> (partition, due at (epoch s), next sequence, reason)
         self._due: dict[str, tuple[int, float, int, Reason]] = {}
-        self._asked: dict[str, float] = {}  # runId -> when its close was last asked for
+        #: Runs whose close request the broker has (or is taking): asked once. The request waits its
+        #: turn in the partition however long the backlog is; asking again would only lengthen it.
+        self._asked: set[str] = set()
         self._scanned: set[int] = set()  # partitions whose heads are tracked in this assignment
         self._assignment = -1
 
@@ -46,22 +47,25 @@ class Lifetimes:
         at, reason = due(head, grace_s=self._grace_s, idle_s=self._idle_s,
                          now_s=time.time() if now_s is None else now_s)
         self._due[run_id] = (partition, at, int(head["next"]), reason)
-        self._asked.pop(run_id, None)
+        self._asked.discard(run_id)
 
     def forget(self, run_id: str) -> None:
         self._due.pop(run_id, None)
-        self._asked.pop(run_id, None)
+        self._asked.discard(run_id)
+
+    def asked(self, run_id: str) -> None:
+        """The run's close request is on its way: not asked for again while it is tracked as it is."""
+        self._asked.add(run_id)
 
     def unask(self, run_id: str) -> None:
-        self._asked.pop(run_id, None)
+        """The run's request was not taken (the run moved on, or the send failed): ask again when it is due."""
+        self._asked.discard(run_id)
 
     def due_now(self, partitions: set[int], now_s: float) -> list[tuple[str, int, int, Reason]]:
-        """The runs of ``partitions`` due by ``now_s`` and not asked for lately: (runId, partition, next, reason)."""
-        out = []
-        for run_id, (partition, at, nxt, reason) in self._due.items():
-            if at <= now_s and partition in partitions and self._asked.get(run_id, 0.0) <= now_s - ASK_AGAIN_S:
-                out.append((run_id, partition, nxt, reason))
-        return out
+        """The runs of ``partitions`` due by ``now_s`` and not asked for: (runId, partition, next, reason)."""
+        asked = self._asked
+        return [(run_id, partition, nxt, reason) for run_id, (partition, at, nxt, reason) in self._due.items()
+                if at <= now_s and partition in partitions and run_id not in asked]
 
     def rescan(self, partition: int, heads: Any, now_s: float) -> int:
         """Track every run whose head the table holds in ``partition``; returns how many."""
@@ -94,11 +98,18 @@ class Lifetimes:
         for run_id in [r for r, (p, *_) in self._due.items() if p not in owned]:
             self.forget(run_id)  # its partition moved: its next owner tracks it
         producer = wiring.app.producer
+        sent = []
         for run_id, partition, nxt, reason in self.due_now(owned, now_s):
-            await producer.send(topic, run_id.encode("utf-8"), close_request(run_id, nxt, reason), partition,
-                                None, None)
-            self._asked[run_id] = now_s
+            self.asked(run_id)
+            sent.append((run_id, await producer.send(topic, run_id.encode("utf-8"),
+                                                     close_request(run_id, nxt, reason), partition, None, None)))
             METRICS.inc("agentlog_run_closes_asked_total", reason=reason)
+        for run_id, delivery in sent:
+            try:
+                await delivery
+            except Exception as e:  # not in the partition: the run is asked for again at the next sweep
+                log.warning("the close request of run %s was not sent (%s); asking again", run_id, e)
+                self.unask(run_id)
         METRICS.set("agentlog_runs_in_flight", len(self._due))
 
 

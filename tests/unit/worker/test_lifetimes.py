@@ -1,0 +1,42 @@
+"""Which runs the worker asks to close, and how often (no broker: the tracker alone)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from processors.worker.lifetimes import Lifetimes
+from processors.worker.tables import MemoryTable
+from streams.settings import Settings
+
+
+def _lifetimes() -> Lifetimes:
+    return Lifetimes(SimpleNamespace(settings=Settings(run_grace_s=10.0, run_idle_s=100.0)))
+
+
+def test_a_run_is_asked_for_once_when_due_and_again_only_if_its_request_was_not_taken():
+    lt = _lifetimes()
+    lt.track(0, "done", {"next": 5, "hash": "h", "ts": 1_000_000, "end": True}, now_s=0)
+    lt.track(1, "open", {"next": 2, "hash": "h", "ts": 1_000_000, "end": False}, now_s=0)
+    assert lt.due_now({0, 1}, now_s=1005.0) == []
+    assert lt.due_now({0, 1}, now_s=1010.0) == [("done", 0, 5, "completed")]
+    assert lt.due_now({1}, now_s=1010.0) == []  # only the partitions asked about
+    lt.asked("done")
+    assert lt.due_now({0, 1}, now_s=5000.0) == [("open", 1, 2, "expired")]  # asked once, however long it waits
+    lt.unask("done")  # the run moved on or the send failed
+    assert ("done", 0, 5, "completed") in lt.due_now({0, 1}, now_s=5000.0)
+    lt.asked("done")
+    lt.track(0, "done", {"next": 6, "hash": "h2", "ts": 2_000_000, "end": True})  # a straggler: timed anew
+    assert lt.due_now({0}, now_s=2005.0) == []
+    assert lt.due_now({0}, now_s=2010.0) == [("done", 0, 6, "completed")]
+    lt.forget("done")
+    assert lt.due_now({0}, now_s=9999.0) == [] and len(lt) == 1
+
+
+def test_the_runs_in_flight_are_read_back_from_the_heads_table_positions_aside():
+    heads = MemoryTable("seq-heads")
+    heads.put(2, "r1", {"next": 3, "hash": "h", "ts": 1_000_000, "end": True})
+    heads.put(2, "r2", {"next": 1, "hash": "h", "ts": 1_000_000})
+    heads.put(2, "\x00position\x1fingest\x1f2", 17)
+    lt = _lifetimes()
+    assert lt.rescan(2, heads, now_s=0) == 2
+    assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
