@@ -19,7 +19,8 @@ from processors.audit.store import Store, open_store
 from schemas.errors import StoreError, StoreLockedError
 from streams.settings import Settings
 
-__all__ = ["MIGRATIONS_DIR", "apply_retention", "cluster_migration", "cluster_statements", "migrate", "open_owned"]
+__all__ = ["MIGRATIONS_DIR", "apply_retention", "cluster_migration", "cluster_statements", "migrate",
+           "migration_statements", "open_owned"]
 
 log = logging.getLogger("agentlog.audit")
 
@@ -41,6 +42,16 @@ def _statements(sql: str) -> list[str]:
         if stmt := "\n".join(line for line in lines if line):
             out.append(stmt)
     return out
+
+
+def migration_statements(directory: Path | str | None = None) -> list[str]:
+    """Every statement of the single-node migrations, in version order: the DDL a migrated store ran.
+
+    Applied migrations never change (``migration_drift``), so this text is what the store holds;
+    the rollup repair reads the views' SELECTs from it (:mod:`processors.audit.rollups`).
+    """
+    directory = Path(directory) if directory is not None else MIGRATIONS_DIR
+    return [stmt for _, _, path in _migration_files(directory) for stmt in _statements(path.read_text("utf-8"))]
 
 
 def _migration_files(directory: Path) -> list[tuple[int, str, Path]]:
