@@ -1,6 +1,6 @@
 """The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report."""
 
-from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, migrate, open_owned
+from processors.audit.migrations import MIGRATIONS_DIR, cluster_migration, migrate, open_owned
 from processors.audit.queries import NAMED_QUERIES, run_named, run_sql
 from processors.audit.report import render_report
 from processors.audit.server import handle_query_request, query_via_worker
@@ -10,7 +10,7 @@ __all__ = [
     # store
     "QueryResult", "Store", "open_store", "read_owner",
     # migrations
-    "CLUSTER_MIGRATIONS_DIR", "MIGRATIONS_DIR", "migrate", "open_owned",
+    "MIGRATIONS_DIR", "cluster_migration", "migrate", "open_owned",
     # queries
     "NAMED_QUERIES", "handle_query_request", "query_via_worker", "run_named", "run_sql",
     # report

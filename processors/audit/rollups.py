@@ -9,25 +9,39 @@ into the rollups: a SIGKILL in between leaves the events stored and the rollups 
 re-formed batch finds every event present and would insert nothing, so the rollups would stay
 short for good.
 
-So when the sink re-forms a range of the log, it calls :func:`repair` for the runs of that range:
-per run (and per usage key), what the view would have produced from ``events`` minus what the
-rollup holds, inserted where the rollup holds less. The sums become exact; min, max and argMax
-columns take the full aggregate again, which merges to the same value. Nothing happens where the
-rollup already agrees, so repairing twice (a crash during the repair) is harmless. A rollup
-holding MORE than ``events`` (rows expired by ``events_ttl_days``) is left alone.
+So when the sink re-forms a range of the log, it calls :func:`repair` for the runs of that range.
+What the rollup should hold for those runs is the view's own SELECT run over all their rows: the
+SELECT is read from the migrations (:func:`processors.audit.migrations.migration_statements`), every
+``FROM <source>`` in it reading the runs' rows of the source table instead of an inserted block (a
+``merge()`` read of the whole table stays one), so the repair computes exactly what the view computes.
+The migration text rather than the store's ``system.tables`` is the definition: applied migrations
+never change (``migration_drift``), the text is ours rather than a server's reformatting of it, and it
+reads the Distributed tables on a cluster (a cluster's views read the shard-local ones).
+How the difference is written follows the rollup's columns:
 
-``handoff_steps`` holds weighted steps (migration 0005): its repair inserts, per (dispatch, phase, ms),
-what the steps recomputed from ``transitions`` weigh minus what the rollup's weights sum to, so it
-also corrects a step the views computed before an earlier transition of the dispatch arrived.
-``worker_failures`` and ``worker_dispatches`` hold uniqExact sets, which adding the same transitions
-again does not change: their repair re-adds the runs' transitions every time, without a check.
+* sums (a ``SimpleAggregateFunction(sum, …)`` column; ``usage_hourly``, ``run_rollup``): per key, what
+  the view yields minus what the rollup holds, inserted where the rollup's ``count()`` column is short.
+  The sums become exact; min, max and argMax columns take the full aggregate again, which merges to
+  the same value. Nothing happens where the rollup already agrees, so repairing twice (a crash during
+  the repair) is harmless. A rollup holding MORE than ``events`` (rows expired by ``events_ttl_days``)
+  is left alone.
+* weights (a ``weight`` column; ``handoff_steps``): per row value, what the view yields minus what the
+  rollup's weights sum to, so a step the view computed before an earlier transition of its dispatch
+  arrived is corrected too.
+* sets (only ``uniqExact``, min, max or argMax states; ``worker_failures``, ``worker_dispatches``):
+  adding the same rows again changes nothing, so the view's rows are re-added every time, without a check.
 
-The SELECTs mirror the views of migrations 0002 and 0005; ``tests/unit/audit/test_rollups.py`` checks
-that a repaired rollup equals the one the views build.
+``tests/unit/audit/test_rollups.py`` and ``test_query_rewrites.py`` check that a repaired rollup equals
+the one the views build.
 """
 
 from __future__ import annotations
 
+import functools
+import re
+from dataclasses import dataclass
+
+from processors.audit.migrations import migration_statements
 from processors.audit.store import Store
 
 __all__ = ["ROLLUP_SOURCES", "repair"]
@@ -35,143 +49,28 @@ __all__ = ["ROLLUP_SOURCES", "repair"]
 #: Tables whose inserts feed rollups, with the column naming the run a row belongs to.
 ROLLUP_SOURCES = {"events": "run_id", "transitions": "parent_run_id"}
 
-_USAGE = """
-INSERT INTO usage_hourly (run_id, provider, model, hour, calls, input_tokens, output_tokens, cost_cents)
-SELECT t.run_id, t.provider, t.model, t.hour, t.calls - c.calls, t.input_tokens - c.input_tokens,
-       t.output_tokens - c.output_tokens, t.cost_cents - c.cost_cents
-FROM (
-    SELECT run_id, provider, model, toStartOfHour(event_time) AS hour,
-           toUInt64(count()) AS calls, sum(input_tokens) AS input_tokens,
-           sum(output_tokens) AS output_tokens, sum(cost_cents) AS cost_cents
-    FROM events
-    WHERE type = 'provider.usage' AND run_id IN {runs:Array(String)}
-    GROUP BY run_id, provider, model, hour
-) AS t
-LEFT JOIN (
-    SELECT run_id, provider, model, hour, sum(calls) AS calls, sum(input_tokens) AS input_tokens,
-           sum(output_tokens) AS output_tokens, sum(cost_cents) AS cost_cents
-    FROM usage_hourly
-    WHERE run_id IN {runs:Array(String)}
-    GROUP BY run_id, provider, model, hour
-) AS c ON t.run_id = c.run_id AND t.provider = c.provider AND t.model = c.model AND t.hour = c.hour
-WHERE c.calls < t.calls
-"""
+_RUNS = "{runs:Array(String)}"
+# The views' SELECTs name columns the source computes at insert (events.provider, …): ``*`` must include them.
+_SETTINGS = {"asterisk_include_materialized_columns": 1}
 
-_RUN = """
-INSERT INTO run_rollup (run_id, started_at, ended_at, events, last_sequence, status, cost_cents,
-                        input_tokens, output_tokens, refusals, retries, failures)
-SELECT t.run_id, t.started_at, t.ended_at, t.events - c.events, t.last_sequence, t.status,
-       t.cost_cents - c.cost_cents, t.input_tokens - c.input_tokens, t.output_tokens - c.output_tokens,
-       t.refusals - c.refusals, t.retries - c.retries, t.failures - c.failures
-FROM (
-    SELECT
-        run_id,
-        min(event_time) AS started_at,
-        max(event_time) AS ended_at,
-        toUInt64(count()) AS events,
-        max(sequence) AS last_sequence,
-        argMaxState(if(startsWith(type, 'run.'), substring(type, 5), ''),
-                    if(startsWith(type, 'run.'), sequence + 1, toUInt64(0))) AS status,
-        sum(cost_cents) AS cost_cents,
-        sum(input_tokens) AS input_tokens,
-        sum(output_tokens) AS output_tokens,
-        toUInt64(countIf(refusal)) AS refusals,
-        toUInt64(countIf(type = 'node.retried')) AS retries,
-        toUInt64(countIf(handoff_phase IN ('dispatch.failed', 'child.failed', 'child.cancelled'))) AS failures
-    FROM events
-    WHERE run_id IN {runs:Array(String)}
-    GROUP BY run_id
-) AS t
-LEFT JOIN (
-    SELECT run_id, sum(events) AS events, sum(cost_cents) AS cost_cents, sum(input_tokens) AS input_tokens,
-           sum(output_tokens) AS output_tokens, sum(refusals) AS refusals, sum(retries) AS retries,
-           sum(failures) AS failures
-    FROM run_rollup
-    WHERE run_id IN {runs:Array(String)}
-    GROUP BY run_id
-) AS c ON t.run_id = c.run_id
-WHERE c.events < t.events
-"""
+_VIEW = re.compile(r"CREATE MATERIALIZED VIEW IF NOT EXISTS (\w+) TO (\w+) AS\n(.*)$", re.S)
+_TABLE = re.compile(r"CREATE TABLE IF NOT EXISTS (\w+)\s*\((.*)\)\s*\nENGINE = ", re.S)
+_DROP = re.compile(r"DROP (?:TABLE|VIEW) IF EXISTS (\w+)$")
+_ORDER_BY = re.compile(r"\nORDER BY \(?([\w, ]+?)\)?\s*(?:\n|$)")
+_FIRST_SOURCE = re.compile(r"\bFROM\s+(\w+)\b")
+_COUNT = re.compile(r"\bcount\(\)\)?\s+AS\s+(\w+)")
+_SUM = re.compile(r"SimpleAggregateFunction\(sum\b")
+# Aggregates that a second copy of the same rows does not change.
+_IDEMPOTENT = re.compile(r"(?:Simple)?AggregateFunction\((?:min|max|argMin|argMax|uniqExact|groupUniqArray)\b")
+_WEIGHT = "weight"
 
-_SHORT = {
-    "usage_hourly": """
-SELECT count() FROM (
-    SELECT run_id, toUInt64(count()) AS n FROM events
-    WHERE type = 'provider.usage' AND run_id IN {runs:Array(String)} GROUP BY run_id
-) AS t
-LEFT JOIN (
-    SELECT run_id, sum(calls) AS n FROM usage_hourly WHERE run_id IN {runs:Array(String)} GROUP BY run_id
-) AS c ON t.run_id = c.run_id
-WHERE c.n < t.n
-""",
-    "run_rollup": """
-SELECT count() FROM (
-    SELECT run_id, toUInt64(count()) AS n FROM events WHERE run_id IN {runs:Array(String)} GROUP BY run_id
-) AS t
-LEFT JOIN (
-    SELECT run_id, sum(events) AS n FROM run_rollup WHERE run_id IN {runs:Array(String)} GROUP BY run_id
-) AS c ON t.run_id = c.run_id
-WHERE c.n < t.n
-""",
-}
 
-# Phase rank orders a dispatch's transitions by the state machine, not by clocks: two hosts'
-# timestamps may tie or skew, the machine's order cannot. Same expression as migration 0005's view.
-_STEPS_OF_RUNS = """
-SELECT parent_run_id, dispatch_id, phase, toUInt8(phase_rank) AS phase_rank, worker_id, ms
-FROM (
-    SELECT parent_run_id, dispatch_id, phase, worker_id,
-           multiIf(phase = 'dispatch.began', 0,
-                   phase IN ('dispatch.succeeded', 'dispatch.failed'), 1,
-                   phase IN ('child.completed', 'child.failed', 'child.cancelled'), 2,
-                   phase = 'output.harvested', 3,
-                   9) AS phase_rank,
-           toUnixTimestamp64Milli(event_time) - lagInFrame(toUnixTimestamp64Milli(event_time)) OVER w AS ms,
-           row_number() OVER w AS step
-    FROM transitions
-    WHERE parent_run_id IN {runs:Array(String)}
-    WINDOW w AS (PARTITION BY parent_run_id, dispatch_id ORDER BY phase_rank, event_time
-                 ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)
-)
-WHERE step > 1
-"""
-
-# What handoff_steps lacks (weight > 0) or holds in excess (weight < 0) for the runs.
-_STEPS_DIFF = f"""
-SELECT parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms, sum(w) AS weight
-FROM (
-    SELECT parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms, toInt64(1) AS w FROM ({_STEPS_OF_RUNS})
-    UNION ALL
-    SELECT parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms, -weight AS w
-    FROM handoff_steps WHERE parent_run_id IN {{runs:Array(String)}}
-)
-GROUP BY parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms
-HAVING weight != 0
-"""
-
-_SHORT["handoff_steps"] = f"SELECT uniqExact(parent_run_id) FROM ({_STEPS_DIFF})"
-
-_FAILURES = """
-INSERT INTO worker_failures (worker_id, phase, error_code, transitions, runs)
-SELECT worker_id, phase, error_code, uniqExactState(parent_run_id, dispatch_id), uniqExactState(parent_run_id)
-FROM transitions
-WHERE parent_run_id IN {runs:Array(String)} AND phase IN ('dispatch.failed', 'child.failed', 'child.cancelled')
-GROUP BY worker_id, phase, error_code
-"""
-
-_DISPATCHES = """
-INSERT INTO worker_dispatches (worker_id, dispatches)
-SELECT worker_id, uniqExactState(dispatch_id) FROM transitions WHERE parent_run_id IN {runs:Array(String)}
-GROUP BY worker_id
-"""
-
-_REPAIR = {
-    "usage_hourly": _USAGE,
-    "run_rollup": _RUN,
-    "handoff_steps": "INSERT INTO handoff_steps (parent_run_id, dispatch_id, phase, phase_rank, worker_id, ms, weight) "
-                     + _STEPS_DIFF,
-}
-_OF_SOURCE = {"events": ("usage_hourly", "run_rollup"), "transitions": ("handoff_steps",)}
+@dataclass(frozen=True)
+class _Repair:
+    rollup: str
+    source: str
+    insert: str
+    short: str | None  # counts the runs the rollup is short of; None: re-added without a check
 
 
 def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[str, int]:
@@ -186,13 +85,100 @@ def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[
     short: dict[str, int] = {}
     if not runs:
         return short
-    if source == "transitions":
-        for sets in (_FAILURES, _DISPATCHES):
-            store.command(sets, {"runs": runs}, settings={"insert_deduplicate": 0})
-    for rollup in _OF_SOURCE[source]:
-        n = int(store.query(_SHORT[rollup], {"runs": runs}).rows[0][0])
+    # no block-hash deduplication: a correction must never be dropped as a repeat of another
+    insert_settings = {**_SETTINGS, "insert_deduplicate": 0}
+    for r in _repairs():
+        if r.source != source:
+            continue
+        if r.short is None:
+            store.command(r.insert, {"runs": runs}, settings=insert_settings)
+            continue
+        n = int(store.query(r.short, {"runs": runs}, settings=_SETTINGS).rows[0][0])
         if n:
-            # no block-hash deduplication: a correction must never be dropped as a repeat of another
-            store.command(_REPAIR[rollup], {"runs": runs}, settings={"insert_deduplicate": 0})
-            short[rollup] = n
+            store.command(r.insert, {"runs": runs}, settings=insert_settings)
+            short[r.rollup] = n
     return short
+
+
+@functools.cache
+def _repairs() -> tuple[_Repair, ...]:
+    """One repair per materialized view the migrations leave, in the order they declare them."""
+    tables: dict[str, str] = {}
+    views: dict[str, tuple[str, str]] = {}
+    for stmt in migration_statements():
+        if m := _TABLE.match(stmt):
+            tables[m.group(1)] = stmt
+        elif m := _VIEW.match(stmt):
+            views[m.group(1)] = (m.group(2), m.group(3))
+        elif m := _DROP.match(stmt):
+            tables.pop(m.group(1), None)
+            views.pop(m.group(1), None)
+    return tuple(_repair_of(view, target, select, tables[target]) for view, (target, select) in views.items())
+
+
+def _repair_of(view: str, rollup: str, select: str, create: str) -> _Repair:
+    source = _FIRST_SOURCE.search(select)
+    if source is None or source.group(1) not in ROLLUP_SOURCES:
+        raise ValueError(f"view {view} reads {source and source.group(1)!r}, which the sink does not repair from: "
+                         f"add it to ROLLUP_SOURCES")
+    src = source.group(1)
+    run = ROLLUP_SOURCES[src]
+    rows = re.sub(rf"\b(FROM|JOIN)(\s+){src}\b", rf"\1\2(SELECT * FROM {src} WHERE {run} IN {_RUNS})", select)
+    columns = _columns(create)
+    names = ", ".join(columns)
+    insert = f"INSERT INTO {rollup} ({names})\n"
+    stored = f"FROM {rollup} WHERE {run} IN {_RUNS}"
+
+    if _WEIGHT in columns:
+        value = [c for c in columns if c != _WEIGHT]
+        vals = ", ".join(value)
+        diff = (f"SELECT {vals}, sum(w) AS {_WEIGHT}\nFROM (\n"
+                f"    SELECT {vals}, toInt64({_WEIGHT}) AS w FROM (\n{rows}\n    )\n"
+                f"    UNION ALL\n    SELECT {vals}, -{_WEIGHT} AS w {stored}\n)\n"
+                f"GROUP BY {vals}\nHAVING {_WEIGHT} != 0")
+        return _Repair(rollup, src, f"{insert}SELECT {names} FROM (\n{diff}\n)",
+                       f"SELECT uniqExact({run}) FROM (\n{diff}\n)")
+
+    key = _sorting_key(create)
+    rest = {c: t for c, t in columns.items() if c not in key}
+    sums = [c for c, t in rest.items() if _SUM.match(t)]
+    odd = [f"{c} {t}" for c, t in rest.items() if c not in sums and not _IDEMPOTENT.match(t)]
+    if odd:
+        raise ValueError(f"rollup {rollup}: no repair for {', '.join(odd)} (neither a sum nor idempotent)")
+    if not sums:
+        return _Repair(rollup, src, f"{insert}SELECT {names} FROM (\n{rows}\n)", None)
+    count = _COUNT.search(rows)
+    if count is None or count.group(1) not in sums or run not in key:
+        raise ValueError(f"rollup {rollup} sums, so its view must fill a column with count() and its key "
+                         f"must hold {run}: that is how a short rollup is told")
+    n = count.group(1)
+    on = " AND ".join(f"t.{k} = c.{k}" for k in key)
+    held = (f"SELECT {', '.join(key)}, {', '.join(f'sum({s}) AS {s}' for s in sums)}\n"
+            f"    {stored}\n    GROUP BY {', '.join(key)}")
+    joined = f"FROM (\n{rows}\n) AS t\nLEFT JOIN (\n    {held}\n) AS c ON {on}\nWHERE c.{n} < t.{n}"
+    values = ", ".join(f"t.{c} - c.{c}" if c in sums else f"t.{c}" for c in columns)
+    return _Repair(rollup, src, f"{insert}SELECT {values}\n{joined}", f"SELECT uniqExact(t.{run})\n{joined}")
+
+
+def _columns(create: str) -> dict[str, str]:
+    """Column name → type (and anything after it) of a ``CREATE TABLE`` statement, in order."""
+    m = _TABLE.match(create)
+    assert m is not None
+    out, depth, part = {}, 0, ""
+    for ch in m.group(2) + ",":
+        depth += (ch == "(") - (ch == ")")
+        if ch == "," and depth == 0:
+            name, _, kind = part.strip().partition(" ")
+            if name not in {"INDEX", "PROJECTION", "CONSTRAINT"}:
+                out[name] = kind.strip()
+            part = ""
+        else:
+            part += ch
+    return out
+
+
+def _sorting_key(create: str) -> list[str]:
+    m = _ORDER_BY.search(create)
+    if m is None:
+        raise ValueError(f"no ORDER BY in {create.splitlines()[0]}")
+    return [c.strip() for c in m.group(1).split(",")]

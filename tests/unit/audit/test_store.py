@@ -297,33 +297,43 @@ def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
     assert chain_hash("0" * 64, json.loads(docs[-1])) == recs[-1]["hash"]
 
 
-def test_cluster_ddl_parses_and_mirrors_the_single_node_tables(store):
-    """The cluster variant cannot run without Keeper here, so check it with ClickHouse's own parser."""
-    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, _statements
+CLUSTER_DDL = Path(__file__).resolve().parent / "cluster_ddl"
 
-    cluster = [s for f in sorted(CLUSTER_MIGRATIONS_DIR.glob("*.sql")) for s in _statements(f.read_text())]
-    for stmt in cluster:
-        store.query("SELECT formatQuery({q:String})", {"q": stmt})  # raises on a syntax error
-    for path in sorted(MIGRATIONS_DIR.glob("0*.sql")):
-        cluster_file = _statements((CLUSTER_MIGRATIONS_DIR / path.name).read_text())
-        for stmt in _statements(path.read_text()):
-            if not stmt.startswith("CREATE TABLE"):
-                view = stmt.split("EXISTS", 1)[1].split()[0]
-                assert any(f"EXISTS {view} ON CLUSTER" in s for s in cluster_file), view
-                continue
-            name = stmt.split("EXISTS", 1)[1].split()[0]
-            local = next(s for s in cluster_file if f"EXISTS {name}_local ON CLUSTER" in s)
 
-            def columns(ddl: str) -> str:
-                return " ".join(ddl.split("(", 1)[1].split("ENGINE")[0].split())
+def test_cluster_ddl_is_the_single_node_ddl_rewritten_statement_by_statement(store):
+    """Each migration's cluster form equals the cluster DDL that cluster stores applied (tests/unit/audit/cluster_ddl).
 
-            assert columns(local) == columns(stmt), (path.name, name)
-            engine = stmt.split("ENGINE = ")[1].split()[0].split("(")[0]
-            assert f"Replicated{engine}('/clickhouse/tables/{{shard}}/{{database}}/{name}_local'" in local
-            assert (stmt.split("ORDER BY")[1].split("SETTINGS")[0].split()
-                    == local.split("ORDER BY")[1].split("SETTINGS")[0].split())
-            assert any(s.startswith(f"CREATE TABLE IF NOT EXISTS {name} ON CLUSTER") and "Distributed(" in s
-                       for s in cluster_file)
+    The cluster DDL cannot run without Keeper here, so every derived statement is also checked with
+    ClickHouse's own parser.
+    """
+    import hashlib
+
+    from processors.audit.migrations import _CLUSTER_FILE_CHECKSUMS, MIGRATIONS_DIR, _statements, cluster_migration
+
+    expected = sorted(p.name for p in CLUSTER_DDL.glob("*.sql"))
+    assert len(expected) == 7 and set(expected) <= {p.name for p in MIGRATIONS_DIR.glob("*.sql")}  # 0001-0006, ledger
+    for name in expected:
+        derived = _statements(cluster_migration(MIGRATIONS_DIR / name))
+        written = _statements((CLUSTER_DDL / name).read_text())
+        assert len(derived) == len(written), name
+        for got, want in zip(derived, written, strict=True):
+            assert got == want, (name, want.splitlines()[0])
+    for path in sorted(MIGRATIONS_DIR.glob("*.sql")):  # later migrations too: each has a cluster form that parses
+        for stmt in _statements(cluster_migration(path)):
+            store.query("SELECT formatQuery({q:String})", {"q": stmt})  # raises on a syntax error
+    assert {v: (hashlib.sha256((CLUSTER_DDL / f"{p.stem}.sql").read_bytes()).hexdigest(),
+                hashlib.sha256(cluster_migration(p).encode()).hexdigest())
+            for p in sorted(MIGRATIONS_DIR.glob("000[1-6]_*.sql")) for v in [int(p.name[:4])]} == _CLUSTER_FILE_CHECKSUMS
+
+
+def test_cluster_statements_refuse_what_they_cannot_rewrite():
+    from processors.audit.migrations import cluster_statements
+
+    for stmt in ("ALTER TABLE events ADD COLUMN x UInt8", "CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = Memory",
+                 "CREATE MATERIALIZED VIEW IF NOT EXISTS v TO nowhere AS\nSELECT 1 AS a FROM events"):
+        with pytest.raises(StoreError) as e:
+            cluster_statements(stmt, tables={"events"}, version=7)
+        assert e.value.code == "cluster_ddl_unsupported", stmt
 
 
 def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
@@ -411,11 +421,9 @@ class _ClusterOnOneNode(Store):
 
 
 def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refused(tmp_path):
-    from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR
-
     with open_store(f"chdb://{tmp_path / 'ch'}") as real:
         node = _ClusterOnOneNode(real._engine, real.url)
-        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == [
+        assert migrate(node, cluster=True) == [
             "0001_audit_tables", "0002_immutable_tables", "0003_sink_ranges", "0004_checkpoints",
             "0005_handoff_rollups", "0006_drop_state_digests"]
         engines = dict(real.query("SELECT name, engine FROM system.tables WHERE database = currentDatabase()").rows)
@@ -423,22 +431,34 @@ def test_a_fresh_cluster_migrates_through_0002_and_a_cluster_with_rows_is_refuse
         assert "state_digests" not in engines and "state_digests_local" not in engines
         # the table over events_local was re-created from the new one: it has 0002's extracted columns
         assert "model" in {r[0] for r in real.query("DESCRIBE TABLE events").rows}
-        assert migrate(node, directory=CLUSTER_MIGRATIONS_DIR) == []
+        assert migrate(node, cluster=True) == []
 
     with open_store(f"chdb://{tmp_path / 'ch2'}") as real:
         node = _ClusterOnOneNode(real._engine, real.url)
         mig = tmp_path / "only-0001"
         mig.mkdir()
         for name in ("schema_migrations.sql", "0001_audit_tables.sql"):
-            (mig / name).write_text((CLUSTER_MIGRATIONS_DIR / name).read_text())
-        migrate(node, directory=mig)
+            (mig / name).write_text((REPO / "infra/clickhouse/migrations" / name).read_text())
+        migrate(node, directory=mig, cluster=True)
         table, names, cols = rows_for("committed", audit_batches()["committed"])
         keep = [i for i, n in enumerate(names) if n != "state_hash"]  # 0001 has no state_hash
         real.insert("events_local", [cols[i] for i in keep], [names[i] for i in keep], column_oriented=True)
         with pytest.raises(StoreError) as e:
-            migrate(node, directory=CLUSTER_MIGRATIONS_DIR)
+            migrate(node, cluster=True)
         assert e.value.code == "manual_upgrade"
         assert real.query("SELECT count() FROM events_local").rows[0][0] == len(audit_batches()["committed"])
+
+
+def test_a_cluster_whose_ledger_holds_the_cluster_files_checksums_reports_no_drift(tmp_path):
+    """A cluster migrated by running the cluster DDL files as they are (their sha256 in its ledger) is up to date."""
+    with open_store(f"chdb://{tmp_path / 'ch'}") as real:
+        node = _ClusterOnOneNode(real._engine, real.url)
+        assert len(migrate(node, directory=CLUSTER_DDL)) == 6  # the files run as written: their checksums recorded
+        assert migrate(node, cluster=True) == []
+        real.insert("schema_migrations", [[5, "0005_handoff_rollups", "0" * 64]], ["version", "name", "checksum"])
+        with pytest.raises(StoreError) as e:
+            migrate(node, cluster=True)
+        assert e.value.code == "migration_drift"
 
 
 def test_checkpoints_land_in_their_table_and_verify_from_it(store):
