@@ -1,4 +1,6 @@
-"""The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report."""
+"""The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report,
+and the sink that fills the store from every output topic exactly once (:mod:`processors.audit.sink`).
+"""
 
 from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, migrate, open_owned
 from processors.audit.queries import NAMED_QUERIES, run_named, run_sql

@@ -85,7 +85,6 @@ from processors.audit.rollups import repair as repair_rollups
 from processors.audit.rows import rows_for
 from processors.audit.store import Store, dedup_settings
 from processors.metrics import METRICS
-from processors.worker.wiring import Wiring
 from schemas.errors import LogFormatError, StoreError
 from streams.codec import decode_record
 from streams.security import client_kwargs
@@ -628,7 +627,7 @@ def split_batch(kind: str, messages: Sequence[Any]) -> tuple[Mapped | None, list
 
 
 class AuditSink:
-    """The consumer loop; :meth:`run` until cancelled (started as a task of the worker app)."""
+    """The consumer loop; :meth:`run` until cancelled (the worker starts it as a task: :func:`install`)."""
 
     def __init__(self, settings: Settings, store: Store, *,
                  topics: dict[str, str] | None = None) -> None:
@@ -1199,15 +1198,19 @@ class AuditSink:
             await asyncio.get_running_loop().run_in_executor(None, self._close_lanes)
 
 
-def install(wiring: Wiring) -> None:
-    """Open (and migrate) the audit store and start the sink as a task of the worker app.
+def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]]], object]) -> Store:
+    """Open (and migrate) the audit store and hand the sink's loop to ``run_task``; returns the store.
 
-    Faust is touched only here: the sink is an asyncio task the app starts and cancels,
-    not an agent, so the app's consumer group commit does not wait for it.
+    ``run_task`` starts a no-argument coroutine function and cancels it when its owner stops. The
+    worker passes its Faust app's ``task``: the sink is then an asyncio task the app starts and
+    cancels, not an agent, so the app's consumer group commit does not wait for it. Taking the
+    starter as an argument keeps this package free of the worker (and of Faust).
     """
-    wiring.store = open_owned(wiring.settings)
-    sink = AuditSink(wiring.settings, wiring.store)
+    store = open_owned(settings)
+    sink = AuditSink(settings, store)
 
-    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def audit_sink() -> None:
         await sink.run()
+
+    run_task(audit_sink)
+    return store

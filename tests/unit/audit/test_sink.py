@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from processors.audit.migrations import migrate
 from processors.audit.rows import rows_for
+from processors.audit.sink import BlockingSink, ledger_gaps, token_for
 from processors.audit.store import open_store
 from processors.metrics import METRICS
-from processors.worker.sink import BlockingSink, ledger_gaps, token_for
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.audit.data import audit_batches
 
