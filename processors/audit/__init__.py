@@ -1,5 +1,6 @@
 """The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report,
-and the sink that fills the store from every output topic exactly once (:mod:`processors.audit.sink`).
+and the sink that fills the store from every output topic exactly once (:mod:`processors.audit.sink`,
+its inserts in :mod:`processors.audit.exactly_once`).
 """
 
 from processors.audit.migrations import CLUSTER_MIGRATIONS_DIR, MIGRATIONS_DIR, migrate, open_owned

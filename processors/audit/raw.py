@@ -166,7 +166,7 @@ def insert_sql(stage: str, *, filtered: bool = True, settings: Mapping[str, int 
     """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``.
 
     ``filtered=False`` leaves out the lookup of stored keys (a third of the statement's cost): only
-    for a batch whose keys are known to be absent (:class:`processors.audit.sink.SequenceTops`).
+    for a batch whose keys are known to be absent (:class:`processors.audit.exactly_once.SequenceTops`).
     A repeat within the batch is still dropped.
 
     ``settings`` (the insert's deduplication token: :func:`processors.audit.store.dedup_settings`) are

@@ -32,7 +32,8 @@ from collections import Counter
 
 import pytest
 
-from processors.audit.sink import SINK_TOPICS, ledger_gaps
+from processors.audit.exactly_once import ledger_gaps
+from processors.audit.sink import SINK_TOPICS
 from processors.audit.store import open_store
 from streams.admin import ensure_topics
 from streams.publisher import Publisher

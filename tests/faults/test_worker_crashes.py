@@ -28,7 +28,7 @@ from collections import Counter
 
 import pytest
 
-from processors.audit.sink import ledger_gaps
+from processors.audit.exactly_once import ledger_gaps
 from processors.audit.store import open_store
 from processors.core.checkpoint import key_id, load_public_key, verify_history
 from streams.admin import ensure_topics

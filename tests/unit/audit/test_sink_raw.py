@@ -17,9 +17,10 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.audit.exactly_once import BlockingSink, SequenceTops, token_for
 from processors.audit.migrations import migrate
 from processors.audit.rows import rows_for
-from processors.audit.sink import AuditSink, BlockingSink, SequenceTops, split_batch, token_for
+from processors.audit.sink import AuditSink, split_batch
 from processors.audit.store import Store, open_store
 from processors.metrics import METRICS
 from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 
+from processors.audit.exactly_once import ledger_gaps, token_for
 from processors.audit.migrations import migrate
-from processors.audit.sink import AuditSink, Rider, _Partition, ledger_gaps, token_for
+from processors.audit.sink import AuditSink, Rider, _Partition
 from processors.audit.store import open_store
 from schemas.canonical import GENESIS, chain_hash, jcs
 from streams.codec import encode_committed
