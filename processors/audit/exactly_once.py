@@ -90,7 +90,7 @@ def _stage_lock(url: str, name: str) -> threading.Lock:
 class SequenceTops:
     """Per run, an upper bound of the highest ``sequence`` stored in ``events``: which batches need no key lookup.
 
-    The natural-key filter (``NOT IN`` the stored keys) was a third of the ``events`` insert. A key
+    The natural-key filter (``NOT IN`` the stored keys) costs a third of the ``events`` insert. A key
     can be stored already only if its sequence is at most the highest one stored for its run. So a
     batch in which every run starts above its bound cannot repeat a stored key, and goes in without
     the lookup (still once per key within the batch, still under its range token). The log holds

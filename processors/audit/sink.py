@@ -236,7 +236,7 @@ class AuditSink:
             isolation_level="read_committed",
             max_poll_records=s.sink_batch_rows,
             # a batch in few fetches: the default 1 MiB per partition is ~2,500 log records, so a
-            # 20,000-record batch took eight round trips, each waited for between inserts
+            # 20,000-record batch would take eight round trips, each waited for between inserts
             max_partition_fetch_bytes=16 * 1024 * 1024,
             session_timeout_ms=int(s.session_timeout_s * 1000),
             rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
@@ -247,8 +247,8 @@ class AuditSink:
 
         The partitions are paused meanwhile: aiokafka fetches a partition as soon as it is assigned,
         while this listener still runs, and a record taken before the partition's state exists is
-        dropped and read again (measured: most of the first second of a 200k-record start was such
-        reads). One ledger query and one offsets request serve the whole assignment.
+        dropped and read again (measured: unpaused, such reads fill most of the first second of a
+        200k-record start). One ledger query and one offsets request serve the whole assignment.
         """
         assert self.consumer is not None
         tps = list(tps)
@@ -325,7 +325,7 @@ class AuditSink:
         token, so a batch of several partitions is re-formed exactly as one of each would be.
 
         The range is recorded in the same thread call as the batch's first insert: a separate call
-        waited for the event loop between the two, and the loop is busy fetching the next batch.
+        would wait for the event loop between the two, and the loop is busy fetching the next batch.
         """
         if riders and marked:
             raise ValueError("a re-formed range is stored on its own")
@@ -381,8 +381,8 @@ class AuditSink:
 
     def _commit_stored(self) -> None:
         """Commit the stored ranges' ends to the group, in the background (lag tooling only: the sink
-        resumes from its ledger), one commit at a time; not in :meth:`flush`, whose round trip held
-        the next batch back."""
+        resumes from its ledger), one commit at a time; not in :meth:`flush`, where its round trip
+        would hold the next batch back."""
         if self.consumer is None or not self._commits or (self._committing and not self._committing.done()):
             return
         offsets, self._commits = self._commits, {}
@@ -513,7 +513,7 @@ class AuditSink:
         partition with the largest backlog (buffered and not yet fetched: up to its high watermark)
         is the longest chain, and a lane given to a small partition first leaves it waiting at the
         end while the other lane idles (measured with the bench's key spread, 34/29/21/16% of the rows
-        in four partitions: the largest partition's batches were the last ones stored).
+        in four partitions: smaller partitions first leave the largest partition's batches to the end).
         """
         busy = {lane for _task, lane in self._inflight.values()}
         free = [lane for lane in range(len(self.sinks)) if lane not in busy]
