@@ -6,10 +6,10 @@
 * :mod:`processors.replay` — the comparison engine, re-derivation from an offset,
   mock sessions and host-replay verdicts.
 * :mod:`processors.worker` — the Faust app and its agents (sequencer, runstate,
-  handoff, sink), the one batch loop, commit positions, HTTP endpoints. The only
-  package that imports Faust.
-* :mod:`processors.audit` — the ClickHouse store, migrations, row mapping, named
-  queries, the query server and the HTML report.
+  handoff), the one batch loop, commit positions, HTTP endpoints; it starts the audit
+  sink. The only package that imports Faust.
+* :mod:`processors.audit` — the ClickHouse store, the audit sink that fills it exactly
+  once, migrations, row mapping, named queries, the query server and the HTML report.
 * :mod:`processors.demo` — the guided tour; :mod:`processors.cli` — the ``agentlog`` command.
 * :mod:`processors.metrics` — the process-wide metric registry (used by the worker and by replay).
 * :mod:`processors.capabilities` — the capability document, computed by exercising the code.

@@ -60,7 +60,7 @@ class Settings:
     # Rows of a sink batch. The sink's 200k bench, alternated on one broker: 115-133k rows/s at 30,000
     # against 90-115k at 20,000 (fewer statements, parts and ledger rows per row); a trickle still waits
     # sink_flush_s. Also the bound of a batch that carries several partitions of a topic (a trickle's
-    # buffers ride along with the first one ready: processors.worker.sink.AuditSink._riders).
+    # buffers ride along with the first one ready: processors.audit.sink.AuditSink._riders).
     sink_batch_rows: int = 30_000
     # 0.5 s: publish → queryable p99 at 1k ev/s 1.7 s against 2.2 s at 1 s (quiet machine); at most two
     # inserts per second per partition and table at a trickle.

@@ -1,4 +1,7 @@
-"""The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report."""
+"""The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report,
+and the sink that fills the store from every output topic exactly once (:mod:`processors.audit.sink`,
+its inserts in :mod:`processors.audit.exactly_once`).
+"""
 
 from processors.audit.migrations import MIGRATIONS_DIR, cluster_migration, migrate, open_owned
 from processors.audit.queries import NAMED_QUERIES, run_named, run_sql

@@ -26,7 +26,7 @@ per column cost more than the rest of the sink together (measured); one RE2 pass
 
 Every other record (a foreign writer's non-JCS text, a wrong hash, an escaped id, a numeric
 timestamp, …) is neither lost nor stored differently: the sink sends exactly those through the
-Python path (:func:`processors.worker.sink.split_batch`), which stores or rejects them the general way.
+Python path (:func:`processors.audit.sink.split_batch`), which stores or rejects them the general way.
 
 What the proof does not cover: a writer that hashes non-JCS doc text itself (a forged chain hash)
 has that text stored as written, where the Python path would store the JCS of the parsed doc; the
@@ -166,7 +166,7 @@ def insert_sql(stage: str, *, filtered: bool = True, settings: Mapping[str, int 
     """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``.
 
     ``filtered=False`` leaves out the lookup of stored keys (a third of the statement's cost): only
-    for a batch whose keys are known to be absent (:class:`processors.worker.sink.SequenceTops`).
+    for a batch whose keys are known to be absent (:class:`processors.audit.exactly_once.SequenceTops`).
     A repeat within the batch is still dropped.
 
     ``settings`` (the insert's deduplication token: :func:`processors.audit.store.dedup_settings`) are

@@ -39,9 +39,9 @@ import logging
 import faust
 from faust.worker import Worker
 
+from processors.audit import sink as audit_sink
 from processors.metrics import METRICS
 from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer, web
-from processors.worker import sink as audit_sink
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir
@@ -168,7 +168,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         runstate.install_log_check(wiring)
         handoff.install(wiring)
     if role != "process":
-        audit_sink.install(wiring)
+        wiring.store = audit_sink.install(settings, app.task)
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         otel_spans.install(wiring)

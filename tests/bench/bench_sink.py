@@ -1,6 +1,6 @@
 """Audit sink end to end: committed log topic → ClickHouse (chdb), vs a direct chdb insert.
 
-``ours`` runs the real sink (:class:`processors.worker.sink.AuditSink`: consumer group,
+``ours`` runs the real sink (:class:`processors.audit.sink.AuditSink`: consumer group,
 range ledger, natural-key check, insert with its deduplication token, rollup views) over
 N CommittedEvent records already on a real ``log`` topic, timed from the moment its first fetch
 arrives (``AuditSink.first_fetch_at``) until ``SELECT count() FROM events`` = N. The consumer-group
@@ -91,8 +91,8 @@ def run(ctx: BenchContext) -> dict:
         migrate(store)
 
         async def ours() -> float:
+            from processors.audit.sink import AuditSink
             from processors.metrics import METRICS
-            from processors.worker.sink import AuditSink
 
             sink = AuditSink(settings, store, topics={"log": "committed"})
             t0 = time.perf_counter()

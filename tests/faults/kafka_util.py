@@ -68,7 +68,7 @@ class Offsets:
         The sink resumes from its ledger in ClickHouse and commits only after an insert returned, so
         zero here means ClickHouse holds every record.
         """
-        from processors.worker.sink import SINK_TOPICS
+        from processors.audit.sink import SINK_TOPICS
 
         return await self.lag(tuple(SINK_TOPICS), group=f"{self.settings.topic_prefix}.audit-sink")
 

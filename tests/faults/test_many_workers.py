@@ -32,8 +32,9 @@ from collections import Counter
 
 import pytest
 
+from processors.audit.exactly_once import ledger_gaps
+from processors.audit.sink import SINK_TOPICS
 from processors.audit.store import open_store
-from processors.worker.sink import SINK_TOPICS, ledger_gaps
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.reader import read_topic

@@ -28,9 +28,9 @@ from collections import Counter
 
 import pytest
 
+from processors.audit.exactly_once import ledger_gaps
 from processors.audit.store import open_store
 from processors.core.checkpoint import key_id, load_public_key, verify_history
-from processors.worker.sink import ledger_gaps
 from streams.admin import ensure_topics
 from streams.codec import encode_record
 from streams.publisher import Publisher

@@ -4,6 +4,7 @@
 * ``processors.core`` imports nothing that does Kafka, ClickHouse or Faust I/O, directly or through
   the project modules it imports;
 * only ``processors.worker`` imports Faust;
+* ``processors.audit`` (the store and its sink) reaches nothing of ``processors.worker``: the worker starts the sink;
 * a Faust or aiokafka private attribute is touched in exactly one module (``streams/internals.py``);
 * the top level holds what the design card names, and ``processors/`` only a handful of modules;
 * nothing reads ``../shared`` (the tests and ``capabilities`` run from a clone alone).
@@ -164,6 +165,12 @@ def test_importing_core_loads_no_engine_library():
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ENGINE_LIBRARIES)!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_audit_package_reaches_nothing_of_the_worker():
+    audit = {m for m in GRAPH if m == "processors.audit" or m.startswith("processors.audit.")}
+    reached = {m for m in _reachable(GRAPH, audit) if m.startswith("processors.worker")}
+    assert reached == set(), f"processors.audit reaches the worker: {reached}"
 
 
 def test_only_the_worker_imports_faust():

@@ -40,7 +40,7 @@ README = Path(__file__).resolve().parents[3] / "README.md"
 NOT_DRIVEN = {
     "agentlog_redelivered_total": "needs a worker restart mid-batch",
     "agentlog_sink_errors_total": "needs a failing ClickHouse insert",
-    "agentlog_sink_unproven_total": "needs a log record from a foreign writer: counted in tests/unit/worker/test_sink_raw.py",
+    "agentlog_sink_unproven_total": "needs a log record from a foreign writer: counted in tests/unit/audit/test_sink_raw.py",
     "agentlog_skipped_records_healed_total": "needs the consumer to skip records (seen after SIGKILL restarts)",
     "agentlog_dropped_records_reread_total": "needs Faust to drop queued records at a flow resume (race at start-up)",
     "agentlog_stalled_partitions_reread_total": "needs Faust to lose fetched records: driven in test_stalled_partitions.py",

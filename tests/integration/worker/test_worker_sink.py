@@ -78,7 +78,7 @@ class _Killed(BaseException):
 
 
 def _crashing_sink(settings, store, *, after_batches: int, mode: str):
-    from processors.worker.sink import AuditSink
+    from processors.audit.sink import AuditSink
 
     class Crashing(AuditSink):
         done = 0
@@ -156,7 +156,7 @@ def test_sink_is_exactly_once_across_crashes(settings, mode):
             with pytest.raises(_Killed):
                 await _run_until(crashed, lambda: False)
             assert count("events") < len(committed)  # it did crash mid-way
-            from processors.worker.sink import AuditSink
+            from processors.audit.sink import AuditSink
 
             await _run_until(AuditSink(settings, store),
                              lambda: count("events") >= len(committed) and count("replay_verdicts") >= len(verdicts)
@@ -182,7 +182,7 @@ def test_sink_is_exactly_once_across_crashes(settings, mode):
 
 def _gapping_sink(settings, store, *, how: str):
     """A sink that is shown a gap once: a fetch missing its first records, or a seek forward behind its back."""
-    from processors.worker.sink import AuditSink
+    from processors.audit.sink import AuditSink
 
     class Gapping(AuditSink):
         gapped = False
@@ -205,10 +205,10 @@ def _gapping_sink(settings, store, *, how: str):
 
 @pytest.mark.parametrize("how", ["stale_fetch", "seek_forward"])
 def test_sink_heals_an_offset_gap_with_zero_loss(settings, how):
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
     from processors.metrics import METRICS
-    from processors.worker.sink import ledger_gaps
     from streams.codec import encode_record
     from streams.topics import topic_name
     from tests.unit.audit.data import audit_batches
@@ -254,7 +254,8 @@ def _failing_sink(settings, store, *, mode: str):
     recorded / after its rows landed, so the sink must drop what it fetched ahead and resume the
     partition from the ledger.
     """
-    from processors.worker.sink import AuditSink, BlockingSink
+    from processors.audit.exactly_once import BlockingSink
+    from processors.audit.sink import AuditSink
     from schemas.errors import StoreError
 
     class Flaky(BlockingSink):
@@ -297,10 +298,10 @@ def _failing_sink(settings, store, *, mode: str):
 
 @pytest.mark.parametrize("mode", ["retried_after_insert", "resumed_before_insert", "resumed_after_insert"])
 def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(settings, mode):
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
     from processors.metrics import METRICS
-    from processors.worker.sink import ledger_gaps
     from streams.codec import encode_record
     from tests.unit.audit.data import audit_batches
 
@@ -344,9 +345,10 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
     """With ``sink_lanes=2`` two partitions' batches are stored at the same time (each on its own
     connection and staging tables), a partition never has two at once, and the log's at-least-once
     repeats are still stored once: count() without FINAL, no ledger gap, exact rollups."""
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
+    from processors.audit.sink import AuditSink
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink, ledger_gaps
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
@@ -404,9 +406,10 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
     """While every lane is busy the sink keeps fetching (the buffers fill to the end of every
     partition instead of the loop waiting for the lane), and the lane that frees takes the partition
     with the most rows left, all its buffer in one batch (up to 3 x ``sink_batch_rows``). Exactly once throughout."""
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
+    from processors.audit.sink import AuditSink
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink, ledger_gaps
     from streams.codec import encode_record
     from streams.topics import topic_name
     from tests.bench.bench_sink import RUNS, _committed
@@ -471,9 +474,10 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
 def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings):
     """The loop fetches on while a batch is stored, but not without bound: with one partition far
     ahead of its batch in flight it buffers at most (lanes + 2) batches (and one fetch), then waits."""
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
+    from processors.audit.sink import AuditSink
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink, ledger_gaps
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
@@ -519,8 +523,8 @@ def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes
     partition is paused and the fetch goes on for the others (without it the buffer bound stopped the
     fetch and the free lane idled until the first batch was stored)."""
     from processors.audit.migrations import migrate
+    from processors.audit.sink import AuditSink
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink
     from schemas.errors import StoreError
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
@@ -570,9 +574,10 @@ def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_c
     partitions' buffers along (one set of statements instead of four). A crash after
     such a batch's ranges are recorded (rows in or not) loses and duplicates nothing: the next sink
     re-forms each partition's last range on its own."""
+    from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
+    from processors.audit.sink import AuditSink, batch_ranges
     from processors.audit.store import open_store
-    from processors.worker.sink import AuditSink, batch_ranges, ledger_gaps
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 

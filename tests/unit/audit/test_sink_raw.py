@@ -17,18 +17,19 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from processors.audit.exactly_once import BlockingSink, SequenceTops, token_for
 from processors.audit.migrations import migrate
 from processors.audit.rows import rows_for
+from processors.audit.sink import AuditSink, split_batch
 from processors.audit.store import Store, open_store
 from processors.metrics import METRICS
-from processors.worker.sink import AuditSink, BlockingSink, SequenceTops, split_batch, token_for
 from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
 from streams.codec import encode_committed, encode_record
 from streams.settings import Settings
 from streams.topics import topic_name
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
+from tests.unit.audit.records import Partition, Record
 from tests.unit.schemas.strategies import valid_docs
-from tests.unit.worker.records import Partition, Record
 
 COLUMNS = ("run_id", "sequence", "event_id", "causation_id", "type", "node_id", "event_time", "ingested_at",
            "source_topic", "kafka_partition", "kafka_offset", "hash", "prev_hash", "payload", "doc", "state_hash")

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import asyncio
 
+from processors.audit.exactly_once import ledger_gaps, token_for
 from processors.audit.migrations import migrate
+from processors.audit.sink import AuditSink, Rider, _Partition
 from processors.audit.store import open_store
-from processors.worker.sink import AuditSink, Rider, _Partition, ledger_gaps, token_for
 from schemas.canonical import GENESIS, chain_hash, jcs
 from streams.codec import encode_committed
 from streams.settings import Settings
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
-from tests.unit.worker.records import Partition, Record
+from tests.unit.audit.records import Partition, Record
 
 
 def _buffer(tp: Partition, lo: int, n: int, values: list[bytes] | None = None) -> _Partition:
