@@ -2,8 +2,8 @@
 
 The realistic workload (:mod:`tests.bench.workload`: runs that finish, 1,000 trees in flight) is
 published at ``RATE`` events/s for the soak's length (``AGENTLOG_BENCH_SOAK_S``, default 1,800 s;
-180 s with --quick) while the worker's resident memory (VmRSS) is sampled every 30 s. A run
-closes ``GRACE_S`` after its terminal event, so the runs in flight stay about constant and so
+180 s with --quick; ``AGENTLOG_BENCH_SOAK_ROLE`` soaks another role than ``all``) while the worker's
+resident memory (VmRSS) is sampled every 30 s. A run closes ``GRACE_S`` after its terminal event, so the runs in flight stay about constant and so
 should the memory: the figure is the RSS at the end against the RSS once warmed up (after a
 sixth of the soak), a ratio near 1 meaning flat.
 
@@ -112,8 +112,8 @@ def run(ctx: BenchContext) -> dict:
     home = REPO / ".agentlog" / "bench" / f"soak-{tag}"
     s = ctx.on_own_topics(f"benchsoak{tag}", home, run_grace_s=GRACE_S)
     p = ctx.on_own_topics(f"benchsoakpass{tag}", home / "pass")
-    worker = _Soak(s, ["-m", "processors", "worker", "--role", "all", "--no-web"], home / "worker.log", seconds,
-                   tag)
+    role = os.environ.get("AGENTLOG_BENCH_SOAK_ROLE", "all")
+    worker = _Soak(s, ["-m", "processors", "worker", "--role", role, "--no-web"], home / "worker.log", seconds, tag)
     passthrough = _Soak(p, PASSTHROUGH_ARGS, home / "passthrough.log", seconds, tag)
     _soak_both([worker, passthrough])
     ours = worker.samples
@@ -124,7 +124,7 @@ def run(ctx: BenchContext) -> dict:
         "baseline": passthrough.samples[-1][1] if passthrough.samples else None,
         "unit": "MB RSS at the end",
         "goal_ratio": None,
-        "details": {"seconds": seconds, "rate_events_per_s": RATE, "events": int(RATE * seconds),
+        "details": {"role": role, "seconds": seconds, "rate_events_per_s": RATE, "events": int(RATE * seconds),
                     "grace_s": GRACE_S, "logged_at_end": worker.logged,
                     "passthrough_logged_at_end": passthrough.logged, "rss_mb_samples": ours, "passthrough_rss_mb_samples": passthrough.samples,
                     "end_over_warm": (end / warm[0]) if warm and end else None,
