@@ -3,8 +3,8 @@
 The realistic workload (:mod:`tests.bench.workload`: runs that finish, 1,000 trees in flight) is
 published at ``RATE`` events/s for the soak's length (``AGENTLOG_BENCH_SOAK_S``, default 1,800 s;
 180 s with --quick; ``AGENTLOG_BENCH_SOAK_ROLE`` soaks another role than ``all``) while the worker's
-resident memory (VmRSS) is sampled every 30 s. A run closes ``GRACE_S`` after its terminal event, so the runs in flight stay about constant and so
-should the memory: the figure is the RSS at the end against the RSS once warmed up (after a
+resident memory (VmRSS) is sampled every 30 s. A run closes ``GRACE_S`` after its terminal event, so
+the runs in flight stay about constant and so should the memory: the figure is the RSS at the end against the RSS once warmed up (after a
 sixth of the soak), a ratio near 1 meaning flat.
 
 Baseline, in the same run on the same broker and at the same time (its own topics and publisher):
