@@ -2,10 +2,10 @@
 
 The realistic workload (:mod:`tests.bench.workload`: runs that finish, 1,000 trees in flight) is
 published at ``RATE`` events/s for the soak's length (``AGENTLOG_BENCH_SOAK_S``, default 1,800 s;
-180 s with --quick; ``AGENTLOG_BENCH_SOAK_ROLE`` soaks another role than ``all``) while the worker's
-resident memory (VmRSS) is sampled every 30 s. A run closes ``GRACE_S`` after its terminal event, so
-the runs in flight stay about constant and so should the memory: the figure is the RSS at the end against the RSS once warmed up (after a
-sixth of the soak), a ratio near 1 meaning flat.
+180 s with --quick) while the worker's resident memory (VmRSS) is sampled every 30 s
+(``AGENTLOG_BENCH_SOAK_ROLE`` soaks another role than ``all``). A run closes ``GRACE_S`` after its
+terminal event, so the runs in flight stay about constant and so should the memory: the figure is
+the RSS at the end against the RSS once warmed up (after a sixth of the soak), near 1 meaning flat.
 
 Baseline, in the same run on the same broker and at the same time (its own topics and publisher):
 the Faust pass-through agent under the same load, its RSS at the end (what a Faust process that
