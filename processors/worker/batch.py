@@ -609,10 +609,7 @@ def batched_agent(
             # Records taken before a rebalance wait for its end: during the tables' recovery a kept
             # partition's table is being re-read (older values for a while) and a moved one is not ours.
             await asyncio.sleep(0.02)
-        if wiring.tables_read_in != wiring.fence.assignments:  # recovery wrote the tables behind their caches
-            for t in wiring.tables.values():
-                t.forget_cached()
-            wiring.tables_read_in = wiring.fence.assignments
+        wiring.fresh_tables()
         events = wiring.fence.owned_events(events)
         if not events:
             return

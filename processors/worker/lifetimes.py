@@ -90,6 +90,7 @@ class Lifetimes:
             self._assignment = fence.assignments
             self._scanned.clear()
         owned = set(fence.partitions(topic))
+        wiring.fresh_tables()
         now_s = time.time()
         for partition in sorted(owned - self._scanned):
             n = self.rescan(partition, wiring.tables["heads"], now_s)

@@ -42,6 +42,16 @@ class Wiring:
     #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
     make_table: Callable[[str], Table] | None = None
 
+    def fresh_tables(self) -> None:
+        """Forget what the tables cache once per assignment: recovery writes them behind their caches.
+
+        Called by whatever reads the tables first after a rebalance settles (a batch, the lifetimes sweep).
+        """
+        if self.tables_read_in != self.fence.assignments:
+            for table in self.tables.values():
+                table.forget_cached()
+            self.tables_read_in = self.fence.assignments
+
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).
 

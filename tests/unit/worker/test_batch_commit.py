@@ -18,6 +18,7 @@ from processors.worker import batch as batch_module
 from processors.worker.batch import Batch, SourceRecord, _commit, _stages, batched_agent
 from processors.worker.fence import Fence
 from processors.worker.tables import MemoryTable
+from processors.worker.wiring import Wiring
 from streams.settings import Settings
 
 
@@ -151,10 +152,9 @@ def _agent(monkeypatch: pytest.MonkeyPatch, handle: Any, before: Any = None, aft
     app = SimpleNamespace(rebalancing=False, consumer=None, consumer_generation_id=1,
                           producer=SimpleNamespace(_ensure_producer=lambda: None),
                           agent=lambda topic, name, concurrency: registered.append)
-    wiring = SimpleNamespace(settings=Settings(batch_quiet_ms=10.0, batch_within_s=1.0), app=app, fence=fence,
-                             positions=SimpleNamespace(consumes=lambda topic, table: None),
-                             topics={"ingest": SimpleNamespace(get_topic_name=lambda: "ingest")},
-                             tables={}, tables_read_in=0, partition_counts={})
+    wiring = Wiring(settings=Settings(batch_quiet_ms=10.0, batch_within_s=1.0), app=app, fence=fence,  # type: ignore[arg-type]
+                    positions=SimpleNamespace(consumes=lambda topic, table: None),  # type: ignore[arg-type]
+                    topics={"ingest": SimpleNamespace(get_topic_name=lambda: "ingest")}, tables={})
     batched_agent(wiring, "ingest", name="test-agent", table="heads", handle=handle,  # type: ignore[arg-type]
                   before_commit=before, after_commit=after)
     return registered[0], fence
