@@ -51,3 +51,25 @@ def agentlog_cli(settings: Any, *args: str, timeout: float = 180) -> subprocess.
     env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "processors", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
+
+
+async def describe_group(settings: Any, group: str) -> tuple[str, list[tuple[str, bool]]] | None:
+    """A consumer group as the broker describes it: its state and its members as (member id, has an assignment).
+
+    None when the broker knows no such group (yet).
+    """
+    from aiokafka.admin import AIOKafkaAdminClient
+
+    from streams.security import client_kwargs
+
+    admin = AIOKafkaAdminClient(**client_kwargs(settings))
+    await admin.start()
+    try:
+        (response,) = await admin.describe_consumer_groups([group])
+    finally:
+        await admin.close()
+    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
+    if described[0] != 0:
+        return None
+    # a member: (member_id, client_id, client_host, metadata, assignment)
+    return described[2], [(member[0], bool(member[4])) for member in described[5]]

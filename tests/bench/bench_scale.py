@@ -15,15 +15,13 @@ import time
 import uuid
 from pathlib import Path
 
-from aiokafka.admin import AIOKafkaAdminClient
-
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
-from streams.security import client_kwargs
 from streams.settings import Settings
 from tests.bench import BenchContext
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.bench_queryable import log_stamps
+from tests.tools import describe_group
 
 PARTITIONS = 8
 RUNS = 200
@@ -33,15 +31,8 @@ SETTLE_S = 15.0
 
 async def _members(settings: Settings) -> tuple[str, int]:
     """(state, members with an assignment) of the worker's consumer group."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
-    await admin.start()
-    try:
-        (response,) = await admin.describe_consumer_groups([f"{settings.topic_prefix}-worker"])
-    finally:
-        await admin.close()
-    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
-    # a member: (member_id, client_id, client_host, metadata, assignment)
-    return described[2], sum(1 for member in described[5] if member[4])
+    group = await describe_group(settings, f"{settings.topic_prefix}-worker")
+    return ("", 0) if group is None else (group[0], sum(1 for _, assigned in group[1] if assigned))
 
 
 async def _wait_group(settings: Settings, workers: int, procs: list, timeout: float = 300) -> None:

@@ -34,13 +34,12 @@ from pathlib import Path
 
 import orjson
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_topic
-from streams.security import client_kwargs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import describe_group
 from tests.unit.replay.runs import llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(300)]
@@ -189,16 +188,8 @@ def test_a_member_the_group_dropped_fences_at_once(settings, told):
 
 async def _group(settings) -> tuple[str, list[str]] | None:
     """The processing group's state and member ids, as the broker describes them (None: no such group yet)."""
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
-    await admin.start()
-    try:
-        (response,) = await admin.describe_consumer_groups([f"{settings.topic_prefix}-worker"])
-    finally:
-        await admin.close()
-    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
-    if described[0] != 0:
-        return None
-    return described[2], [member[0] for member in described[5]]
+    described = await describe_group(settings, f"{settings.topic_prefix}-worker")
+    return None if described is None else (described[0], [member for member, _ in described[1]])
 
 
 async def _alone(settings) -> list[str] | None:

@@ -15,28 +15,20 @@ import time
 import uuid
 
 import pytest
-from aiokafka.admin import AIOKafkaAdminClient
 
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
-from streams.security import client_kwargs
 from streams.settings import settings_env
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import free_port
+from tests.tools import describe_group, free_port
 from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 async def _members(settings, group: str) -> int:
-    admin = AIOKafkaAdminClient(**client_kwargs(settings))
-    await admin.start()
-    try:
-        (response,) = await admin.describe_consumer_groups([group])
-    finally:
-        await admin.close()
-    (described,) = response.groups  # (error_code, group, state, protocol_type, protocol, members)
-    return len(described[5])
+    described = await describe_group(settings, group)
+    return 0 if described is None else len(described[1])
 
 
 def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
