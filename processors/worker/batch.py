@@ -73,6 +73,9 @@ class Delivered:
 #: (``value`` is the record's bytes, None for a tombstone.)
 Acked = Callable[[int, int, Any], None]
 
+#: A table key's and value's changelog bytes (:func:`processors.worker.tables.encode`; None: a tombstone).
+Encoded = tuple[bytes, bytes | None]
+
 
 class Outbox:
     """A batch's records, grouped per topic-partition into whole aiokafka batches sent without linger.
@@ -182,13 +185,6 @@ class Outbox:
 _PARTITIONER = DefaultPartitioner()
 
 
-def _persisted(table: Table) -> Acked:
-    def persisted(partition: int, offset: int, value: Any) -> None:
-        table.persisted(partition, offset)
-
-    return persisted
-
-
 #: The stages in which a batch's table writes are made durable, in order: the tables of one stage are
 #: written in one round trip, and a stage is sent once the one before it is acknowledged (a table not
 #: named is a stage of its own, after these). ``heads`` and ``runs`` share one: a crash may leave either
@@ -282,37 +278,45 @@ class Batch:
         outbox = self._outbox
         await outbox.flush()
         await outbox.wait()
-        by_table: dict[str, list[tuple[str, int, Any]]] = {}
+        by_table: dict[str, list[tuple[str, int, Any, Encoded]]] = {}
         for (table, key), (partition, value) in self._writes.items():
-            by_table.setdefault(table, []).append((key, partition, value))
+            encoded = (encode(key), None if value is None else encode(value))
+            by_table.setdefault(table, []).append((key, partition, value, encoded))
         sources = {(topic, partition) for (_, topic, partition) in self._positions}
         for stage in _stages(by_table):
             _check_owned(self.wiring, sources)
-            for table in stage:
-                await self._put(self.wiring.tables[table], by_table[table])
+            sent = [(self.wiring.tables[name], by_table[name]) for name in stage]
+            lasts = [await self._send(table, writes) for table, writes in sent]
             await outbox.flush()
             await outbox.wait()
+            for (table, writes), last in zip(sent, lasts):
+                for key, partition, value, encoded in writes:
+                    table.put(partition, key, value, encoded)
+                for partition, offset in last.items():
+                    table.persisted(partition, offset)
         _check_owned(self.wiring, sources)
         self._publish_positions()
 
-    async def _put(self, table: Table, writes: list[tuple[str, int, Any]]) -> None:
-        """Set the keys locally and queue their changelog records, each to ``partition`` (the source record's).
+    async def _send(self, table: Table, writes: list[tuple[str, int, Any, Encoded]]) -> dict[int, int]:
+        """Queue the writes' changelog records, each to ``partition`` (the source record's).
 
-        ``None`` deletes a key, and its changelog record is a tombstone, so compaction removes it
-        there too. Once the last record of a partition is acknowledged, the local database is
-        marked as holding the changelog up to it (a restart recovers only what comes after).
+        Returns a dict that holds, once the records are acknowledged, the offset of each partition's
+        last one. ``None`` deletes a key: its changelog record is a tombstone, so compaction removes
+        it there too. The local copy is written only after the acknowledgement, and marked as holding
+        the changelog up to that offset after that: the local copy is always a prefix of the
+        changelog, so whatever a crash interrupts, the restart's recovery (which replays the
+        changelog after the marked offset) ends at the changelog's values, and a redelivered record
+        is decided on what the broker holds, never on a local write that never reached it.
         """
         topic = table.changelog
         last: dict[int, int] = {}
-        records = []
-        for i, (key, partition, value) in enumerate(writes):
-            encoded = (encode(key), None if value is None else encode(value))
-            table.put(partition, key, value, encoded)
-            records.append((partition, encoded))
-            last[partition] = i
-        for i, (partition, (raw_key, raw_value)) in enumerate(records):
-            await self._outbox.add(topic, partition, raw_key, raw_value,
-                                   on_acked=_persisted(table) if last[partition] == i else None)
+
+        def acked(partition: int, offset: int, value: Any) -> None:
+            last[partition] = max(offset, last.get(partition, -1))
+
+        for _, partition, _, (raw_key, raw_value) in writes:
+            await self._outbox.add(topic, partition, raw_key, raw_value, on_acked=acked)
+        return last
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
         """Note that every record of the partition below ``position`` is handled once this batch is durable."""

@@ -185,7 +185,7 @@ def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worke
     lines = "".join(f"{run_id}\t{json.dumps(d)}\n" for d in docs)
     proc = subprocess.run(
         ["kcat", "-P", *kcat_args(settings), "-t", topic_name(settings, "ingest"), "-K", "\t",
-         "-X", "topic.partitioner=murmur2_random"],
+         "-X", "topic.partitioner=murmur2_random", "-X", "enable.idempotence=true"],
         input=lines.encode(), capture_output=True, timeout=60)
     assert proc.returncode == 0, proc.stderr.decode()
 

@@ -63,6 +63,46 @@ def test_a_batch_is_made_durable_outputs_then_table_stages_in_order_then_positio
     assert tables["runs"].data == {"r1": 2}
 
 
+class AckingOutbox:
+    """Acknowledges each record at :meth:`wait` with the next offset; the ``refuse``-th wait fails."""
+
+    def __init__(self, refuse: int = 0) -> None:
+        self.waits, self.refuse, self.offset = 0, refuse, 100
+        self.pending: list[tuple[int, Any]] = []
+
+    async def flush(self) -> None:
+        pass
+
+    async def wait(self) -> None:
+        self.waits += 1
+        if self.waits == self.refuse:
+            raise RuntimeError("broker said no")
+        for partition, on_acked in self.pending:
+            self.offset += 1
+            if on_acked is not None:
+                on_acked(partition, self.offset, None)
+        self.pending.clear()
+
+    async def add(self, topic: str, partition: int, key: bytes, value: bytes | None, on_acked: Any = None) -> None:
+        self.pending.append((partition, on_acked))
+
+
+def test_a_stage_reaches_the_local_copy_only_once_its_changelog_records_are_acknowledged():
+    """A crash (here a refused stage) leaves the local copy a prefix of the changelog, never ahead of it."""
+    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
+    b = _batch("a", {("runs", "r1"): 2, ("heads", "r1"): 2, ("index", "r1/e1"): 1})
+    b.wiring = SimpleNamespace(tables=tables, positions=None, fence=Fence())
+    b._outbox = AckingOutbox(refuse=3)  # the outputs, the index stage, then heads + runs: refused
+    b._positions = {}
+    b._generation = 1
+    with pytest.raises(RuntimeError, match="broker said no"):
+        asyncio.run(b.commit())
+    assert tables["index"].data == {"r1/e1": 1}
+    assert tables["index"].offsets == {0: 101}  # marked as holding the changelog up to its acknowledged record
+    assert tables["heads"].data == tables["runs"].data == {}
+    assert tables["heads"].offsets == tables["runs"].offsets == {}
+
+
 def test_tables_are_written_in_stages_index_alone_then_heads_with_runs_then_the_rest_one_by_one():
     written = dict.fromkeys(["runs", "spans", "index", "heads", "other", "links", "closed"])
     assert _stages(written) == [["closed"], ["index"], ["heads", "runs"], ["links"], ["spans"], ["other"]]
