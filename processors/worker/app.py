@@ -44,7 +44,7 @@ from processors.metrics import METRICS
 from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer, web
 from processors.worker import spans as otel_spans
 from processors.worker.security import faust_broker_kwargs
-from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir
+from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 from streams import internals
@@ -137,18 +137,11 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
 
     budget = RocksBudget(settings.state_cache_mb)
 
-    def table(name: str, ttl_s: float | None = None) -> LocalTable:
-        faust_table = app.Table(name, default=None, partitions=settings.partitions)
-        internals.use_rocksdb_opener(faust_table, budget.opener(int(ttl_s) if ttl_s else None))
-        return LocalTable(faust_table)
+    def table(name: str) -> LocalTable:
+        return open_table(app, name, settings.partitions, budget)
 
-    tables: dict[str, Table] = {
-        "heads": table("seq-heads"),  # runId -> {"next", "hash", "ts", "end"}: runs in flight
-        "index": table("seq-index"),  # runId␟eventId -> [sequence, hash, partition, offset]: runs in flight
-        "runs": table("run-state"),  # runId -> {"state", "next", "head", "since"}: runs in flight
-        "closed": table("run-closed", settings.run_closed_retention_s),  # runId -> ClosedMarker, for a while
-        "links": table("handoff-links"),  # childRunId -> {"link", "terminal", "done"}
-    } if role != "sink" else {}
+    tables: dict[str, Table] = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
+                                    if role != "sink" else {})
     durable = positions.DurablePositions()
     positions.install(app, durable)
     if settings.consumer_fetch_max_wait_ms > 0:  # no 1.5 s long-poll holding ingest back

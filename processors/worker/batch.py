@@ -279,9 +279,9 @@ class Batch:
         await outbox.flush()
         await outbox.wait()
         by_table: dict[str, list[tuple[str, int, Any, Encoded]]] = {}
-        for (table, key), (partition, value) in self._writes.items():
+        for (name, key), (partition, value) in self._writes.items():
             encoded = (encode(key), None if value is None else encode(value))
-            by_table.setdefault(table, []).append((key, partition, value, encoded))
+            by_table.setdefault(name, []).append((key, partition, value, encoded))
         sources = {(topic, partition) for (_, topic, partition) in self._positions}
         for stage in _stages(by_table):
             _check_owned(self.wiring, sources)
@@ -289,11 +289,11 @@ class Batch:
             lasts = [await self._send(table, writes) for table, writes in sent]
             await outbox.flush()
             await outbox.wait()
-            for (table, writes), last in zip(sent, lasts):
+            for (local, writes), last in zip(sent, lasts, strict=True):
                 for key, partition, value, encoded in writes:
-                    table.put(partition, key, value, encoded)
+                    local.put(partition, key, value, encoded)
                 for partition, offset in last.items():
-                    table.persisted(partition, offset)
+                    local.persisted(partition, offset)
         _check_owned(self.wiring, sources)
         self._publish_positions()
 

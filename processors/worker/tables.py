@@ -206,6 +206,29 @@ class _Opener:
         return self._budget.open(path, self.ttl)
 
 
+def open_table(app: Any, name: str, partitions: int, budget: RocksBudget,
+               ttl_s: float | None = None) -> LocalTable:
+    """The Faust app's table ``name`` on RocksDB under ``budget``; with ``ttl_s``, RocksDB drops older keys."""
+    faust_table = app.Table(name, default=None, partitions=partitions)
+    internals.use_rocksdb_opener(faust_table, budget.opener(int(ttl_s) if ttl_s else None))
+    return LocalTable(faust_table)
+
+
+def sequencer_tables(app: Any, partitions: int, budget: RocksBudget,
+                     closed_retention_s: float) -> dict[str, LocalTable]:
+    """The tables of the ingest agent and the handoff agent, by the short names the agents use.
+
+    ``heads``: runId -> {"next", "hash", "ts", "end"}; ``index``: runId␟eventId -> [sequence, hash,
+    partition, offset]; ``runs``: runId -> {"state", "next", "head", "since"} (these three: runs in
+    flight); ``closed``: runId -> ClosedMarker, for ``closed_retention_s``; ``links``: childRunId ->
+    {"link", "terminal", "done"}.
+    """
+    names = {"heads": "seq-heads", "index": "seq-index", "runs": "run-state", "links": "handoff-links"}
+    tables = {short: open_table(app, name, partitions, budget) for short, name in names.items()}
+    tables["closed"] = open_table(app, "run-closed", partitions, budget, closed_retention_s)
+    return tables
+
+
 class StateDirLocked(ConfigError):
     pass
 

@@ -21,8 +21,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processors.core.runstate import TERMINAL_TYPES
 from processors.worker.sequencer import INDEX_SEP
-from processors.worker.tables import LocalTable, RocksBudget
-from streams import internals
+from processors.worker.tables import RocksBudget, sequencer_tables
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from streams.reader import read_topic
@@ -139,19 +138,13 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
     # The worker's own state on disk, opened as a restarted worker would: none of the two runs' keys.
     app = faust.App(f"{settings.topic_prefix}-worker", broker="kafka://127.0.0.1:1", store="rocksdb://",
                     autodiscover=False, datadir=str(worker.state_dir / f"{settings.topic_prefix}-worker"))
-    budget = RocksBudget(8)
-    tables = {}
-    for name in ("seq-heads", "seq-index", "run-state", "run-closed"):
-        faust_table = app.Table(name, default=None, partitions=settings.partitions)
-        ttl = int(settings.run_closed_retention_s) if name == "run-closed" else None  # as the worker opens it
-        internals.use_rocksdb_opener(faust_table, budget.opener(ttl))
-        tables[name] = LocalTable(faust_table)
+    tables = sequencer_tables(app, settings.partitions, RocksBudget(8), settings.run_closed_retention_s)
     for p in range(settings.partitions):
         for run_id in (done_id, open_id):
-            assert tables["seq-heads"].get(p, run_id) is None
-            assert tables["run-state"].get(p, run_id) is None
-            assert list(tables["seq-index"].keys_from(p, run_id + INDEX_SEP)) == []
-    assert sum(tables["run-closed"].get(p, done_id) is not None for p in range(settings.partitions)) == 1
+            assert tables["heads"].get(p, run_id) is None
+            assert tables["runs"].get(p, run_id) is None
+            assert list(tables["index"].keys_from(p, run_id + INDEX_SEP)) == []
+    assert sum(tables["closed"].get(p, done_id) is not None for p in range(settings.partitions)) == 1
 
 
 def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplicate_nothing(settings):

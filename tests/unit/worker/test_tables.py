@@ -14,16 +14,14 @@ import faust
 from faust.stores.rocksdb import Store
 from faust.types import TP
 
-from processors.worker.tables import LocalTable, MemoryTable, RocksBudget, encode
+from processors.worker.tables import LocalTable, MemoryTable, RocksBudget, encode, open_table
 from streams import internals
 
 
 def _table(tmp_path, name: str = "seq-index") -> LocalTable:
     app = faust.App("tables-check", broker="kafka://127.0.0.1:1", store="rocksdb://", autodiscover=False,
                     datadir=str(tmp_path), key_serializer="json", value_serializer="json")
-    faust_table = app.Table(name, default=None, partitions=4)
-    internals.use_rocksdb_opener(faust_table, RocksBudget(8).opener())
-    return LocalTable(faust_table)
+    return open_table(app, name, 4, RocksBudget(8))
 
 
 def test_the_rocksdb_store_internals_we_use_exist():
