@@ -3,8 +3,9 @@
 The fold itself happens in the sequencer's pass (:mod:`processors.worker.sequencer`); what
 is left here needs no Faust table, so none of it consumes through a Faust stream:
 
-* :func:`send_verdicts` asks for the verdict of every host replay that reached a terminal
-  status once its batch is durable;
+* :class:`Verdicts` computes the verdict of every host replay that reached a terminal status,
+  in a task of its own once the batch is durable: a verdict waits for the replay's child runs
+  (up to 10 s), and the ingest agent's next batch does not wait with it;
 * :func:`install_log_check` re-checks every record of the committed log with a plain
   aiokafka consumer (its own group), so a record appended or rewritten behind the
   sequencer's back is flagged as ``hash_chain_broken`` where it lands, not only when
@@ -32,12 +33,36 @@ from streams.topics import topic_name
 log = logging.getLogger("agentlog.runstate")
 
 
-async def send_verdicts(wiring: Wiring, requests: list[dict[str, Any]]) -> None:
-    """The host-replay verdict of each replay run that reached a terminal status (after its batch is durable)."""
-    for request in requests:
-        record = await host_replay_verdict(wiring.settings, request)
-        if request.get("mode") != "dry_run":
-            await (await wiring.send("verdicts", request["replayRunId"], encode_record(record)))
+class Verdicts:
+    """Host-replay verdicts, one after the other in an app task, off the ingest agent's path.
+
+    :meth:`ask` queues the request of a replay run whose terminal event is durable. A worker that
+    stops before the verdict is sent loses it, as it would lose one computed inside the batch's
+    after-commit hook: ``agentlog replay`` computes it again on demand.
+    """
+
+    def __init__(self, wiring: Wiring) -> None:
+        self._wiring = wiring
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+        @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
+        async def host_replay_verdicts() -> None:
+            await self._serve()
+
+    def ask(self, request: dict[str, Any]) -> None:
+        self._queue.put_nowait(request)
+
+    async def _serve(self) -> None:
+        while True:
+            request = await self._queue.get()
+            try:
+                record = await host_replay_verdict(self._wiring.settings, request)
+                if request.get("mode") != "dry_run":
+                    await (await self._wiring.send("verdicts", request["replayRunId"], encode_record(record)))
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # one replay's verdict failing never stops the next one's
+                log.exception("host-replay verdict of %s failed", request.get("replayRunId"))
 
 
 def count(short: str, value: Mapping[str, Any]) -> None:

@@ -80,6 +80,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     remember = _remember(wiring)
     lifetimes = Lifetimes(wiring)
     install_lifetimes(wiring, lifetimes)
+    verdicts = runstate.Verdicts(wiring) if replay else None
 
     async def handle(batch: Batch, record: SourceRecord) -> None:
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
@@ -229,9 +230,8 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                 lifetimes.forget(item[1])
             elif item[0] == "stale":
                 lifetimes.unask(item[1])
-        requests = [item[1] for item in batch.collected if item[0] == "verdict"]
-        if requests:
-            await runstate.send_verdicts(wiring, requests)
+            elif item[0] == "verdict" and verdicts is not None:
+                verdicts.ask(item[1])
 
     batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle,
                   before_commit=snapshots, after_commit=after)
