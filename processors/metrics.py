@@ -46,7 +46,7 @@ _HELP = {
     "agentlog_batches_fenced_total": "Batches that wrote no table because their partitions moved to another worker "
                                      "while they were handled (their records are handled again there), by agent.",
     "agentlog_batches_fenced_revocations_total": "Revocations after which batches still in progress are fenced, by "
-                                                 "reason (timeout: not settled within AGENTLOG_REVOKE_WAIT_S; dropped: "
+                                                 "reason (timeout: not settled within the revoke wait; dropped: "
                                                  "the group had already dropped this worker).",
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
@@ -63,7 +63,7 @@ _HELP = {
     "agentlog_otel_duplicate_spans_total": "Spans the span mapper had already held or published (exporter re-sends).",
     "agentlog_otel_unmappable_traces_total": "Traces the span mapper could not map (their spans went to rejections).",
     "agentlog_otel_traces_expired_total": "Published traces the span mapper forgot (older than "
-                                          "AGENTLOG_OTEL_PUBLISHED_TTL_MS).",
+                                          "an hour).",
     "agentlog_otel_events_total": "Events the OTel run sequencer gave a sequence and sent to ingest.",
     "agentlog_otel_duplicate_events_total": "Re-emitted events the OTel run sequencer had already sequenced "
                                             "(nothing sent).",

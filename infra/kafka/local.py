@@ -45,6 +45,7 @@ from streams.security import client_kwargs
 from streams.settings import Settings
 
 __all__ = [
+    "KAFKA_VERSION",
     "NodeInfo",
     "Topology",
     "bootstrap_servers",
@@ -132,26 +133,30 @@ def bootstrap_servers(nodes: list[NodeInfo]) -> str:
 # --------------------------------------------------------------------------- jars
 
 
-def kafka_cache_dir(settings: Settings) -> Path:
-    """Where the jars live: outside git, shared by every checkout and every test home (``AGENTLOG_KAFKA_CACHE``)."""
-    if settings.kafka_cache:
-        return Path(settings.kafka_cache).expanduser().resolve()
-    return Path.home() / ".cache" / "agentlog" / f"kafka-{settings.kafka_version}"
+#: The Kafka release the local stack runs (also infra/kafka/pom.xml's default and docker-compose's image).
+KAFKA_VERSION = "4.1.1"
+#: The local broker's JVM heap: 1 GiB holds the benchmarks' 2M-event histories; 256 MiB up front starts fast.
+KAFKA_HEAP = "-Xms256m -Xmx1g"
+
+
+def kafka_cache_dir() -> Path:
+    """Where the jars live: outside git, shared by every checkout and every test home."""
+    return Path.home() / ".cache" / "agentlog" / f"kafka-{KAFKA_VERSION}"
 
 
 def _libs_ready(libs: Path, version: str) -> bool:
     return (libs / _COMPLETE_MARKER).is_file() and (libs / f"kafka_2.13-{version}.jar").is_file()
 
 
-def ensure_kafka_jars(settings: Settings) -> Path:
+def ensure_kafka_jars() -> Path:
     """Return the directory holding the broker's jars, resolving them with Maven the first time.
 
     Maven writes into a temporary directory that is renamed into place only when complete, under a
     lock, so an interrupted or concurrent fetch never leaves a half-filled ``libs`` that looks done.
     """
-    cache = kafka_cache_dir(settings)
+    cache = kafka_cache_dir()
     libs = cache / "libs"
-    version = settings.kafka_version
+    version = KAFKA_VERSION
     if _libs_ready(libs, version):
         return libs
     mvn = shutil.which("mvn")
@@ -427,7 +432,7 @@ def _auth_kwargs(settings: Settings, topo: Topology) -> dict[str, object]:
 def _jvm_base(settings: Settings, libs: Path, index: int, heap: str | None = None) -> list[str]:
     return [
         _find_java(),
-        *(heap or settings.kafka_heap).split(),
+        *(heap or KAFKA_HEAP).split(),
         "-XX:+UseG1GC",
         "-XX:+ExitOnOutOfMemoryError",
         "-Djava.awt.headless=true",
@@ -627,7 +632,7 @@ def start(settings: Settings, nodes: int | None = None, *, secure: bool | None =
         if topo is None:
             topo = Topology(
                 nodes=nodes or 1, base_port=base_port,
-                cluster_id=_new_cluster_id(), kafka_version=settings.kafka_version, secure=bool(secure),
+                cluster_id=_new_cluster_id(), kafka_version=KAFKA_VERSION, secure=bool(secure),
             )
         elif (nodes is not None and nodes != topo.nodes) or base_port != topo.base_port or (
                 secure is not None and secure != topo.secure):
@@ -644,7 +649,7 @@ def start(settings: Settings, nodes: int | None = None, *, secure: bool | None =
         current = [_node_info(settings, topo, i) for i in range(topo.nodes)]
         to_start = [n.index for n in current if not n.alive]
         if to_start:
-            libs = ensure_kafka_jars(settings)
+            libs = ensure_kafka_jars()
             ports = [p for i in to_start for p in (topo.port(i), topo.controller_port(i))]
             _check_ports(ports)
             _write_topology(settings, topo)
@@ -671,7 +676,7 @@ def _grant(settings: Settings, topo: Topology) -> None:
     from streams.admin import ensure_topics
 
     material = _material(settings, topo)
-    secure.create_acls(settings, material, _find_java(), ensure_kafka_jars(settings))
+    secure.create_acls(settings, material, _find_java(), ensure_kafka_jars())
     admin = settings.replace(kafka_config=str(material.properties("admin")))
     try:
         asyncio.get_running_loop()
@@ -805,7 +810,7 @@ def start_node(settings: Settings, index: int, *, timeout_s: float = START_TIMEO
         info = _node_info(settings, topo, index)
         if info.alive:
             return info
-        libs = ensure_kafka_jars(settings)
+        libs = ensure_kafka_jars()
         _check_ports([topo.port(index), topo.controller_port(index)])
         _launch(settings, topo, libs, index)
         try:

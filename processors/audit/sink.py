@@ -3,15 +3,15 @@
 Not a Faust agent: it needs no table, and Faust's per-record stream machinery would be most of
 a sink's cost. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
 all output topics; records are buffered per (topic, partition) and a buffer is ready to go as
-one batch when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old, or ends a burst
+one batch when it holds ``BATCH_ROWS`` records, is ``FLUSH_S`` old, or ends a burst
 (the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
 while the loop fetches the next (chdb releases the GIL while a statement runs), one batch per
 partition at a time, so a partition's next range is recorded only once its last is stored.
-Batches of different partitions are stored at once on ``sink_lanes`` lanes, each with its own
+Batches of different partitions are stored at once on ``LANES`` lanes, each with its own
 store connection (:meth:`processors.audit.store.Store.fork`) and staging tables. The loop never
 waits for a lane while it may fetch: a free lane takes the ready partition with the most rows
 left (:meth:`AuditSink._schedule`), and the other partitions of its topic with their buffers
-while the batch stays within ``sink_batch_rows`` (:meth:`AuditSink._riders`): a trickle over
+while the batch stays within ``BATCH_ROWS`` (:meth:`AuditSink._riders`): a trickle over
 many partitions is stored in one set of statements, not one per partition.
 
 Exactly-once is the ledger of offset ranges and the inserts of :mod:`processors.audit.exactly_once`
@@ -64,7 +64,7 @@ from processors.metrics import METRICS
 from schemas.errors import LogFormatError, StoreError
 from streams.codec import decode_record
 from streams.security import client_kwargs
-from streams.settings import Settings
+from streams.settings import REBALANCE_TIMEOUT_S, Settings
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.sink")
@@ -81,9 +81,23 @@ SINK_TOPICS = {
 }
 
 
-#: A drained partition's buffer is flushed at once from this fraction of ``sink_batch_rows`` on, and
-#: so is the rest after such a batch (:meth:`AuditSink._drained`): 1,500 records by default, six
-#: seconds of a 1k ev/s trickle spread over four partitions, so a trickle still waits for ``sink_flush_s``.
+#: Rows of a sink batch. The sink's 200k bench, alternated on one broker: 115-133k rows/s at 30,000
+#: against 90-115k at 20,000 (fewer statements, parts and ledger rows per row); a trickle still waits
+#: FLUSH_S. Also the bound of a batch that carries several partitions of a topic (a trickle's buffers
+#: ride along with the first one ready: :meth:`AuditSink._riders`).
+BATCH_ROWS = 30_000
+#: How long a partition's buffer waits before it is stored anyway. 0.5 s: publish → queryable p99 at
+#: 1k ev/s 1.7 s against 2.2 s at 1 s (quiet machine); at most two inserts per second per partition and
+#: table at a trickle.
+FLUSH_S = 0.5
+#: Log batches of this many partitions are stored at once, each on its own ClickHouse connection and
+#: staging tables (chdb releases the GIL: two statements use two cores). A partition still has one
+#: batch in flight at a time. 1 = one batch at a time.
+LANES = 2
+
+#: A drained partition's buffer is flushed at once from this fraction of ``BATCH_ROWS`` on, and
+#: so is the rest after such a batch (:meth:`AuditSink._drained`): 1,500 records, six seconds
+#: of a 1k ev/s trickle spread over four partitions, so a trickle still waits for ``FLUSH_S``.
 DRAINED_FRACTION = 20
 
 #: The consumer's poll while a ready buffer waits for a lane: the loop looks for a free lane this often.
@@ -234,12 +248,12 @@ class AuditSink:
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             isolation_level="read_committed",
-            max_poll_records=s.sink_batch_rows,
+            max_poll_records=BATCH_ROWS,
             # a batch in few fetches: the default 1 MiB per partition is ~2,500 log records, so a
             # 20,000-record batch would take eight round trips, each waited for between inserts
             max_partition_fetch_bytes=16 * 1024 * 1024,
             session_timeout_ms=int(s.session_timeout_s * 1000),
-            rebalance_timeout_ms=int(s.rebalance_timeout_s * 1000),
+            rebalance_timeout_ms=int(REBALANCE_TIMEOUT_S * 1000),
         )
 
     async def _assigned(self, tps: Sequence[TopicPartition]) -> None:
@@ -504,7 +518,7 @@ class AuditSink:
         returns how many buffers are ready but wait for a lane.
 
         Never waits: the loop fetches on while every lane is busy (up to :meth:`_buffer_full`). A
-        partition's buffer is ready when it holds ``sink_batch_rows`` records, is ``sink_flush_s`` old
+        partition's buffer is ready when it holds ``BATCH_ROWS`` records, is ``FLUSH_S`` old
         or ends a burst (:meth:`_drained`), and no batch of it is in flight: a partition has one batch
         in flight at a time (:meth:`_store_batch`), so its next range is recorded only once its last
         is stored, because a restart re-forms only the newest range of the ledger.
@@ -520,8 +534,8 @@ class AuditSink:
         now = time.monotonic()
         ready = [(tp, part) for tp, part in self._parts.items()
                  if tp not in self._inflight and part.pending is None and part.messages
-                 and (len(part.messages) >= self.settings.sink_batch_rows
-                      or now - part.since >= self.settings.sink_flush_s or self._drained(tp, part))]
+                 and (len(part.messages) >= BATCH_ROWS
+                      or now - part.since >= FLUSH_S or self._drained(tp, part))]
         ready.sort(key=lambda item: self._backlog(*item), reverse=True)
         taken: set[TopicPartition] = set()
         for tp, part in ready:
@@ -538,14 +552,14 @@ class AuditSink:
         """The other partitions of ``tp``'s topic whose whole buffers join its batch of ``rows`` rows.
 
         Under a steady load that the sink keeps up with, every partition's buffer goes when it is
-        ``sink_flush_s`` old, a few hundred records each, and a batch's statements cost the same
+        ``FLUSH_S`` old, a few hundred records each, and a batch's statements cost the same
         whether they carry 800 rows or 3,000: about 55 ms of chdb CPU per log batch besides ~7 µs a
         row (``BlockingSink.insert_log`` alone: 73 µs a row at 800-row batches, 23 at
         3,200, 11 at 12,800). So the partitions not storing a batch go along, ready or not, while the
-        batch stays within ``sink_batch_rows``: fewer statements and parts, and no buffer waits longer
+        batch stays within ``BATCH_ROWS``: fewer statements and parts, and no buffer waits longer
         for it. A backlog fills batches by itself, one partition each, on as many lanes as are free.
         """
-        cap = self.settings.sink_batch_rows
+        cap = BATCH_ROWS
         out = []
         for other, part in sorted(self._parts.items(), key=lambda item: item[0].partition):
             if (other.topic != tp.topic or other in taken or other in self._inflight or part.pending is not None
@@ -563,9 +577,9 @@ class AuditSink:
         chdb releases the GIL while a statement runs (measured: a Python thread kept its full pace
         beside a 12 s query), so ClickHouse works on this batch while the event loop fetches and
         buffers the next. Batches of different partitions go on different lanes at once, up to
-        ``sink_lanes`` (:meth:`_open_lanes`).
+        ``LANES`` (:meth:`_open_lanes`).
         """
-        whole = len(part.messages) < self._max_batch + self.settings.sink_batch_rows
+        whole = len(part.messages) < self._max_batch + BATCH_ROWS
         messages, lo = (part.messages if whole else part.messages[:self._max_batch]), part.lo
         part.messages = part.messages[len(messages):]
         hi = messages[-1].offset
@@ -587,12 +601,12 @@ class AuditSink:
 
     def _hold(self, tp: TopicPartition, part: _Partition) -> None:
         """Pause fetching a partition while its buffer holds its next batch at the most (:attr:`_max_batch`
-        and ``sink_batch_rows`` more: see :meth:`_start`) and resume it below that: more would only wait
+        and ``BATCH_ROWS`` more: see :meth:`_start`) and resume it below that: more would only wait
         for its batch in flight, and the fetch goes on for the partitions that can use a free lane (the
         bound of :meth:`_buffer_full` applies only while every lane is busy)."""
         assert self.consumer is not None
         # (a range to re-form is read to its end whatever its length: it may predate this bound)
-        full = part.pending is None and len(part.messages) >= self._max_batch + self.settings.sink_batch_rows
+        full = part.pending is None and len(part.messages) >= self._max_batch + BATCH_ROWS
         if full and tp not in self._held and tp in self.consumer.assignment():
             self.consumer.pause(tp)
             self._held.add(tp)
@@ -610,9 +624,9 @@ class AuditSink:
     @property
     def _max_batch(self) -> int:
         """A buffer that grew while its partition's last batch was stored goes as one batch (fewer
-        statements and parts): all of it while shorter than this and ``sink_batch_rows`` more, else this
-        many records (twice ``sink_batch_rows``) and the rest after them (:meth:`_start`)."""
-        return 2 * max(1, self.settings.sink_batch_rows)
+        statements and parts): all of it while shorter than this and ``BATCH_ROWS`` more, else this
+        many records (twice ``BATCH_ROWS``) and the rest after them (:meth:`_start`)."""
+        return 2 * max(1, BATCH_ROWS)
 
     def _buffer_full(self) -> bool:
         """True when every lane is busy and the buffers hold enough for every lane and two batches more:
@@ -621,7 +635,7 @@ class AuditSink:
         if len({lane for _task, lane in self._inflight.values()}) < len(self.sinks):
             return False
         buffered = sum(len(part.messages) for part in self._parts.values())
-        return buffered >= (len(self.sinks) + 2) * max(1, self.settings.sink_batch_rows)
+        return buffered >= (len(self.sinks) + 2) * max(1, BATCH_ROWS)
 
     async def _reap(self) -> None:
         """Forget the batches stored meanwhile; re-raises what their tasks raised (see :meth:`_settle`)."""
@@ -634,8 +648,8 @@ class AuditSink:
         high watermark, as of the last fetch), and it is a burst's: at least 1/:data:`DRAINED_FRACTION`
         of a batch, or the rest after a batch that was.
 
-        So the end of a burst is stored at once instead of ``sink_flush_s`` later, while a trickle
-        (every fetch drains the partition) still gathers for ``sink_flush_s``: flushed per fetch, it
+        So the end of a burst is stored at once instead of ``FLUSH_S`` later, while a trickle
+        (every fetch drains the partition) still gathers for ``FLUSH_S``: flushed per fetch, it
         would write a part (and a ledger row) per few records.
         """
         assert self.consumer is not None
@@ -645,7 +659,7 @@ class AuditSink:
 
     @property
     def _burst_rows(self) -> int:
-        return max(1, self.settings.sink_batch_rows // DRAINED_FRACTION)
+        return max(1, BATCH_ROWS // DRAINED_FRACTION)
 
     async def _settle(self, tp: TopicPartition | None = None) -> None:
         """Wait until the partition's batch in flight (every partition's: ``tp=None``) is stored;
@@ -691,10 +705,10 @@ class AuditSink:
             await self._assigned([tp])
 
     def _open_lanes(self) -> None:
-        """Lanes 1 … ``sink_lanes - 1``: a forked store connection and staging tables each
+        """Lanes 1 … ``LANES - 1``: a forked store connection and staging tables each
         (:meth:`processors.audit.store.Store.fork`); closed when :meth:`run` ends."""
         store, stage = self.sink.store, self.sink.land.removeprefix("sink_land_")
-        while len(self.sinks) < max(1, self.settings.sink_lanes):
+        while len(self.sinks) < max(1, LANES):
             self.sinks.append(BlockingSink(store.fork(), stage=f"{stage}_{len(self.sinks)}"))
 
     def _close_lanes(self) -> None:
@@ -704,7 +718,6 @@ class AuditSink:
         del self.sinks[1:]
 
     async def run(self, *, started: Callable[[], Awaitable[None]] | None = None) -> None:
-        s = self.settings
         self.consumer = self._new_consumer()
         self.consumer.subscribe(list(self.kinds), listener=self._listener())
         await self.consumer.start()
@@ -712,7 +725,7 @@ class AuditSink:
             self._open_lanes()
             if started is not None:
                 await started()
-            poll_ms = max(50, int(s.sink_flush_s * 1000 / 2))
+            poll_ms = max(50, int(FLUSH_S * 1000 / 2))
             while True:
                 await self._reap()
                 self._commit_stored()
@@ -729,7 +742,7 @@ class AuditSink:
                     continue
                 # a buffer waiting for a lane is started as soon as one is free, not a long poll later
                 data = await self.consumer.getmany(timeout_ms=WAITING_POLL_MS if waiting else poll_ms,
-                                                   max_records=s.sink_batch_rows)
+                                                   max_records=BATCH_ROWS)
                 if data and self.first_fetch_at is None:
                     self.first_fetch_at = time.perf_counter()
                 for tp, messages in data.items():

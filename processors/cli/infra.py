@@ -97,7 +97,7 @@ def up(
         typer.echo(f"Kafka is already running at {bootstrap} (home {local.kafka_home(settings)})")
     else:
         typer.echo(
-            f"Kafka {settings.kafka_version} is up at {bootstrap} "
+            f"Kafka {local.KAFKA_VERSION} is up at {bootstrap} "
             f"({len(result)} node(s), home {local.kafka_home(settings)})"
         )
     if secure_files:
@@ -117,12 +117,11 @@ def fetch(as_json: bool = typer.Option(False, "--json", help="Print the jar dire
     """Fetch the Kafka jars from Maven Central into the cache (no-op when already there)."""
     from infra.kafka import local
 
-    settings = _settings()
-    libs = local.ensure_kafka_jars(settings)
+    libs = local.ensure_kafka_jars()
     if as_json:
-        typer.echo(json.dumps({"kafkaVersion": settings.kafka_version, "libs": str(libs)}))
+        typer.echo(json.dumps({"kafkaVersion": local.KAFKA_VERSION, "libs": str(libs)}))
     else:
-        typer.echo(f"Kafka {settings.kafka_version} jars in {libs}")
+        typer.echo(f"Kafka {local.KAFKA_VERSION} jars in {libs}")
 
 
 @infra_app.command("down")
@@ -165,7 +164,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the nodes a
     elif not nodes:
         typer.echo(f"no local Kafka stack in {local.kafka_home(settings)}; run `agentlog infra up`")
     else:
-        Console().print(_nodes_table(nodes, f"Kafka {settings.kafka_version} at {local.kafka_home(settings)}"))
+        Console().print(_nodes_table(nodes, f"Kafka {local.KAFKA_VERSION} at {local.kafka_home(settings)}"))
     if not running:
         raise typer.Exit(1)
 

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
         from processors.worker.app import run_worker, worker_role
         from streams.settings import load_settings
 
-        settings = load_settings(web_port=web_port, web_enabled=web, handoff_mode=handoff_mode, worker_role=role,
+        settings = load_settings(web_port=web_port, handoff_mode=handoff_mode, worker_role=role,
                                  sink_process=sink_process)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
@@ -37,4 +37,4 @@ def register(app: typer.Typer) -> None:
             # Only the flag is refused: AGENTLOG_SINK_PROCESS may be set for a whole deployment.
             raise typer.BadParameter(f"--sink-process splits a --role all worker in two; "
                                      f"this worker runs --role {runs} only")
-        run_worker(settings, loglevel=loglevel, wait_s=wait)
+        run_worker(settings, web=web, loglevel=loglevel, wait_s=wait)

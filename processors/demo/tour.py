@@ -226,7 +226,7 @@ def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY
     home = Path(settings.home)
     home.mkdir(parents=True, exist_ok=True)
     log_path = home / "demo-worker.log"
-    env = {**os.environ, **settings_env(settings.replace(web_enabled=True)), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "processors", "worker", "--role", "all", "--web",

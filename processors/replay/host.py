@@ -62,15 +62,15 @@ def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
     )
 
 
-async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) -> Verdict:
+async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *, strict: bool = False) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
     The whole run tree is judged (:mod:`processors.replay.tree`): the source run's dispatches are
     followed into its child runs and the replay's. A replay's children may still be running when
-    the replay itself ends, so their logs are awaited — at most ``settings.replay_child_wait_s``
+    the replay itself ends, so their logs are awaited — at most :data:`CHILD_WAIT_S`
     in all, asynchronously, so only this verdict waits — and a verdict that gave up says so in
     ``detail`` (the unfinished child is then compared as far as it was committed).
-    ``settings.replay_strict`` switches to index-by-index comparison.
+    ``strict`` compares index by index (RFC 0041 conformance) instead of per lane.
 
     An operator waiting on a verdict must get one: a source run the log does not hold
     (``replay_source_missing``) or a comparison that raised (``replay_compare_failed``)
@@ -87,9 +87,9 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) ->
         else:
             root = str(source_id)  # a source run with events has an id
             o_runs, r_runs, notes = await _load_tree(settings, root, original, request["replayRunId"], replayed,
-                                                     request.get("fromSeq"))
+                                                     request.get("fromSeq"), strict=strict)
             tree = compare_tree(o_runs, r_runs, original_root=root, replay_root=request["replayRunId"],
-                                from_seq=request.get("fromSeq"), strict=settings.replay_strict)
+                                from_seq=request.get("fromSeq"), strict=strict)
             notes += [f"child run {hop['sourceChildRunId']} not compared: the log holds none of its events"
                       for hop in tree.unchecked]
             record_counters(tree.result)
@@ -103,20 +103,25 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any]) ->
 
 #: Pause between two reads of a replay child's log while waiting for it to end.
 _CHILD_POLL_S = 0.5
+#: How long a verdict waits for the replay's child runs to end before it gives up (and says so in its
+#: ``detail``). The verdict is made after the run-state agent's batch is durable, so the wait delays that
+#: agent's next batch by at most this long per unfinished tree: 10 s covers a child a host is still
+#: finishing, without holding the agent up for a child that never ends.
+CHILD_WAIT_S = 10.0
 
 
 async def _load_tree(
     settings: Settings, source_id: str, original: list[dict[str, Any]], replay_id: str,
-    replayed: list[dict[str, Any]], from_seq: int | None,
+    replayed: list[dict[str, Any]], from_seq: int | None, *, strict: bool,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]], list[str]]:
     """Both run trees' logs, child runs included; the notes say which replay child was not awaited to its end."""
     o_runs, r_runs = {source_id: original}, {replay_id: replayed}
-    deadline = time.monotonic() + settings.replay_child_wait_s
+    deadline = time.monotonic() + CHILD_WAIT_S
     notes: list[str] = []
     todo = [(source_id, replay_id, from_seq)]
     while todo:
         o_id, r_id, seq = todo.pop()
-        pairs = compare_runs(o_runs[o_id], r_runs[r_id], from_seq=seq, strict=settings.replay_strict).child_pairs
+        pairs = compare_runs(o_runs[o_id], r_runs[r_id], from_seq=seq, strict=strict).child_pairs
         for pair in pairs:
             if pair.original_child in o_runs or pair.replay_child is None:
                 continue
@@ -127,7 +132,7 @@ async def _load_tree(
             r_child, ended = await _await_end(settings, pair.replay_child, deadline)
             if not ended:
                 notes.append(f"gave up waiting for replay child run {pair.replay_child} after "
-                             f"{settings.replay_child_wait_s:g}s; compared the {len(r_child)} events committed")
+                             f"{CHILD_WAIT_S:g}s; compared the {len(r_child)} events committed")
             if r_child:
                 r_runs[pair.replay_child] = r_child
                 todo.append((pair.original_child, pair.replay_child, None))

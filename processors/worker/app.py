@@ -41,19 +41,25 @@ from faust.worker import Worker
 
 from processors.audit import sink as audit_sink
 from processors.metrics import METRICS
-from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer, web
+from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
 from processors.worker import spans as otel_spans
+from processors.worker import web as web_endpoints
 from processors.worker.security import faust_broker_kwargs
 from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 from streams import internals
 from streams.admin import ensure_topics_patiently
-from streams.settings import Settings, check_web_access
+from streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 
 log = logging.getLogger("agentlog.worker")
 
+#: Longest the Faust consumer's fetch waits at the broker for data (Faust hard-codes 1,500 ms). aiokafka
+#: leaves partitions that still hold unconsumed records out of its one fetch in flight, so a fetch naming
+#: only idle partitions (spans, otel, handoff-links, changelogs) holds ingest back for the whole wait
+#: (measured: 1.5 s delivery stalls, tests/bench/JOURNAL.md). At 100 ms such a fetch costs ingest at most that.
+FETCH_MAX_WAIT_MS = 100
 
 #: ``agentlog worker --role`` values; see the module docstring.
 ROLES = ("all", "process", "sink")
@@ -72,10 +78,13 @@ def worker_role(settings: Settings) -> str:
     return role
 
 
-def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
-    """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out)."""
+def build_app(settings: Settings, *, replay: bool = True, web: bool = False) -> Wiring:
+    """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out).
+
+    ``web``: serve the console, the query API and ``/metrics`` on ``settings.web_port``.
+    """
     role = worker_role(settings)
-    if settings.web_enabled:
+    if web:
         check_web_access(settings)  # never serve beyond loopback without a token
     settings.state_path.mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -91,7 +100,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         topic_replication_factor=settings.replication_factor,
         table_standby_replicas=0,
         broker_session_timeout=settings.session_timeout_s,
-        broker_rebalance_timeout=settings.rebalance_timeout_s,
+        broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
         broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
         broker_commit_interval=1.0,
         consumer_auto_offset_reset="earliest",
@@ -100,7 +109,7 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         # sequential produce requests per partition; 1 MiB batches with a 5 ms linger send it in one.
         producer_max_batch_size=1 << 20,
         producer_linger=0.005,
-        web_enabled=settings.web_enabled,
+        web_enabled=web,
         web_port=settings.web_port,
         # web_bind is the interface the server listens on, web_host the name in its
         # canonical URL; both follow AGENTLOG_WEB_HOST (loopback unless a token is set: check_web_access).
@@ -144,11 +153,10 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
                                     if role != "sink" else {})
     durable = positions.DurablePositions()
     positions.install(app, durable)
-    if settings.consumer_fetch_max_wait_ms > 0:  # no 1.5 s long-poll holding ingest back
-        internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
+    internals.set_fetch_max_wait(app, FETCH_MAX_WAIT_MS)  # no 1.5 s long-poll holding ingest back
     METRICS.add_collector(durable.series)
     wiring = Wiring(settings=settings, app=app, topics=topics, tables=dict(tables), positions=durable,
-                    fence=fence.Fence(fence.wait_bound(settings.revoke_wait_s, settings.rebalance_timeout_s)))
+                    fence=fence.Fence(fence.wait_bound(fence.REVOKE_WAIT_S, REBALANCE_TIMEOUT_S)))
     fence.install(app, wiring.fence)
     wiring.make_table = table
 
@@ -174,10 +182,10 @@ def build_app(settings: Settings, *, replay: bool = True) -> Wiring:
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
-    gcpause.install(app, settings)  # no generation-2 pauses over the tables' heap
-    lagprobe.install(app, settings)  # AGENTLOG_LOOP_LAG_LOG_MS, off by default
-    if settings.web_enabled:
-        web.install(wiring)
+    gcpause.install(app)  # no generation-2 pauses over the tables' heap
+    lagprobe.install(app)  # lagprobe.STALL_LOG_MS, off by default
+    if web:
+        web_endpoints.install(wiring)
     return wiring
 
 
@@ -223,7 +231,7 @@ def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
     return specs
 
 
-def run_worker(settings: Settings, *, loglevel: str = "warning", wait_s: float = 300.0) -> None:
+def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "warning", wait_s: float = 300.0) -> None:
     """Run the worker in the foreground until SIGINT/SIGTERM (``agentlog worker``).
 
     Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
@@ -235,10 +243,10 @@ def run_worker(settings: Settings, *, loglevel: str = "warning", wait_s: float =
     half = None
     if settings.sink_process and worker_role(settings) == "all":
         settings = settings.replace(worker_role="sink")
-        half = halves.ProcessHalf(settings, loglevel=loglevel, wait_s=wait_s)
+        half = halves.ProcessHalf(settings, web=web, loglevel=loglevel, wait_s=wait_s)
     if worker_role(settings) != "sink":
         lock_state_dir(settings.state_path)  # held until the process exits
-    wiring = build_app(settings)
+    wiring = build_app(settings, web=web)
     loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
     try:
         loop.run_until_complete(

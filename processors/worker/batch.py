@@ -48,6 +48,30 @@ log = logging.getLogger("agentlog.worker")
 #: The clock batch slices are timed with (a name so a test can drive it).
 loop_clock = time.perf_counter
 
+# How an agent takes batches (:func:`_adaptive`, the one loop). The stream is taken in ticks; a tick
+# that had to be waited for and brought fewer than BATCH_IDLE_EVENTS records means the agent keeps up,
+# so it is handled at once (latency about one tick). Busier ticks pile up into one batch (under load:
+# fewer table records and acknowledgement round trips per event), closed by the first of BATCH_MAX
+# records, BATCH_WITHIN_S after its first tick, or BATCH_QUIET_S without a tick (a burst ended).
+#: 5 ms: a trickle waits at most this long to be taken; shorter only spins the loop.
+BATCH_TICK_S = 0.005
+#: 16: a waited-for tick this small is a trickle, handled at once (the latency and throughput measured
+#: with it: tests/bench/JOURNAL.md, "Adaptive batches"). 0: no tick is handled at once, every batch piles up.
+BATCH_IDLE_EVENTS = 16
+#: The largest batch: its table writes and outputs are one round of acknowledgements.
+BATCH_MAX = 5000
+#: The longest a pile of busy ticks waits to fill up (latency under load).
+BATCH_WITHIN_S = 0.2
+#: Under load ticks come every 5 ms, so 20 ms without one means a burst ended: handle it now. 0: only the window.
+BATCH_QUIET_S = 0.020
+#: A batch yields to the event loop after this much handling, so Faust keeps taking records out of
+#: aiokafka's buffer (records left there over its 100 ms prefetch backoff drop out of the next fetch). 0: never.
+BATCH_SLICE_S = 0.020
+#: Every this often each partition an agent reads is compared with the broker's high watermark: one
+#: holding records beyond the agent's position that made no progress over a whole interval is read
+#: again (Faust was seen to drop fetched records without delivering them: :func:`heal_stalled`). 0: off.
+STALL_CHECK_S = 5.0
+
 
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
@@ -445,14 +469,14 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
             continue
         seen.pop(tp, None)
         log.warning("%s partition %d: records %d..%d were not delivered for %g s; reading them again",
-                    tp.topic, tp.partition, position, high - 1, wiring.settings.stall_check_s)
+                    tp.topic, tp.partition, position, high - 1, STALL_CHECK_S)
         METRICS.inc("agentlog_stalled_partitions_reread_total", topic=tp.topic)
         await consumer.seek(tp, position)
 
 
 def install_stall_heal(wiring: Wiring) -> None:
-    """Run :func:`heal_stalled` every ``stall_check_s`` (an app timer; 0 turns it off)."""
-    interval = wiring.settings.stall_check_s
+    """Run :func:`heal_stalled` every :data:`STALL_CHECK_S` (an app timer; 0 turns it off)."""
+    interval = STALL_CHECK_S
     if interval <= 0:
         return
     seen: dict[Any, int] = {}
@@ -590,8 +614,8 @@ def batched_agent(
 ) -> None:
     """Register an agent on topic ``short``: every batch runs ``handle`` per record, in offset order.
 
-    Batches are taken by :func:`_adaptive`, the one loop (``batch_max``, ``batch_within_s``,
-    ``batch_tick_s``, ``batch_idle_events``, ``batch_quiet_ms``). A batch follows the module
+    Batches are taken by :func:`_adaptive`, the one loop (:data:`BATCH_MAX`, :data:`BATCH_WITHIN_S`,
+    :data:`BATCH_TICK_S`, :data:`BATCH_IDLE_EVENTS`, :data:`BATCH_QUIET_S`). A batch follows the module
     docstring's order: each record (and any the consumer skipped before it, :func:`in_order`) goes
     to ``handle``, which sends outputs and stages table writes on the batch; ``before_commit`` runs
     once the records are handled (the sink inserts there); :meth:`Batch.commit` makes outputs, then
@@ -599,10 +623,9 @@ def batched_agent(
     durable, e.g. replay verdicts). Concurrency 1, and registered so the group commits no offset of
     the topic before this agent has made it durable (:mod:`processors.worker.positions`).
     """
-    settings = wiring.settings
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 
-    slice_s = settings.batch_slice_ms / 1000.0
+    slice_s = BATCH_SLICE_S
 
     idle = asyncio.Event()  # no batch of this agent in progress (what a revocation waits for: :mod:`.fence`)
     idle.set()
@@ -650,12 +673,11 @@ def batched_agent(
     wiring.fence.register(settle)
 
     def behind(events: list[Any]) -> bool:
-        return broker_ahead(wiring.app.consumer, events, settings.batch_idle_events)
+        return broker_ahead(wiring.app.consumer, events, BATCH_IDLE_EVENTS)
 
     async def agent(stream: Any) -> None:
-        await _adaptive(stream, process, max_events=settings.batch_max, tick_s=settings.batch_tick_s,
-                        window_s=settings.batch_within_s, idle_events=settings.batch_idle_events,
-                        quiet_s=settings.batch_quiet_ms / 1000.0, behind=behind)
+        await _adaptive(stream, process, max_events=BATCH_MAX, tick_s=BATCH_TICK_S, window_s=BATCH_WITHIN_S,
+                        idle_events=BATCH_IDLE_EVENTS, quiet_s=BATCH_QUIET_S, behind=behind)
 
     agent.__name__ = name.replace("-", "_")
     wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)

@@ -35,6 +35,12 @@ from typing import Any
 from processors.metrics import METRICS
 from streams import internals
 
+#: How long a revocation lets each agent's batch in progress make its tables durable before the member
+#: rejoins (bounded by half the rebalance timeout: :func:`wait_bound`). A batch still going after that,
+#: or holding records of a partition that moved, writes no table. 5 s: the most :func:`wait_bound` allows
+#: with the 10 s rebalance timeout. 0 = never wait (the partitions' next owner handles the batch again).
+REVOKE_WAIT_S = 5.0
+
 log = logging.getLogger("agentlog.worker")
 
 Settle = Callable[[], Awaitable[None]]
@@ -128,7 +134,7 @@ def _retrieve(fut: asyncio.Future[Any]) -> None:
 
 
 def wait_bound(revoke_wait_s: float, rebalance_timeout_s: float) -> float:
-    """``AGENTLOG_REVOKE_WAIT_S``, at most half the rebalance timeout.
+    """:data:`REVOKE_WAIT_S`, at most half the rebalance timeout.
 
     The member rejoins only once the revocation returns; past the rebalance timeout the group goes
     on without it and its partitions move anyway, so waiting longer would fence nothing more.

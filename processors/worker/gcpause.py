@@ -8,14 +8,14 @@ counting when replaced, so walking it again and again finds nothing.
 
 :class:`GcPacer` does three things, all with the standard :mod:`gc` API:
 
-* every ``gc_freeze_every_s``: a young collection, then :func:`gc.freeze`, which moves every
+* every :data:`FREEZE_EVERY_S`: a young collection, then :func:`gc.freeze`, which moves every
   object still tracked into the permanent generation that no collection walks. Frozen objects
   are still freed by reference counting as usual; only a *reference cycle* frozen while alive
   and dropped later would stay in memory;
 * Python's own generation-2 trigger is switched off (threshold :data:`GEN2_THRESHOLD`): with
   the heap frozen, its "a quarter more long-lived objects than at the last full collection"
   rule fired every few seconds (measured: 33 collections of 50-250 ms over 200k events);
-* every ``gc_full_every_s``: :func:`gc.unfreeze` and one full collection, which reclaims such
+* every :data:`FULL_EVERY_S`: :func:`gc.unfreeze` and one full collection, which reclaims such
   cycles: one pause per period, and memory stays bounded (measured: RSS after 100k and 200k
   events the same with and without freezing, tests/bench/JOURNAL.md).
 """
@@ -33,6 +33,13 @@ log = logging.getLogger("agentlog.worker")
 
 #: A collection longer than this is logged (it shows up in publish → log latency).
 SLOW_COLLECTION_S = 0.05
+
+#: 1 s: a young collection and a freeze each second keep what survived out of every later walk (measured
+#: without it: 38 full collections of up to 1.3 s over 200k events). 0: Python's own schedule.
+FREEZE_EVERY_S = 1.0
+#: 30 min: one full collection per period reclaims the reference cycles frozen meanwhile (RSS after 100k
+#: and 200k events the same with and without freezing, tests/bench/JOURNAL.md). 0: never.
+FULL_EVERY_S = 1800.0
 
 
 #: Generation-1 collections before Python considers a full one: in effect never (the full tick does it).
@@ -124,16 +131,16 @@ class GcPacer:
                 self._publish()
 
 
-def install(app: Any, settings: Any) -> GcPacer:
+def install(app: Any) -> GcPacer:
     """Start the pacer with the worker's Faust app (a timer on its event loop)."""
-    pacer = GcPacer(freeze_every_s=settings.gc_freeze_every_s, full_every_s=settings.gc_full_every_s)
+    pacer = GcPacer(freeze_every_s=FREEZE_EVERY_S, full_every_s=FULL_EVERY_S)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def gc_pacer_start() -> None:
         pacer.start()
 
     if pacer.enabled:
-        @app.timer(settings.gc_freeze_every_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
+        @app.timer(FREEZE_EVERY_S)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
         async def gc_pacer_tick() -> None:
             pacer.tick()
 

@@ -48,8 +48,10 @@ _LOCAL = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 class ProcessHalf:
     """The child running ``agentlog worker --role process``, supervised by the ``sink`` parent."""
 
-    def __init__(self, settings: Settings, *, loglevel: str = "warning", wait_s: float = 300.0) -> None:
+    def __init__(self, settings: Settings, *, web: bool = True, loglevel: str = "warning",
+                 wait_s: float = 300.0) -> None:
         self.settings = settings
+        self.web = web
         self.web_port = settings.web_port + 1
         self.loglevel = loglevel
         self.wait_s = wait_s
@@ -65,7 +67,7 @@ class ProcessHalf:
         """Start the child, a thread that restarts it when it dies, and (with the web on) its metrics scrape."""
         self._spawn()
         threading.Thread(target=self._supervise, name="agentlog-process-half", daemon=True).start()
-        if self.settings.web_enabled:
+        if self.web:
             METRICS.add_collector(self.samples)
             threading.Thread(target=self._scrape, name="agentlog-process-half-metrics", daemon=True).start()
         return self
@@ -91,7 +93,7 @@ class ProcessHalf:
         yield ("agentlog_worker_child_restarts_total", {}, float(self.restarts))
 
     def args(self) -> list[str]:
-        web = ["--web", "--web-port", str(self.web_port)] if self.settings.web_enabled else ["--no-web"]
+        web = ["--web", "--web-port", str(self.web_port)] if self.web else ["--no-web"]
         return [sys.executable, "-m", "processors", "worker", "--role", "process", *web,
                 "--loglevel", self.loglevel, "--wait", str(self.wait_s)]
 

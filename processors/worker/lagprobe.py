@@ -3,7 +3,7 @@
 Publish → log latency at low load is decided by pauses of the worker's event loop: a record
 that arrives while the loop runs something else for 100 ms waits those 100 ms. Which code
 runs then is what an operator needs to know, and a profile averages it away. With
-``AGENTLOG_LOOP_LAG_LOG_MS`` set (off by default):
+:data:`STALL_LOG_MS` above 0 (off by default; set it while diagnosing stalls):
 
 * a task on the loop sleeps 1 ms at a time and notes when it last woke (the heartbeat);
 * a daemon thread checks the heartbeat every millisecond or so. While it is older than the
@@ -30,6 +30,9 @@ from streams import internals
 
 log = logging.getLogger("agentlog.worker")
 
+#: Log every stall of the worker's event loop longer than this many ms, with its stacks; 0 = no probe
+#: (the heartbeat costs a wake-up per ms, so it runs only while someone is diagnosing stalls).
+STALL_LOG_MS = 0.0
 #: The heartbeat's sleep, and how often the watchdog looks at it.
 BEAT_S = 0.001
 #: How often a stalled loop's stack is sampled.
@@ -111,11 +114,11 @@ def _short(path: str) -> str:
     return path
 
 
-def install(app: Any, settings: Any) -> LoopLagProbe | None:
-    """Start the probe with the worker's Faust app when ``settings.loop_lag_log_ms`` > 0."""
-    if settings.loop_lag_log_ms <= 0:
+def install(app: Any) -> LoopLagProbe | None:
+    """Start the probe with the worker's Faust app when :data:`STALL_LOG_MS` > 0."""
+    if STALL_LOG_MS <= 0:
         return None
-    probe = LoopLagProbe(settings.loop_lag_log_ms)
+    probe = LoopLagProbe(STALL_LOG_MS)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def loop_lag_probe() -> None:

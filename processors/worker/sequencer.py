@@ -67,6 +67,11 @@ log = logging.getLogger("agentlog.sequencer")
 #: Separates runId and eventId in the ``index`` table's keys.
 INDEX_SEP = "\x1f"
 
+#: A run's state goes to ``snapshots`` every this many events (and at its terminal event): a replay or
+#: rebuild from a mid-run offset folds at most this many events past the snapshot before it, while a
+#: snapshot record per 100 events is a small share of the outputs.
+SNAPSHOT_EVERY = 100
+
 #: Log records remembered for the log check at most (past that it re-hashes them; bounded memory).
 WRITTEN_MAX = 20_000
 
@@ -75,7 +80,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
     settings = wiring.settings
     max_bytes = settings.max_event_bytes
-    snapshot_every, handoff_mode = settings.snapshot_every, settings.handoff_mode
+    snapshot_every, handoff_mode = SNAPSHOT_EVERY, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
     remember = _remember(wiring)
     lifetimes = Lifetimes(wiring)

@@ -17,13 +17,13 @@ eventId, to forget the oldest, and the truth the cursor is repaired from after a
 that made only part of a batch's table writes durable): an event already in the index is
 never sequenced again,
 so a redelivered or re-emitted record adds nothing. The index keeps the last
-``otel_run_index_max`` events of each run; an event re-emitted after being forgotten
+``RUN_INDEX_MAX`` events of each run; an event re-emitted after being forgotten
 would get a new sequence, which the sequencer rejects as ``duplicate_event_id`` (recorded,
 never silent). Each record is handled on its own from the table state, so a redelivery
 (whatever its batch boundaries) sends byte-identical docs.
 
 Held traces are re-checked on a **tick** record the worker's timer writes every
-``otel_tick_s`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
+``TICK_S`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
 records, so the decision is made inside the agent's batch loop (no second writer of
 the tables) and a redelivery decides the same way.
 
@@ -54,6 +54,31 @@ from schemas.records import record_source, rejection
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.otel")
+
+# When a held trace is published (processors.core.otel.due): SETTLE_MS after its last span once its root
+# span has arrived, GRACE_MS after its first span at the latest, or at once when MAX_HELD_SPANS are held.
+#: 1 s: a trace's child spans exported just after its root still join it; its runs reach the log about
+#: 1.5-2.5 s after the root span is exported (README "Sending OpenTelemetry traces").
+SETTLE_MS = 1000
+#: 30 s: a trace whose root span never comes (a crashed exporter) is published anyway, with what arrived.
+GRACE_MS = 30_000
+#: Bounds the memory one trace can hold in the worker's table before it is published.
+MAX_HELD_SPANS = 10_000
+#: How often the worker writes a tick to each partition of ``spans`` holding traces (the clock of due
+#: traces): 0.5 s adds at most that to SETTLE_MS.
+TICK_S = 0.5
+#: Event ids the run sequencer remembers per run, so a re-emitted event is never sequenced twice; the
+#: oldest are forgotten beyond this many (one re-sent later is refused as ``duplicate_event_id``).
+RUN_INDEX_MAX = 100_000
+#: How long a published trace's span ids are remembered, so re-sent spans are dropped: an hour outlasts
+#: exporters' retries. 0 = forever.
+PUBLISHED_TTL_MS = 3_600_000
+#: The OTLP receiver answers 503 with ``Retry-After`` when Kafka has not acknowledged a request's spans
+#: within this long, so the exporter retries instead of waiting.
+OTLP_ACK_TIMEOUT_S = 10.0
+#: A larger OTLP request is refused (413): 16 MiB leaves room for an exporter's default batch of 512 spans
+#: carrying long prompts and completions.
+OTLP_MAX_BODY_BYTES = 16 * 1024 * 1024
 
 HELD, SEQ = "otel-held", "otel-seq"
 #: A record of ``otel-events`` stays below this (Kafka's default cap is ~1 MB); a larger event travels alone.
@@ -100,7 +125,7 @@ def _bucket_ms(ttl_ms: int) -> int:
 
 
 def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int) -> None:
-    ttl = batch.wiring.settings.otel_published_ttl_ms
+    ttl = PUBLISHED_TTL_MS
     if ttl <= 0:
         return
     bucket = now_ms // _bucket_ms(ttl)
@@ -112,12 +137,12 @@ def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int
 
 
 def _expire(batch: Batch, partition: int, now_ms: int) -> None:
-    """Forget published traces older than ``otel_published_ttl_ms`` (by the tick record's Kafka time).
+    """Forget published traces older than :data:`PUBLISHED_TTL_MS` (by the tick record's Kafka time).
 
     A forgotten trace whose spans are re-sent is mapped again to the same event ids; the run
     sequencer's index then recognises them (nothing new), as long as it still holds them.
     """
-    ttl = batch.wiring.settings.otel_published_ttl_ms
+    ttl = PUBLISHED_TTL_MS
     oldest_key = f"{_DONE_FROM}{partition}"
     first = batch.get(HELD, oldest_key)
     if ttl <= 0 or first is None:
@@ -216,7 +241,7 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         batch.set(SEQ, p, _skey(run, doc["sequence"]), doc["eventId"])
         batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
     kept = int(head.get("kept") or 0)
-    limit = max(1, batch.wiring.settings.otel_run_index_max)
+    limit = max(1, RUN_INDEX_MAX)
     while done.cursor.next - kept > limit:
         forgotten = batch.get(SEQ, _skey(run, kept))
         if forgotten is not None:
@@ -252,8 +277,7 @@ def _earliest_start(batch: Batch, trace_id: str, entry: dict[str, Any]) -> int:
 
 
 def _knobs(batch: Batch) -> dict[str, int]:
-    s = batch.wiring.settings
-    return {"settle_ms": s.otel_settle_ms, "grace_ms": s.otel_grace_ms, "max_spans": s.otel_max_held_spans}
+    return {"settle_ms": SETTLE_MS, "grace_ms": GRACE_MS, "max_spans": MAX_HELD_SPANS}
 
 
 async def handle(batch: Batch, rec: SourceRecord) -> None:
@@ -315,7 +339,7 @@ def install(wiring: Wiring) -> None:
     batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
     batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence)
 
-    @app.timer(settings.otel_tick_s)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
+    @app.timer(TICK_S)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
         # worker writes nothing.
@@ -324,7 +348,7 @@ def install(wiring: Wiring) -> None:
         now_ms = int(time.time() * 1000)
         for partition in wiring.fence.partitions(name):
             if held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition,
-                                                                          settings.otel_published_ttl_ms, now_ms):
+                                                                          PUBLISHED_TTL_MS, now_ms):
                 await app.producer.send(name, None, TICK, partition, None, None)
 
     if settings.otlp_port:
@@ -334,8 +358,7 @@ def install(wiring: Wiring) -> None:
         async def reject(value: bytes) -> Any:
             return await wiring.send("rejections", None, value)
 
-        receiver = Receiver(send, reject, ack_timeout_s=settings.otlp_ack_timeout_s,
-                            max_body_bytes=settings.otlp_max_body_bytes,
+        receiver = Receiver(send, reject, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
                             max_span_bytes=min(900_000, settings.max_event_bytes))
 
         @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check

@@ -27,6 +27,11 @@ from processors.worker.wiring import Wiring
 from streams.reader import read_run
 from streams.settings import Settings
 
+#: Finished source runs whose result caches the results endpoint keeps in memory: a host mock-replaying a
+#: run asks for its results once per call, so a handful of runs replayed at once fit; a run dropped from
+#: the cache is only read again from the log.
+RESULTS_CACHED_RUNS = 16
+
 
 class ResultCaches:
     """Result caches of finished source runs, read once from the committed log (LRU-bounded).
@@ -48,7 +53,7 @@ class ResultCaches:
         cache = ResultCache.from_events(docs)
         if any(d.get("type") in TERMINAL_TYPES for d in docs):
             self._finished[run_id] = cache
-            while len(self._finished) > max(self.settings.replay_results_cached_runs, 0):
+            while len(self._finished) > RESULTS_CACHED_RUNS:
                 self._finished.popitem(last=False)
         return cache
 

@@ -18,7 +18,7 @@ from typing import Any
 from streams.settings import Settings
 
 #: How a bench starts Faust's pass-through agent (:mod:`tests.bench.passthrough_faust`). Faust's ``worker``
-#: command turns its web server on (port 6066) whatever ``web_enabled`` says, so two benches on one
+#: command turns its web server on (port 6066) unless told otherwise, so two benches on one
 #: machine collided on the port without ``--without-web``.
 PASSTHROUGH_ARGS = ["-m", "tests.bench.passthrough_faust", "worker", "-l", "warn", "--without-web"]
 
@@ -33,7 +33,7 @@ class BenchContext:
     def on_own_topics(self, prefix: str, home: Path, **changes: Any) -> Settings:
         """The broker's settings for one path of a bench: its own topic prefix and home, 4 partitions, no web."""
         return self.settings.replace(topic_prefix=prefix, home=home, partitions=4, replication_factor=1,
-                                     web_enabled=False, otlp_port=0, **changes)
+                                     otlp_port=0, **changes)
 
 
 def store_main(prog: str, doc: str, measure: Callable[..., dict[str, Any]], show: Callable[[dict[str, Any]], None],

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 import tests.bench as bench
+from infra.kafka.local import KAFKA_VERSION
 from schemas.errors import AgentlogError
 from streams.settings import Settings, load_settings
 from tests.bench import BenchContext
@@ -71,7 +72,7 @@ def _machine(settings: Settings) -> dict:
         "memory_bytes": _memory_bytes(),
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "kafka_version": settings.kafka_version,
+        "kafka_version": KAFKA_VERSION,
         "aiokafka": aiokafka.__version__,
     }
 

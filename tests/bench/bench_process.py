@@ -364,7 +364,7 @@ def run(ctx: BenchContext) -> dict:
 
     def variant(name: str, events: int = n, *, realistic: bool = False) -> Settings:
         s = base.replace(topic_prefix=f"bench{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
-                         replication_factor=1, web_enabled=False, otlp_port=0)
+                         replication_factor=1, otlp_port=0)
         asyncio.run(ensure_topics(s))
         if events and realistic:
             asyncio.run(workload.publish(s, f"{name}-run", events, concurrent=1000))

@@ -94,13 +94,13 @@ DEPLOYMENTS = ("all", "split", "sinkprocess")
 
 def _workers(settings: Settings, log_name: str, deployment: str = "all") -> tuple[Settings, list, str]:
     port = free_port()
-    s = settings.replace(web_enabled=True, web_port=port, clickhouse_url=f"chdb://{settings.home / 'ch'}")
+    s = settings.replace(web_port=port, clickhouse_url=f"chdb://{settings.home / 'ch'}")
     web = ["--web", "--web-port", str(port)]
     if deployment in ("all", "sinkprocess"):
         half = ["--sink-process"] if deployment == "sinkprocess" else []
         procs = [_start(s, ["-m", "processors", "worker", "--role", "all", *half, *web], settings.home / log_name)]
     else:
-        procs = [_start(s.replace(web_enabled=False, home=settings.home / "process"),
+        procs = [_start(s.replace(home=settings.home / "process"),
                         ["-m", "processors", "worker", "--role", "process", "--no-web"], settings.home / f"process-{log_name}"),
                  _start(s, ["-m", "processors", "worker", "--role", "sink", *web], settings.home / f"sink-{log_name}")]
     return s, procs, f"http://127.0.0.1:{port}"
@@ -225,7 +225,7 @@ def run(ctx: BenchContext) -> dict:
 
     def variant(name: str) -> Settings:
         s = ctx.settings.replace(topic_prefix=f"benchq{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
-                                 replication_factor=1, web_enabled=False, otlp_port=0)
+                                 replication_factor=1, otlp_port=0)
         asyncio.run(ensure_topics(s))
         return s
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from processors.replay.rederive import replay_run
+from processors.worker.sequencer import SNAPSHOT_EVERY
 from schemas.errors import InfraError
 from streams.admin import ensure_topics
 from streams.codec import decode_record
@@ -144,9 +145,8 @@ async def _ours(settings: Settings, run_id: str, offset: int) -> tuple[float, di
 def run(ctx: BenchContext) -> dict:
     n = 2_000 if ctx.quick else 20_000
     rounds = 1 if ctx.quick else 3
-    snapshot_every = 100
     tag = uuid.uuid4().hex[:8]
-    settings = ctx.settings.replace(topic_prefix=f"bench-{tag}-replay", partitions=4, snapshot_every=snapshot_every,
+    settings = ctx.settings.replace(topic_prefix=f"bench-{tag}-replay", partitions=4,
                                     home=ctx.settings.home / f"bench-replay-{tag}")
     run_id = f"bench-replay-{tag}"
     t0 = time.perf_counter()
@@ -174,7 +174,7 @@ def run(ctx: BenchContext) -> dict:
             "from_sequence": result.get("fromSeq"),
             "snapshot_used": result.get("snapshotUsed"),
             "verified_per_round": result.get("compared"),
-            "snapshot_every": snapshot_every,
+            "snapshot_every": SNAPSHOT_EVERY,
             "worker_build_s": round(build_s, 1),
             "ours_rounds": ours,
             "raw_rounds": raw,

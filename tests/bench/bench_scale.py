@@ -85,7 +85,7 @@ def throughput(base: Settings, workers: int, n: int, tag: str) -> tuple[float, b
     """Events/s of ``workers`` process workers in one group on a fresh prefix (8 partitions), and if it rebalanced."""
     home = REPO / ".agentlog" / "bench" / f"scale-{tag}"
     s = base.replace(topic_prefix=f"benchscale{tag}{uuid.uuid4().hex[:6]}", home=home, partitions=PARTITIONS,
-                     replication_factor=1, web_enabled=False, otlp_port=0)
+                     replication_factor=1, otlp_port=0)
     asyncio.run(ensure_topics(s))
     args = ["-m", "processors", "worker", "--role", "process", "--no-web"]
     logs = [home / f"worker-{i}.log" for i in range(workers)]

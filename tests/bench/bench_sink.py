@@ -12,7 +12,7 @@ ours ≥ 0.5× baseline, measured in the same run.
 
 ``python -m tests.bench.bench_sink [--events N]`` runs it alone (broker from
 ``AGENTLOG_KAFKA_BOOTSTRAP``); the harness calls ``run(ctx)``. The sink stores two partitions'
-batches at once by default; ``AGENTLOG_SINK_LANES=1`` measures it one batch at a time.
+batches at once (``processors.audit.sink.LANES``).
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
+from processors.audit import sink as audit_sink
 from schemas.canonical import GENESIS, chain_hash
 from streams.admin import ensure_topics
 from streams.codec import encode_record
@@ -35,7 +36,7 @@ from tests.bench import BenchContext
 
 RUNS = 100
 
-#: The baseline's rows per ``client.insert``: 20,000, whatever ``sink_batch_rows`` is, so the baseline
+#: The baseline's rows per ``client.insert``: 20,000, whatever the sink's ``BATCH_ROWS`` is, so the baseline
 #: stays comparable across runs (30,000-row direct inserts are no faster).
 BASELINE_BATCH = 20_000
 
@@ -136,7 +137,7 @@ def run(ctx: BenchContext) -> dict:
         "baseline": raw_rate,
         "unit": "rows/s",
         "goal_ratio": 0.5,
-        "details": {"rows": n, "batch": settings.sink_batch_rows, "baseline_batch": batch, "rows_in_clickhouse": stored, **timings},
+        "details": {"rows": n, "batch": audit_sink.BATCH_ROWS, "baseline_batch": batch, "rows_in_clickhouse": stored, **timings},
     }
 
 

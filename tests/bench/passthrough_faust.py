@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import faust
 
+from processors.worker.app import FETCH_MAX_WAIT_MS
+from processors.worker.batch import BATCH_MAX, BATCH_WITHIN_S
 from processors.worker.security import faust_broker_kwargs
 from streams import internals
 from streams.settings import load_settings
@@ -34,8 +36,7 @@ app = faust.App(
     datadir=str(settings.home / "passthrough-faust"),
 )
 
-if settings.consumer_fetch_max_wait_ms > 0:  # the worker's consumer setting too (processors.worker.app)
-    internals.set_fetch_max_wait(app, settings.consumer_fetch_max_wait_ms)
+internals.set_fetch_max_wait(app, FETCH_MAX_WAIT_MS)  # the worker's consumer setting too
 
 ingest = app.topic(topic_name(settings, "ingest"), key_type=bytes, value_type=bytes,
                    key_serializer="raw", value_serializer="raw")
@@ -44,7 +45,7 @@ LOG = topic_name(settings, "log")
 
 @app.agent(ingest, concurrency=1)
 async def forward(stream):
-    async for events in stream.take_events(settings.batch_max, within=settings.batch_within_s):
+    async for events in stream.take_events(BATCH_MAX, within=BATCH_WITHIN_S):
         futures = [await app.producer.send(LOG, e.message.key, e.value, None, None, None) for e in events]
         for fut in futures:
             await fut

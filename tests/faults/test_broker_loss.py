@@ -53,7 +53,7 @@ def test_one_broker_down_mid_publish_loses_no_acknowledged_event(tmp_path: Path,
         settings = load_settings(
             home=tmp_path / "worker", kafka_bootstrap=local.bootstrap_servers(nodes),
             topic_prefix=f"bl{uuid.uuid4().hex[:6]}", clickhouse_url=f"chdb://{tmp_path / 'ch'}",
-            replication_factor=3, partitions=2, session_timeout_s=6.0, rebalance_timeout_s=6.0,
+            replication_factor=3, partitions=2, session_timeout_s=6.0,
         )
         asyncio.run(ensure_topics(settings))
         worker = WorkerProcess(settings, sink=False, log_name="broker-loss-worker").start()
@@ -165,7 +165,7 @@ def test_worker_started_while_a_broker_is_down_waits_for_it_then_processes(tmp_p
         settings = load_settings(
             home=tmp_path / "worker", kafka_bootstrap=local.bootstrap_servers(nodes),
             topic_prefix=f"bw{uuid.uuid4().hex[:6]}", clickhouse_url=f"chdb://{tmp_path / 'ch'}",
-            replication_factor=3, partitions=2, session_timeout_s=6.0, rebalance_timeout_s=6.0,
+            replication_factor=3, partitions=2, session_timeout_s=6.0,
         )
         worker = WorkerProcess(settings, sink=False, log_name="broker-down-worker").start()
 

@@ -69,14 +69,14 @@ async def _lags(offsets: Offsets) -> dict[str, int]:
 
 def test_three_workers_one_group_random_sigkills(settings, ledger):
     rng = random.Random(int(os.environ.get("AGENTLOG_FAULT_SEED", "18")))
-    settings = settings.replace(partitions=PARTITIONS, session_timeout_s=6.0, rebalance_timeout_s=6.0,
-                                snapshot_every=25, sink_flush_s=0.5, otlp_port=0)
+    settings = settings.replace(partitions=PARTITIONS, session_timeout_s=6.0, otlp_port=0)
+    snapshots = {"processors.worker.sequencer:SNAPSHOT_EVERY": 25}
     asyncio.run(ensure_topics(settings))
     runs, stream = mixed_stream(rng, events=EVENTS, families=FAMILIES, per_run=PER_RUN, name="many")
     total = len(stream)
-    workers = [WorkerProcess(settings, role="all", log_name="many-all"),
-               WorkerProcess(settings, role="process", log_name="many-process-1"),
-               WorkerProcess(settings, role="process", log_name="many-process-2")]
+    workers = [WorkerProcess(settings, role="all", log_name="many-all", constants=snapshots),
+               WorkerProcess(settings, role="process", log_name="many-process-1", constants=snapshots),
+               WorkerProcess(settings, role="process", log_name="many-process-2", constants=snapshots)]
     for w in workers:
         w.start()
     t0 = time.monotonic()

@@ -39,12 +39,13 @@ pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
 def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
-    settings = settings.replace(snapshot_every=10, checkpoint_every=10)
+    settings = settings.replace(checkpoint_every=10)
     asyncio.run(ensure_topics(settings))
     run_id = f"tamper-{uuid.uuid4().hex[:8]}"
     docs = synthetic_run(run_id, 30, random.Random(11))
     k = next(i for i, d in enumerate(docs) if d["type"] == "variable.changed" and i > 3)
-    worker = WorkerProcess(settings, sink=False, log_name="tamper-worker").start()
+    worker = WorkerProcess(settings, sink=False, log_name="tamper-worker",
+                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
 
     async def scenario():
         assert (await publish_docs(settings, docs, wire="avro")).accepted == len(docs)

@@ -59,13 +59,13 @@ CHUNK = 1000
 
 def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger):
     rng = random.Random(int(os.environ.get("AGENTLOG_FAULT_SEED", "8")))
-    settings = settings.replace(session_timeout_s=6.0, rebalance_timeout_s=6.0, snapshot_every=25,
-                                sink_flush_s=0.5)
+    settings = settings.replace(session_timeout_s=6.0)
     asyncio.run(ensure_topics(settings))
     runs, stream = mixed_stream(rng, events=EVENTS, families=FAMILIES, per_run=PER_RUN, name="crash")
     total = len(stream)
     assert total >= EVENTS
-    worker = WorkerProcess(settings, sink=True, log_name="crash-worker").start()
+    worker = WorkerProcess(settings, sink=True, log_name="crash-worker",
+                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
     t0 = time.monotonic()
     kills: list[int] = []
 

@@ -144,7 +144,7 @@ def test_port_taken_via_cli_is_one_line_with_exit_2(tmp_path: Path) -> None:
 
 
 def test_java_missing(tmp_path: Path) -> None:
-    local.ensure_kafka_jars(load_settings())  # so the first thing start() needs is java itself
+    local.ensure_kafka_jars()  # so the first thing start() needs is java itself
     result = _cli(tmp_path, _free_port_pair(), "infra", "up", "--no-migrate", PATH=str(tmp_path), JAVA_HOME="")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith("error[java_missing]:")
@@ -153,24 +153,26 @@ def test_java_missing(tmp_path: Path) -> None:
 def test_maven_missing(tmp_path: Path) -> None:
     result = _cli(
         tmp_path, _free_port_pair(), "infra", "up", "--no-migrate",
-        PATH=str(tmp_path), AGENTLOG_KAFKA_CACHE=str(tmp_path / "empty-cache"),
+        PATH=str(tmp_path), HOME=str(tmp_path / "empty-home"),  # no jars cached under this home
     )
     assert result.returncode == 2
     assert result.stderr.startswith("error[maven_failed]:") and "mvn" in result.stderr
 
 
-def test_maven_failure_names_the_cause(tmp_path: Path) -> None:
-    settings = load_settings(home=tmp_path, kafka_version="0.0.0-no-such-release", kafka_cache=str(tmp_path / "cache"))
+def test_maven_failure_names_the_cause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(local, "KAFKA_VERSION", "0.0.0-no-such-release")
+    monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(InfraError) as err:
-        local.ensure_kafka_jars(settings)
+        local.ensure_kafka_jars()
     assert err.value.code == "maven_failed"
     assert "0.0.0-no-such-release" in str(err.value)
-    assert not (tmp_path / "cache" / "libs").exists()
+    assert not (local.kafka_cache_dir() / "libs").exists()
 
 
-def test_broker_that_cannot_start_points_at_its_log(tmp_path: Path) -> None:
+def test_broker_that_cannot_start_points_at_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     port = _free_port_pair()
-    settings = load_settings(home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}", kafka_heap="-Xmx1m")
+    monkeypatch.setattr(local, "KAFKA_HEAP", "-Xmx1m")
+    settings = load_settings(home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}")
     with pytest.raises(InfraError) as err:
         local.start(settings)
     assert err.value.code == "broker_start_failed"

@@ -76,8 +76,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     prefix = f"s{uuid.uuid4().hex[:8]}"
     port = _free_port_pair()
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENTLOG_")}
-    env.update(AGENTLOG_HOME=str(home), AGENTLOG_TOPIC_PREFIX=prefix, AGENTLOG_KAFKA_HEAP="-Xms128m -Xmx512m",
-               AGENTLOG_PARTITIONS="2")
+    env.update(AGENTLOG_HOME=str(home), AGENTLOG_TOPIC_PREFIX=prefix, AGENTLOG_PARTITIONS="2")
     settings = load_settings(home=home, topic_prefix=prefix, kafka_bootstrap=f"127.0.0.1:{port}", kafka_config="")
     try:
         up = subprocess.run([sys.executable, "-m", "processors", "infra", "up", "--secure", "--port", str(port),

@@ -36,6 +36,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 PARTITIONS = 2
+#: The span mapper's timing, quicker: a trace is due 0.5 s after its last span, checked every 0.2 s.
+QUICK = {"processors.worker.spans:SETTLE_MS": 500, "processors.worker.spans:TICK_S": 0.2}
 
 
 class _SpreadTraces(RandomIdGenerator):
@@ -57,10 +59,9 @@ class _SpreadTraces(RandomIdGenerator):
 
 def test_a_conversation_over_two_traces_on_two_partitions_is_one_contiguous_run(settings):
     port = free_port()
-    settings = settings.replace(partitions=PARTITIONS, otlp_port=port, web_port=free_port(), otel_settle_ms=500,
-                                otel_tick_s=0.2)
+    settings = settings.replace(partitions=PARTITIONS, otlp_port=port, web_port=free_port())
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-conv-worker").start()
+    worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-conv-worker", constants=QUICK).start()
     try:
         _wait_for("the OTLP receiver", lambda: _safe_post(port, b"\x00garbage") == 400)
         memory = InMemorySpanExporter()
@@ -123,10 +124,10 @@ def _scrape(web_port: int) -> str:
 
 def test_forgotten_traces_re_sent_are_recognised_by_the_run_sequencer(settings):
     port = free_port()
-    settings = settings.replace(otlp_port=port, web_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2,
-                                otel_published_ttl_ms=2000)
+    settings = settings.replace(otlp_port=port, web_port=free_port())
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
-    worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-ttl-worker").start()
+    worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-ttl-worker",
+                           constants={**QUICK, "processors.worker.spans:PUBLISHED_TTL_MS": 2000}).start()
     try:
         _wait_for("the OTLP receiver", lambda: _safe_post(port, b"\x00garbage") == 400)
         memory = InMemorySpanExporter()

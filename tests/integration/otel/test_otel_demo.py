@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_demo_otelagentlog_cli(settings):
-    demo = settings.replace(web_port=free_port(), otlp_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2)
+    demo = settings.replace(web_port=free_port(), otlp_port=free_port())
     env = {**os.environ, **settings_env(demo), "PYTHONPATH": str(REPO)}
     try:
         out = subprocess.run([sys.executable, "-m", "processors", "demo", "--otel", "--json"], env=env, cwd=REPO,

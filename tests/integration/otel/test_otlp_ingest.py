@@ -63,8 +63,9 @@ def _export(settings, run: str) -> list[dict]:
 
 def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
     port = free_port()
-    settings = settings.replace(otlp_port=port, web_port=free_port(), otel_settle_ms=500, otel_tick_s=0.2)
-    worker = WorkerProcess(settings, sink=True, web=True, log_name="otel-worker").start()
+    settings = settings.replace(otlp_port=port, web_port=free_port())
+    worker = WorkerProcess(settings, sink=True, web=True, log_name="otel-worker", constants={
+        "processors.worker.spans:SETTLE_MS": 500, "processors.worker.spans:TICK_S": 0.2}).start()
     try:
         # Garbage first: a 400 also says the receiver is up.
         _wait_for("the OTLP receiver", lambda: _safe_post(port, b"\x00garbage") == 400)

@@ -13,6 +13,7 @@ from collections import defaultdict
 
 import pytest
 
+from processors.replay import host
 from processors.replay.host import host_replay_verdict
 from tests.integration.replay.helpers import HandLog, chained
 from tests.unit.replay.make_golden import tree_pairs
@@ -41,33 +42,37 @@ def _verdict(settings, name: str, *, drop_terminal_of: str | None = None) -> dic
     return asyncio.run(host_replay_verdict(settings, request))
 
 
-def test_divergence_inside_a_child_run_reaches_the_parent_verdict(settings) -> None:
-    record = _verdict(settings.replace(replay_child_wait_s=30.0), "child-diverged")
+def test_divergence_inside_a_child_run_reaches_the_parent_verdict(settings, monkeypatch) -> None:
+    monkeypatch.setattr(host, "CHILD_WAIT_S", 30.0)
+    record = _verdict(settings, "child-diverged")
     assert record["verdict"] == "diverged" and record["firstDivergence"]["atSequence"] == 4
     assert [(hop["worker"], hop["sourceChildRunId"]) for hop in record["path"]] == [("worker-a", "par-3.child-a")]
     assert "detail" not in record
 
 
-def test_refusal_inside_a_child_run(settings) -> None:
-    record = _verdict(settings.replace(replay_child_wait_s=30.0), "child-refusal")
+def test_refusal_inside_a_child_run(settings, monkeypatch) -> None:
+    monkeypatch.setattr(host, "CHILD_WAIT_S", 30.0)
+    record = _verdict(settings, "child-refusal")
     assert (record["verdict"], record["errorCode"]) == ("diverged_at_refusal", "replay_diverged_at_refusal")
     assert record["path"][0]["worker"] == "worker-a"
 
 
-def test_a_child_that_does_not_end_is_waited_for_only_so_long_and_the_verdict_says_so(settings) -> None:
+def test_a_child_that_does_not_end_is_waited_for_only_so_long_and_the_verdict_says_so(settings, monkeypatch) -> None:
     # child-b of the faithful replay never reaches a terminal status: after the wait the verdict
     # compares what was committed (run.completed missing) and says it gave up.
-    record = _verdict(settings.replace(replay_child_wait_s=1.0), "child-diverged",
+    monkeypatch.setattr(host, "CHILD_WAIT_S", 1.0)
+    record = _verdict(settings, "child-diverged",
                       drop_terminal_of="replay-par-3-fresh.child-b")
     assert "gave up waiting for replay child run replay-par-3-fresh.child-b" in record["detail"]
 
 
-def test_interleaving_is_a_match_with_reordered_and_strict_setting_keeps_index_semantics(settings) -> None:
+def test_interleaving_is_a_match_with_reordered_and_strict_keeps_index_semantics(settings, monkeypatch) -> None:
+    monkeypatch.setattr(host, "CHILD_WAIT_S", 1.0)
     original, replay = PAIRS["interleaved"]
     asyncio.run(_write(settings, original, replay))
     request = {"replayRunId": replay[0]["runId"], "sourceRunId": original[0]["runId"], "mode": "live"}
-    lanes = asyncio.run(host_replay_verdict(settings.replace(replay_child_wait_s=1.0), request))
+    lanes = asyncio.run(host_replay_verdict(settings, request))
     assert lanes["verdict"] == "match" and len(lanes["reordered"]) == 6
-    strict = asyncio.run(host_replay_verdict(settings.replace(replay_child_wait_s=1.0, replay_strict=True), request))
+    strict = asyncio.run(host_replay_verdict(settings, request, strict=True))
     assert strict["verdict"] == "diverged" and strict["firstDivergence"]["atSequence"] == 3
     assert "reordered" not in strict

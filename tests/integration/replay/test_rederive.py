@@ -31,7 +31,7 @@ SNAPSHOT_EVERY = 5
 @pytest.fixture
 def worker(settings):
     asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings.replace(snapshot_every=SNAPSHOT_EVERY)).start()
+    proc = WorkerProcess(settings, constants={"processors.worker.sequencer:SNAPSHOT_EVERY": SNAPSHOT_EVERY}).start()
     yield proc
     proc.stop()
 

@@ -40,7 +40,7 @@ def curl(*args: str) -> tuple[int, dict]:
 
 
 def test_a_non_python_host_gets_recorded_results_and_miss_diagnoses(settings) -> None:
-    settings = settings.replace(web_port=free_port(), web_enabled=True)
+    settings = settings.replace(web_port=free_port())
     run_id = f"rec-{uuid.uuid4().hex[:8]}"
     base = f"http://127.0.0.1:{settings.web_port}/replay/{run_id}/results"
 

@@ -1,4 +1,4 @@
-"""Adaptive batches (``batch_idle_events``): every way a batch can close still commits each run whole.
+"""Adaptive batches (``batch.BATCH_IDLE_EVENTS``): every way a batch can close still commits each run whole.
 
 A real worker gets a trickle (quiet ticks: handled at once), bursts (busy ticks
 pile up), and a burst followed by silence (the pile is handled when its window closes, with no
@@ -27,8 +27,9 @@ RUNS = 8
 @pytest.fixture
 def adaptive_worker(settings):
     asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings.replace(batch_idle_events=8, batch_tick_s=0.005, batch_within_s=0.3,
-                                          snapshot_every=25)).start()
+    proc = WorkerProcess(settings, constants={
+        "processors.worker.batch:BATCH_IDLE_EVENTS": 8, "processors.worker.batch:BATCH_TICK_S": 0.005,
+        "processors.worker.batch:BATCH_WITHIN_S": 0.3, "processors.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
     yield proc
     proc.stop()
 

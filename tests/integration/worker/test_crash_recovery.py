@@ -30,7 +30,7 @@ KILLS = 3
 
 def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
     rng = random.Random(7)
-    settings = settings.replace(snapshot_every=7, session_timeout_s=6.0, rebalance_timeout_s=6.0)
+    settings = settings.replace(session_timeout_s=6.0)
     asyncio.run(ensure_topics(settings))
     runs = {f"crash-{uuid.uuid4().hex[:6]}-{i}": None for i in range(RUNS)}
     for run_id in runs:
@@ -45,7 +45,7 @@ def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
         if cursors[run_id] == len(runs[run_id]):
             del cursors[run_id]
     chunks = [stream[i:i + 40] for i in range(0, len(stream), 40)]
-    worker = WorkerProcess(settings).start()
+    worker = WorkerProcess(settings, constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 7}).start()
 
     async def scenario():
         kill_at = sorted(rng.sample(range(2, len(chunks) - 1), KILLS))

@@ -67,8 +67,7 @@ def _metrics(port: int) -> dict[str, float]:
 
 
 def test_an_all_worker_in_two_processes_stores_every_event_once_and_survives_either_half_dying(settings):
-    settings = settings.replace(partitions=4, session_timeout_s=6.0, rebalance_timeout_s=8.0,
-                                web_port=free_port())
+    settings = settings.replace(partitions=4, session_timeout_s=6.0, web_port=free_port())
     prefix = f"halves-{uuid.uuid4().hex[:6]}"
     first = [doc for i in range(12) for doc in llm_run(f"{prefix}-a{i:02d}")]
     second = [doc for i in range(12) for doc in llm_run(f"{prefix}-b{i:02d}")]

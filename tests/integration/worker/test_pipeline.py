@@ -50,7 +50,8 @@ def _chains(transitions: list[dict]) -> dict[str, list[dict]]:
 @pytest.fixture
 def worker(settings):
     asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings.replace(handoff_mode="auto", snapshot_every=5)).start()
+    proc = WorkerProcess(settings.replace(handoff_mode="auto"),
+                         constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 5}).start()
     yield proc
     proc.stop()
 

@@ -7,10 +7,10 @@ landed whenever the batch finished — while B recovered the same tables — and
 recovered ahead of its index (``test_many_workers``: hundreds of redelivered records refused as
 ``sequence_conflict``).
 
-* ``wait``: the revocation waits for the batch (``AGENTLOG_REVOKE_WAIT_S``), so its tables are in
+* ``wait``: the revocation waits for the batch (``fence.REVOKE_WAIT_S``), so its tables are in
   the changelogs before B reads them: every event is in the log exactly once (B and A see A's
   records as redeliveries) and nothing is fenced.
-* ``no_wait`` (``AGENTLOG_REVOKE_WAIT_S=0``, the control): the batch is fenced, so it writes no table
+* ``no_wait`` (``fence.REVOKE_WAIT_S = 0``, the control): the batch is fenced, so it writes no table
   and the records are handled again by their owners: the log holds second, byte-identical copies
   of those events — proof the batch really was in progress across the rebalance — and still no
   event is refused and every run is whole.
@@ -64,8 +64,8 @@ async def _count(settings, short: str) -> int:
 @pytest.mark.parametrize("revoke_wait_s", [5.0, 0.0], ids=["wait", "no_wait"])
 def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_move_or_fenced(settings,
                                                                                             revoke_wait_s):
-    settings = settings.replace(partitions=4, session_timeout_s=10.0, rebalance_timeout_s=12.0,
-                                revoke_wait_s=revoke_wait_s, batch_max=5000)
+    settings = settings.replace(partitions=4, session_timeout_s=10.0)
+    revoke_wait = {"processors.worker.fence:REVOKE_WAIT_S": revoke_wait_s}
     prefix = f"fence-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -75,8 +75,8 @@ def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_mov
         summary = await publish_docs(settings, docs)
         assert summary.accepted == len(docs)
         a = WorkerProcess(settings, log_name="fence-a", env={
-            "PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_COMMIT": "1"}).start()
-        b = WorkerProcess(settings, log_name="fence-b")
+            "PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_COMMIT": "1"}, constants=revoke_wait).start()
+        b = WorkerProcess(settings, log_name="fence-b", constants=revoke_wait)
         try:
             # A's first batch has sent its outputs (the log records) and holds its commit.
             await wait_until(lambda: _logged_at_least(settings, 1), what="A's first outputs", worker=a, timeout=90)
@@ -124,8 +124,7 @@ async def _whole(settings, n: int) -> bool | None:
 
 @pytest.mark.parametrize("told", [True, False], ids=["dropped", "control"])
 def test_a_member_the_group_dropped_fences_at_once(settings, told):
-    settings = settings.replace(partitions=4, session_timeout_s=6.0, rebalance_timeout_s=8.0,
-                                revoke_wait_s=5.0, batch_max=5000)
+    settings = settings.replace(partitions=4, session_timeout_s=6.0)
     prefix = f"drop-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

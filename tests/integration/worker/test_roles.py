@@ -32,11 +32,11 @@ async def _members(settings, group: str) -> int:
 
 
 def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
-    settings = settings.replace(sink_flush_s=0.3, otlp_port=0)
+    settings = settings.replace(otlp_port=0)
     asyncio.run(ensure_topics(settings))
     run_id = f"roles-{uuid.uuid4().hex[:8]}"
     docs = realistic_run(run_id, mode="check")
-    sink_settings = settings.replace(web_port=free_port(), web_enabled=True)
+    sink_settings = settings.replace(web_port=free_port())
     process = WorkerProcess(settings, role="process", log_name="roles-process").start()
     sink = WorkerProcess(sink_settings, role="sink", web=True, log_name="roles-sink").start()
     try:

@@ -36,12 +36,12 @@ def _verify(settings, run_id: str, pub: Path, *extra: str) -> tuple[int, dict]:
 
 
 def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
-    settings = settings.replace(checkpoint_every=5, snapshot_every=10, web_port=free_port(), web_enabled=True,
-                                sink_flush_s=0.3)
+    settings = settings.replace(checkpoint_every=5, web_port=free_port())
     asyncio.run(ensure_topics(settings))
     run_id = f"signed-{uuid.uuid4().hex[:8]}"
     docs = synthetic_run(run_id, 23, random.Random(5))  # checkpoints at 4, 9, 14, 19 and the terminal 22
-    worker = WorkerProcess(settings, sink=True, web=True, log_name="signed-worker").start()
+    worker = WorkerProcess(settings, sink=True, web=True, log_name="signed-worker",
+                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
     pub = settings.home / "keys" / "ed25519.pub.pem"
     try:
         async def scenario() -> list[dict]:

@@ -29,8 +29,8 @@ _INJECT = Path(__file__).resolve().parent / "drop_fetched"
 
 def _dropping_worker(settings, *, stall_check_s: float) -> WorkerProcess:
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return WorkerProcess(settings.replace(stall_check_s=stall_check_s), env={
-        "PYTHONPATH": path, "AGENTLOG_TEST_DROP_INGEST_BELOW": "1000"})
+    return WorkerProcess(settings, env={"PYTHONPATH": path, "AGENTLOG_TEST_DROP_INGEST_BELOW": "1000"},
+                         constants={"processors.worker.batch:STALL_CHECK_S": stall_check_s})
 
 
 @pytest.mark.parametrize("stall_check_s", [1.0, 0.0], ids=["check_on", "check_off"])

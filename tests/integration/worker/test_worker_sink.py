@@ -15,6 +15,7 @@ import uuid
 
 import pytest
 
+from processors.audit import sink as audit_sink
 from streams.admin import ensure_topics
 from streams.publisher import publish_docs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -24,8 +25,16 @@ from tests.unit.core.runs import realistic_run
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 
+def _tune_sink(monkeypatch, *, rows: int, flush_s: float, lanes: int | None = None) -> None:
+    """Small batches and a short (or long) flush, so a few records exercise what a load would."""
+    monkeypatch.setattr(audit_sink, "BATCH_ROWS", rows)
+    monkeypatch.setattr(audit_sink, "FLUSH_S", flush_s)
+    if lanes is not None:
+        monkeypatch.setattr(audit_sink, "LANES", lanes)
+
+
 def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
-    settings = settings.replace(web_port=free_port(), web_enabled=True, sink_flush_s=0.3)
+    settings = settings.replace(web_port=free_port())
     asyncio.run(ensure_topics(settings))
     run_id = f"sink-{uuid.uuid4().hex[:8]}"
     docs = realistic_run(run_id, mode="check")
@@ -127,13 +136,13 @@ async def _run_until(sink, predicate, timeout: float = 120.0) -> None:
 
 
 @pytest.mark.parametrize("mode", ["before_insert", "after_insert"])
-def test_sink_is_exactly_once_across_crashes(settings, mode):
+def test_sink_is_exactly_once_across_crashes(settings, mode, monkeypatch):
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
     from streams.codec import encode_record
     from tests.unit.audit.data import audit_batches
 
-    settings = settings.replace(sink_batch_rows=7, sink_flush_s=0.2)
+    _tune_sink(monkeypatch, rows=7, flush_s=0.2)
     asyncio.run(ensure_topics(settings))
     committed = audit_batches()["committed"]
     verdicts = audit_batches()["verdict"]
@@ -204,7 +213,7 @@ def _gapping_sink(settings, store, *, how: str):
 
 
 @pytest.mark.parametrize("how", ["stale_fetch", "seek_forward"])
-def test_sink_heals_an_offset_gap_with_zero_loss(settings, how):
+def test_sink_heals_an_offset_gap_with_zero_loss(settings, how, monkeypatch):
     from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
@@ -213,7 +222,7 @@ def test_sink_heals_an_offset_gap_with_zero_loss(settings, how):
     from streams.topics import topic_name
     from tests.unit.audit.data import audit_batches
 
-    settings = settings.replace(sink_batch_rows=4, sink_flush_s=0.2)
+    _tune_sink(monkeypatch, rows=4, flush_s=0.2)
     asyncio.run(ensure_topics(settings))
     committed = audit_batches()["committed"]
     one_run = [r for r in committed if r["doc"]["runId"] == committed[0]["doc"]["runId"]]
@@ -297,7 +306,7 @@ def _failing_sink(settings, store, *, mode: str):
 
 
 @pytest.mark.parametrize("mode", ["retried_after_insert", "resumed_before_insert", "resumed_after_insert"])
-def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(settings, mode):
+def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(settings, mode, monkeypatch):
     from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
     from processors.audit.store import open_store
@@ -305,7 +314,7 @@ def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(
     from streams.codec import encode_record
     from tests.unit.audit.data import audit_batches
 
-    settings = settings.replace(sink_batch_rows=4, sink_flush_s=0.2)
+    _tune_sink(monkeypatch, rows=4, flush_s=0.2)
     asyncio.run(ensure_topics(settings))
     committed = audit_batches()["committed"]
     one_run = [r for r in committed if r["doc"]["runId"] == committed[0]["doc"]["runId"]]
@@ -341,8 +350,8 @@ def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(
 
 # -- two lanes: batches of different partitions stored at once ------------------------------------
 
-def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
-    """With ``sink_lanes=2`` two partitions' batches are stored at the same time (each on its own
+def test_two_lanes_store_two_partitions_at_once_exactly_once(settings, monkeypatch):
+    """With two lanes (``LANES``) two partitions' batches are stored at the same time (each on its own
     connection and staging tables), a partition never has two at once, and the log's at-least-once
     repeats are still stored once: count() without FINAL, no ledger gap, exact rollups."""
     from processors.audit.exactly_once import ledger_gaps
@@ -352,7 +361,8 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
-    settings = settings.replace(sink_batch_rows=60, sink_flush_s=0.2, sink_lanes=2, partitions=4)
+    _tune_sink(monkeypatch, rows=60, flush_s=0.2, lanes=2)
+    settings = settings.replace(partitions=4)
     asyncio.run(ensure_topics(settings))
     records = _committed(3000)
     repeats = records[1000:1040] + records[2500:2510]  # a producer retry re-sends them later
@@ -402,10 +412,10 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings):
 
 # -- scheduling: a busy lane does not stop the fetch, and the longest partition goes first -------
 
-def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next(settings):
+def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next(settings, monkeypatch):
     """While every lane is busy the sink keeps fetching (the buffers fill to the end of every
     partition instead of the loop waiting for the lane), and the lane that frees takes the partition
-    with the most rows left, all its buffer in one batch (up to 3 x ``sink_batch_rows``). Exactly once throughout."""
+    with the most rows left, all its buffer in one batch (up to 3 x ``BATCH_ROWS``). Exactly once throughout."""
     from processors.audit.exactly_once import ledger_gaps
     from processors.audit.migrations import migrate
     from processors.audit.sink import AuditSink
@@ -415,7 +425,8 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
     from tests.bench.bench_sink import RUNS, _committed
 
     # 270 records: with one lane the sink buffers up to (1 + 2) x 100 (the memory bound), so all of them
-    settings = settings.replace(sink_batch_rows=100, sink_flush_s=30.0, sink_lanes=1, partitions=3)
+    _tune_sink(monkeypatch, rows=100, flush_s=30.0, lanes=1)
+    settings = settings.replace(partitions=3)
     asyncio.run(ensure_topics(settings))
     records = _committed(270)
     sizes = {0: range(0, 15), 1: range(15, 71), 2: range(71, RUNS)}  # ~40, ~150, ~80 records
@@ -471,7 +482,7 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
     asyncio.run(scenario())
 
 
-def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings):
+def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings, monkeypatch):
     """The loop fetches on while a batch is stored, but not without bound: with one partition far
     ahead of its batch in flight it buffers at most (lanes + 2) batches (and one fetch), then waits."""
     from processors.audit.exactly_once import ledger_gaps
@@ -481,7 +492,8 @@ def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(se
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
-    settings = settings.replace(sink_batch_rows=50, sink_flush_s=30.0, sink_lanes=1, partitions=1)
+    _tune_sink(monkeypatch, rows=50, flush_s=30.0, lanes=1)
+    settings = settings.replace(partitions=1)
     asyncio.run(ensure_topics(settings))
     records = _committed(600)
 
@@ -514,7 +526,7 @@ def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(se
     asyncio.run(scenario())
 
 
-def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes(settings):
+def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes(settings, monkeypatch):
     """A crash that takes both lanes' batches (not an Exception: no retry) ends the sink with that
     error, and the second batch's error does not skip the cleanup: the consumer stops, the lanes'
     connections close (a leaked one holds the chdb directory for the whole process).
@@ -529,7 +541,8 @@ def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
-    settings = settings.replace(sink_batch_rows=20, sink_flush_s=0.2, sink_lanes=2, partitions=4)
+    _tune_sink(monkeypatch, rows=20, flush_s=0.2, lanes=2)
+    settings = settings.replace(partitions=4)
     asyncio.run(ensure_topics(settings))
     records = _committed(400)
 
@@ -569,8 +582,8 @@ def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes
 # -- a trickle: the partitions' buffers go together, exactly once across a crash ------------------
 
 @pytest.mark.parametrize("mode", ["before_insert", "after_insert"])
-def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_crash(settings, mode):
-    """Records trickling into four partitions: a buffer that is ``sink_flush_s`` old takes the other
+def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_crash(settings, mode, monkeypatch):
+    """Records trickling into four partitions: a buffer that is ``FLUSH_S`` old takes the other
     partitions' buffers along (one set of statements instead of four). A crash after
     such a batch's ranges are recorded (rows in or not) loses and duplicates nothing: the next sink
     re-forms each partition's last range on its own."""
@@ -581,7 +594,8 @@ def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_c
     from streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
-    settings = settings.replace(sink_batch_rows=2000, sink_flush_s=0.3, sink_lanes=2, partitions=4)
+    _tune_sink(monkeypatch, rows=2000, flush_s=0.3, lanes=2)
+    settings = settings.replace(partitions=4)
     asyncio.run(ensure_topics(settings))
     records = _committed(1200)
 

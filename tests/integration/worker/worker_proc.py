@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
+import json
 import os
 import signal
 import subprocess
@@ -12,13 +14,39 @@ from pathlib import Path
 
 from streams.settings import Settings, settings_env
 
+#: Module constants a worker child runs with, as JSON ``{"package.module:NAME": value}``.
+CONSTANTS_ENV = "AGENTLOG_TEST_CONSTANTS"
+_REPO = Path(__file__).resolve().parents[3]
+#: Holds the ``sitecustomize`` that applies them (the fault-injecting ones apply them too).
+_CONSTANTS_SITE = Path(__file__).resolve().parent / "constants_site"
+
+
+def apply_constants() -> None:
+    """Set the module constants named in ``$AGENTLOG_TEST_CONSTANTS`` (in a worker child, before it starts).
+
+    A tuning value is a module constant, not a setting; a test that needs another value (a snapshot every
+    few events, a short stall check) gives it to its worker child this way. A name the module lacks fails.
+    """
+    raw = os.environ.get(CONSTANTS_ENV)
+    if not raw:
+        return
+    for target, value in json.loads(raw).items():
+        module_name, name = target.split(":")
+        module = importlib.import_module(module_name)
+        if not hasattr(module, name):
+            raise AttributeError(f"{CONSTANTS_ENV}: {module_name} has no constant {name}")
+        setattr(module, name, value)
+
 
 class WorkerProcess:
     def __init__(self, settings: Settings, *, sink: bool = False, web: bool = False, log_name: str = "worker",
-                 role: str | None = None, env: dict[str, str] | None = None) -> None:
+                 role: str | None = None, env: dict[str, str] | None = None,
+                 constants: dict[str, object] | None = None) -> None:
         self.settings = settings
         #: extra environment for the child (e.g. a fault-injecting ``PYTHONPATH``)
         self.env = env or {}
+        #: module constants the child runs with (:func:`apply_constants`)
+        self.constants = constants or {}
         self.sink = sink
         #: ``agentlog worker --role``; None: ``all`` with ``sink``, else ``process``
         self.role = role or ("all" if sink else "process")
@@ -33,6 +61,11 @@ class WorkerProcess:
         # Each worker its own state directory, kept across its restarts (as on its own machine).
         state = {"AGENTLOG_STATE_DIR": str(self.state_dir)} if not self.settings.state_dir else {}
         env = {**os.environ, **settings_env(self.settings), "PYTHONUNBUFFERED": "1", **state, **self.env}
+        if self.constants:
+            env[CONSTANTS_ENV] = json.dumps(self.constants)
+            if "PYTHONPATH" not in self.env:  # a fault-injecting sitecustomize applies them itself
+                env["PYTHONPATH"] = os.pathsep.join(
+                    [str(_REPO), str(_CONSTANTS_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
                 "--role", self.role, "--web" if self.web else "--no-web"]
         self.starts += 1

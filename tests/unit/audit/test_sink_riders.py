@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 
+from processors.audit import sink as sink_module
 from processors.audit.exactly_once import ledger_gaps, token_for
 from processors.audit.migrations import migrate
 from processors.audit.sink import AuditSink, Rider, _Partition
@@ -25,13 +26,14 @@ def _buffer(tp: Partition, lo: int, n: int, values: list[bytes] | None = None) -
                                                         for i, v in enumerate(values)])
 
 
-def _sink(store: object, **changes: object) -> AuditSink:
-    return AuditSink(Settings(topic_prefix="p").replace(**changes), store, topics={"log": "committed", "snapshots": "snapshot"})
+def _sink(store: object) -> AuditSink:
+    return AuditSink(Settings(topic_prefix="p"), store, topics={"log": "committed", "snapshots": "snapshot"})
 
 
-def test_the_other_partitions_of_the_topic_ride_along_within_a_batch(store_url):  # noqa: F811
+def test_the_other_partitions_of_the_topic_ride_along_within_a_batch(store_url, monkeypatch):  # noqa: F811
+    monkeypatch.setattr(sink_module, "BATCH_ROWS", 100)
     with open_store(store_url) as s:
-        sink = _sink(s, sink_batch_rows=100)
+        sink = _sink(s)
         log = [Partition("p.log", p) for p in range(6)]
         snap = Partition("p.snapshots", 1)
         sink._parts = {log[0]: _buffer(log[0], 0, 30), log[1]: _buffer(log[1], 5, 40), log[2]: _buffer(log[2], 0, 20),

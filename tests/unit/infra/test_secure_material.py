@@ -57,7 +57,7 @@ def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix():
 def test_a_plain_home_is_not_silently_turned_secure_nor_a_secure_one_plain(tmp_path):
     """Both refusals happen before any JVM is launched (no broker in a unit test)."""
     settings = load_settings(home=tmp_path, kafka_bootstrap="127.0.0.1:29092", kafka_config="")
-    topology = {"nodes": 1, "base_port": 29092, "cluster_id": "c", "kafka_version": settings.kafka_version}
+    topology = {"nodes": 1, "base_port": 29092, "cluster_id": "c", "kafka_version": local.KAFKA_VERSION}
     (tmp_path / "kafka").mkdir()
     (tmp_path / "kafka" / "cluster.json").write_text(json.dumps(topology))  # written before --secure existed
     with pytest.raises(InfraError) as plain_to_secure:

@@ -187,12 +187,14 @@ def _agent(monkeypatch: pytest.MonkeyPatch, handle: Any, before: Any = None, aft
         await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, 0, value))
 
     monkeypatch.setattr(batch_module, "in_order", in_order)
+    monkeypatch.setattr(batch_module, "BATCH_QUIET_S", 0.010)
+    monkeypatch.setattr(batch_module, "BATCH_WITHIN_S", 1.0)
     registered: list[Any] = []
     fence = Fence(bound_s=5.0)
     app = SimpleNamespace(rebalancing=False, consumer=None, consumer_generation_id=1,
                           producer=SimpleNamespace(_ensure_producer=lambda: None),
                           agent=lambda topic, name, concurrency: registered.append)
-    wiring = Wiring(settings=Settings(batch_quiet_ms=10.0, batch_within_s=1.0), app=app, fence=fence,  # type: ignore[arg-type]
+    wiring = Wiring(settings=Settings(), app=app, fence=fence,  # type: ignore[arg-type]
                     positions=SimpleNamespace(consumes=lambda topic, table: None),  # type: ignore[arg-type]
                     topics={"ingest": SimpleNamespace(get_topic_name=lambda: "ingest")}, tables={})
     batched_agent(wiring, "ingest", name="test-agent", table="heads", handle=handle,  # type: ignore[arg-type]

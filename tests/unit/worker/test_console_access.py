@@ -36,10 +36,9 @@ def test_the_worker_refuses_to_start_without_one(tmp_path):
     from processors.worker.app import build_app
 
     with pytest.raises(ConfigError, match="AGENTLOG_WEB_TOKEN"):
-        build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0", worker_role="process"))
+        build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process"), web=True)
     # With a token it binds where it was told and guards its whole server.
-    wiring = build_app(Settings(home=tmp_path, web_enabled=True, web_host="0.0.0.0", web_token=TOKEN,
-                                worker_role="process"))
+    wiring = build_app(Settings(home=tmp_path, web_host="0.0.0.0", web_token=TOKEN, worker_role="process"), web=True)
     assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("0.0.0.0", "0.0.0.0")
     assert [m.__name__ for m in wiring.app.web.web_app.middlewares] == ["guard"]
 

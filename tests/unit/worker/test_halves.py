@@ -29,9 +29,9 @@ def test_what_the_child_exposes_is_read_back_as_the_same_series():
 
 
 def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port():
-    settings = load_settings(worker_role="sink", sink_process=True, web_port=7000, web_enabled=True,
-                             web_host="0.0.0.0", web_token="t0ken")
-    half = ProcessHalf(settings)
+    settings = load_settings(worker_role="sink", sink_process=True, web_port=7000, web_host="0.0.0.0",
+                             web_token="t0ken")
+    half = ProcessHalf(settings, web=True)
     args = half.args()
     assert args[args.index("--role") + 1] == "process"
     assert args[args.index("--web-port") + 1] == "7001"

@@ -41,7 +41,6 @@ def test_a_stall_is_reported_with_its_length_and_the_blocking_function():
 
 def test_off_by_default():
     from processors.worker import lagprobe
-    from streams.settings import Settings
 
-    assert Settings().loop_lag_log_ms == 0
-    assert lagprobe.install(object(), Settings()) is None
+    assert lagprobe.STALL_LOG_MS == 0
+    assert lagprobe.install(object()) is None

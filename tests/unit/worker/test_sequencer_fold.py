@@ -57,8 +57,8 @@ def worker(monkeypatch, tmp_path):
     monkeypatch.setattr(sequencer, "batched_agent", lambda _wiring, _topic, **kw: captured.update(kw))
     monkeypatch.setattr(sequencer, "Lifetimes", lambda _wiring: None)
     monkeypatch.setattr(sequencer, "install_lifetimes", lambda _wiring, _lifetimes: None)
-    sequencer.install(SimpleNamespace(settings=Settings(home=tmp_path, snapshot_every=1000), written={}),
-                      replay=False)
+    monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
+    sequencer.install(SimpleNamespace(settings=Settings(home=tmp_path), written={}), replay=False)
     tables: dict[str, dict[str, Any]] = {"heads": {}, "index": {}, "runs": {}, "closed": {}}
     return captured["handle"], tables
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import os
 
+from tests.integration.worker.worker_proc import apply_constants
+
+apply_constants()  # WorkerProcess(constants=...) of the same test
+
 _BELOW = int(os.environ.get("AGENTLOG_TEST_DROP_INGEST_BELOW", "0") or 0)
 
 if _BELOW > 0:

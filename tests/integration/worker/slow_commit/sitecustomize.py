@@ -13,6 +13,10 @@ from __future__ import annotations
 
 import os
 
+from tests.integration.worker.worker_proc import apply_constants
+
+apply_constants()  # WorkerProcess(constants=...) of the same test
+
 if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_COMMIT") == "1":
     import asyncio
     import sys
