@@ -224,9 +224,9 @@ def test_the_operation_details_event_and_per_message_events_are_read():
     assert _mapped_call(per_message)["agent.invocation.started"] == expected["agent.invocation.started"]
 
 
-@pytest.mark.parametrize("instrumentation", s.INSTRUMENTATIONS)
-def test_a_refusal_is_an_envelope_refusal(instrumentation):
-    span = next(sp for sp in spans_of("openai_agents", instrumentation)
+@pytest.mark.parametrize("program,instrumentation", CASES)
+def test_a_refusal_is_an_envelope_refusal(program, instrumentation):
+    span = next(sp for sp in spans_of(program, instrumentation)
                 if sp["attributes"].get("gen_ai.operation.name") == "chat"
                 or sp["attributes"].get("openinference.span.kind") == "LLM")
     refused = copy.deepcopy(span)
