@@ -165,36 +165,43 @@ def _tool_call(call_id: Any, name: Any, arguments: Any) -> dict[str, Any]:
     return part
 
 
-def _openinference_messages(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]] | None:
+#: Where each indexed message form keeps a message's fields: OpenInference's ``llm.input_messages.N.*``
+#: and OpenLLMetry's older ``gen_ai.prompt.N.*`` / ``gen_ai.completion.N.*``.
+_OPENINFERENCE_KEYS = {"role": "message.role", "content": "message.content", "tool_call_id": "message.tool_call_id",
+                       "finish_reason": "", "calls": "message.tool_calls.", "id": "tool_call.id",
+                       "name": "tool_call.function.name", "arguments": "tool_call.function.arguments"}
+_INDEXED_GENAI_KEYS = {"role": "role", "content": "content", "tool_call_id": "tool_call_id",
+                       "finish_reason": "finish_reason", "calls": "tool_calls.", "id": "id", "name": "name",
+                       "arguments": "arguments"}
+
+
+def _indexed_messages(attrs: Mapping[str, Any], prefix: str, keys: Mapping[str, str]) -> list[dict[str, Any]] | None:
     rows = _indexed(attrs, prefix)
     if not rows:
         return None
     out = []
     for row in rows:
-        content = row.get("message.content")
-        if content is None:
+        content = row.get(keys["content"])
+        if content is None:  # OpenInference's list form: message.contents.K.message_content.text
             texts = [v for k, v in sorted(row.items()) if k.startswith("message.contents.")
                      and k.endswith(".message_content.text")]
             content = "".join(str(t) for t in texts) if texts else None
-        calls = [_tool_call(c.get("tool_call.id"), c.get("tool_call.function.name"),
-                            c.get("tool_call.function.arguments"))
-                 for c in _indexed(row, "message.tool_calls.")]
-        out.append(_message(row.get("message.role"), content, calls, row.get("message.tool_call_id")))
+        calls = [_tool_call(c.get(keys["id"]), c.get(keys["name"]), c.get(keys["arguments"]))
+                 for c in _indexed(row, keys["calls"])]
+        out.append(_message(row.get(keys["role"]), content, calls, row.get(keys["tool_call_id"]),
+                            row.get(keys["finish_reason"])))
     return out
 
 
-def _indexed_genai_messages(attrs: Mapping[str, Any], prefix: str) -> list[dict[str, Any]] | None:
-    """OpenLLMetry's older form: ``gen_ai.prompt.N.role/content`` (``content`` may be JSON of parts),
-    ``gen_ai.completion.N.tool_calls.M.{id,name,arguments}``, ``.tool_call_id``, ``.finish_reason``."""
-    rows = _indexed(attrs, prefix)
-    if not rows:
-        return None
+def _event_tool_calls(value: Any) -> list[dict[str, Any]]:
+    """Tool calls in a message event: OpenAI's ``{id, function: {name, arguments}}`` or ``{id, name, arguments}``."""
+    calls = _loose(value)
     out = []
-    for row in rows:
-        content = row.get("content")
-        calls = [_tool_call(c.get("id"), c.get("name"), c.get("arguments"))
-                 for c in _indexed(row, "tool_calls.")]
-        out.append(_message(row.get("role"), content, calls, row.get("tool_call_id"), row.get("finish_reason")))
+    for c in calls if isinstance(calls, list) else []:
+        if isinstance(c, dict):
+            fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+            out.append(_tool_call(c.get("id"), fn.get("name") or c.get("name"),
+                                  fn.get("arguments") or c.get("arguments")))
     return out
 
 
@@ -220,16 +227,12 @@ def _event_messages(span: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | Non
         elif isinstance(name, str) and name.startswith("gen_ai.") and name.endswith(".message"):
             role = name[len("gen_ai."):-len(".message")]
             body = _loose(attrs.get("content"))
-            calls = [_tool_call(c.get("id"), (c.get("function") or {}).get("name") or c.get("name"),
-                                (c.get("function") or {}).get("arguments") or c.get("arguments"))
-                     for c in (_loose(attrs.get("tool_calls")) or []) if isinstance(c, dict)]
+            calls = _event_tool_calls(attrs.get("tool_calls"))
             per_in.append(_message(attrs.get("role") or role, body, calls, attrs.get("id")))
         elif name == "gen_ai.choice":
             msg = _loose(attrs.get("message")) or {}
             msg = msg if isinstance(msg, dict) else {"content": msg}
-            calls = [_tool_call(c.get("id"), (c.get("function") or {}).get("name") or c.get("name"),
-                                (c.get("function") or {}).get("arguments") or c.get("arguments"))
-                     for c in (msg.get("tool_calls") or []) if isinstance(c, dict)]
+            calls = _event_tool_calls(msg.get("tool_calls"))
             per_out.append(_message(msg.get("role") or "assistant", msg.get("content"), calls,
                                     finish_reason=attrs.get("finish_reason")))
     return inputs or (per_in or None), outputs or (per_out or None)
@@ -360,12 +363,12 @@ def _llm(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Read
     # is what the instrumentation means today (older forms are kept for backends that need them).
     messages = _json(attrs, "gen_ai.input.messages")
     if not isinstance(messages, list):
-        messages = (ev_in or _indexed_genai_messages(attrs, "gen_ai.prompt.")
-                    or _openinference_messages(attrs, "llm.input_messages."))
+        messages = (ev_in or _indexed_messages(attrs, "gen_ai.prompt.", _INDEXED_GENAI_KEYS)
+                    or _indexed_messages(attrs, "llm.input_messages.", _OPENINFERENCE_KEYS))
     output = _json(attrs, "gen_ai.output.messages")
     if not isinstance(output, list):
-        output = (ev_out or _indexed_genai_messages(attrs, "gen_ai.completion.")
-                  or _openinference_messages(attrs, "llm.output_messages."))
+        output = (ev_out or _indexed_messages(attrs, "gen_ai.completion.", _INDEXED_GENAI_KEYS)
+                  or _indexed_messages(attrs, "llm.output_messages.", _OPENINFERENCE_KEYS))
     provider = (_str(attrs, "gen_ai.provider.name") or _str(attrs, "gen_ai.system") or _str(attrs, "llm.provider")
                 or _str(attrs, "llm.system") or "unknown")
     # The model asked for; instrumentations that only record the answering model (OpenLLMetry's
