@@ -199,7 +199,7 @@ def _event_tool_calls(value: Any) -> list[dict[str, Any]]:
     out = []
     for c in calls if isinstance(calls, list) else []:
         if isinstance(c, dict):
-            fn = c.get("function") if isinstance(c.get("function"), dict) else {}
+            fn: dict[str, Any] = c["function"] if isinstance(c.get("function"), dict) else {}
             out.append(_tool_call(c.get("id"), fn.get("name") or c.get("name"),
                                   fn.get("arguments") or c.get("arguments")))
     return out
