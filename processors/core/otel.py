@@ -33,13 +33,13 @@ Nothing is dropped: a span with no GenAI operation we map becomes an opaque
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from processors.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
 from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import AgentlogError, EventRejected
 from schemas.validate import validate_doc
@@ -61,8 +61,6 @@ __all__ = [
 #: uuid5 namespace of every event id minted from a span (fixed: ids must not change across releases).
 NAMESPACE = uuid.UUID("5d1e7a4c-3b0f-4c55-9a61-0f2a8e6b7c13")
 
-_CHAT_OPS = frozenset({"chat", "text_completion", "generate_content"})
-_REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
 _ERROR = 2  # OTLP STATUS_CODE_ERROR
 
 
@@ -97,35 +95,50 @@ def is_root(span: Mapping[str, Any]) -> bool:
     return not span.get("parentSpanId")
 
 
-def _attrs(span: Mapping[str, Any]) -> dict[str, Any]:
-    attrs = span.get("attributes")
-    return attrs if isinstance(attrs, dict) else {}
+def run_ids(spans: Mapping[str, Mapping[str, Any]], known: Mapping[str, str] | None = None, *,
+            children: Mapping[str, str] | None = None) -> dict[str, str]:
+    """spanId → run id for every span.
 
-
-def run_ids(spans: Mapping[str, Mapping[str, Any]], known: Mapping[str, str] | None = None) -> dict[str, str]:
-    """spanId → run id for every span: its conversation id, else its nearest ancestor's, else the trace id.
-
+    A span's **conversation** is its own (``gen_ai.conversation.id``, ``session.id``, LangGraph's
+    ``thread_id``), else its nearest ancestor's, else the trace id. A span starts a run of its own
+    when its conversation differs from its parent's, or when it is in ``children`` (spanId → the
+    run id of a child run a handoff started there); otherwise it is in its parent's run.
     ``known`` holds run ids of spans published earlier (a late child finds its parent's run).
     """
     known = known or {}
+    children = children or {}
+    conv: dict[str, str] = {}
     out: dict[str, str] = {}
 
-    def resolve(span_id: str, depth: int = 0) -> str | None:
+    def own(span: Mapping[str, Any]) -> str | None:
+        try:
+            return conversation(span_attrs(span))
+        except Malformed:
+            return None  # the span is rejected by the mapping; its run is its parent's
+
+    def resolve(span_id: str, depth: int = 0) -> tuple[str | None, str | None]:
+        """(conversation, run) of a span; (None, known run) for a span published earlier."""
         if span_id in out:
-            return out[span_id]
+            return conv[span_id], out[span_id]
         if span_id in known:
-            return known[span_id]
+            return None, known[span_id]
         span = spans.get(span_id)
         if span is None or depth > 1000:
-            return None
-        conv = _attrs(span).get("gen_ai.conversation.id")
-        if isinstance(conv, str) and conv:
-            run = conv
-        else:
-            parent = span.get("parentSpanId") or ""
-            run = (resolve(parent, depth + 1) if parent else None) or str(span["traceId"])
-        out[span_id] = run
-        return run
+            return None, None
+        parent = span.get("parentSpanId") or ""
+        p_conv, p_run = resolve(parent, depth + 1) if parent else (None, None)
+        mine = own(span)
+        c = mine or p_conv or p_run or str(span["traceId"])
+        if span_id in children:
+            run = children[span_id]
+        elif p_run is None:
+            run = c
+        elif p_conv is not None:
+            run = p_run if c == p_conv else c
+        else:  # parent published earlier: only its run is known
+            run = p_run if mine is None or p_run == mine or p_run.startswith(f"{mine}/") else mine
+        conv[span_id], out[span_id] = c, run
+        return c, run
 
     for span_id in spans:
         resolve(span_id)
@@ -165,19 +178,9 @@ class _Draft:
     node: str | None = None
 
 
-def _loads(value: Any) -> Any:
-    """GenAI attributes that carry structure are JSON strings (OTel attributes are flat)."""
-    if isinstance(value, str):
-        try:
-            return json.loads(value)
-        except ValueError:
-            return value
-    return value
-
-
 def _error(span: Mapping[str, Any]) -> dict[str, Any]:
     status = span.get("status") or {}
-    attrs = _attrs(span)
+    attrs = span_attrs(span)
     code = attrs.get("error.type") or "span_error"
     message = status.get("message") or attrs.get("exception.message") or f"span {span.get('name')!r} ended in error"
     return {"code": str(code), "message": str(message)}
@@ -187,38 +190,12 @@ def _failed(span: Mapping[str, Any]) -> bool:
     return int((span.get("status") or {}).get("code") or 0) == _ERROR
 
 
-def _llm_request(attrs: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The request in cache-key shape, or None when the content was not captured."""
-    messages = _loads(attrs.get("gen_ai.input.messages"))
-    if not isinstance(messages, list):
-        return None
-    request: dict[str, Any] = {
-        "provider": str(attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system") or "unknown"),
-        "model": str(attrs.get("gen_ai.request.model") or "unknown"),
-        "messages": messages,
-    }
-    tools = _loads(attrs.get("gen_ai.tool.definitions"))
-    if isinstance(tools, list) and tools:
-        request["tools"] = tools
-    for attr, name in (("gen_ai.request.temperature", "temperature"), ("gen_ai.request.top_p", "topP"),
-                       ("gen_ai.request.top_k", "topK"), ("gen_ai.request.max_tokens", "maxOutputTokens"),
-                       ("gen_ai.request.seed", "seed")):
-        if isinstance(attrs.get(attr), int | float) and not isinstance(attrs.get(attr), bool):
-            request[name] = attrs[attr]
-    stop = attrs.get("gen_ai.request.stop_sequences")
-    if isinstance(stop, list):
-        request["stop"] = stop
-    return request
-
-
-def _chat(span: Mapping[str, Any], add: Any) -> None:
-    attrs = _attrs(span)
+def _chat(span: Mapping[str, Any], r: Reading, add: Any) -> None:
     trace, sid = span["traceId"], span["spanId"]
-    request = _llm_request(attrs)
     key, recipe = None, RECIPE_IDS["v2"]
-    if request is not None:
+    if r.request is not None:
         try:
-            key = cache_key(request)
+            key = cache_key(r.request)
         except AgentlogError:
             key = None
     if key is None:
@@ -226,51 +203,140 @@ def _chat(span: Mapping[str, Any], add: Any) -> None:
         # serves another call's result for it; the recipe id says it is no semantic key.
         key, recipe = f"otel-span:{trace}:{sid}", "otel-span-id"
     started = add("start", "agent.invocation.started",
-                  {"request": request or {"captured": False, "model": attrs.get("gen_ai.request.model")},
-                   "cacheKey": key, "recipe": recipe})
+                  {"request": r.request or {"captured": False, "model": r.model}, "cacheKey": key, "recipe": recipe})
     if _failed(span):
         add("end", "node.failed", {"error": _error(span), "cacheKey": key}, cause=started)
         return
-    reasons = _loads(attrs.get("gen_ai.response.finish_reasons"))
-    reasons = reasons if isinstance(reasons, list) else [reasons] if isinstance(reasons, str) else []
-    usage = {k: attrs[a] for k, a in (("inputTokens", "gen_ai.usage.input_tokens"),
-                                      ("outputTokens", "gen_ai.usage.output_tokens"))
-             if isinstance(attrs.get(a), int) and not isinstance(attrs.get(a), bool) and attrs[a] >= 0}
-    refused = [r for r in reasons if isinstance(r, str) and r in _REFUSAL_REASONS]
-    if refused:
-        add("end", "envelope.refusal", {"cacheKey": key, "reason": refused[0]}, cause=started)
+    usage = {k: v for k, v in r.usage.items() if k in ("inputTokens", "outputTokens")}
+    if r.refusal is not None:
+        refusal: dict[str, Any] = {"cacheKey": key, "reason": r.refusal if r.refusal in REFUSAL_REASONS else "refusal"}
+        if r.refusal not in REFUSAL_REASONS:
+            refusal["refusalText"] = r.refusal
+        add("end", "envelope.refusal", refusal, cause=started)
     else:
-        envelope = _loads(attrs.get("gen_ai.output.messages"))
-        payload: dict[str, Any] = {"cacheKey": key,
-                                   "envelope": envelope if envelope is not None else {"finishReasons": reasons}}
+        payload: dict[str, Any] = {"cacheKey": key, "envelope": r.output if r.output is not None
+                                   else {"finishReasons": list(r.finish_reasons)}}
         if usage:
             payload["usage"] = usage
         add("end", "agent.invocation.completed", payload, cause=started)
     if "inputTokens" in usage and "outputTokens" in usage:
+        attrs = span_attrs(span)
+        model = attrs.get("gen_ai.response.model")
         add("usage", "provider.usage", {
-            "provider": str(attrs.get("gen_ai.provider.name") or attrs.get("gen_ai.system") or "unknown"),
-            "model": str(attrs.get("gen_ai.response.model") or attrs.get("gen_ai.request.model") or "unknown"),
-            "inputTokens": usage["inputTokens"], "outputTokens": usage["outputTokens"], "traceId": trace,
+            "provider": r.provider, "model": model if isinstance(model, str) and model else r.model,
+            **usage, **({"totalTokens": r.usage["totalTokens"]} if "totalTokens" in r.usage else {}),
+            "traceId": trace,
         }, cause=started)
 
 
-def _tool(span: Mapping[str, Any], add: Any) -> None:
-    attrs = _attrs(span)
-    call_id = str(attrs.get("gen_ai.tool.call.id") or span["spanId"])
-    tool = str(attrs.get("gen_ai.tool.name") or span.get("name") or "tool")
-    called = add("start", "agent.toolCalled",
-                 {"callId": call_id, "tool": tool, "args": _loads(attrs.get("gen_ai.tool.call.arguments"))})
+def _tool(span: Mapping[str, Any], r: Reading, add: Any) -> None:
+    call_id = r.call_id or str(span["spanId"])
+    tool = r.name or "tool"
+    called = add("start", "agent.toolCalled", {"callId": call_id, "tool": tool, "args": r.args})
     if _failed(span):
         add("end", "node.failed", {"callId": call_id, "tool": tool, "error": _error(span)}, cause=called)
     else:
-        add("end", "agent.toolReturned", {"callId": call_id, "result": _loads(attrs.get("gen_ai.tool.call.result"))},
-            cause=called)
+        add("end", "agent.toolReturned", {"callId": call_id, "result": r.result}, cause=called)
 
 
 def _opaque(span: Mapping[str, Any], add: Any) -> None:
     add("end", "log.appended", {"source": "opentelemetry", "otelSpan": {
         k: span.get(k) for k in ("traceId", "spanId", "parentSpanId", "name", "kind", "startNs", "endNs",
                                  "attributes", "status")}})
+
+
+@dataclass(frozen=True)
+class _Handoff:
+    origin: str | None  # the handoff/route span, None when the trace shows the handoff only by its shape
+    source: str | None  # the agent or graph node handing off
+
+
+def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, Reading]) -> dict[str, _Handoff]:
+    """Target span → handoff, for the spans where control passes to another agent.
+
+    * a handoff span (OpenAI Agents: ``handoff`` operation, OpenInference ``handoff to <agent>``;
+      the proposed ``gen_ai.agent.handoff.target.name``): the target is the first agent span
+      starting after it, not enclosing it, named as its target when it names one;
+    * a LangGraph ``goto`` (``Command(goto=…)``, OpenLLMetry): the first node or agent span of
+      that name starting after it;
+    * a trace with neither (OpenInference's LangGraph spans say nothing of routing): a graph node
+      whose execution contains an agent (a subgraph or ReAct agent) is a worker the node before it
+      (its supervisor) handed off to.
+    """
+    start = {sid: int(s["startNs"]) for sid, s in pending.items()}
+
+    def ancestors(sid: str) -> list[str]:
+        out: list[str] = []
+        cur = pending.get(sid)
+        while cur is not None and cur.get("parentSpanId") and len(out) < 1000:
+            out.append(str(cur["parentSpanId"]))
+            cur = pending.get(cur["parentSpanId"])
+        return out
+
+    found: dict[str, _Handoff] = {}
+    explicit = sorted((start[sid], sid) for sid, r in readings.items() if r.kind in ("handoff", "route"))
+    for t0, origin in explicit:
+        r = readings[origin]
+        enclosing = set(ancestors(origin))
+        kinds = ("agent", "step") if r.kind == "route" else ("agent",)
+        candidates = [(start[sid], len(ancestors(sid)), sid) for sid, c in readings.items()
+                      if sid not in found and sid != origin and sid not in enclosing and c.kind in kinds
+                      and start[sid] >= t0 and (r.target is None or c.name == r.target)]
+        if candidates:
+            found[min(candidates)[2]] = _Handoff(origin, r.source)
+    if explicit:
+        return found
+    children: dict[str, list[str]] = {}
+    for sid, span in pending.items():
+        children.setdefault(str(span.get("parentSpanId") or ""), []).append(sid)
+    for root, r in readings.items():
+        if r.kind != "workflow":
+            continue
+        steps = sorted((start[c], c) for c in children.get(root, []) if readings[c].kind == "step"
+                       and readings[c].node is not None)
+        for i, (_, sid) in enumerate(steps):
+            below, agent = list(children.get(sid, [])), False
+            while below and not agent:
+                cur = below.pop()
+                agent = readings[cur].kind == "agent"
+                below.extend(children.get(cur, []))
+            if i > 0 and agent:
+                found[sid] = _Handoff(None, readings[steps[i - 1][1]].name)
+    return found
+
+
+def _asked_tool_calls(pending: Mapping[str, Mapping[str, Any]],
+                      readings: Mapping[str, Reading]) -> list[tuple[int, str, str, Any]]:
+    """The tool calls the trace's LLM calls asked for: (end of the LLM span, call id, tool name, arguments)."""
+    out = []
+    for sid, r in readings.items():
+        if r.kind != "llm" or not isinstance(r.output, list):
+            continue
+        for m in r.output:
+            for part in (m.get("parts") or []) if isinstance(m, dict) else []:
+                if isinstance(part, dict) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
+                    out.append((int(pending[sid]["endNs"]), part["id"], str(part.get("name") or ""),
+                                part.get("arguments")))
+    return sorted(out, key=lambda a: a[0])
+
+
+def _with_asked_call(r: Reading, start: int, asked: list[tuple[int, str, str, Any]]) -> Reading:
+    """Pair a tool span with the call the model asked for, so ``callId`` is the model's own.
+
+    By call id when the span records one; else the latest call of that tool asked before the span
+    started (OpenLLMetry's OpenAI Agents tool spans carry no call id). A span that records only a
+    bare string as arguments (OpenInference's LangChain tool spans) gets the call's structured ones.
+    """
+    match = next((a for a in asked if a[1] == r.call_id), None) if r.call_id else next(
+        (a for a in reversed(asked) if a[2] == r.name and a[0] <= start), None)
+    if match is None:
+        return r
+    return replace(r, call_id=match[1], args=r.args if isinstance(r.args, dict) else match[3])
+
+
+def _child_run(parent_run: str, agent: str, span_id: str) -> str:
+    """Run id of a child run a handoff starts inside its parent's conversation (unique per span)."""
+    return f"{parent_run}/{agent}/{span_id}"
 
 
 def map_trace(
@@ -301,10 +367,24 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
                published: Mapping[str, Mapping[str, Any]]) -> Plan:
     """Map a trace's pending spans to per-run event lists in start-time order (stage 1: no run state).
 
-    ``published``: spanId → {"run", "start"} of this trace's spans planned before.
+    ``published``: spanId → {"run", "start"} of this trace's spans planned before. A span with a
+    malformed attribute is listed in :attr:`Plan.rejected` with the reason and keeps an opaque
+    ``log.appended`` in its run (so the run shows the hole); the trace's other spans map as usual.
     """
     known_runs = {sid: str(p["run"]) for sid, p in published.items()}
-    runs = run_ids(pending, known_runs)
+    readings: dict[str, Reading] = {}
+    rejected: dict[str, str] = {}
+    for sid, span in pending.items():
+        try:
+            readings[sid] = read_span(span)
+        except Malformed as e:
+            readings[sid] = Reading("rejected", name=str(span.get("name") or ""))
+            rejected[sid] = str(e)
+    handoffs = _handoffs(pending, readings)
+    base = run_ids(pending, known_runs)
+    children = {sid: _child_run(base[sid], readings[sid].name or "agent", sid) for sid in handoffs}
+    runs = run_ids(pending, known_runs, children=children)
+    asked = _asked_tool_calls(pending, readings)
     drafts: list[_Draft] = []
 
     def depth_of(span_id: str) -> int:
@@ -314,69 +394,101 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
             cur = pending.get(cur["parentSpanId"])
         return d
 
+    def agent_of(span_id: str) -> str | None:
+        """The name of the nearest enclosing agent (or graph node) span: the LLM call's or tool's node."""
+        cur, hops = pending.get(span_id), 0
+        while cur is not None and hops < 1000:
+            r = readings.get(str(cur["spanId"]))
+            if r is not None and (r.kind == "agent" or (r.kind == "step" and r.node)) and r.name:
+                return r.name
+            cur, hops = pending.get(cur.get("parentSpanId") or ""), hops + 1
+        return None
+
     for sid, span in pending.items():
         run = runs[sid]
-        attrs = _attrs(span)
+        r = readings[sid]
         start, end = int(span["startNs"]), int(span["endNs"])
         depth = depth_of(sid)
         counter = [0]
-        node = str(attrs.get("gen_ai.agent.name") or "") or None
+        node = r.name if r.kind == "agent" else r.node or agent_of(sid)
 
         def add(when: str, etype: str, payload: dict[str, Any], *, cause: str | None = None,
-                role: str | None = None, target: str | None = None,
+                role: str | None = None, target: str | None = None, at: int | None = None,
                 _sid: str = sid, _run: str = run, _start: int = start, _end: int = end, _depth: int = depth,
                 _counter: list[int] = counter, _node: str | None = node) -> str:
             eid = event_id(trace_id, _sid, role or etype)
-            t = _start if when == "start" else _end
+            t = at if at is not None else _start if when == "start" else _end
             drafts.append(_Draft(target or _run, t, _start, _depth, _sid, _counter[0], etype, payload, eid, cause,
                                  _node))
             _counter[0] += 1
             return eid
 
-        op = attrs.get("gen_ai.operation.name")
         parent_sid = span.get("parentSpanId") or ""
         parent_run = runs.get(parent_sid) or known_runs.get(parent_sid)
-        if op == "invoke_agent":
-            worker = str(attrs.get("gen_ai.agent.name") or run)
-            if parent_run is not None and parent_run == run:
-                began = add("start", "node.started", {"agent": worker})
-                if _failed(span):
-                    add("end", "node.failed", {"agent": worker, "error": _error(span)}, cause=began)
-                else:
-                    add("end", "node.completed", {"agent": worker}, cause=began)
-                continue
-            add("start", "run.started", {"bindings": {}, "agent": worker})
+        if sid in rejected:
+            add("end", "log.appended", {"source": "opentelemetry", "rejected": {
+                "reason": rejected[sid], "traceId": trace_id, "spanId": sid, "name": r.name}})
+        elif sid in handoffs or (r.kind in ("agent", "workflow") and parent_run != run):
+            _run_span(span, r, add, parent_run=parent_run, run=run, handoff=handoffs.get(sid), pending=pending,
+                      readings=readings)
+        elif r.kind in ("agent", "workflow", "step"):
+            key = "agent" if r.kind == "agent" else "node"
+            began = add("start", "node.started", {key: r.name or "node"})
             if _failed(span):
-                add("end", "run.failed", {"error": _error(span)})
+                add("end", "node.failed", {key: r.name or "node", "error": _error(span)}, cause=began)
             else:
-                add("end", "run.completed", {})
-            if parent_run is not None:
-                parent_span = pending.get(parent_sid) or {}
-                planner = str(_attrs(parent_span).get("gen_ai.agent.name") or "otel-planner")
-                planner = planner if len(planner) >= 3 else f"agent:{planner}"
-                decided = add("start", "runOrchestrator.decided",
-                              {"agentId": planner, "decision": {"nextWorkerIds": [worker]}}, target=parent_run)
-                chain = {"workerId": worker, "parentRunId": parent_run}
-                began = add("start", "core.workflowChain.event", {"phase": "dispatch.began", **chain},
-                            cause=decided, role="dispatch.began", target=parent_run)
-                ok = add("start", "core.workflowChain.event",
-                         {"phase": "dispatch.succeeded", "childRunId": run, **chain},
-                         cause=began, role="dispatch.succeeded", target=parent_run)
-                if _failed(span):
-                    add("end", "core.workflowChain.event",
-                        {"phase": "child.failed", "childRunId": run, "error": _error(span), **chain},
-                        cause=ok, role="child.failed", target=parent_run)
-                else:
-                    add("end", "core.workflowChain.event", {"phase": "child.completed", "childRunId": run, **chain},
-                        cause=ok, role="child.completed", target=parent_run)
-        elif op in _CHAT_OPS:
-            _chat(span, add)
-        elif op == "execute_tool":
-            _tool(span, add)
+                add("end", "node.completed", {key: r.name or "node"}, cause=began)
+        elif r.kind == "llm":
+            _chat(span, r, add)
+        elif r.kind == "tool":
+            _tool(span, _with_asked_call(r, start, asked), add)
+        elif r.kind in ("handoff", "route") and any(h.origin == sid for h in handoffs.values()):
+            pass  # its handoff chain is emitted with the target's run (below, at this span's start)
         else:
             _opaque(span, add)
 
-    return _plan(trace_id, pending, drafts, runs, published)
+    plan = _plan(trace_id, pending, drafts, runs, published)
+    plan.rejected = rejected
+    return plan
+
+
+def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str | None, run: str,
+              handoff: _Handoff | None, pending: Mapping[str, Mapping[str, Any]],
+              readings: Mapping[str, Reading]) -> None:
+    """A span that is a run: ``run.started`` … ``run.completed``/``run.failed`` and, when it is a child run,
+    the RFC 0037 §B chain in its parent run (``runOrchestrator.decided`` → ``dispatch.began`` at the
+    handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends)."""
+    worker = r.name or run
+    add("start", "run.started", {"bindings": {}, "agent": worker})
+    if _failed(span):
+        add("end", "run.failed", {"error": _error(span)})
+    else:
+        add("end", "run.completed", {})
+    if parent_run is None:
+        return
+    origin = pending.get(handoff.origin) if handoff and handoff.origin else None
+    at = int(origin["startNs"]) if origin is not None else None
+    planner = handoff.source if handoff and handoff.source else None
+    if planner is None:
+        parent = pending.get(span.get("parentSpanId") or "") or {}
+        parent_reading = readings.get(str(parent.get("spanId") or ""))
+        planner = parent_reading.name if parent_reading is not None else None
+    planner = planner or "otel-planner"
+    planner = planner if len(planner) >= 3 else f"agent:{planner}"
+    decided = add("start", "runOrchestrator.decided", {"agentId": planner, "decision": {"nextWorkerIds": [worker]}},
+                  target=parent_run, at=at)
+    chain = {"workerId": worker, "parentRunId": parent_run}
+    began = add("start", "core.workflowChain.event", {"phase": "dispatch.began", **chain},
+                cause=decided, role="dispatch.began", target=parent_run, at=at)
+    ok = add("start", "core.workflowChain.event", {"phase": "dispatch.succeeded", "childRunId": run, **chain},
+             cause=began, role="dispatch.succeeded", target=parent_run)
+    if _failed(span):
+        add("end", "core.workflowChain.event",
+            {"phase": "child.failed", "childRunId": run, "error": _error(span), **chain},
+            cause=ok, role="child.failed", target=parent_run)
+    else:
+        add("end", "core.workflowChain.event", {"phase": "child.completed", "childRunId": run, **chain},
+            cause=ok, role="child.completed", target=parent_run)
 
 
 @dataclass
@@ -393,6 +505,8 @@ class Plan:
     runs: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     #: spanId → {"run": runId, "start": eventId | None} for every span planned now.
     published: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: spanId → why the span was rejected (a malformed attribute); the worker records each on ``rejections``.
+    rejected: dict[str, str] = field(default_factory=dict)
 
 
 def _plan(

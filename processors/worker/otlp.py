@@ -136,6 +136,11 @@ def span_dicts(request: ExportTraceServiceRequest) -> tuple[list[dict[str, Any]]
                     "startNs": str(span.start_time_unix_nano), "endNs": str(span.end_time_unix_nano),
                     "attributes": attributes,
                     "status": {"code": int(span.status.code), "message": span.status.message},
+                    # Span events carry messages in two GenAI forms (the operation-details event,
+                    # one event per message); the mapping reads them.
+                    **({"events": [{"name": e.name, "timeNs": str(e.time_unix_nano),
+                                    "attributes": {kv.key: _value(kv.value) for kv in e.attributes}}
+                                   for e in span.events]} if span.events else {}),
                     "resource": resource, "scope": ss.scope.name,
                 })
     return spans, refused

@@ -106,6 +106,8 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
             await batch.send("rejections", None, _span_rejection(span, f"{type(e).__name__}: {e}"))
             plan.published[span_id] = {"run": trace_id, "start": None}
         METRICS.inc("agentlog_otel_unmappable_traces_total")
+    for span_id, reason in plan.rejected.items():
+        await batch.send("rejections", None, _span_rejection(pending[span_id], reason))
     for run, events in plan.runs.items():
         for chunk in _chunks(events):
             await batch.send("otel-events", run, jcs({"run": run, "trace": trace_id, "events": chunk}))

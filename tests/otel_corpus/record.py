@@ -1,0 +1,330 @@
+"""Record the OTLP corpus: real multi-agent programs, offline, each instrumented two ways.
+
+    pip install -e '.[frameworks]'
+    python -m tests.otel_corpus.record                 # (re)record every fixture
+    python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
+
+Each program × instrumentation runs in a subprocess of its own (instrumentors patch
+frameworks globally and cannot be undone cleanly). The models are scripted fakes driven
+by :mod:`tests.otel_corpus.script`; any socket to a non-loopback address raises, so a
+recording never reaches the network. Spans go through the SDK's ``BatchSpanProcessor``
+and the real ``OTLPSpanExporter`` to a small HTTP server on loopback in this process,
+which stores each request body as it arrived: ``<program>.<instrumentation>.pb.gz`` (one
+body; ``.1.pb.gz``, ``.2.pb.gz`` … if the exporter sent several).
+
+Why gzipped binary protobuf and not OTLP/JSON: it is the exact byte string an exporter sends
+(``http/protobuf`` with ``OTEL_EXPORTER_OTLP_COMPRESSION=gzip``), so the tests decode it
+with the receiver's own :func:`processors.worker.otlp.decode_request`; JSON through
+protobuf's ``json_format`` would be a re-encoding we made (bytes ids as base64, unlike
+OTLP/JSON's hex). Gzip keeps the fixtures to a few KB: LangChain instrumentations repeat the
+whole graph state on every span. ``--show`` prints a fixture as JSON for review.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from tests.otel_corpus import script as s
+
+HERE = Path(__file__).parent
+
+
+# --- no network -------------------------------------------------------------------------------------------------
+
+def _forbid_network() -> None:
+    """Refuse every connection that is not to loopback or a unix socket."""
+    connect = socket.socket.connect
+
+    def guarded(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6) and address[0] not in ("127.0.0.1", "::1", "localhost"):
+            raise OSError(f"the corpus recorder is offline; refused a connection to {address!r}")
+        return connect(self, address)
+
+    socket.socket.connect = guarded  # type: ignore[method-assign]
+
+
+# --- the capturing OTLP endpoint ---------------------------------------------------------------------------------
+
+class _Capture(BaseHTTPRequestHandler):
+    bodies: list[bytes] = []
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        n = int(self.headers.get("Content-Length") or 0)
+        assert self.headers.get("Content-Encoding") == "gzip", "the recorder's exporter sends gzip"
+        _Capture.bodies.append(self.rfile.read(n))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _provider(name: str) -> tuple[Any, ThreadingHTTPServer]:
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    provider = TracerProvider(resource=Resource.create({"service.name": f"agentlog-corpus-{name}"}))
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces",
+                                compression=Compression.Gzip)
+    provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000,
+                                                   max_export_batch_size=512))
+    return provider, server
+
+
+# --- OpenAI Agents SDK --------------------------------------------------------------------------------------------
+
+def _openai_agents(provider: Any, instrumentation: str) -> None:
+    import agents
+    from agents import Agent, ModelResponse, RunConfig, Runner, function_tool
+    from agents.models.interface import Model
+    from agents.models.openai_responses import Converter
+    from agents.tracing import response_span
+    from agents.usage import Usage, model_usage_to_span_usage
+    from openai.types.responses import (
+        Response,
+        ResponseFunctionToolCall,
+        ResponseOutputMessage,
+        ResponseOutputText,
+        ResponseUsage,
+    )
+    from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    # The SDK's own exporter sends traces to OpenAI: gone before any instrumentor adds its processor.
+    agents.set_trace_processors([])
+    if instrumentation == "openllmetry":
+        from opentelemetry.instrumentation.openai_agents import OpenAIAgentsInstrumentor as Instrumentor
+    else:
+        from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor as Instrumentor
+    Instrumentor().instrument(tracer_provider=provider)
+
+    calls = iter(enumerate(s.AGENTS_CALLS))
+
+    class Scripted(Model):
+        """Answers the next scripted call (and checks it is the agent the script expects).
+
+        Traces the call the way the SDK's own ``OpenAIResponsesModel`` does: a ``response_span``
+        holding the request input, the ``Response`` object and the usage.
+        """
+
+        def __init__(self, agent: str) -> None:
+            self.agent = agent
+
+        async def get_response(self, system_instructions: str | None, input: Any, model_settings: Any,
+                               tools: Any, output_schema: Any, handoffs: Any, tracing: Any,
+                               **kwargs: Any) -> ModelResponse:
+            with response_span(disabled=tracing.is_disabled()) as span:
+                response, usage = self._answer(system_instructions, tools, handoffs)
+                span.span_data.usage = model_usage_to_span_usage(usage)
+                if tracing.include_data():
+                    span.span_data.response = response
+                    span.span_data.input = input
+            return ModelResponse(output=response.output, usage=usage, response_id=response.id)
+
+        def _answer(self, system_instructions: str | None, tools: Any, handoffs: Any) -> tuple[Any, Any]:
+            i, (agent, kind, tokens_in, tokens_out) = next(calls)
+            assert agent == self.agent, f"call {i}: the script expects {agent}, {self.agent} called"
+            if kind == "tool_call":
+                item: Any = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
+                                                     name=s.LOOKUP_TOOL, arguments=json.dumps(s.LOOKUP_ARGS))
+            elif kind == "handoff":
+                item = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
+                                                name=s.HANDOFF_TOOL, arguments="{}")
+            else:
+                item = ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant", status="completed",
+                                             content=[ResponseOutputText(type="output_text", text=s.SPECIALIST_ANSWER,
+                                                                         annotations=[])])
+            usage = Usage(requests=1, input_tokens=tokens_in, output_tokens=tokens_out,
+                          total_tokens=tokens_in + tokens_out)
+            response = Response(
+                id=f"resp_{i}", created_at=1_700_000_000, model=s.AGENTS_MODEL, object="response", output=[item],
+                instructions=system_instructions, parallel_tool_calls=False, tool_choice="auto",
+                tools=Converter.convert_tools(tools, handoffs).tools, status="completed",
+                usage=ResponseUsage(input_tokens=tokens_in, output_tokens=tokens_out,
+                                    total_tokens=tokens_in + tokens_out,
+                                    input_tokens_details=InputTokensDetails(cached_tokens=0, cache_write_tokens=0),
+                                    output_tokens_details=OutputTokensDetails(reasoning_tokens=0)))
+            return response, usage
+
+        def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+            raise NotImplementedError("the corpus programs do not stream")
+
+    @function_tool(name_override=s.LOOKUP_TOOL)
+    def lookup_order(order_id: str) -> str:
+        """Look an order up by its id."""
+        assert order_id == s.LOOKUP_ARGS["order_id"]
+        return s.LOOKUP_RESULT
+
+    specialist = Agent(name=s.SPECIALIST, instructions=s.SPECIALIST_INSTRUCTIONS, model=Scripted(s.SPECIALIST))
+    triage = Agent(name=s.TRIAGE, instructions=s.TRIAGE_INSTRUCTIONS, tools=[lookup_order], handoffs=[specialist],
+                   model=Scripted(s.TRIAGE))
+    result = asyncio.run(Runner.run(triage, s.AGENTS_USER, run_config=RunConfig(
+        workflow_name=s.AGENTS_WORKFLOW, group_id=s.AGENTS_GROUP, tracing_disabled=False)))
+    assert result.final_output == s.SPECIALIST_ANSWER, result.final_output
+    assert next(calls, None) is None, "the program made fewer model calls than scripted"
+    agents.flush_traces()
+
+
+# --- LangGraph ---------------------------------------------------------------------------------------------------
+
+def _langgraph(provider: Any, instrumentation: str) -> None:
+    if instrumentation == "openllmetry":
+        from opentelemetry.instrumentation.langchain import LangchainInstrumentor
+        LangchainInstrumentor().instrument(tracer_provider=provider)
+    else:
+        from openinference.instrumentation.langchain import LangChainInstrumentor
+        LangChainInstrumentor().instrument(tracer_provider=provider)
+
+    from typing import Literal
+
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import create_react_agent
+    from langgraph.types import Command
+
+    calls = iter(enumerate(s.GRAPH_CALLS))
+
+    class Scripted(BaseChatModel):
+        """A chat model that answers the next scripted call, with usage like a provider's."""
+
+        node: str
+        model_name: str
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        @property
+        def _identifying_params(self) -> dict[str, Any]:
+            return {"model_name": self.model_name}
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            # As provider chat models do: the tools in OpenAI's function format.
+            return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            i, (node, kind, tokens_in, tokens_out) = next(calls)
+            assert node == self.node, f"call {i}: the script expects {node}, {self.node} called"
+            usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+            meta = {"model_name": self.model_name, "finish_reason": "tool_calls" if "tool" in kind or kind == "route"
+                    else "stop"}
+            if kind == "route":
+                msg = AIMessage(content="", tool_calls=[{"name": s.ROUTE_TOOL, "args": {}, "id": f"call_{i}"}],
+                                usage_metadata=usage, response_metadata=meta)
+            elif kind == "tool_call":
+                msg = AIMessage(content="", tool_calls=[{"name": s.SEARCH_TOOL, "args": s.SEARCH_ARGS,
+                                                         "id": f"call_{i}"}], usage_metadata=usage,
+                                response_metadata=meta)
+            else:
+                text = s.RESEARCHER_ANSWER if node == s.RESEARCHER else s.SUPERVISOR_ANSWER
+                msg = AIMessage(content=text, usage_metadata=usage, response_metadata=meta)
+            return ChatResult(generations=[ChatGeneration(message=msg)],
+                              llm_output={"model_name": self.model_name, "token_usage": {
+                                  "prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                                  "total_tokens": tokens_in + tokens_out}})
+
+    @tool(s.SEARCH_TOOL)
+    def search_papers(query: str) -> str:
+        """Search papers."""
+        assert query == s.SEARCH_ARGS["query"]
+        return s.SEARCH_RESULT
+
+    researcher = create_react_agent(Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), [search_papers],
+                                    name=s.RESEARCHER)
+    supervisor_model = Scripted(node=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL)
+
+    def supervisor(state: MessagesState) -> Command[Literal["researcher", "__end__"]]:
+        reply = supervisor_model.invoke(state["messages"])
+        if reply.tool_calls:
+            call = reply.tool_calls[0]
+            done = ToolMessage(content=f"Transferred to {s.RESEARCHER}", tool_call_id=call["id"], name=call["name"])
+            return Command(goto=s.RESEARCHER, update={"messages": [reply, done]})
+        return Command(goto=END, update={"messages": [reply]})
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.SUPERVISOR, supervisor)
+    graph.add_node(s.RESEARCHER, researcher)
+    graph.add_edge(START, s.SUPERVISOR)
+    graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
+    app = graph.compile()
+    out = app.invoke({"messages": [("user", s.GRAPH_USER)]},
+                     config={"configurable": {"thread_id": s.GRAPH_THREAD}})
+    assert out["messages"][-1].content == s.SUPERVISOR_ANSWER, out["messages"][-1]
+    assert next(calls, None) is None, "the program made fewer model calls than scripted"
+
+
+PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph}
+
+
+def record_one(program: str, instrumentation: str) -> list[Path]:
+    """Run one program under one instrumentation and write its request bodies next to this file."""
+    _forbid_network()
+    os.environ.setdefault("OPENAI_API_KEY", "sk-offline")  # some clients insist on one; nothing is sent
+    os.environ["TRACELOOP_TRACE_CONTENT"] = "true"
+    name = f"{program}.{instrumentation}"
+    provider, server = _provider(name)
+    PROGRAMS[program](provider, instrumentation)
+    provider.force_flush()
+    provider.shutdown()
+    server.shutdown()
+    for old in HERE.glob(f"{name}*.pb.gz"):
+        old.unlink()
+    bodies = _Capture.bodies
+    paths = [HERE / (f"{name}.pb.gz" if len(bodies) == 1 else f"{name}.{i + 1}.pb.gz") for i in range(len(bodies))]
+    for path, body in zip(paths, bodies, strict=True):
+        path.write_bytes(body)
+    return paths
+
+
+def show(name: str) -> str:
+    from google.protobuf import json_format
+
+    from processors.worker.otlp import decode_request
+
+    return "\n".join(json_format.MessageToJson(decode_request(p.read_bytes(), "application/x-protobuf", "gzip"))
+                     for p in sorted(HERE.glob(f"{name}*.pb.gz")))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--one", help="program.instrumentation: record this one in this process")
+    parser.add_argument("--show", help="program.instrumentation: print the fixture as OTLP JSON")
+    args = parser.parse_args()
+    if args.show:
+        print(show(args.show))
+        return
+    if args.one:
+        program, instrumentation = args.one.split(".")
+        for path in record_one(program, instrumentation):
+            print(f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}: "
+                  f"{path.stat().st_size} bytes")
+        return
+    for program in s.PROGRAMS:
+        for instrumentation in s.INSTRUMENTATIONS:
+            subprocess.run([sys.executable, "-m", "tests.otel_corpus.record", "--one",
+                            f"{program}.{instrumentation}"], check=True)
+
+
+if __name__ == "__main__":
+    main()
