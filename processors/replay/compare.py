@@ -10,7 +10,8 @@ How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults 
 ``run.started.payload.replayOf.fromSeq``, else 0). At each index the checks run in this order and
 the first that fails is that index's divergence:
 
-1. presence — an index only the original has is ``missing``; only the replay, ``extra``;
+1. presence — an index only the original has is ``missing``; only the replay, ``extra`` (per lane,
+   also an event the replay inserted into a lane, at the index where the lane departs);
 2. envelope kind — ``agent.invocation.completed`` on one side and ``envelope.refusal`` on the
    other (either direction) is a ``refusal`` divergence: RFC 0041 §B makes it its own verdict
    (``diverged_at_refusal``, error ``replay_diverged_at_refusal``, event
@@ -42,19 +43,23 @@ events) because they are the answer a what-if analysis asks for, and ``errorCode
 ``replay_diverged_at_refusal`` / ``replay_diverged`` when they exist (RFC 0041 §B requires the
 refusal failure to be visible). A what-if whose behaviour is identical has no error code.
 
-Lanes (default; ``strict=True`` turns them off): the indices above are the original's, and the
-replay is first re-laid per lane (:mod:`processors.replay.lanes`) — each replay event at the
-source sequence of the original event it pairs with in its lane — so cross-lane interleaving is
-reported in ``reordered`` instead of as a divergence, and every check above runs unchanged on
-the re-laid replay. The whole observable state is additionally compared, in the replay's own
-order, where lanes join and at the end. When the lanes change nothing the re-laid replay *is*
-the replay and the comparison is exactly the strict one. Child runs are compared by
+Lanes (default; ``strict=True`` turns them off): the indices above are the original's. Each lane
+of the replay is aligned with the original's as a sequence diff (:mod:`processors.replay.lanes`;
+events are the same when every field compared from ``fromSeq`` on is, else when they have the
+same identity), and the replay is re-laid — each paired replay event at the source sequence of
+its partner — so cross-lane interleaving is reported in ``reordered`` instead of as a divergence
+and every check above runs unchanged on the re-laid replay. An original event without a partner
+is ``missing`` at its sequence; a replay event the diff calls inserted is ``extra`` at the source
+sequence where its lane departs, and is left out of the re-laid state (its effect shows where
+the lanes join). The whole observable state is additionally compared, in the replay's own order,
+where lanes join and at the end. When the lanes change nothing the re-laid replay *is* the
+replay and the comparison is exactly the strict one. Child runs are compared by
 :mod:`processors.replay.tree` from ``child_pairs``.
 
 Fail-fast by default: stop at the first divergence. ``collect_all=True`` walks every index and
-reports at most one divergence per index; a state difference identical to the one at the
-previous index is not reported again (one changed variable would otherwise repeat at every
-later index).
+reports at most one divergence per index besides the inserted events departing there; a state
+difference identical to the one at the previous index is not reported again (one changed
+variable would otherwise repeat at every later index).
 """
 
 from __future__ import annotations
@@ -71,7 +76,16 @@ from processors.replay.divergence import Divergence, DivergenceEngine
 from processors.replay.lanes import JOIN_TYPES, Alignment, align
 from schemas.canonical import jcs
 from schemas.errors import ReplayError
-from schemas.stability import MISSING, WILDCARD, Segment, format_path, get_path, is_volatile, parse_path
+from schemas.stability import (
+    MISSING,
+    WILDCARD,
+    Segment,
+    format_path,
+    get_path,
+    is_volatile,
+    parse_path,
+    strip_volatile,
+)
 
 __all__ = [
     "ASPECTS",
@@ -345,11 +359,13 @@ def compare_runs(
     binding_diff = _binding_diff(orig, rep)
     obs_orig = _observables(orig)
     obs_rep = _observables(rep)
-    alignment = None if strict else align(orig, rep)
+    alignment = None if strict else align(orig, rep, key=_alignment_key)
     reordered: list[dict[str, Any]] = []
+    inserted: dict[int, tuple[int, ...]] = {}
     own_rep, own_obs = rep, obs_rep
     if alignment is not None and not alignment.identity:
         reordered = alignment.reordered(orig, rep)
+        inserted = alignment.inserted()
         rep = _EventIndex(alignment.relaid(orig, rep))
         obs_rep = _observables(rep)
     state_memo: dict[tuple[int, int], tuple[Any, Any]] = {}
@@ -363,6 +379,11 @@ def compare_runs(
         if o is None and r is None:
             continue
         compared_through = i
+        departing = [_extra(i, own_rep[r_seq], "the replay inserted this event into its lane before this "
+                            f"sequence (replay sequence {r_seq})") for r_seq in inserted.get(i, ())]
+        divergences.extend(departing)
+        if departing and not collect_all:
+            break
         state_diff = None
         if o is not None and r is not None:
             state_diff = first_difference(obs_orig[i], obs_rep[i], memo=state_memo)
@@ -465,6 +486,14 @@ def _child_pairs(
     return tuple(out.values())
 
 
+def _extra(i: int, r: Mapping[str, Any], detail: str) -> Divergence:
+    return Divergence(
+        engine="comparison", at_sequence=i, kind="extra", original_event_id=None, path=None,
+        expected=None, actual=r.get("type"), node_id=_node_id(r), aspect="type",
+        event_type=r.get("type"), detail=detail,
+    )
+
+
 class _Common(TypedDict):
     """The Divergence arguments every check of one index shares."""
 
@@ -494,11 +523,7 @@ def _divergence_at(
             event_type=o.get("type"), detail="the replay has no event at this sequence",
         )
     if o is None:
-        return Divergence(
-            engine="comparison", at_sequence=i, kind="extra", original_event_id=None, path=None,
-            expected=None, actual=r.get("type"), node_id=_node_id(r), aspect="type",
-            event_type=r.get("type"), detail="the original has no event at this sequence",
-        )
+        return _extra(i, r, "the original has no event at this sequence")
     o_type, r_type = o.get("type"), r.get("type")
     common: _Common = {"engine": "comparison", "at_sequence": i, "original_event_id": o.get("eventId"),
                        "node_id": _node_id(o) or _node_id(r), "event_type": o_type}
@@ -621,6 +646,12 @@ def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
             if isinstance(holder, dict):
                 holder.pop(name, None)
     return view
+
+
+def _alignment_key(doc: Mapping[str, Any]) -> bytes:
+    # What the lanes take for one event: every field the comparison from fromSeq on compares, as
+    # JCS — volatile fields, call bytes, references and minted ids left out, as they are there.
+    return jcs(strip_volatile(_compared_view(doc, in_suffix=True)))
 
 
 def _volatile_for(event_type: Any) -> Callable[[str], bool]:
@@ -774,8 +805,11 @@ def _replay_event(
     if d.original_event_id is not None:
         payload["originalEventId"] = d.original_event_id
     payload["divergenceKind"] = d.kind
-    point = orig.get(d.at_sequence) or rep.get(d.at_sequence) or {}
-    payload["divergencePoint"] = point.get("type")
+    if d.kind == "extra":  # the inserted event, not the source event it departs before
+        payload["divergencePoint"] = d.actual
+    else:
+        point = orig.get(d.at_sequence) or rep.get(d.at_sequence) or {}
+        payload["divergencePoint"] = point.get("type")
     return {"type": "replay.diverged", "payload": payload}
 
 

@@ -126,7 +126,8 @@ def perturb_volatile(run: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not isinstance(payload, dict):
             continue
         if doc["type"] == "agent.invocation.completed":
-            payload["usage"]["latencyMs"] = 900 + i
+            if isinstance(payload.get("usage"), dict):
+                payload["usage"]["latencyMs"] = 900 + i
             payload["envelope"]["rawResponse"] = f"<raw body {i}>"
         if doc["type"] == "agent.invocation.started":
             payload["request"]["traceId"] = f"trace-{i}"

@@ -167,14 +167,19 @@ def test_type_mismatch(original: list[dict], replay: list[dict]) -> None:
 
 def test_extra_retry_shows_as_type_mismatch(original: list[dict], replay: list[dict]) -> None:
     # One more retry shifts every later event: the retry count is compared, not tolerated.
+    # Index by index that is a type mismatch; per lane it is the inserted retry itself.
     seq = index_of(replay, "node.retried")
     again = copy.deepcopy(replay[seq])
     again["payload"]["attempt"] = 2
     shifted = replay[: seq + 1] + [again] + replay[seq + 1 :]
     for i, doc in enumerate(shifted):
         doc["sequence"] = i
-    d = compare_runs(original, shifted).first_divergence
+    d = compare_runs(original, shifted, strict=True).first_divergence
     assert (d.kind, d.at_sequence, d.expected, d.actual) == ("type-mismatch", seq + 1, "agent.toolCalled", "node.retried")
+    result = compare_runs(original, shifted)
+    d = result.first_divergence
+    assert (d.kind, d.at_sequence, d.expected, d.actual) == ("extra", seq + 1, None, "node.retried")
+    assert result.events[0]["payload"]["divergencePoint"] == "node.retried"
 
 
 @pytest.mark.parametrize(

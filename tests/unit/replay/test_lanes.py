@@ -12,7 +12,7 @@ from processors.replay.compare import compare_runs
 from processors.replay.lanes import align, lane_of
 from tests.unit.core.runs import RunLog
 from tests.unit.replay.make_golden import WB_FIRST
-from tests.unit.replay.runs import as_replay, concurrent_run, interleave
+from tests.unit.replay.runs import as_replay, concurrent_run, index_of, interleave, llm_run
 
 
 def _two_writers(run_id: str, order: tuple[str, str]) -> list[dict]:
@@ -77,3 +77,67 @@ def test_lanes_are_nodes_refined_by_the_dispatched_worker() -> None:
     run = concurrent_run("par-1")
     assert [lane_of(d) for d in run[:5]] == ["start", "dispatch/worker-a", "dispatch/worker-b", "wa", "wb"]
     assert align({d["sequence"]: d for d in run}, {d["sequence"]: d for d in run}).identity
+
+
+def _with_extra(replay: list[dict], at: int, doc: dict) -> list[dict]:
+    """``doc`` inserted at replay position ``at``, every later event renumbered."""
+    out = replay[:at] + [doc] + copy.deepcopy(replay[at:])
+    for seq, d in enumerate(out):
+        d["sequence"] = seq
+    return out
+
+
+def _variable(replay: list[dict], node: str, name: str, value: object) -> dict:
+    return {"eventId": f"evt-extra-{name}", "runId": replay[0]["runId"], "type": "variable.changed",
+            "payload": {"name": name, "value": value}, "timestamp": "2026-03-02T09:00:00.000Z", "nodeId": node}
+
+
+def test_an_extra_departs_at_the_first_source_event_the_replay_had_not_reached() -> None:
+    # wb's events first; the extra comes right after wb's tool call (source 4), when the replay
+    # had written sources 0, 1, 2 and 4: source 3 (wa's call) is still to come but lies before
+    # the extra's lane predecessor, so the lane departs at 5, the first one after 4 not reached.
+    original = concurrent_run("par-1")
+    replay = interleave(as_replay(original, replay_run_id="r-1"), [0, 1, 2, 4, 7, 8, 3, 5, 6, 9])
+    replay = _with_extra(replay, 4, _variable(replay, "wb", "bDraft", 1))
+    result = compare_runs(original, replay)
+    d = result.first_divergence
+    assert d is not None and (d.kind, d.at_sequence, d.actual, d.node_id) == ("extra", 5, "variable.changed", "wb")
+    assert d.original_event_id is None
+
+
+def test_an_extra_write_of_a_variable_its_lane_writes_again_is_the_extra_one() -> None:
+    # The replay writes parentResult twice: an early draft (new value), then the original write.
+    # The original write pairs with its own copy; the draft is the inserted event.
+    original = llm_run("run-1")
+    replay = as_replay(original, replay_run_id="r-1")
+    written = index_of(original, "variable.changed", 2)
+    draft = _variable(replay, "dispatch", "parentResult", {"incidents": 0})
+    result = compare_runs(original, _with_extra(replay, written - 1, draft), collect_all=True)
+    assert [(d.kind, d.at_sequence) for d in result.divergences] == [("extra", written - 1)]
+    assert result.reordered == ()
+
+
+def test_a_changed_output_beside_an_extra_event_still_pairs_with_its_original() -> None:
+    # In wb's lane the tool result changes and an extra variable comes right before it: the
+    # result pairs by identity (same type, node, nothing named differently) and is an output.
+    original = concurrent_run("par-1")
+    replay = as_replay(original, replay_run_id="r-1")
+    replay[7]["payload"]["result"] = {"pages": 5}
+    replay = _with_extra(replay, 7, _variable(replay, "wb", "bDraft", 1))
+    result = compare_runs(original, replay, collect_all=True)
+    assert [(d.kind, d.at_sequence, d.path) for d in result.divergences][:2] == [
+        ("extra", 7, None), ("output", 7, "payload.result.pages")]
+
+
+def test_an_extra_event_is_left_out_of_the_relaid_state_and_shows_where_the_lanes_join() -> None:
+    original = llm_run("run-1")
+    replay = as_replay(original, replay_run_id="r-1")
+    at = index_of(original, "channel.written") + 1
+    result = compare_runs(original, _with_extra(replay, at, _variable(replay, "dispatch", "draft", "v2")),
+                          collect_all=True)
+    end = len(original) - 1
+    assert [(d.kind, d.at_sequence, d.path, d.aspect) for d in result.divergences] == [
+        ("extra", at, None, "type"), ("output", end, "variables.draft", "state")]
+    event = result.events[0]["payload"]
+    assert (event["divergenceKind"], event["divergencePoint"], event["atSequence"]) == ("extra", "variable.changed", at)
+    assert "originalEventId" not in event
