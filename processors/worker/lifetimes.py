@@ -11,6 +11,7 @@ ignores a request the run has moved on from.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,9 @@ if TYPE_CHECKING:
     from processors.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.lifetimes")
+
+#: Heads read between two yields to the event loop when a partition's runs are rescanned (~10 ms of reads).
+RESCAN_YIELD_EVERY = 1000
 
 
 class Lifetimes:
@@ -67,10 +71,16 @@ class Lifetimes:
         return [(run_id, partition, nxt, reason) for run_id, (partition, at, nxt, reason) in self._due.items()
                 if at <= now_s and partition in partitions and run_id not in asked]
 
-    def rescan(self, partition: int, heads: Any, now_s: float) -> int:
-        """Track every run whose head the table holds in ``partition``; returns how many."""
+    async def rescan(self, partition: int, heads: Any, now_s: float) -> int:
+        """Track every run whose head the table holds in ``partition``; returns how many.
+
+        Yields to the event loop every :data:`RESCAN_YIELD_EVERY` keys: a partition with many runs in
+        flight is read from disk, and the agents' batches go on meanwhile.
+        """
         n = 0
-        for key in heads.keys_from(partition, ""):
+        for i, key in enumerate(heads.keys_from(partition, "")):
+            if i % RESCAN_YIELD_EVERY == RESCAN_YIELD_EVERY - 1:
+                await asyncio.sleep(0)
             if key.startswith("\x00"):  # the agent's positions, not runs
                 continue
             head = heads.get(partition, key)
@@ -93,7 +103,7 @@ class Lifetimes:
         wiring.fresh_tables()
         now_s = time.time()
         for partition in sorted(owned - self._scanned):
-            n = self.rescan(partition, wiring.tables["heads"], now_s)
+            n = await self.rescan(partition, wiring.tables["heads"], now_s)
             self._scanned.add(partition)
             log.info("ingest partition %d: %d runs in flight", partition, n)
         for run_id in [r for r, (p, *_) in self._due.items() if p not in owned]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import SimpleNamespace
 
 from processors.worker.lifetimes import Lifetimes
@@ -38,5 +39,5 @@ def test_the_runs_in_flight_are_read_back_from_the_heads_table_positions_aside()
     heads.put(2, "r2", {"next": 1, "hash": "h", "ts": 1_000_000})
     heads.put(2, "\x00position\x1fingest\x1f2", 17)
     lt = _lifetimes()
-    assert lt.rescan(2, heads, now_s=0) == 2
+    assert asyncio.run(lt.rescan(2, heads, now_s=0)) == 2
     assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
