@@ -23,6 +23,17 @@ from streams.settings import Settings
 PASSTHROUGH_ARGS = ["-m", "tests.bench.passthrough_faust", "worker", "-l", "warn", "--without-web"]
 
 
+#: The topic prefixes this process's benches used: the harness deletes their topics at the end, and
+#: no other's (another bench run on the same broker may be creating its own meanwhile).
+OWN_PREFIXES: set[str] = set()
+
+
+def own(prefix: str) -> str:
+    """``prefix``, noted as this process's (:data:`OWN_PREFIXES`)."""
+    OWN_PREFIXES.add(prefix)
+    return prefix
+
+
 @dataclass(frozen=True)
 class BenchContext:
     """What a benchmark gets: settings pointing at a running broker, and the size knob."""
@@ -32,7 +43,7 @@ class BenchContext:
 
     def on_own_topics(self, prefix: str, home: Path, **changes: Any) -> Settings:
         """The broker's settings for one path of a bench: its own topic prefix and home, 4 partitions, no web."""
-        return self.settings.replace(topic_prefix=prefix, home=home, partitions=4, replication_factor=1,
+        return self.settings.replace(topic_prefix=own(prefix), home=home, partitions=4, replication_factor=1,
                                      otlp_port=0, **changes)
 
 

@@ -95,7 +95,7 @@ def _topics(settings: Settings) -> set[str]:
 
 
 def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> dict[str, int]:
-    """Delete the topics a bench created (every bench prefixes its own with ``bench``); report the counts.
+    """Delete the topics this run's benches created (their prefixes: :data:`tests.bench.OWN_PREFIXES`); report the counts.
 
     A broker that keeps every run's topics grows to thousands, and every all-topics metadata response
     a client decodes lists them all: the figures of later runs would then pay for earlier ones.
@@ -103,9 +103,11 @@ def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> 
     import asyncio
 
     from streams.admin import delete_topics
+    from tests.bench import OWN_PREFIXES
 
     during = _topics(settings)
-    created = sorted(t for t in during - before if t.startswith("bench"))
+    created = sorted(t for t in during - before
+                     if any(t.startswith((prefix + ".", prefix + "-")) for prefix in OWN_PREFIXES))
     deleted = asyncio.run(delete_topics(settings, created)) if created else 0
     counts = {"while_measuring": len(during), "created": len(created), "deleted": deleted,
               "after": len(during) - deleted}

@@ -33,7 +33,7 @@ from streams.reader import read_topic
 from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import BenchContext, own
 from tests.tools import free_port
 
 TRACES_PER_REQUEST = 10
@@ -118,7 +118,7 @@ def _baseline(bodies: list[bytes]) -> tuple[float, int]:
 
 def run(ctx: BenchContext) -> dict:
     n_traces = 200 if ctx.quick else 2000
-    settings = ctx.settings.replace(topic_prefix=f"benchotlp{uuid.uuid4().hex[:6]}", partitions=4,
+    settings = ctx.settings.replace(topic_prefix=own(f"benchotlp{uuid.uuid4().hex[:6]}"), partitions=4,
                                     replication_factor=1)
     asyncio.run(ensure_topics(settings))
     bodies = _requests(n_traces)

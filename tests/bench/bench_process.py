@@ -47,7 +47,7 @@ from streams.reader import _partitions
 from streams.security import client_kwargs
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
-from tests.bench import PASSTHROUGH_ARGS, BenchContext, workload
+from tests.bench import PASSTHROUGH_ARGS, BenchContext, own, workload
 
 RUNS = 200
 REPO = Path(__file__).resolve().parents[2]
@@ -363,7 +363,7 @@ def run(ctx: BenchContext) -> dict:
     home = REPO / ".agentlog" / "bench" / f"process-{uuid.uuid4().hex[:6]}"
 
     def variant(name: str, events: int = n, *, realistic: bool = False) -> Settings:
-        s = base.replace(topic_prefix=f"bench{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
+        s = base.replace(topic_prefix=own(f"bench{name}{uuid.uuid4().hex[:6]}"), home=home / name, partitions=4,
                          replication_factor=1, otlp_port=0)
         asyncio.run(ensure_topics(s))
         if events and realistic:

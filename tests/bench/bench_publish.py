@@ -27,7 +27,7 @@ from streams.reader import partition_for
 from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import BenchContext, own
 
 _avg_value_bytes = 0.0
 RUNS = 64  # distinct run keys, spread over the partitions by the default partitioner
@@ -112,9 +112,9 @@ async def _raw_batched(settings: Settings, encoded: list[tuple[bytes, bytes]], p
 
 async def _round(base: Settings, n: int) -> tuple[_Clock, _Clock, _Clock]:
     tag = uuid.uuid4().hex[:8]
-    sdk_settings = base.replace(topic_prefix=f"bench-{tag}-sdk")
-    raw_settings = base.replace(topic_prefix=f"bench-{tag}-raw")
-    batched_settings = base.replace(topic_prefix=f"bench-{tag}-rawb")
+    sdk_settings = base.replace(topic_prefix=own(f"bench-{tag}-sdk"))
+    raw_settings = base.replace(topic_prefix=own(f"bench-{tag}-raw"))
+    batched_settings = base.replace(topic_prefix=own(f"bench-{tag}-rawb"))
     await ensure_topics(sdk_settings)
     await ensure_topics(raw_settings)
     await ensure_topics(batched_settings)

@@ -35,7 +35,7 @@ from processors.audit.server import query_via_worker
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.settings import Settings
-from tests.bench import PASSTHROUGH_ARGS, BenchContext
+from tests.bench import PASSTHROUGH_ARGS, BenchContext, own
 from tests.bench.bench_process import (
     REPO,
     RUNS,
@@ -224,7 +224,7 @@ def run(ctx: BenchContext) -> dict:
     home = REPO / ".agentlog" / "bench" / f"queryable-{uuid.uuid4().hex[:6]}"
 
     def variant(name: str) -> Settings:
-        s = ctx.settings.replace(topic_prefix=f"benchq{name}{uuid.uuid4().hex[:6]}", home=home / name, partitions=4,
+        s = ctx.settings.replace(topic_prefix=own(f"benchq{name}{uuid.uuid4().hex[:6]}"), home=home / name, partitions=4,
                                  replication_factor=1, otlp_port=0)
         asyncio.run(ensure_topics(s))
         return s

@@ -38,7 +38,7 @@ from streams.reader import READER_FETCH_MAX_WAIT_MS, read_topic
 from streams.security import client_kwargs
 from streams.settings import Settings, settings_env
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import BenchContext, own
 
 REPO = Path(__file__).resolve().parents[2]
 VARIABLES = 20  # distinct variable names: the state stays the size of a real run's, not of N
@@ -146,7 +146,7 @@ def run(ctx: BenchContext) -> dict:
     n = 2_000 if ctx.quick else 20_000
     rounds = 1 if ctx.quick else 3
     tag = uuid.uuid4().hex[:8]
-    settings = ctx.settings.replace(topic_prefix=f"bench-{tag}-replay", partitions=4,
+    settings = ctx.settings.replace(topic_prefix=own(f"bench-{tag}-replay"), partitions=4,
                                     home=ctx.settings.home / f"bench-replay-{tag}")
     run_id = f"bench-replay-{tag}"
     t0 = time.perf_counter()

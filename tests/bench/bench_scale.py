@@ -18,7 +18,7 @@ from pathlib import Path
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.settings import Settings
-from tests.bench import BenchContext
+from tests.bench import BenchContext, own
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.bench_queryable import log_stamps
 from tests.tools import describe_group
@@ -84,7 +84,7 @@ async def _measure(settings: Settings, workers: int, procs: list, logs: list[Pat
 def throughput(base: Settings, workers: int, n: int, tag: str) -> tuple[float, bool]:
     """Events/s of ``workers`` process workers in one group on a fresh prefix (8 partitions), and if it rebalanced."""
     home = REPO / ".agentlog" / "bench" / f"scale-{tag}"
-    s = base.replace(topic_prefix=f"benchscale{tag}{uuid.uuid4().hex[:6]}", home=home, partitions=PARTITIONS,
+    s = base.replace(topic_prefix=own(f"benchscale{tag}{uuid.uuid4().hex[:6]}"), home=home, partitions=PARTITIONS,
                      replication_factor=1, otlp_port=0)
     asyncio.run(ensure_topics(s))
     args = ["-m", "processors", "worker", "--role", "process", "--no-web"]

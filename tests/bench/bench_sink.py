@@ -32,7 +32,7 @@ from streams.codec import encode_record
 from streams.security import client_kwargs
 from streams.settings import Settings
 from streams.topics import topic_name
-from tests.bench import BenchContext
+from tests.bench import BenchContext, own
 
 RUNS = 100
 
@@ -81,7 +81,7 @@ def run(ctx: BenchContext) -> dict:
     from processors.audit.store import open_store
 
     n = _N or (20_000 if ctx.quick else 200_000)
-    settings = ctx.settings.replace(topic_prefix=f"benchsink{uuid.uuid4().hex[:6]}", partitions=4, replication_factor=1)
+    settings = ctx.settings.replace(topic_prefix=own(f"benchsink{uuid.uuid4().hex[:6]}"), partitions=4, replication_factor=1)
     asyncio.run(ensure_topics(settings))
     records = _committed(n)
     asyncio.run(_produce(settings, records))
