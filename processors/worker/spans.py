@@ -33,7 +33,6 @@ and duplicates (a re-sent span maps to the same event ids).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -41,12 +40,10 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from aiohttp import web
-
 from processors.core.otel import Cursor, Plan, due, is_root, plan_trace, sequence_run
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
-from processors.worker.otlp import Receiver
+from processors.worker.otlp import Receiver, serve
 from processors.worker.tables import Table
 from processors.worker.wiring import Wiring
 from schemas.canonical import jcs
@@ -361,21 +358,9 @@ def install(wiring: Wiring) -> None:
             return await wiring.send("rejections", None, value)
 
         receiver = Receiver(send, reject, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
-                            max_span_bytes=min(900_000, settings.max_event_bytes))
+                            max_span_bytes=min(900_000, settings.max_event_bytes), token=settings.web_token)
 
         @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
         async def otlp_receiver() -> None:
-            runner = web.AppRunner(receiver.app(), access_log=None)
-            await runner.setup()
-            try:
-                await web.TCPSite(runner, "127.0.0.1", settings.otlp_port).start()
-            except OSError as e:
-                log.error("OTLP receiver cannot listen on 127.0.0.1:%d (%s); set AGENTLOG_OTLP_PORT "
-                          "(0 turns it off). The worker keeps running without it.", settings.otlp_port, e)
-                await runner.cleanup()
-                return
-            log.info("OTLP/HTTP receiver on http://127.0.0.1:%d/v1/traces", settings.otlp_port)
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await runner.cleanup()
+            # The worker's HTTP endpoints share one interface (web_host) and one token rule.
+            await serve(receiver, settings.web_host, settings.otlp_port)
