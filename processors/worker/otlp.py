@@ -3,7 +3,8 @@
 Faust's web server serves one port (the console/metrics), and OTLP exporters expect
 their own (4318 by default), so this is a small aiohttp server of its own, started
 with the worker on the interface of the worker's other endpoints (``web_host``); OTLP/gRPC
-(:mod:`processors.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below.
+(:mod:`processors.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below; both are
+started by :func:`processors.worker.spans.serve_otlp`.
 With ``web_token`` set a request needs ``Authorization: Bearer <token>`` (the exporters'
 ``OTEL_EXPORTER_OTLP_HEADERS``), on loopback too, as every endpoint of the worker does
 (:mod:`processors.worker.access`). What it promises, per the OTLP/HTTP spec:
@@ -276,50 +277,6 @@ class Receiver:
             await asyncio.wait_for(fut, self._ack_timeout_s)
         except Exception as e:  # noqa: BLE001 - the client already gets the error; never fail the answer
             log.warning("could not record an OTLP rejection (%s: %s)", type(e).__name__, e)
-
-
-async def serve(receiver: Receiver, host: str, port: int) -> None:
-    """Serve OTLP/HTTP on ``host:port`` and OTLP/gRPC on ``host:(port - 1)`` until cancelled.
-
-    Either one that cannot listen (the port taken, no ``grpcio`` for gRPC) is logged once and left
-    off; the worker keeps running.
-    """
-    runner = web.AppRunner(receiver.app(), access_log=None)
-    await runner.setup()
-    grpc_server: Any = None
-    try:
-        try:
-            await web.TCPSite(runner, host, port).start()
-            log.info("OTLP/HTTP receiver on http://%s:%d/v1/traces", host, port)
-        except OSError as e:
-            log.error("OTLP/HTTP receiver cannot listen on %s:%d (%s); set AGENTLOG_OTLP_PORT (0 turns it "
-                      "off). The worker keeps running without it.", host, port, e)
-        grpc_server = await _start_grpc(receiver, host, port)
-        await asyncio.Event().wait()
-    finally:
-        if grpc_server is not None:
-            await grpc_server.stop(1.0)
-        await runner.cleanup()
-
-
-async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
-    try:
-        from processors.worker import otlp_grpc
-    except ImportError as e:  # grpcio is the optional `grpc` extra
-        log.warning("OTLP/gRPC is off: %s (pip install 'agentlog[grpc]'); OTLP/HTTP is on", e)
-        return None
-    port = otlp_grpc.grpc_port(http_port)
-    if not port:
-        log.warning("OTLP/gRPC is off: AGENTLOG_OTLP_PORT=%d leaves no port below it", http_port)
-        return None
-    try:
-        server = await otlp_grpc.start(receiver, host, port)
-    except OSError as e:
-        log.error("OTLP/gRPC receiver cannot listen on %s:%d (%s); it serves on AGENTLOG_OTLP_PORT - 1. "
-                  "The worker keeps running without it.", host, port, e)
-        return None
-    log.info("OTLP/gRPC receiver on %s:%d", host, port)
-    return server
 
 
 def _rejection_bytes(reason: str, detail: str, raw: bytes) -> bytes:

@@ -23,7 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from processors.worker.otlp import Receiver, serve
+from processors.worker.otlp import Receiver
+from processors.worker.spans import serve_otlp
 from tests.tools import free_port
 
 
@@ -221,7 +222,7 @@ def test_without_grpcio_the_receiver_says_so_once_and_serves_http(monkeypatch, c
 
     async def go():
         receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20)
-        task = asyncio.create_task(serve(receiver, "127.0.0.1", port))
+        task = asyncio.create_task(serve_otlp(receiver, "127.0.0.1", port))
         try:
             async with ClientSession() as http:
                 for _ in range(100):
