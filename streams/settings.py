@@ -76,13 +76,14 @@ class Settings:
     # mode 0600 on the worker's first start, its public key written beside it as ed25519.pub.pem).
     checkpoint_every: int = 100
     signing_key_file: str = ""
-    # The web console (and every HTTP endpoint of the worker) listens on web_host:web_port. Beyond loopback
-    # it needs web_token: every page and API then asks for ``Authorization: Bearer <token>`` (README
-    # "Console"). The token is never printed: it is left out of repr.
+    # The web console (and every HTTP endpoint of the worker) listens on web_host:web_port, the OTLP receivers
+    # on web_host too. Beyond loopback they need web_token: every page, API and OTLP export then asks for
+    # ``Authorization: Bearer <token>`` (README "Security"). The token is never printed: it is left out of repr.
     web_port: int = 6066
     web_host: str = "127.0.0.1"
     web_token: str = field(default="", repr=False)
-    # OpenTelemetry ingest: the worker's OTLP/HTTP receiver on 127.0.0.1:otlp_port (0 = off).
+    # OpenTelemetry ingest: the worker's OTLP/HTTP receiver on web_host:otlp_port, OTLP/gRPC on otlp_port - 1
+    # (4318 and 4317, the OTLP defaults; 0 = both off).
     otlp_port: int = 4318
 
     @property
@@ -123,14 +124,15 @@ def web_is_loopback(host: str) -> bool:
 
 
 def check_web_access(settings: Settings) -> None:
-    """Refuse to serve HTTP beyond loopback without a token.
+    """Refuse to serve HTTP or OTLP beyond loopback without a token.
 
     Raises:
         ConfigError: ``web_token_required`` when ``web_host`` is not loopback and ``web_token`` is empty.
     """
     if not web_is_loopback(settings.web_host) and not settings.web_token:
         raise ConfigError(
-            f"AGENTLOG_WEB_HOST={settings.web_host} serves the console and the query API beyond this machine; "
+            f"AGENTLOG_WEB_HOST={settings.web_host} serves the console, the query API and the OTLP receivers "
+            "beyond this machine; "
             "set AGENTLOG_WEB_TOKEN to a secret (every request must then send 'Authorization: Bearer <token>'), "
             "or bind to 127.0.0.1",
             code="web_token_required",

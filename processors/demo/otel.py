@@ -64,8 +64,11 @@ class OtelDemoSummary:
                 and [self.usage.get("input_tokens"), self.usage.get("output_tokens")] == self.expected_tokens)
 
 
-def _ship(endpoint: str) -> tuple[int, dict[str, str], list[int]]:
-    """Run the agents with the real OTLP exporter; return span count, role → run id, expected tokens."""
+def _ship(endpoint: str, token: str = "") -> tuple[int, dict[str, str], list[int]]:
+    """Run the agents with the real OTLP exporter; return span count, role → run id, expected tokens.
+
+    ``token``: the worker's ``web_token``, sent as every exporter sends it (its receivers ask for it when set).
+    """
     try:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace import TracerProvider
@@ -77,7 +80,9 @@ def _ship(endpoint: str) -> tuple[int, dict[str, str], list[int]]:
     provider = TracerProvider()
     memory = InMemorySpanExporter()  # a copy, only to know the run ids and tokens to look for
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint), max_export_batch_size=4))
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint, headers=headers),
+                                                   max_export_batch_size=4))
     run_planner(provider)
     provider.shutdown()  # flushes the batch processor: every span is acknowledged (or retried) by now
     spans = memory.get_finished_spans()
@@ -119,7 +124,7 @@ def run_otel_demo(settings: Settings, console: Console | None = None, *, timeout
     _migrate(settings)
     worker = ensure_worker(settings, say)
     say(f"pydantic-ai planner → researcher, spans via OTLPSpanExporter → {summary.endpoint}")
-    summary.spans, roles, summary.expected_tokens = _ship(summary.endpoint)
+    summary.spans, roles, summary.expected_tokens = _ship(summary.endpoint, settings.web_token)
     say(f"{summary.spans} spans acknowledged; waiting for the runs in the committed log")
     for role in ("planner", "researcher"):
         events = asyncio.run(_wait_complete(settings, roles[role], timeout_s))

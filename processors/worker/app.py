@@ -78,14 +78,16 @@ def worker_role(settings: Settings) -> str:
     return role
 
 
-def build_app(settings: Settings, *, replay: bool = True, web: bool = False) -> Wiring:
+def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web_loopback: bool = False) -> Wiring:
     """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out).
 
     ``web``: serve the console, the query API and ``/metrics`` on ``settings.web_port``.
+    ``web_loopback``: on loopback whatever ``settings.web_host`` says (a process half's web server, which
+    only its parent reads; its OTLP receivers still listen on ``web_host``).
     """
     role = worker_role(settings)
-    if web:
-        check_web_access(settings)  # never serve beyond loopback without a token
+    if web or (role != "sink" and settings.otlp_port):
+        check_web_access(settings)  # never serve beyond loopback without a token (the OTLP receivers too)
     settings.state_path.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
@@ -113,8 +115,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False) -> 
         web_port=settings.web_port,
         # web_bind is the interface the server listens on, web_host the name in its
         # canonical URL; both follow AGENTLOG_WEB_HOST (loopback unless a token is set: check_web_access).
-        web_bind=settings.web_host,
-        web_host=settings.web_host,
+        web_bind="127.0.0.1" if web_loopback else settings.web_host,
+        web_host="127.0.0.1" if web_loopback else settings.web_host,
         stream_wait_empty=False,
         # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
         # Faust starts. Declaring them again makes Faust force an all-topics metadata refresh per
@@ -239,14 +241,15 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "warning
     ``settings.sink_process`` an ``all`` worker is this process (the ``sink`` role) and a supervised
     child (the ``process`` role): :mod:`processors.worker.halves`.
     """
-    halves.watch_parent()  # a process half started by a parent below stops when that parent ends
+    # A process half started by a parent below stops when that parent ends; its web server is the parent's alone.
+    is_half = halves.watch_parent()
     half = None
     if settings.sink_process and worker_role(settings) == "all":
         settings = settings.replace(worker_role="sink")
         half = halves.ProcessHalf(settings, web=web, loglevel=loglevel, wait_s=wait_s)
     if worker_role(settings) != "sink":
         lock_state_dir(settings.state_path)  # held until the process exits
-    wiring = build_app(settings, web=web)
+    wiring = build_app(settings, web=web, web_loopback=is_half)
     loop = asyncio.new_event_loop()  # not Faust's: its loop is made (and owned) by the Worker below
     try:
         loop.run_until_complete(

@@ -20,7 +20,6 @@ constant time and never logged. Beyond loopback a token is required at start-up
 from __future__ import annotations
 
 import asyncio
-import hmac
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -39,6 +38,8 @@ from processors.console import (
     state_fragment,
 )
 from processors.console.pages import render_error_page
+from processors.worker.access import bearer as bearer_of
+from processors.worker.access import same_token as _same
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 
@@ -49,10 +50,6 @@ TOKEN_COOKIE = "agentlog_token"
 OPEN_PATHS = frozenset({"/health"})
 
 Handler = Callable[[aioweb.Request], Awaitable[aioweb.StreamResponse]]
-
-
-def _same(given: str, token: str) -> bool:
-    return hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
 
 
 def token_middleware(token: str) -> Any:
@@ -70,8 +67,7 @@ def token_middleware(token: str) -> Any:
             response = aioweb.Response(status=303, headers={"Location": str(request.rel_url.with_query(query))})
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="Strict", path="/")
             return response
-        header = request.headers.get("Authorization", "")
-        bearer = header[7:].strip() if header[:7].lower() == "bearer " else None
+        bearer = bearer_of(request.headers.get("Authorization", ""))
         cookie = request.cookies.get(TOKEN_COOKIE)
         if (bearer is not None and _same(bearer, token)) or (bearer is None and cookie and _same(cookie, token)):
             return await handler(request)

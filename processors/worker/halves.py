@@ -14,8 +14,9 @@ notices the closed pipe and stops (Kafka moves its partitions as for any member 
 
 The parent restarts a child that dies (SIGKILL included: its batches in flight are redone by the
 group, as for any worker) and stops it when it stops. The child's web server listens on loopback at
-``AGENTLOG_WEB_PORT + 1``; the parent's ``/metrics`` includes the child's series (scraped every
-``SCRAPE_S``), so one scrape still sees the whole worker.
+``AGENTLOG_WEB_PORT + 1`` (its OTLP receivers on ``AGENTLOG_WEB_HOST``, as any ``process`` worker's); the
+parent's ``/metrics`` includes the child's series (scraped every ``SCRAPE_S``), so one scrape still sees the
+whole worker.
 """
 
 from __future__ import annotations
@@ -98,7 +99,9 @@ class ProcessHalf:
                 "--loglevel", self.loglevel, "--wait", str(self.wait_s)]
 
     def env(self, parent_fd: int) -> dict[str, str]:
-        child = self.settings.replace(worker_role="process", sink_process=False, web_host="127.0.0.1")
+        # web_host stays: the child's OTLP receivers listen there (its own web server is on loopback, because
+        # it is a half: processors.worker.app.run_worker).
+        child = self.settings.replace(worker_role="process", sink_process=False)
         return {**os.environ, **settings_env(child), PARENT_FD_ENV: str(parent_fd)}
 
     def _spawn(self) -> None:
@@ -144,16 +147,16 @@ class ProcessHalf:
 # -- the child's side ---------------------------------------------------------------------------
 
 
-def watch_parent() -> None:
+def watch_parent() -> bool:
     """In the child: stop (SIGTERM, then SIGKILL after :data:`STOP_GRACE_S`) once the parent's pipe closes.
 
     The pipe's write end lives only in the parent, so the read returns end-of-file when the parent
     ends, however it ends (a SIGKILL included). Nothing happens when the child was not started by
-    :class:`ProcessHalf`.
+    :class:`ProcessHalf`. Returns whether it was (this process is a half).
     """
     raw = os.environ.pop(PARENT_FD_ENV, None)
     if raw is None:
-        return
+        return False
     fd = int(raw)
 
     def watch() -> None:
@@ -171,3 +174,4 @@ def watch_parent() -> None:
         os.kill(os.getpid(), signal.SIGKILL)  # a graceful stop that hangs: as for any worker, a crash is safe
 
     threading.Thread(target=watch, name="agentlog-parent-watch", daemon=True).start()
+    return True

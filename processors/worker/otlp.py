@@ -1,14 +1,20 @@
-"""The OTLP/HTTP trace receiver: ``POST /v1/traces`` on ``127.0.0.1:$AGENTLOG_OTLP_PORT``.
+"""The OTLP trace receiver: ``POST /v1/traces`` on ``$AGENTLOG_WEB_HOST:$AGENTLOG_OTLP_PORT``, and its core.
 
 Faust's web server serves one port (the console/metrics), and OTLP exporters expect
 their own (4318 by default), so this is a small aiohttp server of its own, started
-with the worker. What it promises, per the OTLP/HTTP spec:
+with the worker on the interface of the worker's other endpoints (``web_host``); OTLP/gRPC
+(:mod:`processors.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below; both are
+started by :func:`processors.worker.spans.serve_otlp`.
+With ``web_token`` set a request needs ``Authorization: Bearer <token>`` (the exporters'
+``OTEL_EXPORTER_OTLP_HEADERS``), on loopback too, as every endpoint of the worker does
+(:mod:`processors.worker.access`). What it promises, per the OTLP/HTTP spec:
 
 * 200 only once every accepted span is acknowledged by Kafka (acks=all) on the
   ``spans`` topic; the body is an ``ExportTraceServiceResponse`` whose
   ``partial_success`` counts and names the spans it refused (no trace/span id);
 * 400 for a body that is not an OTLP trace request (protobuf or JSON, optionally
   gzip) — the exporter does not retry those;
+* 401 without the token, before the body is read: nothing of the request is written;
 * 503 + ``Retry-After`` when Kafka does not acknowledge in time, so the exporter
   retries; a retried request maps to the same event ids (duplicates, not new events).
 
@@ -41,6 +47,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from processors.metrics import METRICS
+from processors.worker.access import bearer, same_token
 from schemas.canonical import jcs
 from schemas.errors import AgentlogError
 from schemas.records import record_source, rejection
@@ -50,6 +57,11 @@ log = logging.getLogger("agentlog.otlp")
 _SAFE = 2**53 - 1
 #: Rejections of OTLP input name this pseudo-topic as their source (they never were a Kafka record).
 SOURCE_TOPIC = "otlp:/v1/traces"
+#: What a 503 asks the exporter to wait before it retries (OTLP/gRPC's UNAVAILABLE leaves it to its backoff).
+RETRY_AFTER_S = 5
+#: Said to a request without the token (the token itself is never echoed).
+UNAUTHORIZED = ("this worker requires AGENTLOG_WEB_TOKEN: send 'Authorization: Bearer <token>' "
+                "(OTEL_EXPORTER_OTLP_HEADERS=Authorization=Bearer%20<token>)")
 
 
 class OtlpError(AgentlogError):
@@ -151,18 +163,37 @@ Reject = Callable[[bytes], Awaitable[Awaitable[Any]]]
 
 
 class Receiver:
-    """The ``/v1/traces`` handler. ``send(traceId, value)`` publishes one span record to the spans
-    topic and returns its delivery future; ``reject(value)`` does the same for a rejection record."""
+    """What both OTLP transports do with a request: check the token, map its spans, send them, wait for Kafka.
+
+    ``send(traceId, value)`` publishes one span record to the spans topic and returns its delivery
+    future; ``reject(value)`` does the same for a rejection record. ``token``: the worker's
+    ``web_token`` (empty: no token asked, which :func:`streams.settings.check_web_access` allows
+    on loopback only). :meth:`app` is the OTLP/HTTP server; :mod:`processors.worker.otlp_grpc`
+    serves the same :meth:`export` over gRPC.
+    """
 
     def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int,
-                 max_span_bytes: int = 900_000) -> None:
+                 max_span_bytes: int = 900_000, token: str = "") -> None:
         self._send = send
         self._reject = reject
         self._ack_timeout_s = ack_timeout_s
+        self._token = token
         self.max_body_bytes = max_body_bytes
         # Below Kafka's default 1 MB record limit: a bigger span would fail every retry with 503
         # forever, so it is refused (partial_success + rejection) instead.
         self.max_span_bytes = max_span_bytes
+
+    def authorized(self, authorization: str) -> bool:
+        """Whether a request whose ``Authorization`` header (gRPC: metadata) is this may export.
+
+        A refused request is counted and nothing of it is written, not even a rejection record:
+        whoever lacks the token must not be able to fill a topic.
+        """
+        given = bearer(authorization)
+        if not self._token or (given is not None and same_token(given, self._token)):
+            return True
+        METRICS.inc("agentlog_otlp_requests_total", outcome="unauthorized")
+        return False
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=self.max_body_bytes)
@@ -170,6 +201,10 @@ class Receiver:
         return application
 
     async def traces(self, request: web.Request) -> web.Response:
+        """``POST /v1/traces``: OTLP/HTTP's answers to :meth:`export`'s outcomes."""
+        if not self.authorized(request.headers.get("Authorization", "")):  # before the body is read
+            return web.json_response({"code": "unauthorized", "message": UNAUTHORIZED}, status=401,
+                                     headers={"WWW-Authenticate": 'Bearer realm="agentlog"'})
         body = await request.read()
         content_type = request.headers.get("Content-Type", "application/x-protobuf")
         as_json = content_type.split(";")[0].strip().lower() == "application/json"
@@ -177,10 +212,33 @@ class Receiver:
             # aiohttp's parser already undid Content-Encoding (gzip/deflate) for request.read().
             export = decode_request(body, content_type)
         except OtlpError as e:
-            METRICS.inc("agentlog_otlp_requests_total", outcome="undecodable")
-            await self._record_rejection("decode_error", str(e), body)
+            await self.undecodable(e, body)
             return web.Response(status=400, text=json.dumps({"code": e.code, "message": str(e)}),
                                 content_type="application/json")
+        try:
+            response = await self.export(export)
+        except OtlpError as e:
+            return web.Response(status=503, headers={"Retry-After": str(RETRY_AFTER_S)},
+                                text=json.dumps({"code": e.code, "message": str(e)}), content_type="application/json")
+        if as_json:
+            return web.Response(status=200, text=json_format.MessageToJson(response), content_type="application/json")
+        return web.Response(status=200, body=response.SerializeToString(), content_type="application/x-protobuf")
+
+    async def undecodable(self, error: OtlpError, body: bytes) -> None:
+        """Count a request that is not an OTLP trace export and record it on the rejections topic."""
+        METRICS.inc("agentlog_otlp_requests_total", outcome="undecodable")
+        await self._record_rejection("decode_error", str(error), body)
+
+    async def export(self, export: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
+        """Send the request's spans to the spans topic; the answer once Kafka has acknowledged every one.
+
+        Refused spans (no valid ids, too big for a record) go to the rejections topic and are named
+        in the answer's ``partial_success``.
+
+        Raises:
+            OtlpError: ``otlp_unavailable`` when Kafka did not acknowledge within the timeout: the
+                exporter must retry (the same spans map to the same event ids, so a retry adds nothing).
+        """
         spans, refused = span_dicts(export)
         records: list[tuple[str, bytes]] = []
         oversize: list[tuple[str, bytes]] = []
@@ -199,11 +257,10 @@ class Receiver:
             futures += [await self._reject(_rejection_bytes("oversize", why, value)) for why, value in oversize]
             await asyncio.wait_for(asyncio.gather(*futures), self._ack_timeout_s)
         except Exception as e:  # noqa: BLE001 - any send failure means "not durable": the exporter must retry
-            log.warning("OTLP request not acknowledged by Kafka (%s: %s); answering 503", type(e).__name__, e)
+            log.warning("OTLP request not acknowledged by Kafka (%s: %s); asking the exporter to retry",
+                        type(e).__name__, e)
             METRICS.inc("agentlog_otlp_requests_total", outcome="unavailable")
-            return web.Response(status=503, headers={"Retry-After": "5"},
-                                text='{"code":"otlp_unavailable","message":"Kafka did not acknowledge; retry"}',
-                                content_type="application/json")
+            raise OtlpError("Kafka did not acknowledge; retry", code="otlp_unavailable") from e
         METRICS.inc("agentlog_otlp_requests_total", outcome="accepted")
         METRICS.inc("agentlog_otlp_spans_total", len(records), outcome="accepted")
         if refused:
@@ -212,9 +269,7 @@ class Receiver:
         if refused:
             response.partial_success.rejected_spans = len(refused)
             response.partial_success.error_message = "; ".join(refused)[:4000]
-        if as_json:
-            return web.Response(status=200, text=json_format.MessageToJson(response), content_type="application/json")
-        return web.Response(status=200, body=response.SerializeToString(), content_type="application/x-protobuf")
+        return response
 
     async def _record_rejection(self, reason: str, detail: str, raw: bytes) -> None:
         try:

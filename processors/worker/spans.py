@@ -54,6 +54,8 @@ from schemas.records import record_source, rejection
 from streams.topics import topic_name
 
 log = logging.getLogger("agentlog.otel")
+#: The receivers' own logger (processors.worker.otlp's).
+otlp_log = logging.getLogger("agentlog.otlp")
 
 # When a held trace is published (processors.core.otel.due): SETTLE_MS after its last span once its root
 # span has arrived, GRACE_MS after its first span at the latest, or at once when MAX_HELD_SPANS are held.
@@ -325,8 +327,52 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
 
 
+async def serve_otlp(receiver: Receiver, host: str, port: int) -> None:
+    """Serve OTLP/HTTP on ``host:port`` and OTLP/gRPC on ``host:(port - 1)`` until cancelled.
+
+    Either one that cannot listen (the port taken, no ``grpcio`` for gRPC) is logged once and left
+    off; the worker keeps running.
+    """
+    runner = web.AppRunner(receiver.app(), access_log=None)
+    await runner.setup()
+    grpc_server: Any = None
+    try:
+        try:
+            await web.TCPSite(runner, host, port).start()
+            otlp_log.info("OTLP/HTTP receiver on http://%s:%d/v1/traces", host, port)
+        except OSError as e:
+            otlp_log.error("OTLP/HTTP receiver cannot listen on %s:%d (%s); set AGENTLOG_OTLP_PORT (0 turns it "
+                      "off). The worker keeps running without it.", host, port, e)
+        grpc_server = await _start_grpc(receiver, host, port)
+        await asyncio.Event().wait()
+    finally:
+        if grpc_server is not None:
+            await grpc_server.stop(1.0)
+        await runner.cleanup()
+
+
+async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
+    try:
+        from processors.worker import otlp_grpc
+    except ImportError as e:  # grpcio is the optional `grpc` extra
+        otlp_log.warning("OTLP/gRPC is off: %s (pip install 'agentlog[grpc]'); OTLP/HTTP is on", e)
+        return None
+    port = otlp_grpc.grpc_port(http_port)
+    if not port:
+        otlp_log.warning("OTLP/gRPC is off: AGENTLOG_OTLP_PORT=%d leaves no port below it", http_port)
+        return None
+    try:
+        server = await otlp_grpc.start(receiver, host, port)
+    except OSError as e:
+        otlp_log.error("OTLP/gRPC receiver cannot listen on %s:%d (%s); it serves on AGENTLOG_OTLP_PORT - 1. "
+                  "The worker keeps running without it.", host, port, e)
+        return None
+    otlp_log.info("OTLP/gRPC receiver on %s:%d", host, port)
+    return server
+
+
 def install(wiring: Wiring) -> None:
-    """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receiver."""
+    """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receivers."""
     app, settings = wiring.app, wiring.settings
 
     wiring.topics["spans"] = app.topic(topic_name(settings, "spans"), key_type=bytes, value_type=bytes,
@@ -361,21 +407,9 @@ def install(wiring: Wiring) -> None:
             return await wiring.send("rejections", None, value)
 
         receiver = Receiver(send, reject, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
-                            max_span_bytes=min(900_000, settings.max_event_bytes))
+                            max_span_bytes=min(900_000, settings.max_event_bytes), token=settings.web_token)
 
         @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
         async def otlp_receiver() -> None:
-            runner = web.AppRunner(receiver.app(), access_log=None)
-            await runner.setup()
-            try:
-                await web.TCPSite(runner, "127.0.0.1", settings.otlp_port).start()
-            except OSError as e:
-                log.error("OTLP receiver cannot listen on 127.0.0.1:%d (%s); set AGENTLOG_OTLP_PORT "
-                          "(0 turns it off). The worker keeps running without it.", settings.otlp_port, e)
-                await runner.cleanup()
-                return
-            log.info("OTLP/HTTP receiver on http://127.0.0.1:%d/v1/traces", settings.otlp_port)
-            try:
-                await asyncio.Event().wait()
-            finally:
-                await runner.cleanup()
+            # The worker's HTTP endpoints share one interface (web_host) and one token rule.
+            await serve_otlp(receiver, settings.web_host, settings.otlp_port)

@@ -3,6 +3,12 @@
     pip install -e '.[frameworks]'
     python -m tests.otel_corpus.record                 # (re)record every fixture
     python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
+    python -m tests.otel_corpus.record --live langgraph.openinference   # export to OTEL_EXPORTER_OTLP_*
+
+``--live`` runs the same program with the exporter a user configures through the standard
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` (``grpc`` or ``http/protobuf``) / ``_HEADERS``
+variables, and exits non-zero unless every export succeeded: ``tests/integration/otel/
+test_frameworks_live.py`` points it at a real worker.
 
 Each program × instrumentation runs in a subprocess of its own (instrumentors patch
 frameworks globally and cannot be undone cleanly). The models are scripted fakes driven
@@ -71,21 +77,52 @@ class _Capture(BaseHTTPRequestHandler):
         pass
 
 
-def _provider(name: str) -> tuple[Any, ThreadingHTTPServer]:
-    from opentelemetry.exporter.otlp.proto.http import Compression
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+def _provider(name: str, exporter: Any) -> Any:
+    """The SDK's provider as a program sets it up; every span goes out in one batch, at the flush."""
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     provider = TracerProvider(resource=Resource.create({"service.name": f"agentlog-corpus-{name}"}))
-    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces",
-                                compression=Compression.Gzip)
     provider.add_span_processor(BatchSpanProcessor(exporter, schedule_delay_millis=60_000,
                                                    max_export_batch_size=512))
-    return provider, server
+    return provider
+
+
+def _capturing_provider(name: str) -> tuple[Any, ThreadingHTTPServer]:
+    from opentelemetry.exporter.otlp.proto.http import Compression
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Capture)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{server.server_port}/v1/traces",
+                                compression=Compression.Gzip)
+    return _provider(name, exporter), server
+
+
+def _checked(exporter: Any, save: Path | None) -> Any:
+    """``exporter``, remembering each export's result (and, with ``save``, writing each request body there)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export import SpanExporter
+
+    class Checked(SpanExporter):
+        def __init__(self) -> None:
+            self.results: list[Any] = []
+
+        def export(self, spans: Any) -> Any:
+            if save is not None:
+                (save / f"request-{len(self.results)}.pb").write_bytes(encode_spans(spans).SerializeToString())
+            result = exporter.export(spans)
+            self.results.append(result)
+            return result
+
+        def shutdown(self) -> None:
+            exporter.shutdown()
+
+        def force_flush(self, timeout_millis: int = 30_000) -> bool:
+            return bool(exporter.force_flush(timeout_millis))
+
+    return Checked()
 
 
 # --- OpenAI Agents SDK --------------------------------------------------------------------------------------------
@@ -283,7 +320,7 @@ def record_one(program: str, instrumentation: str) -> list[Path]:
     os.environ.setdefault("OPENAI_API_KEY", "sk-offline")  # some clients insist on one; nothing is sent
     os.environ["TRACELOOP_TRACE_CONTENT"] = "true"
     name = f"{program}.{instrumentation}"
-    provider, server = _provider(name)
+    provider, server = _capturing_provider(name)
     PROGRAMS[program](provider, instrumentation)
     provider.force_flush()
     provider.shutdown()
@@ -295,6 +332,30 @@ def record_one(program: str, instrumentation: str) -> list[Path]:
     for path, body in zip(paths, bodies, strict=True):
         path.write_bytes(body)
     return paths
+
+
+def export_live(program: str, instrumentation: str, save: Path | None = None) -> None:
+    """Run one program, its spans exported as ``OTEL_EXPORTER_OTLP_*`` say (each request's body saved in ``save``).
+
+    Raises:
+        SystemExit: an export did not succeed (the exporter gave up or was refused).
+    """
+    _forbid_network()
+    os.environ.setdefault("OPENAI_API_KEY", "sk-offline")
+    os.environ["TRACELOOP_TRACE_CONTENT"] = "true"
+    if os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    exporter = _checked(OTLPSpanExporter(), save)  # configured by the environment only, as a user's is
+    provider = _provider(f"{program}.{instrumentation}", exporter)
+    PROGRAMS[program](provider, instrumentation)
+    provider.force_flush()
+    provider.shutdown()
+    results = [r.name for r in exporter.results]
+    if not results or set(results) != {"SUCCESS"}:
+        raise SystemExit(f"exports: {results}")
+    print(f"exports: {results}")
 
 
 def show(name: str) -> str:
@@ -310,9 +371,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--one", help="program.instrumentation: record this one in this process")
     parser.add_argument("--show", help="program.instrumentation: print the fixture as OTLP JSON")
+    parser.add_argument("--live", help="program.instrumentation: run it, exporting as OTEL_EXPORTER_OTLP_* say")
+    parser.add_argument("--save", type=Path, help="with --live: write each request body sent into this directory")
     args = parser.parse_args()
     if args.show:
         print(show(args.show))
+        return
+    if args.live:
+        program, instrumentation = args.live.split(".")
+        export_live(program, instrumentation, args.save)
         return
     if args.one:
         program, instrumentation = args.one.split(".")

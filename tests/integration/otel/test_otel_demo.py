@@ -1,7 +1,7 @@
 """``agentlog demo --otel`` on the real broker: the same story through the demo's own path.
 
 The demo's summary is checked against the spans' attributes and the audit history it queried,
-and the CLI entry point is run once with ``--json`` as a user would.
+and the CLI entry point is run once with ``--json`` as a user would, with ``AGENTLOG_WEB_TOKEN`` set.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 def test_demo_otelagentlog_cli(settings):
-    demo = settings.replace(web_port=free_port(), otlp_port=free_port())
+    # With a web token: the demo's exporter sends it, as the receiver then asks of every export.
+    demo = settings.replace(web_port=free_port(), otlp_port=free_port(), web_token="demo-t0ken")
     env = {**os.environ, **settings_env(demo), "PYTHONPATH": str(REPO)}
     try:
         out = subprocess.run([sys.executable, "-m", "processors", "demo", "--otel", "--json"], env=env, cwd=REPO,

@@ -4,6 +4,10 @@ Each fixture is the exact OTLP/HTTP request an exporter sent while a scripted mu
 program ran (``python -m tests.otel_corpus.record``). Expectations come from the script
 (:mod:`tests.otel_corpus.script`: which agents, which model calls with which token counts,
 which tool with which arguments), never from the mapper. No framework is needed here.
+
+The ``check_*`` functions take the runs as a reader sees them (run id → its events in sequence
+order), so ``tests/integration/otel/test_frameworks_live.py`` asserts the same of the runs a real
+worker commits when the same programs export to it live.
 """
 
 from __future__ import annotations
@@ -65,8 +69,12 @@ def of(events: list[dict], etype: str) -> list[dict]:
 
 
 def program_runs(program: str, instrumentation: str) -> tuple[dict[str, list[dict]], str, str]:
-    """The runs, the root run's id and the child run's id (the runs that start with run.started)."""
-    runs = mapped(spans_of(program, instrumentation))
+    """The runs of a fixture, the root run's id and the child run's id (the runs that start with run.started)."""
+    return root_and_child(mapped(spans_of(program, instrumentation)))
+
+
+def root_and_child(runs: dict[str, list[dict]]) -> tuple[dict[str, list[dict]], str, str]:
+    """Every run checked as a log; the root run's id and the child run's id (the runs that start with run.started)."""
     for events in runs.values():
         check_log(events)
     started = {run for run, events in runs.items() if events[0]["type"] == "run.started"}
@@ -80,7 +88,11 @@ def program_runs(program: str, instrumentation: str) -> tuple[dict[str, list[dic
 
 @pytest.mark.parametrize("program,instrumentation", CASES)
 def test_runs_child_runs_and_the_handoff(program, instrumentation):
-    runs, root, child = program_runs(program, instrumentation)
+    check_runs_child_runs_and_the_handoff(program, instrumentation, *program_runs(program, instrumentation))
+
+
+def check_runs_child_runs_and_the_handoff(program: str, instrumentation: str, runs: dict[str, list[dict]],
+                                          root: str, child: str) -> None:
     source, worker = (s.TRIAGE, s.SPECIALIST) if program == "openai_agents" else (s.SUPERVISOR, s.RESEARCHER)
     if program == "langgraph":
         assert root == s.GRAPH_THREAD  # LangGraph's thread id is the run id, under either family
@@ -107,7 +119,11 @@ def test_runs_child_runs_and_the_handoff(program, instrumentation):
 
 @pytest.mark.parametrize("program,instrumentation", CASES)
 def test_llm_calls_with_content_cache_keys_and_usage(program, instrumentation):
-    runs, root, child = program_runs(program, instrumentation)
+    check_llm_calls_with_content_cache_keys_and_usage(program, *program_runs(program, instrumentation))
+
+
+def check_llm_calls_with_content_cache_keys_and_usage(program: str, runs: dict[str, list[dict]], root: str,
+                                                      child: str) -> None:
     script = s.AGENTS_CALLS if program == "openai_agents" else s.GRAPH_CALLS
     first_agent = script[0][0]
     for run, calls in ((root, [c for c in script if c[0] == first_agent]),
@@ -147,7 +163,10 @@ def test_llm_calls_with_content_cache_keys_and_usage(program, instrumentation):
 
 @pytest.mark.parametrize("program,instrumentation", CASES)
 def test_tool_call_and_return_pairs(program, instrumentation):
-    runs, root, child = program_runs(program, instrumentation)
+    check_tool_call_and_return_pairs(program, *program_runs(program, instrumentation))
+
+
+def check_tool_call_and_return_pairs(program: str, runs: dict[str, list[dict]], root: str, child: str) -> None:
     run = root if program == "openai_agents" else child  # the triage agent's tool; the researcher's
     tool, args, result = ((s.LOOKUP_TOOL, s.LOOKUP_ARGS, s.LOOKUP_RESULT) if program == "openai_agents"
                           else (s.SEARCH_TOOL, s.SEARCH_ARGS, s.SEARCH_RESULT))

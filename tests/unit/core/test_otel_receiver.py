@@ -1,4 +1,4 @@
-"""The ``/v1/traces`` answers the OTLP/HTTP spec asks for, on a real aiohttp server.
+"""The answers the OTLP/HTTP and OTLP/gRPC specs ask for, on a real aiohttp server and a real grpc.aio server.
 
 Kafka is represented by the ``send`` callable the worker hands the receiver (the producer's
 delivery futures); here it is a list of futures the test resolves or leaves hanging, which is
@@ -9,9 +9,14 @@ broker path is covered by ``tests/integration/otel``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 import json
+import logging
+import sys
 
+import pytest
+from aiohttp import ClientSession
 from aiohttp.test_utils import TestClient, TestServer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -19,6 +24,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from processors.worker.otlp import Receiver
+from processors.worker.spans import serve_otlp
+from tests.tools import free_port
 
 
 def _request(*span_ids: bytes) -> ExportTraceServiceRequest:
@@ -109,3 +116,128 @@ def test_a_span_too_big_for_kafka_is_refused_not_retried_forever():
     assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
     assert len(kafka.sent) == 1
     assert [r["reason"] for r in kafka.rejections] == ["oversize"]
+
+
+# --- the token: with web_token set, no export without it (and nothing of a refused one is written) -------------
+
+TOKEN = "otlp-t0ken"
+
+
+def _post_with_token(kafka: _Kafka, headers: dict[str, str]):
+    async def go():
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20, token=TOKEN)
+        async with TestClient(TestServer(receiver.app())) as client:
+            resp = await client.post("/v1/traces", data=_request(b"\x01" * 8).SerializeToString(), headers=headers)
+            return resp.status, dict(resp.headers), await resp.text()
+    return asyncio.run(go())
+
+
+def test_without_the_token_an_export_is_401_and_writes_nothing():
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": TOKEN}):
+        kafka = _Kafka(acks=True)
+        status, resp_headers, text = _post_with_token(kafka, {**PROTO, **headers})
+        assert status == 401 and resp_headers["WWW-Authenticate"].startswith("Bearer")
+        assert json.loads(text)["code"] == "unauthorized" and TOKEN not in text
+        assert kafka.sent == [] and kafka.rejections == []
+    kafka = _Kafka(acks=True)
+    # The form OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>" sends (scheme in any case).
+    assert _post_with_token(kafka, {**PROTO, "Authorization": f"bearer {TOKEN}"})[0] == 200
+    assert len(kafka.sent) == 1
+
+
+# --- OTLP/gRPC: the same Receiver behind TraceService/Export --------------------------------------------------
+
+def _grpc_export(kafka: _Kafka, request: ExportTraceServiceRequest | bytes, *, token: str = "",
+                 metadata: tuple[tuple[str, str], ...] = (), compression=None):
+    """One Export over a real grpc.aio server on loopback: (status code name, response or None, details)."""
+    grpc = pytest.importorskip("grpc")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+
+    from processors.worker import otlp_grpc
+
+    async def go():
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20, token=token)
+        port = free_port()
+        server = await otlp_grpc.start(receiver, "127.0.0.1", port)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                if isinstance(request, bytes):  # a message the generated stub could not have serialized
+                    call = channel.unary_unary(f"/{otlp_grpc.SERVICE}/Export")
+                    answer = ExportTraceServiceResponse.FromString
+                else:
+                    call, answer = TraceServiceStub(channel).Export, (lambda r: r)
+                try:
+                    response = await call(request, metadata=metadata, timeout=10, compression=compression)
+                except grpc.aio.AioRpcError as e:
+                    return e.code().name, None, e.details()
+                return "OK", answer(response), ""
+        finally:
+            await server.stop(None)
+    return asyncio.run(go())
+
+
+def test_grpc_acknowledged_spans_are_ok_with_partial_success():
+    grpc = pytest.importorskip("grpc")
+    kafka = _Kafka(acks=True)
+    code, response, _ = _grpc_export(kafka, _request(b"\x01" * 8, b"\x00" * 8, b"\x02" * 8),
+                                     compression=grpc.Compression.Gzip)
+    assert code == "OK"
+    assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
+    assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"] * 2
+    assert [r["reason"] for r in kafka.rejections] == ["invalid_envelope"]
+
+
+def test_grpc_no_ack_is_unavailable_which_exporters_retry():
+    code, _, details = _grpc_export(_Kafka(acks=False), _request(b"\x01" * 8))
+    assert code == "UNAVAILABLE" and "otlp_unavailable" in details
+
+
+def test_grpc_garbage_is_invalid_argument_and_recorded():
+    kafka = _Kafka(acks=True)
+    code, _, details = _grpc_export(kafka, b"\x0a\xff\xff garbage")
+    assert code == "INVALID_ARGUMENT" and "otlp_undecodable" in details
+    assert kafka.sent == [] and [r["reason"] for r in kafka.rejections] == ["decode_error"]
+
+
+def test_grpc_without_the_token_is_unauthenticated_and_writes_nothing():
+    for metadata in ((), (("authorization", "Bearer wrong"),)):
+        kafka = _Kafka(acks=True)
+        code, _, details = _grpc_export(kafka, _request(b"\x01" * 8), token=TOKEN, metadata=metadata)
+        assert code == "UNAUTHENTICATED" and TOKEN not in details
+        assert kafka.sent == [] and kafka.rejections == []
+    kafka = _Kafka(acks=True)
+    code, _, _ = _grpc_export(kafka, _request(b"\x01" * 8), token=TOKEN,
+                              metadata=(("authorization", f"Bearer {TOKEN}"),))
+    assert code == "OK" and len(kafka.sent) == 1
+
+
+def test_without_grpcio_the_receiver_says_so_once_and_serves_http(monkeypatch, caplog):
+    import processors.worker
+
+    monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError, as without grpcio
+    monkeypatch.delitem(sys.modules, "processors.worker.otlp_grpc", raising=False)
+    monkeypatch.delattr(processors.worker, "otlp_grpc", raising=False)
+    kafka = _Kafka(acks=True)
+    port = free_port()
+
+    async def go():
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20)
+        task = asyncio.create_task(serve_otlp(receiver, "127.0.0.1", port))
+        try:
+            async with ClientSession() as http:
+                for _ in range(100):
+                    try:
+                        async with http.post(f"http://127.0.0.1:{port}/v1/traces", headers=PROTO,
+                                             data=_request(b"\x01" * 8).SerializeToString()) as resp:
+                            return resp.status
+                    except OSError:
+                        await asyncio.sleep(0.05)
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    with caplog.at_level(logging.WARNING, logger="agentlog.otlp"):
+        assert asyncio.run(go()) == 200
+    off = [r.getMessage() for r in caplog.records if "OTLP/gRPC is off" in r.getMessage()]
+    assert len(off) == 1 and "agentlog[grpc]" in off[0]

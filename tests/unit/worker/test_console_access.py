@@ -37,6 +37,10 @@ def test_the_worker_refuses_to_start_without_one(tmp_path):
 
     with pytest.raises(ConfigError, match="AGENTLOG_WEB_TOKEN"):
         build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process"), web=True)
+    # Without its web server a worker still serves OTLP on web_host: the same rule.
+    with pytest.raises(ConfigError, match="OTLP"):
+        build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process"), web=False)
+    build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process", otlp_port=0), web=False)
     # With a token it binds where it was told and guards its whole server.
     wiring = build_app(Settings(home=tmp_path, web_host="0.0.0.0", web_token=TOKEN, worker_role="process"), web=True)
     assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("0.0.0.0", "0.0.0.0")

@@ -28,7 +28,7 @@ def test_what_the_child_exposes_is_read_back_as_the_same_series():
     }
 
 
-def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port():
+def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port(tmp_path):
     settings = load_settings(worker_role="sink", sink_process=True, web_port=7000, web_host="0.0.0.0",
                              web_token="t0ken")
     half = ProcessHalf(settings, web=True)
@@ -38,8 +38,14 @@ def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port():
     env = half.env(9)
     assert env["AGENTLOG_WORKER_ROLE"] == "process"
     assert env["AGENTLOG_SINK_PROCESS"] == "false"  # the child does not start a child of its own
-    assert env["AGENTLOG_WEB_HOST"] == "127.0.0.1"
+    # The child's OTLP receivers listen where the worker's endpoints do; its web server, a half's, on loopback.
+    assert (env["AGENTLOG_WEB_HOST"], env["AGENTLOG_WEB_TOKEN"]) == ("0.0.0.0", "t0ken")
     assert env[PARENT_FD_ENV] == "9"
+    from processors.worker.app import build_app
+
+    child = load_settings(home=tmp_path, worker_role="process", web_host="0.0.0.0", web_token="t0ken")
+    wiring = build_app(child, web=True, web_loopback=True)
+    assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("127.0.0.1", "127.0.0.1")
 
 
 def test_a_child_stops_when_its_parents_pipe_closes():
