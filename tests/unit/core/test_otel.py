@@ -22,7 +22,7 @@ from processors.core.otel import Cursor, due, event_id, map_trace
 from processors.demo.otel import run_planner
 from processors.worker.otlp import OtlpError, decode_request, span_dicts
 from schemas.upstream import upstream_file
-from schemas.validate import validate_doc
+from tests.unit.core.test_otel_corpus import check_log
 
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
@@ -47,17 +47,6 @@ def _runs(docs):
     return by_run
 
 
-def _check_log(events):
-    ids = set()
-    for i, doc in enumerate(events):
-        assert doc["sequence"] == i
-        if "causationId" in doc:
-            assert doc["causationId"] in ids, f"{doc['type']} at {i} names a later or unknown event"
-        ids.add(doc["eventId"])
-        validate_doc(doc)
-        VALIDATOR.validate(doc)
-
-
 def test_planner_and_child_runs(spans):
     conv = {s["attributes"]["gen_ai.agent.name"]: s["attributes"]["gen_ai.conversation.id"]
             for s in spans if s["attributes"].get("gen_ai.operation.name") == "invoke_agent"}
@@ -66,7 +55,7 @@ def test_planner_and_child_runs(spans):
     runs = _runs(emission.docs)
     assert set(runs) == {conv["planner"], conv["researcher"]}
     for events in runs.values():
-        _check_log(events)
+        check_log(events)
     planner = [d["type"] for d in runs[conv["planner"]]]
     assert planner[0] == "run.started" and planner[-1] == "run.completed"
     assert planner.count("agent.invocation.started") == 2 == planner.count("agent.invocation.completed")
@@ -111,7 +100,7 @@ def test_late_spans_extend_the_runs_contiguously(spans):
     second = map_trace(trace, {s["spanId"]: s for s in late}, published=first.published,
                        cursors={r: Cursor(c.next, c.last) for r, c in first.cursors.items()})
     for events in _runs(first.docs + second.docs).values():
-        _check_log(events)
+        check_log(events)
     assert {d["type"] for d in second.docs} >= {"agent.invocation.started", "provider.usage"}
 
 
@@ -177,6 +166,6 @@ def test_a_doc_the_sequencer_would_reject_keeps_its_slot_as_an_opaque_event(span
     # (unsafe_integer) and leave a gap; it becomes log.appended with the reason instead.
     bad = {**chat, "attributes": {**chat["attributes"], "gen_ai.output.messages": '[{"n": 18014398509481984}]'}}
     docs = map_trace(chat["traceId"], {chat["spanId"]: bad}, published={}, cursors={}).docs
-    _check_log(docs)
+    check_log(docs)
     unmapped = [d["payload"]["unmapped"] for d in docs if d["type"] == "log.appended"]
     assert [(u["type"], u["code"]) for u in unmapped] == [("agent.invocation.completed", "unsafe_integer")]
