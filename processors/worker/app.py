@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import faust
 from faust.worker import Worker
@@ -44,12 +45,12 @@ from processors.metrics import METRICS
 from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
 from processors.worker import spans as otel_spans
 from processors.worker import web as web_endpoints
-from processors.worker.security import faust_broker_kwargs
 from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
 from streams import internals
 from streams.admin import ensure_topics_patiently
+from streams.security import bootstrap, load_security
 from streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from streams.topics import TopicSpec, catalogue, durability_config, topic_name
 
@@ -76,6 +77,35 @@ def worker_role(settings: Settings) -> str:
         raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
                           code="bad_worker_role")
     return role
+
+
+def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
+    """``broker=`` (and, when configured, ``broker_credentials=``) for ``faust.App``: the same properties file as
+    every other client's.
+
+    Faust builds its own aiokafka producer, consumers and admin client and passes them the credentials
+    given as ``broker_credentials`` (``faust.SASLCredentials`` with an SSL context for SASL_SSL, a bare
+    ``ssl.SSLContext`` for SSL), so this covers all of them.
+
+    Any: the values are what those keyword arguments take (URL list, Faust credentials object).
+    """
+    urls = [f"kafka://{host.strip()}" for host in bootstrap(settings).split(",") if host.strip()]
+    kwargs: dict[str, Any] = {"broker": urls}
+    security = load_security(settings)
+    if security is None or security.security_protocol == "PLAINTEXT":
+        return kwargs
+    if security.uses_sasl:
+        assert security.sasl_password is not None  # parse_properties guarantees it
+        kwargs["broker_credentials"] = faust.SASLCredentials(
+            username=security.sasl_username,
+            password=security.sasl_password.get_secret_value(),
+            mechanism=security.sasl_mechanism,
+            # None = SASL_PLAINTEXT: Faust picks the protocol from whether a context is given.
+            ssl_context=security.ssl_context() if security.uses_tls else None,
+        )
+    else:
+        kwargs["broker_credentials"] = security.ssl_context()
+    return kwargs
 
 
 def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web_loopback: bool = False) -> Wiring:
@@ -111,12 +141,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         # sequential produce requests per partition; 1 MiB batches with a 5 ms linger send it in one.
         producer_max_batch_size=1 << 20,
         producer_linger=0.005,
-        web_enabled=web,
-        web_port=settings.web_port,
-        # web_bind is the interface the server listens on, web_host the name in its
-        # canonical URL; both follow AGENTLOG_WEB_HOST (loopback unless a token is set: check_web_access).
-        web_bind="127.0.0.1" if web_loopback else settings.web_host,
-        web_host="127.0.0.1" if web_loopback else settings.web_host,
+        web_enabled=False,  # the worker's own server serves HTTP (processors.worker.web)
         stream_wait_empty=False,
         # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
         # Faust starts. Declaring them again makes Faust force an all-topics metadata refresh per
@@ -186,8 +211,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 
     gcpause.install(app)  # no generation-2 pauses over the tables' heap
     lagprobe.install(app)  # lagprobe.STALL_LOG_MS, off by default
-    if web:
-        web_endpoints.install(wiring)
+    if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
+        web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
 
 

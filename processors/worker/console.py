@@ -1,4 +1,5 @@
-"""The web console's routes on the worker's Faust web server, and the access token for every endpoint.
+"""The web console's routes on the worker's web server (:mod:`processors.worker.web`), and the access token
+for every endpoint.
 
 The pages themselves are :mod:`processors.console` (no Faust there); this module only maps
 URLs to its view calls, runs them in an executor (they block on ClickHouse) and answers
@@ -8,7 +9,7 @@ with HTML. Routes (README "Console"):
 ``/runs/<runId>/replays`` its replay verdicts · ``/compare?a=<runId>&b=<runId>`` · ``/analytics``
 
 Access: with ``AGENTLOG_WEB_TOKEN`` set, every request to this server — console
-pages, ``/query``, ``/sql``, ``/replay/...``, ``/metrics`` and Faust's own pages — needs
+pages, ``/query``, ``/sql``, ``/replay/...``, ``/metrics`` — needs
 ``Authorization: Bearer <token>``, except ``/health`` (liveness probes; it names the worker
 and nothing else). A browser opens a page once with ``?token=<token>``: the answer sets an
 HttpOnly, SameSite=Strict cookie and redirects to the same URL without the token, so the
@@ -24,8 +25,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web as aioweb
-from faust.web import Request, Response, View
-from faust.web.drivers.aiohttp import Web as AiohttpWeb
 
 from processors.audit.store import Store
 from processors.console import (
@@ -41,9 +40,8 @@ from processors.console.pages import render_error_page
 from processors.worker.access import bearer as bearer_of
 from processors.worker.access import same_token as _same
 from processors.worker.wiring import Wiring
-from schemas.errors import ConfigError
 
-__all__ = ["OPEN_PATHS", "ROUTES", "TOKEN_COOKIE", "install", "token_middleware"]
+__all__ = ["OPEN_PATHS", "ROUTES", "TOKEN_COOKIE", "add_routes", "token_middleware"]
 
 TOKEN_COOKIE = "agentlog_token"
 #: Paths answered without a token.
@@ -101,32 +99,21 @@ ROUTES: tuple[tuple[str, str, Build], ...] = (
 )
 
 
-def install(wiring: Wiring) -> None:
-    """Serve the console's pages; guard every endpoint of the server when a token is set."""
-    app = wiring.app
-    if wiring.settings.web_token:
-        server = app.web
-        if not isinstance(server, AiohttpWeb):  # the guard is an aiohttp middleware: never serve unguarded
-            raise ConfigError(f"AGENTLOG_WEB_TOKEN needs Faust's aiohttp web driver, not {type(server).__name__}",
-                              code="web_token_unsupported")
-        server.web_app.middlewares.append(token_middleware(wiring.settings.web_token))
-
-    async def page(view: View, build: Callable[[Store], Page]) -> Response:
-        store = wiring.store
-        if store is None:
-            return view.html(render_error_page("No audit store", "this worker runs without the audit sink "
-                                               "(--role process); the console reads the audit history",
-                                               code="no_store"), status=503)
-        status, body = await asyncio.get_running_loop().run_in_executor(None, build, store)
-        return view.html(body, status=status)
+def add_routes(router: aioweb.UrlDispatcher, wiring: Wiring) -> None:
+    """Serve the console's pages (each view call in an executor: they block on ClickHouse)."""
 
     def serve(path: str, name: str, build: Build) -> None:
-        class ConsolePage(View):
-            async def get(self, request: Request, **match: str) -> Response:
-                query = dict(request.query)
-                return await page(self, lambda store: build(store, query, match))
+        async def page(request: aioweb.Request) -> aioweb.Response:
+            store = wiring.store
+            if store is None:
+                return aioweb.Response(text=render_error_page(
+                    "No audit store", "this worker runs without the audit sink (--role process); the console "
+                    "reads the audit history", code="no_store"), status=503, content_type="text/html")
+            query, match = dict(request.query), dict(request.match_info)
+            status, body = await asyncio.get_running_loop().run_in_executor(None, build, store, query, match)
+            return aioweb.Response(text=body, status=status, content_type="text/html")
 
-        app.page(path, name=name)(ConsolePage)
+        router.add_get(path, page, name=name)
 
     for path, name, build in ROUTES:
         serve(path, name, build)

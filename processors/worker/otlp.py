@@ -1,6 +1,6 @@
 """The OTLP trace receiver: ``POST /v1/traces`` on ``$AGENTLOG_WEB_HOST:$AGENTLOG_OTLP_PORT``, and its core.
 
-Faust's web server serves one port (the console/metrics), and OTLP exporters expect
+The worker's web server serves one port (the console/metrics), and OTLP exporters expect
 their own (4318 by default), so this is a small aiohttp server of its own, started
 with the worker on the interface of the worker's other endpoints (``web_host``); OTLP/gRPC
 (:mod:`processors.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below; both are

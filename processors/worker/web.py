@@ -1,5 +1,8 @@
-"""The worker's HTTP endpoints (Faust web): Prometheus metrics, audit queries, recorded replay results,
+"""The worker's HTTP server (aiohttp): Prometheus metrics, audit queries, recorded replay results,
 and the web console (:mod:`processors.worker.console`, which also guards every endpoint with the token).
+
+One aiohttp application (:func:`application`) served on ``web_host:web_port`` by an app task
+(:func:`install`); Faust's own web server stays off.
 
 The worker owns the embedded chdb directory, so it is also the process that
 answers queries for it: once the web server listens, the worker advertises
@@ -15,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from faust.web import Request, Response, View
+from aiohttp import web as aioweb
 
 from processors.audit.server import handle_query_request
 from processors.core.result_cache import ResultCache
@@ -24,6 +27,7 @@ from processors.replay.compare import REPLAY_COUNTERS
 from processors.replay.served import TERMINAL_TYPES, results_answer
 from processors.worker import console
 from processors.worker.wiring import Wiring
+from schemas.errors import ConfigError
 from streams.reader import read_run
 from streams.settings import Settings
 
@@ -66,73 +70,89 @@ def _replay_series() -> Iterator[Sample]:
             yield f"replay_behavior_{outcome}_total", {"aspect": aspect}, float(n)
 
 
-def install(wiring: Wiring) -> None:
-    """Serve ``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console."""
-    app = wiring.app
-    console.install(wiring)  # first: its "/" must be routed before Faust's own index page
-    METRICS.add_collector(_replay_series)
+def application(wiring: Wiring) -> aioweb.Application:
+    """``/metrics``, ``/health``, ``/query``, ``/sql``, ``/replay/<run>/results`` and the console's pages.
 
-    async def answer(view: View, request: Request, body: dict[str, Any]) -> Response:
+    With ``AGENTLOG_WEB_TOKEN`` set, every path but ``/health`` asks for it (:func:`console.token_middleware`).
+    """
+    token = wiring.settings.web_token
+    http = aioweb.Application(middlewares=[console.token_middleware(token)] if token else [])
+
+    async def answer(request: aioweb.Request) -> aioweb.Response:
+        try:
+            body = json.loads(await request.text() or "{}")
+        except ValueError:
+            return aioweb.json_response({"error": {"code": "bad_request", "message": "body is not JSON"}}, status=400)
         if wiring.store is None:
-            return view.json({"error": {"code": "no_store", "message": "this worker runs without the audit sink"}},
-                             status=503)
+            return aioweb.json_response(
+                {"error": {"code": "no_store", "message": "this worker runs without the audit sink"}}, status=503)
         loop = asyncio.get_running_loop()
         status, payload = await loop.run_in_executor(None, handle_query_request, wiring.store, body)
-        return view.json(payload, status=status)
+        return aioweb.json_response(payload, status=status)
 
-    async def body_of(view: View, request: Request) -> tuple[Any, Response | None]:
-        try:
-            return json.loads(await request.text() or "{}"), None
-        except ValueError:
-            return None, view.json({"error": {"code": "bad_request", "message": "body is not JSON"}}, status=400)
+    async def metrics(request: aioweb.Request) -> aioweb.Response:
+        return aioweb.Response(body=METRICS.render().encode("utf-8"),
+                               headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
-    @app.page("/metrics")
-    class Metrics(View):
-        async def get(self, request: Request) -> Response:
-            return self.text(METRICS.render(), content_type="text/plain; version=0.0.4")
-
-    @app.page("/health")
-    class Health(View):
-        async def get(self, request: Request) -> Response:
-            return self.json({"ok": True, "worker": wiring.settings.worker_id})
-
-    @app.page("/query")
-    class Query(View):
-        async def post(self, request: Request) -> Response:
-            body, error = await body_of(self, request)
-            return error or await answer(self, request, body)
-
-    @app.page("/sql")
-    class Sql(View):
-        async def post(self, request: Request) -> Response:
-            body, error = await body_of(self, request)
-            return error or await answer(self, request, body)
+    async def health(request: aioweb.Request) -> aioweb.Response:
+        return aioweb.json_response({"ok": True, "worker": wiring.settings.worker_id})
 
     # Recorded results for mock replay from any language (processors.replay.served).
     results_cache = ResultCaches(wiring.settings)
 
-    @app.page("/replay/{source_run_id}/results")
-    class ReplayResults(View):
-        async def get(self, request: Request, source_run_id: str) -> Response:
-            return await self._answer(source_run_id, dict(request.query))
+    async def replay_results(request: aioweb.Request) -> aioweb.Response:
+        params: dict[str, Any] = dict(request.query)
+        if request.method == "POST":
+            try:
+                body = json.loads(await request.text() or "{}")
+            except ValueError:
+                body = None
+            if not isinstance(body, dict):
+                return aioweb.json_response(
+                    {"error": {"code": "bad_request", "message": "body must be a JSON object"}}, status=400)
+            params.update(body)
+        source_run_id = request.match_info["source_run_id"]
+        cache = await results_cache.get(source_run_id)
+        if cache is None:
+            return aioweb.json_response(
+                {"error": {"code": "replay_source_missing",
+                           "message": f"the committed log holds no events of run {source_run_id!r}"}}, status=404)
+        status, payload = results_answer(cache, source_run_id, params)
+        return aioweb.json_response(payload, status=status)
 
-        async def post(self, request: Request, source_run_id: str) -> Response:
-            body, error = await body_of(self, request)
-            if error is None and not isinstance(body, dict):
-                return self.json({"error": {"code": "bad_request", "message": "body must be a JSON object"}},
-                                 status=400)
-            return error or await self._answer(source_run_id, {**dict(request.query), **body})
+    router = http.router
+    router.add_get("/metrics", metrics)
+    router.add_get("/health", health)
+    router.add_post("/query", answer)
+    router.add_post("/sql", answer)
+    router.add_get("/replay/{source_run_id}/results", replay_results)
+    router.add_post("/replay/{source_run_id}/results", replay_results)
+    console.add_routes(router, wiring)
+    return http
 
-        async def _answer(self, source_run_id: str, params: dict[str, Any]) -> Response:
-            cache = await results_cache.get(source_run_id)
-            if cache is None:
-                return self.json({"error": {"code": "replay_source_missing",
-                                            "message": f"the committed log holds no events of run {source_run_id!r}"}},
-                                 status=404)
-            status, payload = results_answer(cache, source_run_id, params)
-            return self.json(payload, status=status)
 
-    @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
-    async def advertise() -> None:
-        if wiring.store is not None:
-            wiring.store.set_query_url(f"http://127.0.0.1:{wiring.settings.web_port}")
+def install(wiring: Wiring, host: str) -> None:
+    """Serve :func:`application` on ``host:web_port`` while the worker runs; then advertise it to the store.
+
+    A port that cannot be bound stops the worker (``web_port_unavailable``): it was asked to serve.
+    """
+    METRICS.add_collector(_replay_series)
+    http = wiring.web_app = application(wiring)
+    port = wiring.settings.web_port
+    wiring.web_address = (host, port)
+
+    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
+    async def serve_web() -> None:
+        runner = aioweb.AppRunner(http, access_log=None)
+        await runner.setup()
+        try:
+            try:
+                await aioweb.TCPSite(runner, host, port).start()
+            except OSError as e:
+                raise ConfigError(f"the worker's web server cannot listen on {host}:{port} ({e}): set "
+                                  "AGENTLOG_WEB_PORT, or start it with --no-web", code="web_port_unavailable") from e
+            if wiring.store is not None:
+                wiring.store.set_query_url(f"http://127.0.0.1:{port}")
+            await asyncio.Event().wait()
+        finally:
+            await runner.cleanup()

@@ -6,8 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import faust
-
 from processors.audit.store import Store
 from processors.worker.fence import Fence
 from processors.worker.positions import DurablePositions
@@ -20,7 +18,7 @@ class Wiring:
     """The worker's parts, built once by :func:`processors.worker.app.build_app` and handed to each agent."""
 
     settings: Settings
-    app: faust.App
+    app: Any  # the worker's faust.App (only processors.worker.app imports Faust)
     topics: dict[str, Any]
     tables: dict[str, Table]
     positions: DurablePositions
@@ -41,6 +39,10 @@ class Wiring:
     tables_read_in: int = -1
     #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
     make_table: Callable[[str], Table] | None = None
+    #: The worker's HTTP application and the (host, port) it listens on, when it serves one
+    #: (:func:`processors.worker.web.install`).
+    web_app: Any = None
+    web_address: tuple[str, int] | None = None
 
     def fresh_tables(self) -> None:
         """Forget what the tables cache once per assignment: recovery writes them behind their caches.

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import faust
 
-from processors.worker.app import FETCH_MAX_WAIT_MS
+from processors.worker.app import FETCH_MAX_WAIT_MS, faust_broker_kwargs
 from processors.worker.batch import BATCH_MAX, BATCH_WITHIN_S
-from processors.worker.security import faust_broker_kwargs
 from streams import internals
 from streams.settings import load_settings
 from streams.topics import topic_name

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from processors.worker.security import faust_broker_kwargs
+from processors.worker.app import faust_broker_kwargs
 from schemas.errors import ConfigError
 from streams.security import SUPPORTED_KEYS, client_kwargs, kcat_args, load_security, parse_properties
 from streams.settings import load_settings

@@ -1,6 +1,6 @@
 """Web access rules: no serving beyond loopback without a token; with one, every path but /health asks for it.
 
-The middleware is exercised on a real aiohttp server (the one Faust's web driver runs) over TCP.
+The middleware is exercised on a real aiohttp server (the kind the worker runs) over TCP.
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ def test_the_worker_refuses_to_start_without_one(tmp_path):
     build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process", otlp_port=0), web=False)
     # With a token it binds where it was told and guards its whole server.
     wiring = build_app(Settings(home=tmp_path, web_host="0.0.0.0", web_token=TOKEN, worker_role="process"), web=True)
-    assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("0.0.0.0", "0.0.0.0")
-    assert [m.__name__ for m in wiring.app.web.web_app.middlewares] == ["guard"]
+    assert wiring.web_address == ("0.0.0.0", 6066)
+    assert [m.__name__ for m in wiring.web_app.middlewares] == ["guard"]
 
 
 async def _exchange(requests: list[tuple[str, dict[str, str]]]) -> list[tuple[int, str, Any]]:

@@ -45,7 +45,7 @@ def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port(tmp_
 
     child = load_settings(home=tmp_path, worker_role="process", web_host="0.0.0.0", web_token="t0ken")
     wiring = build_app(child, web=True, web_loopback=True)
-    assert (wiring.app.conf.web_bind, wiring.app.conf.web_host) == ("127.0.0.1", "127.0.0.1")
+    assert wiring.web_address == ("127.0.0.1", child.web_port)
 
 
 def test_a_child_stops_when_its_parents_pipe_closes():
