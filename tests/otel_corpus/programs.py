@@ -36,16 +36,23 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
 
         from processors.replay.frameworks.openai_agents import ReplayModel
 
-        calls = iter(enumerate(s.AGENTS_CALLS))
+        asked = [0]
 
         class Scripted(Model):
+            """Answers what the conversation calls for: look up, then hand off; the specialist confirms."""
+
             def __init__(self, agent: str) -> None:
                 self.agent = agent
 
-            async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-                i, (agent, kind, tokens_in, tokens_out) = next(calls)
-                assert agent == self.agent, f"call {i}: the script expects {agent}, {self.agent} called"
-                if refuse and i == 0:
+            async def get_response(self, system_instructions: Any, input: Any, *args: Any,
+                                   **kwargs: Any) -> ModelResponse:
+                looked_up = any(isinstance(item, dict) and item.get("type") == "function_call_output"
+                                for item in input)
+                kind = "text" if self.agent == s.SPECIALIST else "handoff" if looked_up else "tool_call"
+                i, (_, _, tokens_in, tokens_out) = next(
+                    (n, c) for n, c in enumerate(s.AGENTS_CALLS) if c[:2] == (self.agent, kind))
+                asked[0] += 1
+                if refuse and asked[0] == 1:
                     item: Any = ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant",
                                                       status="completed", content=[ResponseOutputRefusal(
                                                           type="refusal", refusal="I can't help with refunds.")])
@@ -102,9 +109,11 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
 
         from processors.replay.frameworks.langchain import ReplayChatModel
 
-        calls = iter(enumerate(s.GRAPH_CALLS))
+        asked = [0]
 
         class Scripted(BaseChatModel):
+            """Answers what the conversation calls for: route, then search, then sum up."""
+
             node: str
 
             @property
@@ -113,11 +122,17 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
 
             def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                           **kwargs: Any) -> ChatResult:
-                i, (node, kind, tokens_in, tokens_out) = next(calls)
-                assert node == self.node, f"call {i}: the script expects {node}, {self.node} called"
+                node = self.node
+                searched = any(isinstance(m, ToolMessage) and m.name == s.SEARCH_TOOL for m in messages)
+                answered = any(isinstance(m, AIMessage) and m.content == s.RESEARCHER_ANSWER for m in messages)
+                kind = ("text" if answered else "route") if node == s.SUPERVISOR else \
+                    ("text" if searched else "tool_call")
+                i, (_, _, tokens_in, tokens_out) = next(
+                    (n, c) for n, c in enumerate(s.GRAPH_CALLS) if c[:2] == (node, kind))
+                asked[0] += 1
                 usage = {"input_tokens": tokens_in, "output_tokens": tokens_out,
                          "total_tokens": tokens_in + tokens_out}
-                if refuse and i == 0:
+                if refuse and asked[0] == 1:
                     msg = AIMessage(content="", additional_kwargs={"refusal": "I can't route this."},
                                     response_metadata={"finish_reason": "content_filter"})
                 elif kind == "route":
@@ -174,18 +189,22 @@ def pydantic_ai_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = 
                         instructions: str = s.TRIAGE_INSTRUCTIONS) -> Any:
     def program(recorder: Recorder) -> str:
         from pydantic_ai import Agent
-        from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+        from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
         from pydantic_ai.models.function import AgentInfo, FunctionModel
         from pydantic_ai.usage import RequestUsage
 
         from processors.replay.frameworks.pydantic_ai import ReplayModel
 
-        calls = iter(enumerate(PYDANTIC_MODEL_CALLS))
+        asked = [0]
 
         def scripted(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            i, (kind, tokens_in, tokens_out) = next(calls)
+            """Answers what the conversation calls for: look the order up, then confirm."""
+            looked_up = any(isinstance(p, ToolReturnPart) for m in messages for p in m.parts)
+            i = 1 if looked_up else 0
+            kind, tokens_in, tokens_out = PYDANTIC_MODEL_CALLS[i]
             usage = RequestUsage(input_tokens=tokens_in, output_tokens=tokens_out)
-            if refuse and i == 0:
+            asked[0] += 1
+            if refuse and asked[0] == 1:
                 return ModelResponse(parts=[TextPart("I can't help with refunds.")], usage=usage,
                                      finish_reason="content_filter")
             if kind == "tool_call":
@@ -209,3 +228,8 @@ def pydantic_ai_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = 
 
 PROGRAMS = {"pydantic_ai": pydantic_ai_program, "openai_agents": openai_agents_program,
             "langgraph": langgraph_program}
+
+#: The unchanged programs, by the name ``agentlog replay-test --program tests.otel_corpus.programs:<name>`` uses.
+support_agents = openai_agents_program()
+research_graph = langgraph_program()
+support_pydantic = pydantic_ai_program()

@@ -140,8 +140,9 @@ def response_of(result: dict[str, Any]) -> ModelResponse:
             content=[ResponseOutputRefusal(type="refusal", refusal=str(result.get("reason") or "refusal"))]))
     envelope = result.get("envelope") if result.get("kind") != "refusal" else None
     message = envelope[0] if isinstance(envelope, list) and envelope else {"parts": []}
-    texts = [ResponseOutputText(type="output_text", text=str(p.get("content", "")), annotations=[])
-             for p in message.get("parts", []) if p.get("type") == "text"]
+    texts: list[ResponseOutputText | ResponseOutputRefusal] = [
+        ResponseOutputText(type="output_text", text=str(p.get("content", "")), annotations=[])
+        for p in message.get("parts", []) if p.get("type") == "text"]
     if texts:
         output.append(ResponseOutputMessage(type="message", id="msg_replay", role="assistant", status="completed",
                                             content=texts))
