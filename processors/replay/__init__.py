@@ -1,4 +1,4 @@
-"""Replay: one comparison engine, re-derivation from an offset, mock sessions, host-replay verdicts.
+"""Replay: one comparison engine, re-derivation from an offset, mock sessions, host-replay verdicts, replay tests.
 
 Both replay jobs report what they find as one :class:`Divergence` (kinds: :data:`DivergenceKind`).
 """
@@ -8,8 +8,10 @@ from processors.replay.divergence import Divergence, DivergenceEngine, Divergenc
 from processors.replay.host import host_replay_verdict, host_verdicts
 from processors.replay.lanes import align, lane_of
 from processors.replay.mock import MockReplaySession, ReplayCacheMiss, load_result_cache, open_mock_session
+from processors.replay.recorder import Recorder
 from processors.replay.rederive import RederivationResult, replay_run, replay_run_with_host_verdict
-from processors.replay.served import results_answer
+from processors.replay.regression import ReplayTestFailed, ReplayTestResult, record, replay_test
+from processors.replay.served import ServedResults, results_answer
 from processors.replay.tree import TreeComparison, compare_tree
 
 __all__ = [
@@ -24,5 +26,8 @@ __all__ = [
     # host replay
     "host_replay_verdict", "host_verdicts",
     # mock mode
-    "MockReplaySession", "ReplayCacheMiss", "load_result_cache", "open_mock_session", "results_answer",
+    "MockReplaySession", "ReplayCacheMiss", "ServedResults", "load_result_cache", "open_mock_session",
+    "results_answer",
+    # replay tests (framework adapters: processors.replay.frameworks)
+    "Recorder", "ReplayTestFailed", "ReplayTestResult", "record", "replay_test",
 ]

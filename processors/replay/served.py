@@ -20,6 +20,10 @@ the rules are tested without a web server and the web view stays a thin adapter:
 
 from __future__ import annotations
 
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
@@ -28,7 +32,7 @@ from processors.replay.mock import describe_miss
 from schemas.cachekey import cache_key
 from schemas.errors import AgentlogError
 
-__all__ = ["TERMINAL_TYPES", "results_answer"]
+__all__ = ["TERMINAL_TYPES", "ServedResults", "results_answer"]
 
 #: Once a run has one of these, its recorded results can no longer change (safe to keep cached).
 TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
@@ -82,3 +86,55 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
     diagnosis = cache.diagnose(source_run_id, node, attempt, key, occurrence=occurrence, request=request,
                                tool=tool, args=args)
     return 404, {"error": {"code": "replay_cache_miss", "message": describe_miss(diagnosis)}, "diagnosis": diagnosis}
+
+
+class ServedResults:
+    """The client of ``/replay/<sourceRunId>/results``: recorded results from a worker, for a Python host
+    that has no access to the log (the same lookups as :class:`processors.replay.mock.MockReplaySession`).
+
+    Each call is POSTed with its request, so a miss carries the field-level diff; the occurrence of a
+    repeated call is counted here, as the in-process session counts it.
+    """
+
+    def __init__(self, base_url: str, source_run_id: str, *, timeout_s: float = 30.0) -> None:
+        self.url = f"{base_url.rstrip('/')}/replay/{urllib.parse.quote(source_run_id, safe='')}/results"
+        self.source_run_id = source_run_id
+        self.timeout_s = timeout_s
+        self._occurrences: dict[tuple[str | None, int, str], int] = {}
+
+    def _ask(self, node_id: str | None, attempt: int, ident: str, body: dict[str, Any]) -> dict[str, Any]:
+        from processors.core.result_cache import ReplayCacheMiss
+        from schemas.errors import ReplayError
+
+        n = self._occurrences.get((node_id, attempt, ident), 0)
+        data = json.dumps({"node": node_id, "attempt": attempt, "occurrence": n, **body}).encode()
+        req = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                answer = json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            answer = json.loads(e.read() or b"{}")
+            error = answer.get("error") or {}
+            if e.code == 404 and error.get("code") == "replay_cache_miss":
+                raise ReplayCacheMiss(f"mock replay of {self.source_run_id} (served by {self.url}): "
+                                      f"{error.get('message')}", diagnosis=answer.get("diagnosis") or {}) from e
+            raise ReplayError(f"{self.url} answered {e.code}: {error.get('message') or answer}",
+                              code=error.get("code")) from e
+        except (OSError, ValueError) as e:
+            raise ReplayError(f"cannot ask {self.url} for recorded results ({e}); is the worker's web server "
+                              "running (`agentlog worker`, AGENTLOG_WEB_PORT)?") from e
+        self._occurrences[(node_id, attempt, ident)] = n + 1
+        result: dict[str, Any] = answer["result"]
+        return result
+
+    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str,
+                     request: dict[str, Any] | None = None) -> dict[str, Any]:
+        """As :meth:`MockReplaySession.recorded_llm`, over HTTP."""
+        body: dict[str, Any] = {"cacheKey": cache_key}
+        if request is not None:
+            body["request"] = request
+        return self._ask(node_id, attempt, cache_key, body)
+
+    def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
+        """As :meth:`MockReplaySession.recorded_tool`, over HTTP."""
+        return self._ask(node_id, attempt, tool_cache_key(tool, args), {"tool": tool, "args": args})["result"]

@@ -1,0 +1,80 @@
+"""``agentlog replay-test``: replay a recorded run with the host's agent code and fail with the first divergence.
+
+The program is named as ``module:attribute`` (a callable taking the recorder, see
+:mod:`processors.replay.regression`); the recorded run is a JSONL export or a run id in the store.
+Exit codes follow SPEC §7: 0 the expected verdict (``match`` unless ``--expect`` says otherwise),
+1 another verdict, 2 the replay could not run. ``--record FILE`` runs the program live and writes
+the recording instead (``--publish`` also sends it to the store).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from schemas.errors import AgentlogError, ReplayError
+
+EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
+
+
+def _program(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    if not module or not attr:
+        raise ReplayError(f"--program must be module:attribute, not {ref!r}")
+    sys.path.insert(0, str(Path.cwd()))  # the project under test, as pytest's rootdir would be
+    try:
+        target: Any = importlib.import_module(module)
+        for name in attr.split("."):
+            target = getattr(target, name)
+    except (ImportError, AttributeError) as e:
+        raise ReplayError(f"cannot load program {ref!r}: {e}") from e
+    return target
+
+
+def replay_test_command(
+    source: str = typer.Argument(..., help="The recorded run: a JSONL export, or a run id in the store."),
+    program: str = typer.Option(..., "--program", help="module:attribute of the program (takes the recorder)."),
+    mode: str = typer.Option("recorded", "--mode", help="recorded | live | what-if"),
+    expect: str = typer.Option("match", "--expect", help="The verdict that passes (match, diverged, …)."),
+    publish: bool = typer.Option(False, "--publish", help="Publish the run to the store (settings from the env)."),
+    record: Path | None = typer.Option(None, "--record", help="Run the program live; write its run here."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
+) -> None:
+    """Replay a recorded run with your agent code: verdict and first divergence."""
+    from processors.replay.regression import record as record_run
+    from processors.replay.regression import replay_test
+    from streams.settings import load_settings
+
+    try:
+        settings = load_settings() if publish or not (source.endswith((".jsonl", ".json")) or Path(source).exists()) \
+            else None
+        if record is not None:
+            docs = record_run(_program(program), run_id=source, settings=settings if publish else None)
+            record.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
+            typer.echo(f"recorded run {source}: {len(docs)} events → {record}")
+            raise typer.Exit(EXIT_OK)
+        if mode not in ("recorded", "live", "what-if"):
+            raise ReplayError(f"--mode must be recorded, live or what-if, not {mode!r}")
+        result = replay_test(source, _program(program), mode=mode, expect=None,  # type: ignore[arg-type]
+                             settings=settings, publish=publish)
+    except AgentlogError as e:
+        typer.echo(f"error[{e.code}]: {e}", err=True)
+        raise typer.Exit(EXIT_ERROR) from e
+    if as_json:
+        body = result.comparison.to_json_dict()
+        body.update({"sourceRunId": result.source_run_id, "replayRunId": result.replay_run_id, "mode": result.mode,
+                     "served": result.served, "asked": result.asked, "miss": result.miss, "error": result.error,
+                     "published": result.published})
+        typer.echo(json.dumps(body, ensure_ascii=False, sort_keys=True))
+    else:
+        typer.echo(result.describe())
+    raise typer.Exit(EXIT_OK if result.verdict == expect else EXIT_DIVERGED)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("replay-test")(replay_test_command)

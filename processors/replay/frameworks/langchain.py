@@ -1,0 +1,171 @@
+"""LangChain / LangGraph: ``ReplayChatModel``, a ``BaseChatModel`` answered through a :class:`Recorder`.
+
+Give it to the graph where the program's chat model goes (``create_react_agent(model, …)``, a
+node's ``model.invoke``). Its node is ``node`` when given, else the LangGraph node the call runs in
+(``langgraph_node`` in the run's metadata), so a recording and its replay name the same nodes.
+
+The one conversion between LangChain and the cache-key shape is here: :func:`request_of`
+(messages and bound tools → the GenAI parts form the worker records from spans), :func:`envelope_of`
+(an ``AIMessage`` → an output message; ``additional_kwargs["refusal"]`` or a ``content_filter``
+finish reason → a refusal) and :func:`response_of` (back to an ``AIMessage``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from langchain_core.language_models.chat_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.utils.function_calling import convert_to_openai_tool
+
+from processors.replay.recorder import refusal_of
+
+__all__ = ["ReplayChatModel", "envelope_of", "request_of", "response_of"]
+
+_ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
+
+
+def _text(content: Any) -> Any:
+    """A message's content as the text it carries (content blocks joined), or as it is when not text."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and all(isinstance(b, str) or (isinstance(b, dict) and b.get("type") == "text")
+                                         for b in content):
+        return "".join(b if isinstance(b, str) else str(b.get("text", "")) for b in content)
+    return content
+
+
+def _message(message: BaseMessage) -> dict[str, Any]:
+    role = _ROLES.get(message.type, message.type)
+    if isinstance(message, ToolMessage):
+        return {"role": "tool", "parts": [{"type": "tool_call_response", "id": message.tool_call_id,
+                                           "response": _text(message.content)}]}
+    parts: list[dict[str, Any]] = []
+    text = _text(message.content)
+    if text not in ("", None, []):
+        parts.append({"type": "text", "content": text})
+    if isinstance(message, AIMessage):
+        parts.extend({"type": "tool_call", "id": call.get("id"), "name": call["name"], "arguments": call["args"]}
+                     for call in message.tool_calls)
+    return {"role": role, "parts": parts}
+
+
+def _tool(tool: Any) -> dict[str, Any]:
+    spec = tool if isinstance(tool, dict) and tool.get("type") == "function" else convert_to_openai_tool(tool)
+    fn = spec.get("function", spec)
+    out = {"type": "function", "name": fn["name"]}
+    out.update({k: fn[k] for k in ("description", "parameters") if fn.get(k) is not None})
+    return out
+
+
+def request_of(messages: Sequence[BaseMessage], *, provider: str, model: str, tools: Sequence[Any] = (),
+               stop: Sequence[str] | None = None) -> dict[str, Any]:
+    """A chat model call in cache-key shape (``{provider, model, messages, tools?, stop?}``)."""
+    request: dict[str, Any] = {"provider": provider, "model": model, "messages": [_message(m) for m in messages]}
+    if tools:
+        request["tools"] = [_tool(t) for t in tools]
+    if stop:
+        request["stop"] = list(stop)
+    return request
+
+
+def envelope_of(message: BaseMessage) -> dict[str, Any]:
+    """A model's answer as a recorder result: valid (its output message, usage) or a refusal."""
+    out = _message(message)
+    refusal = message.additional_kwargs.get("refusal")
+    if refusal:
+        out["parts"].append({"type": "refusal", "content": str(refusal)})
+    finish = (message.response_metadata or {}).get("finish_reason")
+    if finish:
+        out["finish_reason"] = str(finish)
+    envelope = [out]
+    reason = refusal_of(envelope)
+    if reason is not None:
+        return {"kind": "refusal", "reason": reason, "envelope": envelope}
+    result: dict[str, Any] = {"kind": "valid", "envelope": envelope}
+    usage = getattr(message, "usage_metadata", None)
+    if usage:
+        result["usage"] = {"inputTokens": usage["input_tokens"], "outputTokens": usage["output_tokens"]}
+    return result
+
+
+def response_of(result: dict[str, Any], *, model: str) -> AIMessage:
+    """The ``AIMessage`` a recorded result stands for."""
+    if result.get("kind") == "refusal":
+        reason = str(result.get("reason") or "refusal")
+        return AIMessage(content="", additional_kwargs={"refusal": reason},
+                         response_metadata={"model_name": model, "finish_reason": "content_filter"})
+    envelope = result.get("envelope")
+    message = envelope[0] if isinstance(envelope, list) and envelope else {"parts": []}
+    text = "".join(str(p.get("content", "")) for p in message.get("parts", []) if p.get("type") == "text")
+    calls = [{"name": p["name"], "args": p.get("arguments") if isinstance(p.get("arguments"), dict)
+              else json.loads(p.get("arguments") or "{}"), "id": p.get("id"), "type": "tool_call"}
+             for p in message.get("parts", []) if p.get("type") == "tool_call"]
+    meta: dict[str, Any] = {"model_name": model}
+    if message.get("finish_reason"):
+        meta["finish_reason"] = message["finish_reason"]
+    usage = result.get("usage") or {}
+    usage_metadata: Any = None
+    if "inputTokens" in usage and "outputTokens" in usage:
+        usage_metadata = {"input_tokens": usage["inputTokens"], "output_tokens": usage["outputTokens"],
+                          "total_tokens": usage["inputTokens"] + usage["outputTokens"]}
+    return AIMessage(content=text, tool_calls=calls, usage_metadata=usage_metadata, response_metadata=meta)
+
+
+class ReplayChatModel(BaseChatModel):
+    """A chat model whose calls go through ``recorder``; ``inner`` is the model asked live (``live`` and
+    ``what-if`` modes). ``model_name`` and ``provider`` are what the cache key names."""
+
+    recorder: Any
+    inner: Any = None
+    node: str | None = None
+    model_name: str = "unknown"
+    provider: str = "langchain"
+
+    @property
+    def _llm_type(self) -> str:
+        return "agentlog-replay"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model_name": self.model_name}
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+        """As provider chat models do: the tools in OpenAI's function format."""
+        return self.bind(tools=[convert_to_openai_tool(t) for t in tools], **kwargs)
+
+    def _node(self, run_manager: Any) -> str | None:
+        if self.node is not None:
+            return self.node
+        node = (getattr(run_manager, "metadata", None) or {}).get("langgraph_node")
+        return str(node) if node else None
+
+    def _generate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                  **kwargs: Any) -> ChatResult:
+        request = request_of(messages, provider=self.provider, model=self.model_name, tools=kwargs.get("tools", ()),
+                             stop=stop)
+
+        def live() -> dict[str, Any]:
+            return envelope_of(self._inner().invoke(messages, stop=stop, **kwargs))
+
+        result = self.recorder.answer(self._node(run_manager), request, live if self.inner is not None else None)
+        return ChatResult(generations=[ChatGeneration(message=response_of(result, model=self.model_name))])
+
+    async def _agenerate(self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None,
+                         **kwargs: Any) -> ChatResult:
+        request = request_of(messages, provider=self.provider, model=self.model_name, tools=kwargs.get("tools", ()),
+                             stop=stop)
+
+        async def live() -> dict[str, Any]:
+            return envelope_of(await self._inner().ainvoke(messages, stop=stop, **kwargs))
+
+        result = await self.recorder.aanswer(self._node(run_manager), request,
+                                             live if self.inner is not None else None)
+        return ChatResult(generations=[ChatGeneration(message=response_of(result, model=self.model_name))])
+
+    def _inner(self) -> BaseChatModel:
+        inner: BaseChatModel = self.inner
+        return inner

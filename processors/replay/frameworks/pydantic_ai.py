@@ -1,0 +1,122 @@
+"""pydantic-ai: ``ReplayModel``, a pydantic-ai ``Model`` answered through a :class:`Recorder`.
+
+Use it where the program's model goes: ``Agent(ReplayModel(recorder, inner=model, node="planner"))``
+or, without touching the program, ``with agent.override(model=ReplayModel(...)):``.
+
+The one conversion between pydantic-ai and the cache-key shape is here. Messages go through
+pydantic-ai's own OpenTelemetry conversion (``InstrumentationSettings.messages_to_otel_messages``),
+the very ``gen_ai.input.messages`` an instrumented agent exports, so a call keys the same whether it
+was recorded by this adapter or by the worker from the agent's spans; the request's instructions
+(exported apart, as ``gen_ai.system_instructions``) lead as a system message, so a changed prompt
+changes the key. A ``content_filter`` finish reason is a refusal.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
+from pydantic_ai.models import Model, ModelRequestParameters
+from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.settings import ModelSettings
+from pydantic_ai.usage import RequestUsage
+
+from processors.replay.recorder import Recorder, refusal_of
+
+__all__ = ["ReplayModel", "envelope_of", "request_of", "response_of"]
+
+#: Content included, as an instrumented agent records it for the worker.
+_OTEL = InstrumentationSettings(include_content=True)
+#: pydantic-ai's model settings → the cache-key request's sampling fields (RFC 0041 §A, v2).
+_SETTINGS = {"temperature": "temperature", "top_p": "topP", "max_tokens": "maxOutputTokens", "seed": "seed"}
+
+
+def request_of(messages: list[ModelMessage], settings: ModelSettings | None, parameters: ModelRequestParameters,
+               *, provider: str, model: str) -> dict[str, Any]:
+    """A model request in cache-key shape (``{provider, model, messages, tools?, temperature?, …}``)."""
+    otel: list[Any] = list(_OTEL.messages_to_otel_messages(messages))
+    instructions = next((m.instructions for m in reversed(messages) if isinstance(m, ModelRequest)), None)
+    if instructions:
+        otel.insert(0, {"role": "system", "parts": [{"type": "text", "content": instructions}]})
+    request: dict[str, Any] = {"provider": provider, "model": model, "messages": json.loads(json.dumps(otel))}
+    tools = [*parameters.function_tools, *parameters.output_tools]
+    if tools:
+        request["tools"] = [{"type": "function", "name": t.name,
+                             **({"description": t.description} if t.description else {}),
+                             "parameters": t.parameters_json_schema} for t in tools]
+    for name, field in _SETTINGS.items():
+        value = (settings or {}).get(name)
+        if value is not None:
+            request[field] = value
+    stop = (settings or {}).get("stop_sequences")
+    if stop:
+        request["stop"] = list(stop)
+    return request
+
+
+def envelope_of(response: ModelResponse) -> dict[str, Any]:
+    """A model's answer as a recorder result: valid (its output message, usage) or a refusal."""
+    envelope = json.loads(json.dumps(_OTEL.messages_to_otel_messages([response])))
+    reason = refusal_of(envelope)
+    if reason is not None:
+        return {"kind": "refusal", "reason": reason}
+    result: dict[str, Any] = {"kind": "valid", "envelope": envelope}
+    if response.usage.input_tokens or response.usage.output_tokens:
+        result["usage"] = {"inputTokens": response.usage.input_tokens, "outputTokens": response.usage.output_tokens}
+    return result
+
+
+def response_of(result: dict[str, Any], *, model: str, provider: str) -> ModelResponse:
+    """The ``ModelResponse`` a recorded result stands for."""
+    if result.get("kind") == "refusal":
+        return ModelResponse(parts=[TextPart(str(result.get("reason") or "refusal"))], model_name=model,
+                             provider_name=provider, finish_reason="content_filter")
+    envelope = result.get("envelope")
+    message = envelope[0] if isinstance(envelope, list) and envelope else {"parts": []}
+    parts: list[Any] = []
+    for part in message.get("parts", []):
+        if part.get("type") == "text":
+            parts.append(TextPart(str(part.get("content", ""))))
+        elif part.get("type") == "tool_call":
+            parts.append(ToolCallPart(part["name"], part.get("arguments"), part.get("id")))
+    usage = result.get("usage") or {}
+    return ModelResponse(parts=parts, model_name=model, provider_name=provider,
+                         usage=RequestUsage(input_tokens=usage.get("inputTokens", 0),
+                                            output_tokens=usage.get("outputTokens", 0)),
+                         finish_reason=message.get("finish_reason"))
+
+
+class ReplayModel(Model):
+    """A pydantic-ai model whose calls go through ``recorder``; ``inner`` is asked live (``live`` and
+    ``what-if`` modes). ``node`` names the calls in the run (the agent, usually)."""
+
+    def __init__(self, recorder: Recorder, *, inner: Model | None = None, node: str | None = None,
+                 model_name: str | None = None, provider: str | None = None) -> None:
+        super().__init__()
+        self.recorder = recorder
+        self.inner = inner
+        self.node = node
+        self._model_name = model_name or (inner.model_name if inner is not None else "unknown")
+        self._system = provider or (inner.system if inner is not None else "unknown")
+
+    @property
+    def model_name(self) -> str:
+        return self._model_name
+
+    @property
+    def system(self) -> str:
+        return self._system
+
+    async def request(self, messages: list[ModelMessage], model_settings: ModelSettings | None,
+                      model_request_parameters: ModelRequestParameters) -> ModelResponse:
+        request = request_of(messages, model_settings, model_request_parameters, provider=self.system,
+                             model=self.model_name)
+        inner = self.inner
+
+        async def live() -> dict[str, Any]:
+            assert inner is not None
+            return envelope_of(await inner.request(messages, model_settings, model_request_parameters))
+
+        result = await self.recorder.aanswer(self.node, request, live if inner is not None else None)
+        return response_of(result, model=self.model_name, provider=self.system)

@@ -1,0 +1,209 @@
+"""The calls one execution of an agent program makes, as the events of one run.
+
+The framework adapters (:mod:`processors.replay.frameworks`) sit where a framework calls its model.
+Each call goes through one :class:`Recorder`, which
+
+* puts the request in cache-key shape (the adapter's one conversion per framework) and keys it
+  with the recipe the SDK records (``Run.llm_request``: RFC 0041 §A, v2);
+* answers it, by :data:`Mode`: ``live`` asks the wrapped model; ``recorded`` takes the result
+  recorded for that key (:class:`processors.replay.mock.MockReplaySession` or the worker's results
+  endpoint) and raises the miss diagnosis when there is none; ``what-if`` takes the recorded
+  result where the key is unchanged and asks the wrapped model where it is not;
+* records the call as the SDK does: ``agent.invocation.started {request, cacheKey, recipe}``, then
+  ``agent.invocation.completed {cacheKey, envelope, usage?}`` or ``envelope.refusal``.
+
+Envelopes are the model's output messages in the GenAI "parts" form
+(``[{"role": "assistant", "parts": [...], "finish_reason"?}]``), what the worker records from an
+OpenTelemetry span, so one shape serves every framework. A tool call is seen from the model's
+side: the call in a response, its result in the next request (a ``tool_call_response`` part
+answering that call id). The recorder then records ``agent.toolCalled`` and
+``agent.toolReturned`` before the request that carries the result, so a tool that now returns
+something else shows as a divergence at its own index, before the model call it changes.
+
+Nothing here does I/O: the events are kept in order (:attr:`Recorder.docs`, complete
+RunEventDocs) and published, or compared, by the caller once the program has run
+(:mod:`processors.replay.regression`).
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Literal, Protocol
+
+from processors.core.result_cache import ReplayCacheMiss
+from schemas.cachekey import RECIPE_IDS, cache_key
+from schemas.errors import ReplayError
+from streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
+
+__all__ = ["MODES", "Mode", "Recorder", "RecordedResults", "refusal_of"]
+
+Mode = Literal["live", "recorded", "what-if"]
+MODES: tuple[Mode, ...] = ("live", "recorded", "what-if")
+#: The recipe every adapter keys with: the SDK's default (``Run.llm_request``).
+RECIPE = "v2"
+
+
+class RecordedResults(Protocol):
+    """Where recorded results come from: a :class:`~processors.replay.mock.MockReplaySession` (store or file)
+    or a :class:`~processors.replay.served.ServedResults` (a worker's results endpoint)."""
+
+    def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str,
+                     request: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
+
+def refusal_of(envelope: Any) -> str | None:
+    """The refusal text when an envelope in parts form refused (a ``refusal`` part or a
+    ``content_filter`` finish reason), else ``None``."""
+    for message in envelope if isinstance(envelope, list) else []:
+        if not isinstance(message, Mapping):
+            continue
+        for part in message.get("parts") or []:
+            if isinstance(part, Mapping) and part.get("type") == "refusal":
+                return str(part.get("content") or "refusal")
+        if message.get("finish_reason") == "content_filter":
+            return "content_filter"
+    return None
+
+
+class Recorder:
+    """One execution of an agent program: how its model calls are answered, and the run they make.
+
+    ``bindings`` go into ``run.started`` (a replay keeps its source's, so it is judged as a
+    historical replay; other bindings make it a ``what-if``); ``replay_of`` marks the run as a host
+    replay (RFC 0041 §C). ``served`` and ``asked`` count the calls answered from the recording and
+    by the wrapped model.
+    """
+
+    def __init__(self, run_id: str, *, mode: Mode = "live", results: RecordedResults | None = None,
+                 bindings: Mapping[str, Any] | None = None, replay_of: Mapping[str, Any] | None = None) -> None:
+        if mode not in MODES:
+            raise ReplayError(f"replay mode must be one of {', '.join(MODES)}, not {mode!r}")
+        if mode != "live" and results is None:
+            raise ReplayError(f"mode {mode!r} answers calls from a recording: pass results")
+        self.run_id = run_id
+        self.mode: Mode = mode
+        self.results = results
+        self.docs: list[dict[str, Any]] = []
+        self.served = 0
+        self.asked = 0
+        self._asked_tools: dict[str, tuple[str | None, str, Any]] = {}  # call id → (node, tool, args)
+        self._finished = False
+        payload: dict[str, Any] = {"bindings": dict(bindings or {})}
+        if replay_of is not None:
+            payload["replayOf"] = dict(replay_of)
+        self._emit("run.started", payload)
+
+    # -- answering a call ------------------------------------------------------------------------------
+
+    def answer(self, node: str | None, request: dict[str, Any],
+               live: Callable[[], dict[str, Any]] | None) -> dict[str, Any]:
+        """The result for one model call (``{"kind": "valid", "envelope", "usage"?}`` or
+        ``{"kind": "refusal", "reason"}``), recorded; ``live()`` asks the wrapped model.
+
+        Raises:
+            ReplayCacheMiss: ``recorded`` mode and the recording has no result for this call.
+        """
+        key, found = self._begin(node, request)
+        if found is None:
+            found = self._live_result(live() if live is not None else None, key)
+        return self._end(node, request, key, found)
+
+    async def aanswer(self, node: str | None, request: dict[str, Any],
+                      live: Callable[[], Awaitable[dict[str, Any]]] | None) -> dict[str, Any]:
+        """:meth:`answer` for a wrapped model that is awaited."""
+        key, found = self._begin(node, request)
+        if found is None:
+            found = self._live_result(await live() if live is not None else None, key)
+        return self._end(node, request, key, found)
+
+    def _begin(self, node: str | None, request: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+        self._observe_tool_results(node, request)
+        key = cache_key(request, RECIPE)
+        if self.mode == "live" or self.results is None:
+            return key, None
+        try:
+            found = self.results.recorded_llm(node, 0, key, request=request)
+        except ReplayCacheMiss:
+            if self.mode == "recorded":
+                self._record_started(node, request, key)  # the run shows the call it could not answer
+                raise
+            return key, None
+        self.served += 1
+        return key, found
+
+    def _live_result(self, result: dict[str, Any] | None, key: str) -> dict[str, Any]:
+        if result is None:
+            raise ReplayError(f"no recorded result for the call with key {key[:12]}… and no model to ask: "
+                              "give the adapter the model to ask (inner=…)")
+        self.asked += 1
+        return result
+
+    def _end(self, node: str | None, request: dict[str, Any], key: str, result: dict[str, Any]) -> dict[str, Any]:
+        started = self._record_started(node, request, key)
+        if result.get("kind") == "refusal":
+            payload: dict[str, Any] = {"cacheKey": key, "reason": str(result.get("reason") or "refusal")}
+            self._emit("envelope.refusal", payload, node=node, caused_by=started)
+        else:
+            payload = {"cacheKey": key, "envelope": copy.deepcopy(result.get("envelope"))}
+            if result.get("usage"):
+                payload["usage"] = copy.deepcopy(result["usage"])
+            self._emit("agent.invocation.completed", payload, node=node, caused_by=started)
+            self._remember_tool_calls(node, result.get("envelope"))
+        return result
+
+    def _record_started(self, node: str | None, request: dict[str, Any], key: str) -> str:
+        return self._emit("agent.invocation.started",
+                          {"request": copy.deepcopy(request), "cacheKey": key, "recipe": RECIPE_IDS[RECIPE]},
+                          node=node)
+
+    # -- tools, seen from the model's side --------------------------------------------------------------
+
+    def _remember_tool_calls(self, node: str | None, envelope: Any) -> None:
+        for message in envelope if isinstance(envelope, list) else []:
+            for part in (message.get("parts") or []) if isinstance(message, Mapping) else []:
+                if isinstance(part, Mapping) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
+                    self._asked_tools[part["id"]] = (node, str(part.get("name") or "tool"), part.get("arguments"))
+
+    def _observe_tool_results(self, node: str | None, request: Mapping[str, Any]) -> None:
+        """Record the tool calls this request answers (once each, in the order the request lists them)."""
+        for message in request.get("messages") or []:
+            for part in (message.get("parts") or []) if isinstance(message, Mapping) else []:
+                if not (isinstance(part, Mapping) and part.get("type") == "tool_call_response"):
+                    continue
+                call = self._asked_tools.pop(str(part.get("id")), None)
+                if call is None:
+                    continue  # answered before, or a call this execution did not see asked
+                call_node, tool, args = call
+                called = self._emit("agent.toolCalled", {"callId": str(part["id"]), "tool": tool, "args": args},
+                                    node=call_node)
+                result = part.get("response", part.get("result"))  # GenAI's name; pydantic-ai's
+                self._emit("agent.toolReturned", {"callId": str(part["id"]), "result": result},
+                           node=call_node, caused_by=called)
+
+    # -- the run -------------------------------------------------------------------------------------
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """End the run: ``run.completed``, or ``run.failed`` naming ``error`` (its ``code`` when it has one)."""
+        if self._finished:
+            return
+        self._finished = True
+        if error is None:
+            self._emit("run.completed", {"status": "completed"})
+        else:
+            code = getattr(error, "code", None) or type(error).__name__
+            self._emit("run.failed", {"status": "failed",
+                                      "error": {"code": str(code), "message": str(error)[:2000] or code}})
+
+    def _emit(self, type: str, payload: dict[str, Any], *, node: str | None = None,
+              caused_by: str | None = None) -> str:
+        event_id = uuid7()
+        doc: dict[str, Any] = {"eventId": event_id, "runId": self.run_id, "type": type, "payload": payload,
+                               "timestamp": rfc3339_ms(uuid7_time_ms(event_id)), "sequence": len(self.docs)}
+        if node is not None:
+            doc["nodeId"] = node
+        cause = caused_by or (self.docs[-1]["eventId"] if self.docs else None)
+        if cause is not None:
+            doc["causationId"] = cause
+        self.docs.append(doc)
+        return event_id

@@ -1,0 +1,240 @@
+"""Replay tests: run the host's agent code against a recorded run and fail with the first divergence.
+
+A recorded run is a regression test. :func:`replay_test` reads it (from the store, or from a file
+``agentlog export`` wrote), runs the program with a :class:`~processors.replay.recorder.Recorder`
+whose framework adapters answer each model call with the result recorded for its cache key,
+publishes the re-execution as a replay run (``run.started.replayOf``) when it has settings, and
+judges it with the comparison engine the worker runs (:func:`processors.replay.compare.compare_runs`),
+here and now: a worker that is running judges the published run too, and must agree.
+
+A program is a callable taking the recorder (``program(recorder)``); it builds its agents with the
+adapters of :mod:`processors.replay.frameworks` around the models it would use, and runs them. The
+same program records the run in the first place (:func:`record`, mode ``live``).
+
+The outcome is data (:class:`ReplayTestResult`); :meth:`ReplayTestResult.check` turns a verdict other
+than the expected one into :class:`ReplayTestFailed`, whose message is the first divergence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from processors.core.result_cache import ReplayCacheMiss, ResultCache
+from processors.replay.compare import ComparisonResult, compare_runs
+from processors.replay.divergence import Divergence
+from processors.replay.exported import read_jsonl
+from processors.replay.mock import MockReplaySession, describe_miss
+from processors.replay.recorder import Mode, RecordedResults, Recorder
+from schemas.errors import ReplayError
+from streams.publisher import publish_docs, uuid7
+from streams.reader import read_run
+from streams.replay_client import replay_of
+from streams.settings import Settings, load_settings
+
+__all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "record", "replay_test"]
+
+#: The host's agent code: given the recorder, build the agents with the replay adapters and run them.
+Program = Callable[[Recorder], Any]
+
+
+class ReplayTestFailed(ReplayError, AssertionError):
+    """A replay test's verdict is not the one expected; ``result`` holds the comparison.
+
+    Read the first divergence in the message: the index, what the recording had and what the
+    program did now. If the change is intended, re-record the run (``agentlog replay-test --record``
+    or :func:`record`) and check the new recording in.
+    """
+
+    code = "replay_test_failed"
+
+    def __init__(self, message: str, *, result: ReplayTestResult) -> None:
+        super().__init__(message, code=result.comparison.error_code or self.code)
+        self.result = result
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplayTestResult:
+    """One replay test, as data: the verdict and first divergence (:attr:`comparison`), the replay's events,
+    and what the program met on the way (``miss``: the diagnosis of a call the recording cannot answer;
+    ``error``: what the program raised). ``served``/``asked``: calls answered recorded / by the model."""
+
+    source_run_id: str
+    replay_run_id: str
+    mode: Mode
+    comparison: ComparisonResult
+    docs: tuple[dict[str, Any], ...]
+    served: int
+    asked: int
+    miss: dict[str, Any] | None = None
+    error: str | None = None
+    published: bool = False
+
+    @property
+    def verdict(self) -> str:
+        return self.comparison.verdict
+
+    @property
+    def first_divergence(self) -> Divergence | None:
+        return self.comparison.first_divergence
+
+    def describe(self) -> str:
+        """The report a failing test prints: verdict, first divergence, and why the program stopped."""
+        lines = [f"replay of {self.source_run_id} as {self.replay_run_id} ({self.mode}): {self.verdict}"
+                 + (f" [{self.comparison.error_code}]" if self.comparison.error_code else "")]
+        d = self.first_divergence
+        if d is not None:
+            where = f"{d.event_type or '-'}" + (f", node {d.node_id}" if d.node_id else "")
+            lines.append(f"first divergence at index {d.at_sequence}: {d.kind} ({where})")
+            if d.path:
+                lines.append(f"  path:     {d.path}")
+            lines.append(f"  expected: {_fmt(d.expected)}")
+            lines.append(f"  actual:   {_fmt(d.actual)}")
+            if d.detail:
+                lines.append(f"  note:     {d.detail}")
+        for key, diff in self.comparison.binding_diff.items():
+            lines.append(f"  what-if: {key} {_fmt(diff.get('expected'))} → {_fmt(diff.get('actual'))}")
+        if self.miss is not None:
+            lines.append(f"then a call the recording cannot answer: {describe_miss(self.miss)}")
+        elif self.error is not None:
+            lines.append(f"the program raised: {self.error}")
+        lines.append(f"calls answered from the recording: {self.served}, by the model: {self.asked}")
+        return "\n".join(lines)
+
+    def check(self, expect: str = "match") -> ReplayTestResult:
+        """This result, if its verdict is ``expect``.
+
+        Raises:
+            ReplayTestFailed: another verdict (the message is :meth:`describe`).
+        """
+        if self.verdict != expect:
+            raise ReplayTestFailed(f"expected {expect}, got {self.describe()}", result=self)
+        return self
+
+
+def _fmt(value: Any) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 400 else text[:400] + "…"
+
+
+def load_recorded(source: str | Path, *, settings: Settings | None = None) -> tuple[str, list[dict[str, Any]]]:
+    """(run id, events) of a recorded run: a JSONL export (a path) or a run in the store (a run id).
+
+    Raises:
+        ReplayError: the file cannot be read, or the store holds no events of the run.
+    """
+    path = Path(source)
+    if isinstance(source, Path) or path.suffix in (".jsonl", ".json") or path.exists():
+        docs = read_jsonl(path)
+        if not docs:
+            raise ReplayError(f"{path} holds no events; nothing to replay")
+        root = str(docs[0].get("runId"))
+        return root, [d for d in docs if d.get("runId") == root]
+    run_id = str(source)
+    committed = asyncio.run(read_run(settings or load_settings(), run_id))
+    if not committed:
+        raise ReplayError(f"run {run_id} has no committed events; check the run id and the topic prefix "
+                          "(AGENTLOG_TOPIC_PREFIX), or give an exported file")
+    return run_id, [c["doc"] for c in committed]
+
+
+def _bindings(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    for doc in docs:
+        if doc.get("type") == "run.started" and isinstance(doc.get("payload"), Mapping):
+            return dict(doc["payload"].get("bindings") or {})
+    return {}
+
+
+def _run(program: Program, recorder: Recorder) -> None:
+    out = program(recorder)
+    if inspect.isawaitable(out):
+        async def wait() -> None:
+            await out
+
+        asyncio.run(wait())
+
+
+def _publish(settings: Settings, docs: Sequence[dict[str, Any]]) -> None:
+    summary = asyncio.run(publish_docs(settings, list(docs)))
+    if summary.rejected:
+        first = summary.rejected[0]
+        raise ReplayError(f"{len(summary.rejected)} event(s) of the run were not published "
+                          f"(first: index {first.index}, {first.code}: {first.detail})")
+
+
+def record(program: Program, *, run_id: str | None = None, bindings: Mapping[str, Any] | None = None,
+           settings: Settings | None = None) -> list[dict[str, Any]]:
+    """Run ``program`` live (every call asks the model) and return its run's events; with ``settings``,
+    publish them through the SDK, as a host records a run. What the program raises is re-raised."""
+    recorder = Recorder(run_id or f"run-{uuid7()}", mode="live", bindings=bindings)
+    try:
+        _run(program, recorder)
+    except BaseException as e:
+        recorder.finish(e)
+        if settings is not None:
+            _publish(settings, recorder.docs)
+        raise
+    recorder.finish()
+    if settings is not None:
+        _publish(settings, recorder.docs)
+    return recorder.docs
+
+
+def replay_test(
+    source: str | Path,
+    program: Program,
+    *,
+    expect: str | None = "match",
+    mode: Mode = "recorded",
+    settings: Settings | None = None,
+    results: RecordedResults | None = None,
+    bindings: Mapping[str, Any] | None = None,
+    publish: bool | None = None,
+    run_id: str | None = None,
+    strict: bool = False,
+) -> ReplayTestResult:
+    """Replay recorded run ``source`` (a run id, or a JSONL export) with ``program``; check the verdict.
+
+    ``mode``: ``recorded`` answers every model call from the recording (a call it cannot answer
+    ends the run, and the test reports it after the first divergence); ``live`` asks the models
+    again; ``what-if`` answers the calls whose key is unchanged from the recording and asks the
+    model for the others. ``bindings`` are laid over the source's (other versions make the verdict
+    ``what-if``). ``results``: where recorded results come from, when not from the recording itself
+    (a worker's endpoint: :class:`~processors.replay.served.ServedResults`). The replay run is
+    published when ``publish`` says so, by default when ``settings`` are given. ``expect=None``
+    returns any verdict.
+
+    Raises:
+        ReplayTestFailed: the verdict is not ``expect``.
+        ReplayError: the recording cannot be read, or the replay cannot be published.
+    """
+    source_id, original = load_recorded(source, settings=settings)
+    replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
+    session = results or MockReplaySession(ResultCache.from_events(original), source_id)
+    recorder = Recorder(replay_id, mode=mode, results=session, bindings={**_bindings(original), **(bindings or {})},
+                        replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"))
+    miss: dict[str, Any] | None = None
+    error: str | None = None
+    try:
+        _run(program, recorder)
+    except ReplayCacheMiss as e:
+        miss = e.diagnosis
+        recorder.finish(e)
+    except Exception as e:  # the program's own failure is part of what the replay did
+        error = f"{type(e).__name__}: {e}"
+        recorder.finish(e)
+    else:
+        recorder.finish()
+    published = settings is not None if publish is None else publish
+    if published:
+        _publish(settings or load_settings(), recorder.docs)
+    result = ReplayTestResult(
+        source_run_id=source_id, replay_run_id=replay_id, mode=mode,
+        comparison=compare_runs(original, recorder.docs, strict=strict), docs=tuple(recorder.docs),
+        served=recorder.served, asked=recorder.asked, miss=miss, error=error, published=published)
+    return result.check(expect) if expect is not None else result
