@@ -21,7 +21,8 @@ from typing import Any
 
 #: (owner, attribute) pairs this module touches, checked by the upgrade test.
 FAUST_APP_INTERNALS = ("_new_consumer",)
-FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index")
+FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index",
+                            "_read_offset")
 AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms")
 FAUST_CONSUMER_THREAD_INTERNALS = ("_create_worker_consumer",)
 AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
@@ -90,6 +91,15 @@ def use_rocksdb_opener(table: Any, opener: Any) -> None:
 def committed_offset(consumer: Any, tp: Any) -> int | None:
     """The offset Faust's consumer last committed for ``tp`` (None when it has not)."""
     offset: int | None = consumer._committed_offset.get(tp)
+    return offset
+
+
+def read_offset(consumer: Any, tp: Any) -> int | None:
+    """The offset of the last record of ``tp`` Faust's consumer handed to the agents' streams (None: none yet).
+
+    Records up to it are in the streams' buffers or handled; Faust drops a fetched record below it.
+    """
+    offset: int | None = consumer._read_offset.get(tp)
     return offset
 
 

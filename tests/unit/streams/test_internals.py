@@ -38,6 +38,11 @@ def test_faust_consumer_internals_exist_and_commits_go_through_the_filter():
     consumer._acked[tp].append(1)
     consumer._acked_index[tp].add(1)
     assert internals.committed_offset(consumer, tp) == 41
+    assert internals.read_offset(consumer, tp) is None and tp not in consumer._read_offset
+    consumer._read_offset[tp] = 40
+    assert internals.read_offset(consumer, tp) == 40
+    # A record below the read offset is dropped, not delivered: a seek back must move the read offset too.
+    assert "offset >= r_offset" in inspect.getsource(Consumer) and "self._read_offset[" in inspect.getsource(Consumer.seek)
     internals.forget_acks(consumer, tp)
     assert tp not in consumer._acked and tp not in consumer._acked_index
 

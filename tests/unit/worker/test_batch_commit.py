@@ -283,3 +283,51 @@ def test_a_failed_commit_crashes_the_agent_and_no_later_batch_is_handled(monkeyp
         return log
 
     assert asyncio.run(scenario()) == ["handled 0"]
+
+
+# heal_stalled: which partitions are read again.
+
+class StallConsumer:
+    """Faust's consumer as the stall check sees it: one partition, its high watermark and read offset."""
+
+    def __init__(self, tp: Any, high: int, read: int | None) -> None:
+        self.tp, self.high = tp, high
+        self._committed_offset: dict[Any, int] = {}
+        self._read_offset: dict[Any, int | None] = {tp: read} if read is not None else {}
+        self.sought: list[tuple[Any, int]] = []
+
+    def assignment(self) -> list[Any]:
+        return [self.tp]
+
+    def highwater(self, tp: Any) -> int:
+        return self.high
+
+    async def seek(self, tp: Any, offset: int) -> None:
+        self.sought.append((tp, offset))
+
+
+def _stall_wiring(consumer: StallConsumer, handled: int) -> Any:
+    from processors.worker.batch import position_key
+
+    heads = MemoryTable("heads")
+    heads.data[position_key("ingest", 0)] = handled
+    positions = SimpleNamespace(topics=lambda: {"ingest"}, tables_for=lambda topic: ["heads"])
+    return SimpleNamespace(app=SimpleNamespace(consumer=consumer, rebalancing=False), positions=positions,
+                           tables={"heads": heads})
+
+
+@pytest.mark.parametrize(("read", "sought"), [(None, True), (39, True), (40, False), (90, False)],
+                         ids=["nothing delivered", "delivered only what was handled", "one record queued",
+                              "a backlog queued"])
+def test_a_partition_is_read_again_only_when_faust_delivered_nothing_beyond_the_position(read, sought):
+    """Records the agent has not handled yet but Faust handed to its stream are a backlog, not a stall."""
+    from aiokafka import TopicPartition
+
+    tp = TopicPartition("ingest", 0)
+    consumer = StallConsumer(tp, high=100, read=read)
+    wiring = _stall_wiring(consumer, handled=40)
+    seen: dict[Any, int] = {}
+    asyncio.run(batch_module.heal_stalled(wiring, seen))  # the first look only notes the position
+    assert consumer.sought == []
+    asyncio.run(batch_module.heal_stalled(wiring, seen))  # no progress for one interval
+    assert consumer.sought == ([(tp, 40)] if sought else [])
