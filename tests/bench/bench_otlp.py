@@ -83,9 +83,10 @@ WORKER = ["-m", "processors", "worker", "--role", "process", "--no-web"]
 
 
 def _templates() -> list[ExportTraceServiceRequest]:
-    """Every recorded request body of the corpus, decoded by the receiver's own decoder."""
-    paths = sorted(CORPUS.glob("*.pb.gz"))
-    assert paths, f"no corpus under {CORPUS}"
+    """The corpus's OpenAI Agents and LangGraph request bodies, decoded by the receiver's own decoder."""
+    paths = sorted(p for program in s.PROGRAMS for instrumentation in s.INSTRUMENTATIONS
+                   for p in CORPUS.glob(f"{program}.{instrumentation}*.pb.gz"))
+    assert len(paths) == len(s.PROGRAMS) * len(s.INSTRUMENTATIONS), f"the corpus under {CORPUS} is incomplete"
     return [decode_request(p.read_bytes(), "application/x-protobuf", "gzip") for p in paths]
 
 
