@@ -36,6 +36,8 @@ _CHAT_OPS = frozenset({"chat", "text_completion", "generate_content"})
 REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
 #: LangGraph's name of the graph's end (a ``goto`` there hands off to no one).
 _END = frozenset({"__end__", "END"})
+#: ``gen_ai.tool.type`` of Google ADK's built-in ``transfer_to_agent`` tool (a handoff to a sub-agent).
+_ADK_TRANSFER = "TransferToAgentTool"
 _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 
 
@@ -378,7 +380,7 @@ def _llm(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Read
         model = _str(attrs, "gen_ai.response.model") or "unknown"
     request: dict[str, Any] | None = None
     if isinstance(messages, list):
-        request = {"provider": provider, "model": model, "messages": messages}
+        request = {"provider": provider, "model": model, "messages": _with_system(messages, attrs)}
         tools = _tool_definitions(_json(attrs, "gen_ai.tool.definitions")) or _tool_definitions(
             [r.get("tool.json_schema") for r in _indexed(attrs, "llm.tools.")])
         if tools:
@@ -398,6 +400,26 @@ def _llm(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Read
                    usage=_usage(attrs), conversation=conversation(attrs), node=_graph_node(attrs))
 
 
+def _with_system(messages: list[Any], attrs: Mapping[str, Any]) -> list[Any]:
+    """The input messages led by ``gen_ai.system_instructions`` as a system message, unless one leads already.
+
+    The GenAI conventions export the system prompt apart from the messages (Google ADK, pydantic-ai);
+    it is part of what the model was asked, so a changed prompt must change the cache key.
+    """
+    value = _json(attrs, "gen_ai.system_instructions", strict=False)  # JSON parts, or plain text
+    if isinstance(value, str) and value:
+        parts: Any = [{"type": "text", "content": value}]
+    elif isinstance(value, list) and value:
+        parts = value
+    elif value is None or value == [] or value == "":
+        return messages
+    else:
+        raise Malformed("gen_ai.system_instructions", f"expected a list of parts, got {type(value).__name__}")
+    if messages and isinstance(messages[0], dict) and messages[0].get("role") == "system":
+        return messages
+    return [{"role": "system", "parts": parts}, *messages]
+
+
 def _tool(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Reading:
     name = (_str(attrs, "gen_ai.tool.name") or _str(attrs, "tool.name") or _str(attrs, "traceloop.entity.name")
             or str(span.get("name") or "tool"))
@@ -413,6 +435,18 @@ def _tool(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Rea
                or named_call)
     return Reading("tool", family, name=name, call_id=call_id, args=args, result=result,
                    conversation=conversation(attrs), node=_graph_node(attrs))
+
+
+def _adk_transfer(name: str, attrs: Mapping[str, Any], conv: str | None) -> Reading:
+    """Google ADK's ``transfer_to_agent`` tool call: a handoff from the calling agent to ``agent_name``.
+
+    The arguments (and so the target) are there only when content is captured; without them the
+    handoff goes to the first agent that starts after it.
+    """
+    args = _tool_args(attrs.get("gen_ai.tool.call.arguments"))
+    target = args.get("agent_name") if isinstance(args, dict) else None
+    return Reading("handoff", "genai", name=name, target=target if isinstance(target, str) and target else None,
+                   source=_str(attrs, "gen_ai.agent.name"), conversation=conv)
 
 
 def _openinference(span: Mapping[str, Any], attrs: Mapping[str, Any], kind: str) -> Reading:
@@ -467,6 +501,8 @@ def read_span(span: Mapping[str, Any]) -> Reading:
         if target:  # the proposed semconv handoff: an execute_tool transfer_to_<agent> span
             return Reading("handoff", "genai", name=name, target=target, conversation=conv,
                            source=_str(attrs, "gen_ai.agent.handoff.source.name") or _str(attrs, "gen_ai.agent.name"))
+        if attrs.get("gen_ai.tool.type") == _ADK_TRANSFER:
+            return _adk_transfer(name, attrs, conv)
         return _tool(span, attrs, "genai")
     if op == "handoff":
         return Reading("handoff", "genai", name=name, conversation=conv,
@@ -478,6 +514,9 @@ def read_span(span: Mapping[str, Any]) -> Reading:
             return Reading("route", "genai", name=name, source=_str(attrs, "langgraph.command.source_node"),
                            target=target, conversation=conv)
         return Reading("opaque", "genai", name=name, conversation=conv)
+    if op == "invoke_workflow":  # Google ADK's root span around a run of its agents
+        return Reading("workflow" if not span.get("parentSpanId") else "step", "genai",
+                       name=_str(attrs, "gen_ai.workflow.name") or name, conversation=conv, node=node)
     if op == "execute_task" or (op is None and traceloop == "task"):
         return Reading("step", "genai", name=_str(attrs, "gen_ai.task.name") or _str(attrs, "traceloop.entity.name")
                        or name, conversation=conv, node=node)

@@ -42,9 +42,12 @@ class BenchContext:
     quick: bool = False
 
     def on_own_topics(self, prefix: str, home: Path, **changes: Any) -> Settings:
-        """The broker's settings for one path of a bench: its own topic prefix and home, 4 partitions, no web."""
-        return self.settings.replace(topic_prefix=own(prefix), home=home, partitions=4, replication_factor=1,
-                                     otlp_port=0, **changes)
+        """The broker's settings for one path of a bench: its own topic prefix and home, 4 partitions, no web.
+
+        ``changes`` override any of these (``otlp_port`` to turn the OTLP receiver on).
+        """
+        return self.settings.replace(**{"topic_prefix": own(prefix), "home": home, "partitions": 4,
+                                        "replication_factor": 1, "otlp_port": 0, **changes})
 
 
 def store_main(prog: str, doc: str, measure: Callable[..., dict[str, Any]], show: Callable[[dict[str, Any]], None],

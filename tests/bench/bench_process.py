@@ -132,46 +132,65 @@ def _stop(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+class CpuSampler:
+    """A process's CPU time (user + system, every thread; ``/proc/<pid>/stat``), sampled every 50 ms in a thread.
+
+    CPU per event is less noisy than wall time on a shared machine, and CPU per wall second says
+    whether the process was CPU-bound (near 1) or waiting.
+    """
+
+    def __init__(self, pid: int) -> None:
+        self._pid = pid
+        self.samples: list[tuple[float, float]] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> CpuSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        tick = os.sysconf("SC_CLK_TCK")
+        while not self._done.is_set():
+            try:
+                fields = Path(f"/proc/{self._pid}/stat").read_text().rsplit(")", 1)[1].split()
+                self.samples.append((time.time(), (int(fields[11]) + int(fields[12])) / tick))
+            except (OSError, IndexError, ValueError):
+                pass
+            self._done.wait(0.05)
+
+    def between(self, first: float, last: float, n: int) -> dict[str, float]:
+        """``cpu_us_per_event`` and ``cpu_per_wall`` for ``n`` events between two wall-clock times (epoch s)."""
+        if not self.samples:
+            return {}
+
+        def at(ts: float) -> float:
+            return min(self.samples, key=lambda s: abs(s[0] - ts))[1]
+
+        used = at(last) - at(first)
+        return {"cpu_us_per_event": used / n * 1e6, "cpu_per_wall": used / max(1e-3, last - first)}
+
+
 def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, short: str = "log",
                     cpu: dict | None = None) -> float:
     """Seconds the process ``args`` starts took for the n records (broker stamps); ``cpu`` gets its CPU per event.
 
-    The process's CPU time (user + system, every thread; ``/proc/<pid>/stat``) is sampled every 50 ms,
-    and the CPU spent between the first and the n-th record is reported as µs per event: less noisy
-    than wall time on a shared machine, and it says whether the process was CPU-bound
-    (``cpu_per_wall`` near 1) or waiting.
+    The CPU spent between the first and the n-th record is reported as µs per event (:class:`CpuSampler`).
     """
     proc = _start(settings, args, log)
-    samples: list[tuple[float, float]] = []
-    done = threading.Event()
-
-    def sample() -> None:
-        tick = os.sysconf("SC_CLK_TCK")
-        while not done.is_set():
-            try:
-                fields = Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-                samples.append((time.time(), (int(fields[11]) + int(fields[12])) / tick))
-            except (OSError, IndexError, ValueError):
-                pass
-            done.wait(0.05)
-
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
     try:
-        stamps = asyncio.run(topic_stamps(settings, short, n, timeout=600, procs=[proc]))
+        with CpuSampler(proc.pid) as sampler:
+            stamps = asyncio.run(topic_stamps(settings, short, n, timeout=600, procs=[proc]))
     finally:
-        done.set()
-        sampler.join()
         _stop(proc)
     first, last = stamps[0] / 1000.0, stamps[n - 1] / 1000.0
-    span = max(1e-3, last - first)
-    if cpu is not None and samples:
-        def at(ts: float) -> float:
-            return min(samples, key=lambda s: abs(s[0] - ts))[1]
-
-        used = at(last) - at(first)
-        cpu.update({"cpu_us_per_event": used / n * 1e6, "cpu_per_wall": used / span})
-    return span
+    if cpu is not None:
+        cpu.update(sampler.between(first, last, n))
+    return max(1e-3, last - first)
 
 
 def _producer(settings: Settings) -> AIOKafkaProducer:

@@ -1,7 +1,10 @@
-"""Record the OTLP corpus: real multi-agent programs, offline, each instrumented two ways.
+"""Record the OTLP corpus: real multi-agent programs, offline, each instrumented two ways (Google ADK: its own).
 
     pip install -e '.[frameworks]'
     python -m tests.otel_corpus.record                 # (re)record every fixture
+    # Google ADK pins OpenTelemetry <= 1.44, so its fixture is recorded in a virtualenv of its own:
+    #   pip install -e . google-adk==2.13.0 opentelemetry-exporter-otlp-proto-http
+    python -m tests.otel_corpus.record --one adk.genai
     python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
     python -m tests.otel_corpus.record --live langgraph.openinference   # export to OTEL_EXPORTER_OTLP_*
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import socket
@@ -311,7 +315,86 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 
 
-PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph}
+# --- Google ADK ---------------------------------------------------------------------------------------------------
+
+def _adk(provider: Any, instrumentation: str) -> None:
+    """The support program as ADK writes it, traced by ADK's own instrumentation (GenAI semantic conventions).
+
+    ADK traces through the global tracer provider. Content goes on the spans with
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`` and the experimental GenAI
+    conventions (``gen_ai.input/output.messages``, tool arguments and results); without them ADK
+    records no messages. OpenInference's ADK instrumentor (1.0.5) is not recorded: with ADK 2.13 it
+    emits no LLM spans (it patches ``trace_call_llm``, which ADK's model calls no longer go through).
+    """
+    assert instrumentation == "genai", instrumentation
+    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    from opentelemetry import trace
+
+    trace.set_tracer_provider(provider)
+
+    from collections.abc import AsyncGenerator
+
+    from google.adk.agents import LlmAgent
+    from google.adk.models.base_llm import BaseLlm
+    from google.adk.models.llm_request import LlmRequest
+    from google.adk.models.llm_response import LlmResponse
+    from google.adk.runners import InMemoryRunner
+    from google.genai import types
+
+    calls = iter(enumerate(s.ADK_CALLS))
+
+    class Scripted(BaseLlm):
+        """Answers the next scripted call (and checks it is the agent the script expects)."""
+
+        agent: str
+
+        async def generate_content_async(self, llm_request: LlmRequest,
+                                         stream: bool = False) -> AsyncGenerator[LlmResponse, None]:
+            i, (agent, kind, tokens_in, tokens_out) = next(calls)
+            assert agent == self.agent, f"call {i}: the script expects {agent}, {self.agent} called"
+            if kind == "tool_call":
+                part = types.Part(function_call=types.FunctionCall(id=f"call_{i}", name=s.LOOKUP_TOOL,
+                                                                   args=dict(s.LOOKUP_ARGS)))
+            elif kind == "handoff":
+                part = types.Part(function_call=types.FunctionCall(id=f"call_{i}", name=s.ADK_TRANSFER_TOOL,
+                                                                   args={"agent_name": s.SPECIALIST}))
+            else:
+                part = types.Part(text=s.SPECIALIST_ANSWER)
+            yield LlmResponse(content=types.Content(role="model", parts=[part]), model_version=self.model,
+                              finish_reason=types.FinishReason.STOP,
+                              usage_metadata=types.GenerateContentResponseUsageMetadata(
+                                  prompt_token_count=tokens_in, candidates_token_count=tokens_out,
+                                  total_token_count=tokens_in + tokens_out))
+
+    def lookup_order(order_id: str) -> str:
+        """Look an order up by its id."""
+        assert order_id == s.LOOKUP_ARGS["order_id"]
+        return s.LOOKUP_RESULT
+
+    specialist = LlmAgent(name=s.SPECIALIST, model=Scripted(model=s.ADK_MODEL, agent=s.SPECIALIST),
+                          instruction=s.SPECIALIST_INSTRUCTIONS, description="Issues refunds.")
+    triage = LlmAgent(name=s.TRIAGE, model=Scripted(model=s.ADK_MODEL, agent=s.TRIAGE),
+                      instruction=s.TRIAGE_INSTRUCTIONS, tools=[lookup_order], sub_agents=[specialist])
+
+    async def run() -> str:
+        runner = InMemoryRunner(agent=triage, app_name=s.ADK_APP)
+        await runner.session_service.create_session(app_name=s.ADK_APP, user_id="user-1", session_id=s.ADK_SESSION)
+        text = ""
+        async for event in runner.run_async(user_id="user-1", session_id=s.ADK_SESSION, new_message=types.Content(
+                role="user", parts=[types.Part(text=s.AGENTS_USER)])):
+            if event.content and event.content.parts and event.content.parts[0].text:
+                text = event.content.parts[0].text
+        return text
+
+    answer = asyncio.run(run())
+    assert answer == s.SPECIALIST_ANSWER, answer
+    assert next(calls, None) is None, "the program made fewer model calls than scripted"
+
+
+PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk}
+#: The module a program beside the grid needs (it may live in a virtualenv of its own).
+_NEEDS = {"adk": "google.adk"}
 
 
 def record_one(program: str, instrumentation: str) -> list[Path]:
@@ -387,10 +470,15 @@ def main() -> None:
             print(f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}: "
                   f"{path.stat().st_size} bytes")
         return
-    for program in s.PROGRAMS:
-        for instrumentation in s.INSTRUMENTATIONS:
-            subprocess.run([sys.executable, "-m", "tests.otel_corpus.record", "--one",
-                            f"{program}.{instrumentation}"], check=True)
+    cases = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS]
+    for program, instrumentation in s.EXTRA_CASES:
+        if importlib.util.find_spec(_NEEDS[program]) is None:
+            print(f"{program}.{instrumentation}: not recorded, {_NEEDS[program]} is not installed here")
+        else:
+            cases.append((program, instrumentation))
+    for program, instrumentation in cases:
+        subprocess.run([sys.executable, "-m", "tests.otel_corpus.record", "--one",
+                        f"{program}.{instrumentation}"], check=True)
 
 
 if __name__ == "__main__":

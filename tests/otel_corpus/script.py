@@ -47,3 +47,16 @@ GRAPH_CALLS = [
 
 PROGRAMS = ("openai_agents", "langgraph")
 INSTRUMENTATIONS = ("openllmetry", "openinference")
+
+# --- Google ADK: the support program again, as ADK writes it: a root agent with a tool and a sub-agent it
+# transfers to (ADK's built-in transfer_to_agent tool) ------------------------------------------------------
+ADK_APP = "support"  # the Runner's app name
+ADK_SESSION = "support-session-9"  # the session id: ADK's gen_ai.conversation.id
+ADK_MODEL = "scripted-gemini"
+ADK_TRANSFER_TOOL = "transfer_to_agent"
+#: The model calls in order: the OpenAI Agents program's (the handoff is ADK's transfer_to_agent call).
+ADK_CALLS = AGENTS_CALLS
+#: Recorded beside the 2 × 2 grid above: (program, instrumentation). ADK's own OpenTelemetry
+#: instrumentation (GenAI semantic conventions); OpenInference's ADK instrumentor is not recorded
+#: (see tests/otel_corpus/record.py).
+EXTRA_CASES = (("adk", "genai"),)

@@ -1,4 +1,4 @@
-"""The OTLP corpus (``tests/otel_corpus``): real framework runs, each instrumented two ways, mapped to runs.
+"""The OTLP corpus (``tests/otel_corpus``): real framework runs, instrumented two ways (ADK: its own), mapped to runs.
 
 Each fixture is the exact OTLP/HTTP request an exporter sent while a scripted multi-agent
 program ran (``python -m tests.otel_corpus.record``). Expectations come from the script
@@ -31,7 +31,11 @@ from tests.otel_corpus import script as s
 CORPUS = Path(__file__).parents[2] / "otel_corpus"
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
-CASES = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS]
+CASES = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS] + list(s.EXTRA_CASES)
+#: What each program does: (the agent handing off, the agent it hands off to, the model calls in order).
+SCRIPTS = {"openai_agents": (s.TRIAGE, s.SPECIALIST, s.AGENTS_CALLS),
+           "langgraph": (s.SUPERVISOR, s.RESEARCHER, s.GRAPH_CALLS),
+           "adk": (s.TRIAGE, s.SPECIALIST, s.ADK_CALLS)}
 
 
 def spans_of(program: str, instrumentation: str) -> list[dict]:
@@ -93,10 +97,13 @@ def test_runs_child_runs_and_the_handoff(program, instrumentation):
 
 def check_runs_child_runs_and_the_handoff(program: str, instrumentation: str, runs: dict[str, list[dict]],
                                           root: str, child: str) -> None:
-    source, worker = (s.TRIAGE, s.SPECIALIST) if program == "openai_agents" else (s.SUPERVISOR, s.RESEARCHER)
+    source, worker, _ = SCRIPTS[program]
     if program == "langgraph":
         assert root == s.GRAPH_THREAD  # LangGraph's thread id is the run id, under either family
         assert child.startswith(f"{s.GRAPH_THREAD}/{worker}/")
+    if program == "adk":
+        assert root == s.ADK_SESSION  # ADK's session id is its gen_ai.conversation.id
+        assert child.startswith(f"{s.ADK_SESSION}/{worker}/")  # the sub-agent transferred to
     # Every run is whole: started first, completed last.
     for run in (root, child):
         assert runs[run][0]["type"] == "run.started" and runs[run][-1]["type"] == "run.completed"
@@ -124,7 +131,7 @@ def test_llm_calls_with_content_cache_keys_and_usage(program, instrumentation):
 
 def check_llm_calls_with_content_cache_keys_and_usage(program: str, runs: dict[str, list[dict]], root: str,
                                                       child: str) -> None:
-    script = s.AGENTS_CALLS if program == "openai_agents" else s.GRAPH_CALLS
+    script = SCRIPTS[program][2]
     first_agent = script[0][0]
     for run, calls in ((root, [c for c in script if c[0] == first_agent]),
                        (child, [c for c in script if c[0] != first_agent])):
@@ -134,27 +141,35 @@ def check_llm_calls_with_content_cache_keys_and_usage(program: str, runs: dict[s
         assert len(started) == len(completed) == len(usage) == len(calls)
         for call, start, done, used in zip(calls, started, completed, usage, strict=True):
             _, kind, tokens_in, tokens_out = call
-            assert (used["inputTokens"], used["outputTokens"], used["totalTokens"]) == (
-                tokens_in, tokens_out, tokens_in + tokens_out)
+            assert (used["inputTokens"], used["outputTokens"]) == (tokens_in, tokens_out)
+            # ADK exports no total; the others' is the sum.
+            assert used.get("totalTokens") == (None if program == "adk" else tokens_in + tokens_out)
             assert done["usage"] == {"inputTokens": tokens_in, "outputTokens": tokens_out}
             # The request was captured: a semantic key computed from its messages.
             assert start["recipe"] == "openwop-semantic-request-v2"
             assert start["cacheKey"] == cache_key(start["request"]) == done["cacheKey"]
             texts = [p.get("content") for m in start["request"]["messages"] for p in m["parts"]]
-            assert (s.AGENTS_USER if program == "openai_agents" else s.GRAPH_USER) in texts
+            assert (s.GRAPH_USER if program == "langgraph" else s.AGENTS_USER) in texts
             parts = [p for m in done["envelope"] for p in m["parts"]]
             if kind == "text":
                 assert parts[0]["type"] == "text" and parts[0]["content"] in (
                     s.SPECIALIST_ANSWER, s.RESEARCHER_ANSWER, s.SUPERVISOR_ANSWER)
             else:
-                name = {"tool_call": s.LOOKUP_TOOL if program == "openai_agents" else s.SEARCH_TOOL,
-                        "handoff": s.HANDOFF_TOOL, "route": s.ROUTE_TOOL}[kind]
+                name = {"tool_call": s.SEARCH_TOOL if program == "langgraph" else s.LOOKUP_TOOL,
+                        "handoff": s.ADK_TRANSFER_TOOL if program == "adk" else s.HANDOFF_TOOL,
+                        "route": s.ROUTE_TOOL}[kind]
                 assert [(p["type"], p["name"]) for p in parts] == [("tool_call", name)]
         # Keys differ per call: each request is the conversation so far.
         assert len({p["cacheKey"] for p in started}) == len(calls)
     if program == "openai_agents":
         system = of(runs[root], "agent.invocation.started")[0]["request"]["messages"][0]
         assert system == {"role": "system", "parts": [{"type": "text", "content": s.TRIAGE_INSTRUCTIONS}]}
+    elif program == "adk":
+        # ADK exports the system prompt apart (gen_ai.system_instructions): it leads the request, so the key
+        # changes with it. ADK appends its own transfer instructions to the agent's.
+        for run, instructions in ((root, s.TRIAGE_INSTRUCTIONS), (child, s.SPECIALIST_INSTRUCTIONS)):
+            system = of(runs[run], "agent.invocation.started")[0]["request"]["messages"][0]
+            assert system["role"] == "system" and system["parts"][0]["content"].startswith(instructions)
     else:
         first = of(runs[root], "agent.invocation.started")[0]["request"]["messages"]
         assert first == [{"role": "user", "parts": [{"type": "text", "content": s.GRAPH_USER}]}]
@@ -167,12 +182,14 @@ def test_tool_call_and_return_pairs(program, instrumentation):
 
 
 def check_tool_call_and_return_pairs(program: str, runs: dict[str, list[dict]], root: str, child: str) -> None:
-    run = root if program == "openai_agents" else child  # the triage agent's tool; the researcher's
-    tool, args, result = ((s.LOOKUP_TOOL, s.LOOKUP_ARGS, s.LOOKUP_RESULT) if program == "openai_agents"
-                          else (s.SEARCH_TOOL, s.SEARCH_ARGS, s.SEARCH_RESULT))
+    run = child if program == "langgraph" else root  # the researcher's tool; the triage agent's
+    tool, args, result = ((s.SEARCH_TOOL, s.SEARCH_ARGS, s.SEARCH_RESULT) if program == "langgraph"
+                          else (s.LOOKUP_TOOL, s.LOOKUP_ARGS, s.LOOKUP_RESULT))
+    if program == "adk":
+        result = {"result": result}  # ADK wraps a tool's plain return value as its function response
     called, returned = of(runs[run], "agent.toolCalled"), of(runs[run], "agent.toolReturned")
     # The call id is the one the model asked with (the scripted model numbers its calls call_<i>).
-    call_id = f"call_{[c[1] for c in (s.AGENTS_CALLS if program == 'openai_agents' else s.GRAPH_CALLS)].index('tool_call')}"
+    call_id = f"call_{[c[1] for c in SCRIPTS[program][2]].index('tool_call')}"
     assert called == [{"callId": call_id, "tool": tool, "args": args}]
     assert returned == [{"callId": call_id, "result": result}]
     other = child if run == root else root
@@ -187,7 +204,8 @@ def test_nothing_is_dropped_and_arrival_order_does_not_matter(program, instrumen
     # Every span has at least one event (an unmatched one as log.appended), so none vanishes.
     seen = {d["eventId"] for events in runs.values() for d in events}
     assert sum(len(e) for e in runs.values()) == len(seen)
-    assert len(seen) >= len(spans) - sum(1 for sp in spans if sp["name"].startswith(("handoff", "triage →", "goto")))
+    assert len(seen) >= len(spans) - sum(1 for sp in spans if sp["name"].startswith(
+        ("handoff", "triage →", "goto", f"execute_tool {s.ADK_TRANSFER_TOOL}")))
 
 
 # --- the other GenAI message forms, on the corpus's own spans -----------------------------------------------------
@@ -246,10 +264,10 @@ def test_the_operation_details_event_and_per_message_events_are_read():
 @pytest.mark.parametrize("program,instrumentation", CASES)
 def test_a_refusal_is_an_envelope_refusal(program, instrumentation):
     span = next(sp for sp in spans_of(program, instrumentation)
-                if sp["attributes"].get("gen_ai.operation.name") == "chat"
+                if sp["attributes"].get("gen_ai.operation.name") in ("chat", "generate_content")
                 or sp["attributes"].get("openinference.span.kind") == "LLM")
     refused = copy.deepcopy(span)
-    if instrumentation == "openllmetry":
+    if instrumentation in ("openllmetry", "genai"):
         refused["attributes"]["gen_ai.output.messages"] = json.dumps([{"role": "assistant", "parts": [
             {"type": "refusal", "content": "I can't help with that."}], "finish_reason": "stop"}])
         want = {"reason": "refusal", "refusalText": "I can't help with that."}
@@ -288,3 +306,29 @@ def test_a_malformed_attribute_rejects_its_span_and_keeps_the_rest():
         len(s.GRAPH_CALLS) + len(s.AGENTS_CALLS) - 2)
     assert sum(len(of(e, "agent.toolReturned")) for e in runs.values()) == 2
     assert sum(len(of(e, "runOrchestrator.decided")) for e in runs.values()) == 2
+
+
+# --- Google ADK without captured content --------------------------------------------------------------------------
+
+def test_an_adk_transfer_without_content_still_starts_the_child_run():
+    """Without content capture ADK records no tool arguments: the transfer goes to the next agent that starts."""
+    spans = spans_of("adk", "genai")
+    for sp in spans:
+        for key in ("gen_ai.tool.call.arguments", "gen_ai.tool.call.result", "gen_ai.input.messages",
+                    "gen_ai.output.messages", "gen_ai.system_instructions"):
+            sp["attributes"].pop(key, None)
+    runs, root, child = root_and_child(mapped(spans))
+    assert root == s.ADK_SESSION and child.startswith(f"{s.ADK_SESSION}/{s.SPECIALIST}/")
+    assert of(runs[root], "runOrchestrator.decided") == [
+        {"agentId": s.TRIAGE, "decision": {"nextWorkerIds": [s.SPECIALIST]}}]
+
+
+def test_the_system_instructions_are_part_of_the_cache_key():
+    span = next(sp for sp in spans_of("adk", "genai") if sp["attributes"].get("gen_ai.operation.name")
+                == "generate_content")
+    changed = copy.deepcopy(span)
+    changed["attributes"]["gen_ai.system_instructions"] = json.dumps([{"type": "text", "content": "Be terse."}])
+    as_text = copy.deepcopy(span)
+    as_text["attributes"]["gen_ai.system_instructions"] = "Be terse."  # plain text, not JSON parts
+    keys = [_mapped_call(sp)["agent.invocation.started"]["cacheKey"] for sp in (span, changed, as_text)]
+    assert keys[0] != keys[1] == keys[2]
