@@ -24,33 +24,40 @@ log = logging.getLogger("agentlog.runstate")
 
 TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
-# Incremental state hashers of recently stepped runs, least recently used first. A memo, not
-# state: a run without one (new process, evicted) gets a fresh hasher and the same hash; it
-# lives beside the Faust table because it holds object identities, which do not survive a changelog.
+# Incremental state hashers of runs in flight, least recently used first. A memo, not state: a
+# run without one (new process, evicted) gets a fresh hasher and the same hash; it lives beside
+# the Faust table because it holds object identities, which do not survive a changelog.
 _HASHERS: dict[str, ExactStateHash] = {}
-_MAX_HASHERS = 1024
+#: As many runs as the worker's tables keep decoded (:class:`processors.worker.tables.LocalTable`):
+#: a hasher evicted before its run's next event is rebuilt from every member of the state, and with
+#: 1,024 for ~3,000 runs in flight (the bench's realistic workload) that was two events in three
+#: (tests/bench/JOURNAL.md, "Speed on real agent runs"). A run's hasher goes at its terminal event.
+_MAX_HASHERS = 8192
 
 
-def _state_hash(run_id: str, state: State, *, verify: bool) -> str:
+def _state_hash(run_id: str, state: State, *, verify: bool, last: bool = False) -> str:
     """``fold.state_hash(state)``, hashing again only the top-level members from the first one changed.
 
     :class:`ExactStateHash`, not :class:`~processors.core.statehash.StateHasher`, whose Python walk of
-    every changed dict would be the largest part of the worker's own per-event work.
+    every changed dict would be the largest part of the worker's own per-event work. A state
+    the fold returned unchanged (the same object: LLM calls, tools, usage) has the hash of the
+    index before, which the run's hasher gives back without hashing.
     With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
     is checked against a full :func:`jcs` of the state; a difference means a state was
     mutated after it was hashed (the fold is copy-on-write, states are read-only), so the
-    run's cache is dropped and the full hash is used.
+    run's cache is dropped and the full hash is used. ``last``: the run ended here, its hasher goes.
     """
     hasher = _HASHERS.pop(run_id, None) or ExactStateHash()
-    _HASHERS[run_id] = hasher
-    if len(_HASHERS) > _MAX_HASHERS:
-        del _HASHERS[next(iter(_HASHERS))]
+    if not last:
+        _HASHERS[run_id] = hasher
+        if len(_HASHERS) > _MAX_HASHERS:
+            del _HASHERS[next(iter(_HASHERS))]
     digest = hasher(state)
     if verify:
         full = sha256_hex(jcs(state))
         if full != digest:
             log.error("incremental state hash of run %s disagreed with the full hash; cache dropped", run_id)
-            del _HASHERS[run_id]
+            _HASHERS.pop(run_id, None)
             digest = full
     return digest
 
@@ -107,8 +114,9 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
     if doc["type"] in TERMINAL_TYPES:
         sends.append(("handoff-links", run_id, {"kind": "child-terminal", "event": doc}))
     since = rec["since"] + 1
-    snapshot = since >= snapshot_every or doc["type"] in TERMINAL_TYPES
-    s_hash = _state_hash(run_id, state, verify=snapshot)
+    terminal = doc["type"] in TERMINAL_TYPES
+    snapshot = since >= snapshot_every or terminal
+    s_hash = _state_hash(run_id, state, verify=snapshot, last=terminal)
     new: RunRecord = {"state": state, "next": doc["sequence"] + 1, "head": head_hash,
                       "since": 0 if snapshot else since}
     return Advanced(new, state, sends, s_hash, snapshot)

@@ -134,3 +134,18 @@ def test_exact_hash_raises_what_jcs_raises_and_recovers():
         raise AssertionError("an unsafe integer was hashed")
     after = {**good, "b": "y"}
     assert hasher(after) == _reference(after)
+
+
+def test_a_run_keeps_its_hasher_while_in_flight_and_drops_it_at_its_terminal_event(monkeypatch):
+    monkeypatch.setattr(runstate, "_HASHERS", {})
+    runs = {"a": llm_run("a"), **child_runs("a")}
+    for run_id, state, state_hash, _ in _step_all(runs):
+        assert state_hash == _reference(state)
+        ended = state["status"] in ("completed", "failed", "cancelled")
+        assert (run_id in runstate._HASHERS) is not ended
+    assert runstate._HASHERS == {}
+
+
+def test_an_empty_member_is_spelled_without_the_encoder():
+    for value in ({}, [], {"a": {}}, [[]], {"b": []}):
+        assert ExactStateHash._spell(value) == rfc8785.dumps(value)
