@@ -302,10 +302,11 @@ class Batch:
         outbox = self._outbox
         await outbox.flush()
         await outbox.wait()
-        by_table: dict[str, list[tuple[str, int, Any, Encoded]]] = {}
+        # Per table, per partition: (key, value, changelog bytes), in the order the batch wrote them.
+        by_table: dict[str, dict[int, list[tuple[str, Any, Encoded]]]] = {}
         for (name, key), (partition, value) in self._writes.items():
             encoded = (encode(key), None if value is None else encode(value))
-            by_table.setdefault(name, []).append((key, partition, value, encoded))
+            by_table.setdefault(name, {}).setdefault(partition, []).append((key, value, encoded))
         sources = {(topic, partition) for (_, topic, partition) in self._positions}
         for stage in _stages(by_table):
             _check_owned(self.wiring, sources)
@@ -314,14 +315,14 @@ class Batch:
             await outbox.flush()
             await outbox.wait()
             for (local, writes), last in zip(sent, lasts, strict=True):
-                for key, partition, value, encoded in writes:
-                    local.put(partition, key, value, encoded)
+                for partition, items in writes.items():
+                    local.put_many(partition, items)
                 for partition, offset in last.items():
                     local.persisted(partition, offset)
         _check_owned(self.wiring, sources)
         self._publish_positions()
 
-    async def _send(self, table: Table, writes: list[tuple[str, int, Any, Encoded]]) -> dict[int, int]:
+    async def _send(self, table: Table, writes: Mapping[int, list[tuple[str, Any, Encoded]]]) -> dict[int, int]:
         """Queue the writes' changelog records, each to ``partition`` (the source record's).
 
         Returns a dict that holds, once the records are acknowledged, the offset of each partition's
@@ -338,8 +339,12 @@ class Batch:
         def acked(partition: int, offset: int, value: Any) -> None:
             last[partition] = max(offset, last.get(partition, -1))
 
-        for _, partition, _, (raw_key, raw_value) in writes:
-            await self._outbox.add(topic, partition, raw_key, raw_value, on_acked=acked)
+        add = self._outbox.add
+        for partition, items in writes.items():
+            for _, _, (raw_key, raw_value) in items[:-1]:
+                await add(topic, partition, raw_key, raw_value)
+            _, _, (raw_key, raw_value) = items[-1]  # a partition's records land in order: its last one's offset
+            await add(topic, partition, raw_key, raw_value, on_acked=acked)
         return last
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:

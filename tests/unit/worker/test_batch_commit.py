@@ -283,3 +283,24 @@ def test_a_failed_commit_crashes_the_agent_and_no_later_batch_is_handled(monkeyp
         return log
 
     assert asyncio.run(scenario()) == ["handled 0"]
+
+
+def test_a_stage_marks_each_partition_as_holding_its_last_acknowledged_record_and_writes_it_in_one_go():
+    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
+    b = _batch("a")
+    b._writes = {("index", "r1/e1"): (0, 1), ("index", "r2/e1"): (1, 1), ("index", "r1/e2"): (0, 2),
+                 ("index", "r2/e2"): (1, None)}
+    b.wiring = SimpleNamespace(tables=tables, positions=None, fence=Fence())
+    b._outbox = AckingOutbox()
+    b._positions = {}
+    b._generation = 1
+    written: list[tuple[int, list[str]]] = []
+    put_many = tables["index"].put_many
+    tables["index"].put_many = lambda partition, items: (  # type: ignore[method-assign]
+        written.append((partition, [key for key, _, _ in items])), put_many(partition, items))
+    asyncio.run(b.commit())
+    # Partition 0's two records are acknowledged first (offsets 101, 102), then partition 1's (103, 104).
+    assert tables["index"].offsets == {0: 102, 1: 104}
+    assert written == [(0, ["r1/e1", "r1/e2"]), (1, ["r2/e1", "r2/e2"])]
+    assert tables["index"].data == {"r1/e1": 1, "r1/e2": 2, "r2/e1": 1}
+
