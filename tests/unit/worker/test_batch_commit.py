@@ -304,3 +304,15 @@ def test_a_stage_marks_each_partition_as_holding_its_last_acknowledged_record_an
     assert written == [(0, ["r1/e1", "r1/e2"]), (1, ["r2/e1", "r2/e2"])]
     assert tables["index"].data == {"r1/e1": 1, "r1/e2": 2, "r2/e1": 1}
 
+
+def test_a_keyed_record_goes_to_the_partition_the_producers_default_partitioner_picks():
+    from aiokafka.partitioner import DefaultPartitioner
+
+    outbox = batch_module.Outbox(SimpleNamespace(), {"t": [0, 1, 2, 3], "u": [0, 1, 2, 3, 4, 5, 6]})
+    for i in range(2000):
+        key = f"run-{i}-\u00e9".encode()
+        for topic, parts in (("t", [0, 1, 2, 3]), ("u", [0, 1, 2, 3, 4, 5, 6])):
+            expected = DefaultPartitioner()(key, parts, parts)
+            assert outbox.chosen(topic, key) == expected
+            assert asyncio.run(outbox.partition_for(topic, key)) == expected
+    assert outbox.chosen("t", None) is None and outbox.chosen("unknown", b"k") is None
