@@ -4,8 +4,9 @@ Both readers of a run's states hash them at every index: the live worker (the st
 each committed record carries) and re-derivation (checking each recorded digest). The
 reference ``processors.core.fold.state_hash`` canonicalises the whole state each time, which
 is quadratic over a long run. :class:`StateHasher` (re-derivation's exact path, checkpoints)
-caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker)
-resumes SHA-256 from the first changed top-level member; :class:`ResumableStateHash` is
+caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker, for a run whose
+state has grown past :data:`processors.core.runstate.INCREMENTAL_FROM_BYTES`) resumes SHA-256
+from the first changed top-level member; :class:`ResumableStateHash` is
 re-derivation's candidate, checked against the recorded hash.
 
 JCS is compositional: an object's canonical bytes are its members' canonical bytes in
