@@ -17,41 +17,73 @@ from typing import Any, TypedDict
 from processors.core.fold import fold
 from processors.core.handoff import State
 from processors.core.statehash import ExactStateHash
-from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
+from schemas.canonical import GENESIS, chain_hash, jcs, jcs_parsed, sha256_hex
 from schemas.records import Violation, violation
 
 log = logging.getLogger("agentlog.runstate")
 
 TERMINAL_TYPES = frozenset({"run.completed", "run.failed", "run.cancelled"})
 
-# Incremental state hashers of recently stepped runs, least recently used first. A memo, not
-# state: a run without one (new process, evicted) gets a fresh hasher and the same hash; it
-# lives beside the Faust table because it holds object identities, which do not survive a changelog.
-_HASHERS: dict[str, ExactStateHash] = {}
-_MAX_HASHERS = 1024
+class _RunHash:
+    """What the worker remembers of a run's last state hash (:func:`_state_hash`)."""
+
+    __slots__ = ("digest", "hasher", "size", "state")
+
+    def __init__(self, state: State, digest: str, size: int, hasher: ExactStateHash | None) -> None:
+        self.state, self.digest, self.size, self.hasher = state, digest, size, hasher
 
 
-def _state_hash(run_id: str, state: State, *, verify: bool) -> str:
-    """``fold.state_hash(state)``, hashing again only the top-level members from the first one changed.
+# The last state hash of each run in flight, least recently used first. A memo, not state: a run
+# without one (new process, evicted) is hashed in full, to the same hash; it lives beside the
+# Faust table because it holds object identities, which do not survive a changelog.
+_RUN_HASHES: dict[str, _RunHash] = {}
+#: As many runs as the worker's tables keep decoded (:class:`processors.worker.tables.LocalTable`).
+#: A run's entry goes at its terminal event.
+_MAX_RUN_HASHES = 8192
+#: A state whose canonical bytes are at least this long is hashed incrementally from then on
+#: (:class:`ExactStateHash`: only the top-level members from the first one changed are hashed
+#: again), below it in full. A run's state is a few hundred bytes to a few KB on the realistic
+#: workload, where the incremental hasher (its dozen SHA-256 contexts and member bytes per run,
+#: kept for ~3,000 runs) cost ~10 µs an event more than hashing the whole state again
+#: (tests/bench/JOURNAL.md, "Speed on real agent runs"); a long run's state (a channel keeps every
+#: value written to it) would make hashing it in full at every index quadratic.
+INCREMENTAL_FROM_BYTES = 8192
 
-    :class:`ExactStateHash`, not :class:`~processors.core.statehash.StateHasher`, whose Python walk of
-    every changed dict would be the largest part of the worker's own per-event work.
-    With ``verify`` (snapshot points, which canonicalise the whole state anyway) the result
-    is checked against a full :func:`jcs` of the state; a difference means a state was
-    mutated after it was hashed (the fold is copy-on-write, states are read-only), so the
-    run's cache is dropped and the full hash is used.
+
+def _state_hash(run_id: str, state: State, *, verify: bool, last: bool = False) -> str:
+    """``fold.state_hash(state)``, without hashing a state the run's last hash was of.
+
+    A state the fold returned unchanged (the same object: LLM calls, tools, usage) has the hash of
+    the index before. A changed state is canonicalised and hashed in full while it is small
+    (:data:`INCREMENTAL_FROM_BYTES`), and by the run's :class:`ExactStateHash` once it is not.
+    With ``verify`` (snapshot points, which canonicalise the whole state anyway) a hash that was
+    not computed in full here is checked against a full :func:`jcs` of the state; a difference
+    means a state was mutated after it was hashed (the fold is copy-on-write, states are
+    read-only), so the run's memo is dropped and the full hash is used. ``last``: the run ended
+    here, its memo goes.
     """
-    hasher = _HASHERS.pop(run_id, None) or ExactStateHash()
-    _HASHERS[run_id] = hasher
-    if len(_HASHERS) > _MAX_HASHERS:
-        del _HASHERS[next(iter(_HASHERS))]
-    digest = hasher(state)
-    if verify:
-        full = sha256_hex(jcs(state))
-        if full != digest:
-            log.error("incremental state hash of run %s disagreed with the full hash; cache dropped", run_id)
-            del _HASHERS[run_id]
-            digest = full
+    memo = _RUN_HASHES.pop(run_id, None)
+    full = False
+    if memo is not None and memo.state is state:
+        digest = memo.digest
+    elif memo is not None and (memo.hasher is not None or memo.size >= INCREMENTAL_FROM_BYTES):
+        if memo.hasher is None:
+            memo.hasher = ExactStateHash()
+        digest = memo.hasher(state)
+        memo.state, memo.digest = state, digest
+    else:
+        data = jcs_parsed(state)
+        digest, full = sha256_hex(data), True
+        memo = _RunHash(state, digest, len(data), None)
+    if verify and not full:
+        checked = sha256_hex(jcs(state))
+        if checked != digest:
+            log.error("the remembered state hash of run %s disagreed with the full hash; memo dropped", run_id)
+            return checked
+    if not last:
+        _RUN_HASHES[run_id] = memo
+        if len(_RUN_HASHES) > _MAX_RUN_HASHES:
+            del _RUN_HASHES[next(iter(_RUN_HASHES))]
     return digest
 
 
@@ -107,8 +139,9 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
     if doc["type"] in TERMINAL_TYPES:
         sends.append(("handoff-links", run_id, {"kind": "child-terminal", "event": doc}))
     since = rec["since"] + 1
-    snapshot = since >= snapshot_every or doc["type"] in TERMINAL_TYPES
-    s_hash = _state_hash(run_id, state, verify=snapshot)
+    terminal = doc["type"] in TERMINAL_TYPES
+    snapshot = since >= snapshot_every or terminal
+    s_hash = _state_hash(run_id, state, verify=snapshot, last=terminal)
     new: RunRecord = {"state": state, "next": doc["sequence"] + 1, "head": head_hash,
                       "since": 0 if snapshot else since}
     return Advanced(new, state, sends, s_hash, snapshot)

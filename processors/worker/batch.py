@@ -34,7 +34,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiokafka.partitioner import DefaultPartitioner
+from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from processors.metrics import METRICS
 from processors.worker.fence import Fenced, settling
@@ -123,24 +123,23 @@ class Outbox:
         # Per open topic-partition: its BatchBuilder and the records someone asked about
         # (index in the batch, future or None, value, on_acked or None).
         self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes | None, Acked | None]]]] = {}
-        self._chosen: dict[tuple[str, bytes], int] = {}  # a run's records of one batch: murmur2 once (~6 µs)
         self.sent: list[asyncio.Future[Any]] = []
 
     def chosen(self, topic: str, key: bytes | None) -> int | None:
-        """The partition already chosen for ``key`` in this batch (None: ask :meth:`partition_for`)."""
-        return self._chosen.get((topic, key)) if key is not None else None
+        """The partition of ``key`` when no look-up is needed (None: ask :meth:`partition_for`)."""
+        parts = self._partitions.get(topic)
+        if key is None or parts is None:
+            return None
+        hashed = _KEY_HASHES.get(key)
+        return parts[(hashed if hashed is not None else _key_hash(key)) % len(parts)]
 
     async def partition_for(self, topic: str, key: bytes | None) -> int:
-        chosen = self._chosen.get((topic, key)) if key is not None else None
-        if chosen is not None:
-            return chosen
         parts = self._partitions.get(topic)
         if parts is None:
             parts = self._partitions[topic] = sorted(await self._producer.partitions_for(topic))
-        chosen = int(_PARTITIONER(key, parts, parts))
-        if key is not None:
-            self._chosen[(topic, key)] = chosen
-        return chosen
+        if key is None:
+            return int(_PARTITIONER(key, parts, parts))
+        return parts[_key_hash(key) % len(parts)]
 
     async def add(self, topic: str, partition: int, key: bytes | None, value: bytes | None, *, want: bool = False,
                   on_acked: Acked | None = None) -> asyncio.Future[Delivered] | None:
@@ -207,6 +206,22 @@ class Outbox:
 
 #: The producer's default partitioner (murmur2 of the key; no key: a random available partition).
 _PARTITIONER = DefaultPartitioner()
+
+#: ``murmur2(key) & 0x7FFFFFFF`` (the default partitioner's hash) of recent keys: it is Python, ~6 µs
+#: a key, and a run's key comes back with each of its events, to every topic it sends to.
+_KEY_HASHES: dict[bytes, int] = {}
+#: Keys remembered at most (cleared when full: a worker's runs in flight are far fewer).
+_KEY_HASHES_MAX = 16384
+
+
+def _key_hash(key: bytes) -> int:
+    """The default partitioner's hash of ``key`` (its partition is this modulo the partition count)."""
+    hashed = _KEY_HASHES.get(key)
+    if hashed is None:
+        if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
+            _KEY_HASHES.clear()
+        hashed = _KEY_HASHES[key] = murmur2(key) & 0x7FFFFFFF
+    return hashed
 
 
 #: The stages in which a batch's table writes are made durable, in order: the tables of one stage are
@@ -302,10 +317,11 @@ class Batch:
         outbox = self._outbox
         await outbox.flush()
         await outbox.wait()
-        by_table: dict[str, list[tuple[str, int, Any, Encoded]]] = {}
+        # Per table, per partition: (key, value, changelog bytes), in the order the batch wrote them.
+        by_table: dict[str, dict[int, list[tuple[str, Any, Encoded]]]] = {}
         for (name, key), (partition, value) in self._writes.items():
             encoded = (encode(key), None if value is None else encode(value))
-            by_table.setdefault(name, []).append((key, partition, value, encoded))
+            by_table.setdefault(name, {}).setdefault(partition, []).append((key, value, encoded))
         sources = {(topic, partition) for (_, topic, partition) in self._positions}
         for stage in _stages(by_table):
             _check_owned(self.wiring, sources)
@@ -314,14 +330,14 @@ class Batch:
             await outbox.flush()
             await outbox.wait()
             for (local, writes), last in zip(sent, lasts, strict=True):
-                for key, partition, value, encoded in writes:
-                    local.put(partition, key, value, encoded)
+                for partition, items in writes.items():
+                    local.put_many(partition, items)
                 for partition, offset in last.items():
                     local.persisted(partition, offset)
         _check_owned(self.wiring, sources)
         self._publish_positions()
 
-    async def _send(self, table: Table, writes: list[tuple[str, int, Any, Encoded]]) -> dict[int, int]:
+    async def _send(self, table: Table, writes: Mapping[int, list[tuple[str, Any, Encoded]]]) -> dict[int, int]:
         """Queue the writes' changelog records, each to ``partition`` (the source record's).
 
         Returns a dict that holds, once the records are acknowledged, the offset of each partition's
@@ -338,8 +354,12 @@ class Batch:
         def acked(partition: int, offset: int, value: Any) -> None:
             last[partition] = max(offset, last.get(partition, -1))
 
-        for _, partition, _, (raw_key, raw_value) in writes:
-            await self._outbox.add(topic, partition, raw_key, raw_value, on_acked=acked)
+        add = self._outbox.add
+        for partition, items in writes.items():
+            for _, _, (raw_key, raw_value) in items[:-1]:
+                await add(topic, partition, raw_key, raw_value)
+            _, _, (raw_key, raw_value) = items[-1]  # a partition's records land in order: its last one's offset
+            await add(topic, partition, raw_key, raw_value, on_acked=acked)
         return last
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +13,7 @@ import processors.core.runstate as runstate
 from processors.core.fold import fold
 from processors.core.statehash import ExactStateHash
 from schemas.canonical import GENESIS, chain_hash, sha256_hex
+from schemas.canonical import jcs_parsed as runstate_jcs
 from schemas.errors import EventRejected
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
@@ -46,7 +48,15 @@ def _step_all(runs: dict[str, list[dict]], snapshot_every: int = 7):
             yield run_id, adv.state, adv.state_hash, adv.snapshot
 
 
-def test_state_hashes_equal_reference_for_interleaved_realistic_runs():
+@pytest.fixture(params=[runstate.INCREMENTAL_FROM_BYTES, 0], ids=["in-full-while-small", "incremental"])
+def threshold(request, monkeypatch):
+    """Every test of the live hash runs with states hashed in full (the realistic runs are small) and incrementally."""
+    monkeypatch.setattr(runstate, "INCREMENTAL_FROM_BYTES", request.param)
+    monkeypatch.setattr(runstate, "_RUN_HASHES", {})
+    return request.param
+
+
+def test_state_hashes_equal_reference_for_interleaved_realistic_runs(threshold):
     runs = {"a": realistic_run("a", "check"), "b": realistic_run("b", "derive"), "c": llm_run("c"),
             **child_runs("p")}
     seen = snapshots = 0
@@ -57,14 +67,14 @@ def test_state_hashes_equal_reference_for_interleaved_realistic_runs():
     assert seen == sum(len(d) for d in runs.values()) and snapshots
 
 
-def test_state_hashes_equal_reference_when_hashers_are_evicted(monkeypatch):
-    monkeypatch.setattr(runstate, "_MAX_HASHERS", 1)
+def test_state_hashes_equal_reference_when_hashers_are_evicted(monkeypatch, threshold):
+    monkeypatch.setattr(runstate, "_MAX_RUN_HASHES", 1)
     runs = {"a": realistic_run("a", "check"), "b": realistic_run("b", "derive")}
     for _, state, state_hash, _ in _step_all(runs, snapshot_every=3):
         assert state_hash == _reference(state)
 
 
-def test_a_state_mutated_behind_the_cache_is_caught_at_the_next_snapshot():
+def test_a_state_mutated_behind_the_cache_is_caught_at_the_next_snapshot(threshold):
     # Not something the fold does (it is copy-on-write): the guard for a caller that breaks the rule.
     run_id = "mutated"
     docs = realistic_run(run_id, "check")
@@ -134,3 +144,42 @@ def test_exact_hash_raises_what_jcs_raises_and_recovers():
         raise AssertionError("an unsafe integer was hashed")
     after = {**good, "b": "y"}
     assert hasher(after) == _reference(after)
+
+
+def test_a_run_keeps_its_last_hash_while_in_flight_and_drops_it_at_its_terminal_event(threshold):
+    runs = {"a": llm_run("a"), **child_runs("a")}
+    seen: set[str] = set()
+    for run_id, state, state_hash, _ in _step_all(runs):
+        assert state_hash == _reference(state)
+        ended = state["status"] in ("completed", "failed", "cancelled")
+        assert (run_id in runstate._RUN_HASHES) is not ended
+        if not ended:  # the first state is hashed in full; past the threshold the run's hasher takes over
+            assert (runstate._RUN_HASHES[run_id].hasher is not None) is (threshold == 0 and run_id in seen)
+        seen.add(run_id)
+    assert runstate._RUN_HASHES == {}
+
+
+def test_an_unchanged_state_reuses_the_hash_before_it_without_hashing(monkeypatch, threshold):
+    docs = llm_run("u")
+    records = list(_committed(docs))
+    rec, hashes = None, []
+    calls = []
+    unchanged = 0
+    monkeypatch.setattr(runstate, "jcs_parsed", lambda state: calls.append(1) or runstate_jcs(state))
+    for committed in records:
+        before = rec["state"] if rec else None
+        adv = runstate.advance(rec, committed["doc"], committed["hash"], snapshot_every=1000, handoff_mode="auto")
+        if adv.state is before:  # an LLM call, a tool, usage: the fold returned the state as it was
+            assert adv.state_hash == hashes[-1]
+            unchanged += 1
+        hashes.append(adv.state_hash)
+        assert adv.state_hash == _reference(adv.state)
+        rec = adv.record
+    assert unchanged >= 5
+    if threshold:  # hashed in full: once per changed state, never for an unchanged one
+        assert len(calls) == len(records) - unchanged
+
+
+def test_an_empty_member_is_spelled_without_the_encoder():
+    for value in ({}, [], {"a": {}}, [[]], {"b": []}):
+        assert ExactStateHash._spell(value) == rfc8785.dumps(value)

@@ -331,3 +331,36 @@ def test_a_partition_is_read_again_only_when_faust_delivered_nothing_beyond_the_
     assert consumer.sought == []
     asyncio.run(batch_module.heal_stalled(wiring, seen))  # no progress for one interval
     assert consumer.sought == ([(tp, 40)] if sought else [])
+
+
+def test_a_stage_marks_each_partition_as_holding_its_last_acknowledged_record_and_writes_it_in_one_go():
+    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
+    b = _batch("a")
+    b._writes = {("index", "r1/e1"): (0, 1), ("index", "r2/e1"): (1, 1), ("index", "r1/e2"): (0, 2),
+                 ("index", "r2/e2"): (1, None)}
+    b.wiring = SimpleNamespace(tables=tables, positions=None, fence=Fence())
+    b._outbox = AckingOutbox()
+    b._positions = {}
+    b._generation = 1
+    written: list[tuple[int, list[str]]] = []
+    put_many = tables["index"].put_many
+    tables["index"].put_many = lambda partition, items: (  # type: ignore[method-assign]
+        written.append((partition, [key for key, _, _ in items])), put_many(partition, items))
+    asyncio.run(b.commit())
+    # Partition 0's two records are acknowledged first (offsets 101, 102), then partition 1's (103, 104).
+    assert tables["index"].offsets == {0: 102, 1: 104}
+    assert written == [(0, ["r1/e1", "r1/e2"]), (1, ["r2/e1", "r2/e2"])]
+    assert tables["index"].data == {"r1/e1": 1, "r1/e2": 2, "r2/e1": 1}
+
+
+def test_a_keyed_record_goes_to_the_partition_the_producers_default_partitioner_picks():
+    from aiokafka.partitioner import DefaultPartitioner
+
+    outbox = batch_module.Outbox(SimpleNamespace(), {"t": [0, 1, 2, 3], "u": [0, 1, 2, 3, 4, 5, 6]})
+    for i in range(2000):
+        key = f"run-{i}-\u00e9".encode()
+        for topic, parts in (("t", [0, 1, 2, 3]), ("u", [0, 1, 2, 3, 4, 5, 6])):
+            expected = DefaultPartitioner()(key, parts, parts)
+            assert outbox.chosen(topic, key) == expected
+            assert asyncio.run(outbox.partition_for(topic, key)) == expected
+    assert outbox.chosen("t", None) is None and outbox.chosen("unknown", b"k") is None
