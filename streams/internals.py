@@ -22,9 +22,10 @@ from typing import Any
 #: (owner, attribute) pairs this module touches, checked by the upgrade test.
 FAUST_APP_INTERNALS = ("_new_consumer",)
 FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index",
-                            "_read_offset")
-AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms")
+                            "_read_offset", "_thread")
+AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms", "_subscription")
 FAUST_CONSUMER_THREAD_INTERNALS = ("_create_worker_consumer",)
+FAUST_CONSUMER_THREAD_STATE = ("_consumer",)
 AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
 FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
 #: mode's ``FlowControlEvent`` (``app.flow_control``) and the ``FlowControlQueue`` s it clears on resume.
@@ -101,6 +102,20 @@ def read_offset(consumer: Any, tp: Any) -> int | None:
     """
     offset: int | None = consumer._read_offset.get(tp)
     return offset
+
+
+def fetch_position(consumer: Any, tp: Any) -> int | None:
+    """The offset of ``tp`` aiokafka hands Faust's consumer next (None: not known yet).
+
+    aiokafka moves it as its fetcher returns records to Faust, not when it fetches them: every record
+    below it has left aiokafka. Read from the event loop while aiokafka runs in Faust's consumer
+    thread: one int, read whole.
+    """
+    kafka = consumer._thread._consumer
+    subscription = kafka._subscription.subscription if kafka is not None else None
+    state = subscription.assignment.state_value(tp) if subscription is not None else None
+    position: int | None = state.position if state is not None and state.has_valid_position else None
+    return position
 
 
 def forget_acks(consumer: Any, tp: Any) -> None:

@@ -461,11 +461,13 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
     all 16 records of a fresh partition were fetched (aiokafka's position at the high watermark) and
     none reached the agent (Faust's read offset still unset), with no error. :func:`in_order` reads
     around such a hole only when a later record comes, so a quiet partition stayed stuck. A partition
-    is taken as stalled when the broker holds records beyond the position, Faust has handed the
-    agents none of them (its read offset is below the position: a backlog in the streams' buffers
-    is not a stall), and the position is the one the previous check saw (``seen``, kept by the
-    caller): a whole interval without progress. It is then sought back to that position; anything
-    the agent still had coming is a redelivery, which it treats as done.
+    is taken as stalled when the broker holds records beyond the position, aiokafka has handed them
+    all over (its position is at the high watermark: records not fetched yet, as when another topic's
+    backlog takes the fetches, are not a stall), Faust has handed the agents none of them (its read
+    offset is below the position: a backlog in the streams' buffers is not one either), and the
+    position is the one the previous check saw (``seen``, kept by the caller): a whole interval
+    without progress. It is then sought back to that position; anything the agent still had coming
+    is a redelivery, which it treats as done.
     """
     app = wiring.app
     consumer = app.consumer
@@ -482,8 +484,9 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
             position = internals.committed_offset(consumer, tp)
         if position is None and high is not None:
             position = await _first_offset(wiring, tp.topic, tp.partition)
-        delivered = internals.read_offset(consumer, tp)
-        if high is None or position is None or position >= high or (delivered is not None and delivered >= position):
+        delivered, fetched = internals.read_offset(consumer, tp), internals.fetch_position(consumer, tp)
+        if (high is None or position is None or position >= high or fetched is None or fetched < high
+                or (delivered is not None and delivered >= position)):
             seen.pop(tp, None)
             continue
         if seen.get(tp) != position:

@@ -84,6 +84,8 @@ def test_the_worker_consumer_long_polls_for_the_wait_we_set():
     thread = app.consumer._thread
     for name in internals.FAUST_CONSUMER_THREAD_INTERNALS:
         assert callable(getattr(thread, name, None)), f"Faust's consumer thread has no {name}"
+    for name in internals.FAUST_CONSUMER_THREAD_STATE:
+        assert hasattr(thread, name), f"Faust's consumer thread has no {name}"
     # The hard-coded wait we override, and aiokafka building its fetcher from the attribute at start.
     assert "fetch_max_wait_ms=1500" in inspect.getsource(type(thread)._create_worker_consumer)
     assert "fetch_max_wait_ms=self._fetch_max_wait_ms" in inspect.getsource(AIOKafkaConsumer.start)
@@ -92,6 +94,16 @@ def test_the_worker_consumer_long_polls_for_the_wait_we_set():
         kafka = thread._create_worker_consumer(app.transport)  # built, never started: no broker needed
         assert isinstance(kafka, AIOKafkaConsumer)
         assert kafka._fetch_max_wait_ms == 100
+        # What the stall check reads: the position aiokafka hands records from, once assigned and sought.
+        tp = TopicPartition("t", 0)
+        consumer = app.consumer
+        assert internals.fetch_position(consumer, tp) is None  # no aiokafka consumer yet
+        thread._consumer = kafka
+        assert internals.fetch_position(consumer, tp) is None  # not assigned
+        kafka._subscription.assign_from_user([tp])
+        assert internals.fetch_position(consumer, tp) is None  # assigned, no position yet
+        kafka._subscription.subscription.assignment.state_value(tp).seek(7)
+        assert internals.fetch_position(consumer, tp) == 7
         other = _app()  # another app in the process keeps Faust's own wait
         assert other.consumer._thread._create_worker_consumer(other.transport)._fetch_max_wait_ms == 1500
 

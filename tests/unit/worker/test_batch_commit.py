@@ -316,13 +316,16 @@ def _stall_wiring(consumer: StallConsumer, handled: int) -> Any:
                            tables={"heads": heads})
 
 
-@pytest.mark.parametrize(("read", "sought"), [(None, True), (39, True), (40, False), (90, False)],
-                         ids=["nothing delivered", "delivered only what was handled", "one record queued",
-                              "a backlog queued"])
-def test_a_partition_is_read_again_only_when_faust_delivered_nothing_beyond_the_position(read, sought):
-    """Records the agent has not handled yet but Faust handed to its stream are a backlog, not a stall."""
+@pytest.mark.parametrize(("read", "fetched", "sought"), [
+    (None, 100, True), (39, 100, True), (40, 100, False), (90, 100, False), (None, 60, False), (None, None, False)],
+    ids=["nothing delivered", "delivered only what was handled", "one record queued", "a backlog queued",
+         "not all fetched yet", "fetch position unknown"])
+def test_a_partition_is_read_again_only_when_records_left_aiokafka_and_never_reached_the_agent(
+        read, fetched, sought, monkeypatch):
+    """Records Faust handed to its stream are a backlog, records aiokafka has not handed over yet not fetched."""
     from aiokafka import TopicPartition
 
+    monkeypatch.setattr(batch_module.internals, "fetch_position", lambda consumer, tp: fetched)
     tp = TopicPartition("ingest", 0)
     consumer = StallConsumer(tp, high=100, read=read)
     wiring = _stall_wiring(consumer, handled=40)
