@@ -24,9 +24,6 @@ def register(app: typer.Typer) -> None:
                                                 "to create topics at the replication factor, before giving up."),
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink (by --role), in one process."""
-        from processors.worker.memory import tune_malloc
-
-        tune_malloc()  # first: before any library starts a thread
         # Imported here, not at module level, so `agentlog --help` does not load Faust.
         from processors.worker.app import run_worker, worker_role
         from streams.settings import load_settings
