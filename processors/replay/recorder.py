@@ -36,7 +36,7 @@ from schemas.cachekey import RECIPE_IDS, cache_key
 from schemas.errors import ReplayError
 from streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
 
-__all__ = ["MODES", "Mode", "Recorder", "RecordedResults", "refusal_of"]
+__all__ = ["MODES", "Mode", "Recorder", "RecordedResults", "answer_of", "refusal_of"]
 
 Mode = Literal["live", "recorded", "what-if"]
 MODES: tuple[Mode, ...] = ("live", "recorded", "what-if")
@@ -64,6 +64,18 @@ def refusal_of(envelope: Any) -> str | None:
         if message.get("finish_reason") == "content_filter":
             return "content_filter"
     return None
+
+
+def answer_of(envelope: list[dict[str, Any]], input_tokens: int = 0, output_tokens: int = 0) -> dict[str, Any]:
+    """A model's answer (its output messages in parts form) as a recorder result: a refusal, or valid with its
+    envelope and, when the model counted tokens, its usage."""
+    reason = refusal_of(envelope)
+    if reason is not None:
+        return {"kind": "refusal", "reason": reason}
+    result: dict[str, Any] = {"kind": "valid", "envelope": envelope}
+    if input_tokens or output_tokens:
+        result["usage"] = {"inputTokens": input_tokens, "outputTokens": output_tokens}
+    return result
 
 
 class Recorder:

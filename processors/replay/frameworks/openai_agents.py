@@ -26,7 +26,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from processors.replay.recorder import Recorder, refusal_of
+from processors.replay.recorder import Recorder, answer_of
 
 __all__ = ["ReplayModel", "ReplayModelProvider", "envelope_of", "request_of", "response_of"]
 
@@ -121,14 +121,8 @@ def envelope_of(response: ModelResponse) -> dict[str, Any]:
             parts.extend(_message(plain)["parts"])
         else:
             parts.append({"type": str(plain.get("type")), "content": plain})
-    envelope = [{"role": "assistant", "parts": parts}]
-    reason = refusal_of(envelope)
-    if reason is not None:
-        return {"kind": "refusal", "reason": reason}
-    result: dict[str, Any] = {"kind": "valid", "envelope": envelope}
-    if response.usage.input_tokens or response.usage.output_tokens:
-        result["usage"] = {"inputTokens": response.usage.input_tokens, "outputTokens": response.usage.output_tokens}
-    return result
+    return answer_of([{"role": "assistant", "parts": parts}], response.usage.input_tokens,
+                     response.usage.output_tokens)
 
 
 def response_of(result: dict[str, Any]) -> ModelResponse:

@@ -22,7 +22,7 @@ from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.settings import ModelSettings
 from pydantic_ai.usage import RequestUsage
 
-from processors.replay.recorder import Recorder, refusal_of
+from processors.replay.recorder import Recorder, answer_of
 
 __all__ = ["ReplayModel", "envelope_of", "request_of", "response_of"]
 
@@ -58,13 +58,7 @@ def request_of(messages: list[ModelMessage], settings: ModelSettings | None, par
 def envelope_of(response: ModelResponse) -> dict[str, Any]:
     """A model's answer as a recorder result: valid (its output message, usage) or a refusal."""
     envelope = json.loads(json.dumps(_OTEL.messages_to_otel_messages([response])))
-    reason = refusal_of(envelope)
-    if reason is not None:
-        return {"kind": "refusal", "reason": reason}
-    result: dict[str, Any] = {"kind": "valid", "envelope": envelope}
-    if response.usage.input_tokens or response.usage.output_tokens:
-        result["usage"] = {"inputTokens": response.usage.input_tokens, "outputTokens": response.usage.output_tokens}
-    return result
+    return answer_of(envelope, response.usage.input_tokens, response.usage.output_tokens)
 
 
 def response_of(result: dict[str, Any], *, model: str, provider: str) -> ModelResponse:
