@@ -236,6 +236,13 @@ def _install_partition_starts(wiring: Wiring) -> None:
             await starts.stop()
 
 
+#: How soon a table changelog's records can be compacted away: Kafka compacts only closed segments, and
+#: by default a segment stays open for 7 days, so every closed run's keys and tombstones would stay that
+#: long for a worker on a new disk to read. An hour's segments bound that to the runs in flight plus about
+#: an hour (and tombstones for a day, ``delete.retention.ms``'s default).
+CHANGELOG_SEGMENT_MS = 3_600_000
+
+
 def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
     """Faust's own topics (table changelogs, the assignor's leader topic) as :class:`TopicSpec` s.
 
@@ -251,7 +258,8 @@ def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
                            "retention.ms": str(int(settings.run_closed_retention_s * 1000))}}
     specs = [
         TopicSpec(table.changelog, settings.partitions,
-                  {"cleanup.policy": "compact", **durable, **expiring.get(name, {})}, rf)
+                  {"cleanup.policy": "compact", "segment.ms": str(CHANGELOG_SEGMENT_MS), **durable,
+                   **expiring.get(name, {})}, rf)
         for name, table in wiring.tables.items()
     ]
     specs.append(TopicSpec(f"{wiring.app.conf.id}-__assignor-__leader", 1, dict(durable), rf))

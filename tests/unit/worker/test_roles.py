@@ -63,3 +63,11 @@ def test_the_cli_says_so_in_one_line(tmp_path):
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "AGENTLOG_HOME": str(tmp_path),
                               "AGENTLOG_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
     assert out.returncode == 2 and out.stderr.startswith("error[bad_worker_role]:"), out.stderr
+
+
+def test_every_table_changelog_rolls_a_segment_an_hour_so_compaction_follows_the_runs_in_flight(tmp_path):
+    from processors.worker.app import CHANGELOG_SEGMENT_MS, internal_topic_specs
+
+    wiring = build_app(load_settings(home=tmp_path, worker_role="process", otlp_port=0))
+    changelogs = [spec for spec in internal_topic_specs(wiring) if spec.name.endswith("-changelog")]
+    assert changelogs and all(spec.config["segment.ms"] == str(CHANGELOG_SEGMENT_MS) for spec in changelogs)
