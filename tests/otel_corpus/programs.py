@@ -97,15 +97,11 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
 
 def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = False) -> Any:
     def program(recorder: Recorder) -> str:
-        from typing import Literal
 
         from langchain_core.language_models.chat_models import BaseChatModel
         from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
         from langchain_core.outputs import ChatGeneration, ChatResult
         from langchain_core.tools import tool
-        from langgraph.graph import END, START, MessagesState, StateGraph
-        from langgraph.prebuilt import create_react_agent
-        from langgraph.types import Command
 
         from processors.replay.frameworks.langchain import ReplayChatModel
 
@@ -154,27 +150,8 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
         def model(node: str, name: str) -> ReplayChatModel:
             return ReplayChatModel(recorder=recorder, inner=Scripted(node=node), node=node, model_name=name)
 
-        researcher = create_react_agent(model(s.RESEARCHER, s.RESEARCHER_MODEL), [search_papers],
-                                        name=s.RESEARCHER)
-        supervisor_model = model(s.SUPERVISOR, s.SUPERVISOR_MODEL)
-
-        def supervisor(state: MessagesState) -> Command[Literal["researcher", "__end__"]]:
-            reply = supervisor_model.invoke(state["messages"])
-            if reply.tool_calls:
-                call = reply.tool_calls[0]
-                done = ToolMessage(content=f"Transferred to {s.RESEARCHER}", tool_call_id=call["id"],
-                                   name=call["name"])
-                return Command(goto=s.RESEARCHER, update={"messages": [reply, done]})
-            return Command(goto=END, update={"messages": [reply]})
-
-        graph = StateGraph(MessagesState)
-        graph.add_node(s.SUPERVISOR, supervisor)
-        graph.add_node(s.RESEARCHER, researcher)
-        graph.add_edge(START, s.SUPERVISOR)
-        graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
-        out = graph.compile().invoke({"messages": [("user", s.GRAPH_USER)]},
-                                     config={"configurable": {"thread_id": s.GRAPH_THREAD}})
-        return str(out["messages"][-1].content)
+        return str(supervisor_graph_answer(model(s.SUPERVISOR, s.SUPERVISOR_MODEL),
+                                           model(s.RESEARCHER, s.RESEARCHER_MODEL), search_papers).content)
 
     return program
 
@@ -233,3 +210,33 @@ PROGRAMS = {"pydantic_ai": pydantic_ai_program, "openai_agents": openai_agents_p
 support_agents = openai_agents_program()
 research_graph = langgraph_program()
 support_pydantic = pydantic_ai_program()
+
+
+def supervisor_graph_answer(supervisor_model: Any, researcher_model: Any, search_tool: Any) -> Any:
+    """The LangGraph program of the corpus and of its replay tests, on the given chat models: a supervisor that
+    routes (``Command(goto=...)``) to a ReAct researcher with the search tool and back; its final message."""
+    from typing import Literal
+
+    from langchain_core.messages import ToolMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import create_react_agent
+    from langgraph.types import Command
+
+    researcher = create_react_agent(researcher_model, [search_tool], name=s.RESEARCHER)
+
+    def supervisor(state: MessagesState) -> Command[Literal["researcher", "__end__"]]:
+        reply = supervisor_model.invoke(state["messages"])
+        if reply.tool_calls:
+            call = reply.tool_calls[0]
+            done = ToolMessage(content=f"Transferred to {s.RESEARCHER}", tool_call_id=call["id"], name=call["name"])
+            return Command(goto=s.RESEARCHER, update={"messages": [reply, done]})
+        return Command(goto=END, update={"messages": [reply]})
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.SUPERVISOR, supervisor)
+    graph.add_node(s.RESEARCHER, researcher)
+    graph.add_edge(START, s.SUPERVISOR)
+    graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
+    out = graph.compile().invoke({"messages": [("user", s.GRAPH_USER)]},
+                                 config={"configurable": {"thread_id": s.GRAPH_THREAD}})
+    return out["messages"][-1]

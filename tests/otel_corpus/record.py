@@ -232,16 +232,14 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
         from openinference.instrumentation.langchain import LangChainInstrumentor
         LangChainInstrumentor().instrument(tracer_provider=provider)
 
-    from typing import Literal
 
     from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.tools import tool
     from langchain_core.utils.function_calling import convert_to_openai_tool
-    from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import create_react_agent
-    from langgraph.types import Command
+
+    from tests.otel_corpus.programs import supervisor_graph_answer
 
     calls = iter(enumerate(s.GRAPH_CALLS))
 
@@ -291,27 +289,9 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
         assert query == s.SEARCH_ARGS["query"]
         return s.SEARCH_RESULT
 
-    researcher = create_react_agent(Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), [search_papers],
-                                    name=s.RESEARCHER)
-    supervisor_model = Scripted(node=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL)
-
-    def supervisor(state: MessagesState) -> Command[Literal["researcher", "__end__"]]:
-        reply = supervisor_model.invoke(state["messages"])
-        if reply.tool_calls:
-            call = reply.tool_calls[0]
-            done = ToolMessage(content=f"Transferred to {s.RESEARCHER}", tool_call_id=call["id"], name=call["name"])
-            return Command(goto=s.RESEARCHER, update={"messages": [reply, done]})
-        return Command(goto=END, update={"messages": [reply]})
-
-    graph = StateGraph(MessagesState)
-    graph.add_node(s.SUPERVISOR, supervisor)
-    graph.add_node(s.RESEARCHER, researcher)
-    graph.add_edge(START, s.SUPERVISOR)
-    graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
-    app = graph.compile()
-    out = app.invoke({"messages": [("user", s.GRAPH_USER)]},
-                     config={"configurable": {"thread_id": s.GRAPH_THREAD}})
-    assert out["messages"][-1].content == s.SUPERVISOR_ANSWER, out["messages"][-1]
+    answer = supervisor_graph_answer(Scripted(node=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL),
+                                     Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), search_papers)
+    assert answer.content == s.SUPERVISOR_ANSWER, answer
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 
 
