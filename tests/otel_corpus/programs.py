@@ -28,10 +28,8 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
         from agents import Agent, ModelResponse, RunConfig, Runner, Usage, function_tool
         from agents.models.interface import Model
         from openai.types.responses import (
-            ResponseFunctionToolCall,
             ResponseOutputMessage,
             ResponseOutputRefusal,
-            ResponseOutputText,
         )
 
         from processors.replay.frameworks.openai_agents import ReplayModel
@@ -56,16 +54,8 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
                     item: Any = ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant",
                                                       status="completed", content=[ResponseOutputRefusal(
                                                           type="refusal", refusal="I can't help with refunds.")])
-                elif kind == "tool_call":
-                    item = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
-                                                    name=s.LOOKUP_TOOL, arguments=json.dumps(s.LOOKUP_ARGS))
-                elif kind == "handoff":
-                    item = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
-                                                    name=s.HANDOFF_TOOL, arguments="{}")
                 else:
-                    item = ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant", status="completed",
-                                                 content=[ResponseOutputText(type="output_text", annotations=[],
-                                                                             text=s.SPECIALIST_ANSWER)])
+                    item = agents_output_item(i, kind)
                 return ModelResponse(output=[item], usage=Usage(requests=1, input_tokens=tokens_in,
                                                                 output_tokens=tokens_out,
                                                                 total_tokens=tokens_in + tokens_out),
@@ -240,3 +230,19 @@ def supervisor_graph_answer(supervisor_model: Any, researcher_model: Any, search
     out = graph.compile().invoke({"messages": [("user", s.GRAPH_USER)]},
                                  config={"configurable": {"thread_id": s.GRAPH_THREAD}})
     return out["messages"][-1]
+
+
+def agents_output_item(i: int, kind: str) -> Any:
+    """The OpenAI Agents scripted model's output item for call ``i`` of the script: the lookup tool call, the
+    handoff, or the specialist's answer."""
+    from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
+
+    if kind == "tool_call":
+        return ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
+                                        name=s.LOOKUP_TOOL, arguments=json.dumps(s.LOOKUP_ARGS))
+    if kind == "handoff":
+        return ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
+                                        name=s.HANDOFF_TOOL, arguments="{}")
+    return ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant", status="completed",
+                                 content=[ResponseOutputText(type="output_text", annotations=[],
+                                                             text=s.SPECIALIST_ANSWER)])

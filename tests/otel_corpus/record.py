@@ -34,7 +34,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import importlib.util
-import json
 import os
 import socket
 import subprocess
@@ -140,12 +139,11 @@ def _openai_agents(provider: Any, instrumentation: str) -> None:
     from agents.usage import Usage, model_usage_to_span_usage
     from openai.types.responses import (
         Response,
-        ResponseFunctionToolCall,
-        ResponseOutputMessage,
-        ResponseOutputText,
         ResponseUsage,
     )
     from openai.types.responses.response_usage import InputTokensDetails, OutputTokensDetails
+
+    from tests.otel_corpus.programs import agents_output_item
 
     # The SDK's own exporter sends traces to OpenAI: gone before any instrumentor adds its processor.
     agents.set_trace_processors([])
@@ -181,16 +179,7 @@ def _openai_agents(provider: Any, instrumentation: str) -> None:
         def _answer(self, system_instructions: str | None, tools: Any, handoffs: Any) -> tuple[Any, Any]:
             i, (agent, kind, tokens_in, tokens_out) = next(calls)
             assert agent == self.agent, f"call {i}: the script expects {agent}, {self.agent} called"
-            if kind == "tool_call":
-                item: Any = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
-                                                     name=s.LOOKUP_TOOL, arguments=json.dumps(s.LOOKUP_ARGS))
-            elif kind == "handoff":
-                item = ResponseFunctionToolCall(type="function_call", id=f"fc_{i}", call_id=f"call_{i}",
-                                                name=s.HANDOFF_TOOL, arguments="{}")
-            else:
-                item = ResponseOutputMessage(type="message", id=f"msg_{i}", role="assistant", status="completed",
-                                             content=[ResponseOutputText(type="output_text", text=s.SPECIALIST_ANSWER,
-                                                                         annotations=[])])
+            item = agents_output_item(i, kind)
             usage = Usage(requests=1, input_tokens=tokens_in, output_tokens=tokens_out,
                           total_tokens=tokens_in + tokens_out)
             response = Response(
