@@ -85,10 +85,10 @@ async def _until_count(settings: Settings, url: str, n: int, procs: list, timeou
 
 
 #: How the sequencer and the audit sink are deployed: one ``--role all`` process, (``split``) a
-#: ``--role process`` worker beside a ``--role sink`` worker, the layout for more than one core (README
-#: "Roles"; the sink worker owns the embedded store and answers the queries), or (``sinkprocess``) one
-#: ``--role all --sink-process`` worker, which is that split behind one command (the sink in the
-#: process started, the agents in its supervised child: :mod:`processors.worker.halves`).
+#: ``--role process`` worker beside a ``--role sink`` worker, the layout for more than one core
+#: (README "Running the worker"; the sink worker owns the embedded store and answers the queries), or
+#: (``sinkprocess``) one ``--role all --sink-process`` worker, which is that split behind one command
+#: (the sink in the process started, the agents in its supervised child: :mod:`processors.worker.halves`).
 DEPLOYMENTS = ("all", "split", "sinkprocess")
 
 
