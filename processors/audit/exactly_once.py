@@ -111,10 +111,11 @@ class SequenceTops:
       batch (``tops`` is None).
 
     At most ``cap`` runs are kept (least recently claimed dropped first); a run dropped is looked up
-    again when it next appears.
+    again when it next appears. The runs a sink sees again are the runs in flight, so the cap is a
+    few times as many as a worker has (~250 bytes a run): a finished run ages out instead of staying.
     """
 
-    def __init__(self, cap: int = 100_000) -> None:
+    def __init__(self, cap: int = 20_000) -> None:
         self._tops: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._cap = cap
         self._lock = threading.Lock()
