@@ -163,3 +163,28 @@ def test_the_cli_chooses_tools_served_or_run():
     wrong = runner.invoke(app, [*args, "--tools", "replayed"])
     assert wrong.exit_code == 2
     assert "--tools must be run or recorded" in wrong.output
+
+
+def test_the_pytest_option_chooses_tools_for_every_replay_test(tmp_path):
+    """``--agentlog-tools recorded`` answers the tool calls of every ``agentlog_replay`` test that does not say."""
+    pytest.importorskip("langgraph")
+    import os
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    test = tmp_path / "test_support.py"
+    test.write_text("from tests.unit.replay.test_replay_tools import RECORDED, changed_graph\n\n\n"
+                    "def test_the_graph_still_behaves(agentlog_replay):\n"
+                    "    agentlog_replay(RECORDED / 'langgraph.recorded.jsonl', changed_graph)\n")
+
+    def run(*options: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test), *options],
+                              cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}, capture_output=True,
+                              text=True, timeout=300)
+
+    served = run("--agentlog-tools", "recorded")
+    assert served.returncode == 0, served.stdout[-3000:]
+    ran = run()
+    assert ran.returncode == 1, ran.stdout[-3000:]
+    assert "expected match, got replay of langgraph-recorded" in ran.stdout and "tools run" in ran.stdout
