@@ -171,7 +171,6 @@ def test_compare_page_picks_two_runs_by_search_and_from_the_recent_runs(demo_con
     assert (box.get_attribute("data-verdict"), box.get_attribute("data-kind"), box.get_attribute("data-at")) == (
         "diverged_at_refusal", "refusal", str(answered_at))
     assert refusal["replayRunId"] in page.locator("h1").inner_text()
-    _shot(page, tmp_path, "console-compare-picker")
 
 
 def test_analytics_charts_render(demo_console: DemoConsole, page, tmp_path: Path):
