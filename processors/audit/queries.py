@@ -354,8 +354,9 @@ WITH
             sum(retries) AS retries,
             sum(failures) AS failures
         FROM run_rollup
-        WHERE {model:String} = ''
-           OR run_id IN (SELECT run_id FROM usage_hourly WHERE model = {model:String})
+        WHERE ({model:String} = ''
+               OR run_id IN (SELECT run_id FROM usage_hourly WHERE model = {model:String}))
+          AND ({search:String} = '' OR positionCaseInsensitive(run_id, {search:String}) > 0)
         GROUP BY run_id
         HAVING started_at >= {since:DateTime64(3, 'UTC')} AND started_at < {until:DateTime64(3, 'UTC')}
            AND ({status:String} = '' OR status = {status:String})
@@ -515,6 +516,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                     Param("model", help="runs that used this model (provider.usage; '' = all)"),
                     Param("flagged", "UInt8", default="0", help="1 = only runs with a non-empty flags"),
                     Param("verdict", help="runs whose last replay verdict is this ('' = all)"),
+                    Param("search", help="runs whose id contains this, case-insensitive ('' = all)"),
                     Param("limit", "UInt64", default="100", help="page size"),
                     Param("offset", "UInt64", default="0", help="rows to skip (page * limit)")),
                    _RUNS),
@@ -664,10 +666,10 @@ class AuditQueries:
 
     def runs(self, *, since: str | None = None, until: str | None = None, status: str | None = None,
              model: str | None = None, flagged: bool | int | None = None, verdict: str | None = None,
-             limit: int | None = None, offset: int | None = None) -> QueryResult:
+             search: str | None = None, limit: int | None = None, offset: int | None = None) -> QueryResult:
         return self.run("runs", since=since, until=until, status=status, model=model,
-                        flagged=None if flagged is None else int(flagged), verdict=verdict, limit=limit,
-                        offset=offset)
+                        flagged=None if flagged is None else int(flagged), verdict=verdict, search=search,
+                        limit=limit, offset=offset)
 
     def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
                         limit: int | None = None) -> QueryResult:

@@ -4,7 +4,8 @@ The program is named as ``module:attribute`` (a callable taking the recorder, se
 :mod:`processors.replay.regression`); the recorded run is a JSONL export or a run id in the store.
 Exit codes follow SPEC §7: 0 the expected verdict (``match`` unless ``--expect`` says otherwise),
 1 another verdict, 2 the replay could not run. ``--record FILE`` runs the program live and writes
-the recording instead (``--publish`` also sends it to the store).
+the recording instead (``--publish`` also sends it to the store). ``--tools recorded`` answers
+each tool call with its recorded result instead of running the tool (default ``run``).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def replay_test_command(
     source: str = typer.Argument(..., help="The recorded run: a JSONL export, or a run id in the store."),
     program: str = typer.Option(..., "--program", help="module:attribute of the program (takes the recorder)."),
     mode: str = typer.Option("recorded", "--mode", help="recorded | live | what-if"),
+    tools: str = typer.Option("run", "--tools", help="run (the tools run again) | recorded (tool calls answered "
+                                                      "from the recording, the tools not run)"),
     expect: str = typer.Option("match", "--expect", help="The verdict that passes (match, diverged, …)."),
     publish: bool = typer.Option(False, "--publish", help="Publish the run to the store (settings from the env)."),
     record: Path | None = typer.Option(None, "--record", help="Run the program live; write its run here."),
@@ -60,16 +63,19 @@ def replay_test_command(
             raise typer.Exit(EXIT_OK)
         if mode not in ("recorded", "live", "what-if"):
             raise ReplayError(f"--mode must be recorded, live or what-if, not {mode!r}")
-        result = replay_test(source, _program(program), mode=mode, expect=None,  # type: ignore[arg-type]
-                             settings=settings, publish=publish)
+        if tools not in ("run", "recorded"):
+            raise ReplayError(f"--tools must be run or recorded, not {tools!r}")
+        result = replay_test(source, _program(program), mode=mode, tools=tools,  # type: ignore[arg-type]
+                             expect=None, settings=settings, publish=publish)
     except AgentlogError as e:
         typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e
     if as_json:
         body = result.comparison.to_json_dict()
         body.update({"sourceRunId": result.source_run_id, "replayRunId": result.replay_run_id, "mode": result.mode,
-                     "served": result.served, "asked": result.asked, "miss": result.miss, "error": result.error,
-                     "published": result.published})
+                     "tools": result.tools, "served": result.served, "asked": result.asked,
+                     "toolsServed": result.tools_served, "toolsRun": result.tools_run, "miss": result.miss,
+                     "error": result.error, "published": result.published})
         typer.echo(json.dumps(body, ensure_ascii=False, sort_keys=True))
     else:
         typer.echo(result.describe())

@@ -4,9 +4,11 @@ Every page carries its CSS and its little script inline and loads nothing from a
 else, like ``agentlog report``'s page, whose graph and handoff lanes it reuses
 (:mod:`processors.audit.report`). The script does two things only, and every page works
 without it: the state slider asks the worker for the state at another index (an HTML
-fragment, :func:`render_state_panel`), and pages marked live re-read themselves every few
+fragment, :func:`render_state_panel`), pages marked live re-read themselves every few
 seconds and swap in the parts marked ``data-live`` (runs table, a run's events, graph,
-lanes and verdicts), so a page open on a running run follows it.
+lanes and verdicts), so a page open on a running run follows it, and the compare page's run
+picker offers the runs whose id contains what is typed (the ``runs`` named query, asked at
+``/query``) and fills a run in from the list of recent runs.
 
 Links carry no token: when the worker asks for one, a page opened once with ``?token=``
 has set a cookie that the browser sends with every later request (README "Console").
@@ -42,6 +44,7 @@ __all__ = [
     "VERDICTS",
     "render_analytics_page",
     "render_compare_page",
+    "render_compare_picker_page",
     "render_error_page",
     "render_replays_page",
     "render_run_page",
@@ -96,6 +99,7 @@ figure.chart{margin:0;border:1px solid #e9ecef;border-radius:8px;padding:8px 10p
 figure.chart figcaption{font-weight:600;margin-bottom:4px}
 .bar-label{font-size:11px;fill:#343a40;text-anchor:end} .bar-value{font-size:11px;fill:#495057}
 .tick-y{font-size:10px;fill:#868e96;text-anchor:end}
+form.picker input[list]{min-width:320px} table.picker-runs td.pick{text-align:center;width:28px}
 """
 
 _SCRIPT = """
@@ -132,6 +136,34 @@ _SCRIPT = """
     });
     mark(slider.value);
   }
+  document.querySelectorAll('input[data-runs]').forEach(function (input) {
+    var list = document.getElementById(input.getAttribute('list'));
+    var timer = null;
+    input.addEventListener('input', function () {
+      clearTimeout(timer);
+      timer = setTimeout(function () {
+        var body = {query: 'runs', params: {search: input.value.trim(), limit: input.dataset.runs}};
+        fetch('/query', {method: 'POST', credentials: 'same-origin', body: JSON.stringify(body),
+                         headers: {'Content-Type': 'application/json'}}).then(function (r) {
+          return r.ok ? r.json() : null;
+        }).then(function (found) {
+          if (found === null) return;
+          var at = found.columns.indexOf('run_id');
+          list.replaceChildren.apply(list, found.rows.map(function (row) {
+            var option = document.createElement('option');
+            option.value = row[at];
+            return option;
+          }));
+          input.dataset.searched = input.value;
+        });
+      }, 150);
+    });
+  });
+  document.querySelectorAll('input[type=radio][data-fills]').forEach(function (radio) {
+    radio.addEventListener('change', function () {
+      document.getElementById(radio.dataset.fills).value = radio.value;
+    });
+  });
   var every = +document.body.dataset.live;
   if (!every) return;
   setInterval(function () {
@@ -170,7 +202,8 @@ def _layout(title: str, body: str, *, live: bool = False) -> str:
 <title>{esc(title)} · agentlog</title>
 <style>{_CSS}</style></head>
 <body{live_attr}>
-<nav><a class="brand" href="/">agentlog</a><a href="/">Runs</a><a href="/analytics">Analytics</a>{live_note}</nav>
+<nav><a class="brand" href="/">agentlog</a><a href="/">Runs</a><a href="/compare">Compare</a>
+<a href="/analytics">Analytics</a>{live_note}</nav>
 <main>
 {body}
 </main>
@@ -333,7 +366,8 @@ def _run_links(run_id: str, links: Mapping[str, Sequence[str]]) -> str:
         ids = links.get(key) or []
         if ids:
             parts.append(f'{label}: ' + ", ".join(f'<a href="{run_href(r)}">{esc(r)}</a>' for r in ids))
-    return " · ".join(parts) or "no parent, child or replay runs"
+    compare = f'<a href="/compare?{esc(urlencode({"a": run_id}))}">compare with another run</a>'
+    return " · ".join(parts or ["no parent, child or replay runs"]) + f" · {compare}"
 
 
 def render_run_page(
@@ -419,13 +453,15 @@ def _fields(doc: Mapping[str, Any] | None, diff_path: str | None) -> str:
 def _divergence_box(result: ComparisonResult) -> str:
     d = result.first_divergence
     if d is None:
-        return (f'<div class="divergence-box none" id="first-divergence-box">{_badge(result.verdict)} the replay '
+        return (f'<div class="divergence-box none" id="first-divergence-box" data-verdict="{esc(result.verdict)}">'
+                f'{_badge(result.verdict)} the replay '
                 f'reproduces the original through index {result.compared_through}.</div>')
     refusal = ("<p><b>Refusal divergence</b>: one side has a valid LLM envelope where the other was refused "
                "(RFC 0041 §B); judged as its own verdict, never folded into <code>diverged</code>.</p>"
                if d.kind == "refusal" else "")
     return (f'<div class="divergence-box" id="first-divergence-box" data-kind="{esc(d.kind)}" '
-            f'data-at="{d.at_sequence}">{_badge(result.verdict)} <code>{esc(result.error_code)}</code>'
+            f'data-at="{d.at_sequence}" data-verdict="{esc(result.verdict)}">{_badge(result.verdict)} '
+            f'<code>{esc(result.error_code)}</code>'
             f'<p>First divergence at index <b id="divergence-at">{d.at_sequence}</b>: kind <b>{esc(d.kind)}</b>'
             f'{f" at <code>{esc(d.path)}</code>" if d.path else ""}{f" ({esc(d.event_type)})" if d.event_type else ""}'
             f'</p>{refusal}<table><tr><th></th><th>original (expected)</th><th>replay (actual)</th></tr>'
@@ -433,6 +469,21 @@ def _divergence_box(result: ComparisonResult) -> str:
             f'<td><pre>{esc(_json(d.actual, 1500))}</pre></td></tr></table>'
             f'{f"<p>{esc(d.detail)}</p>" if d.detail else ""}'
             f'<p><a href="#idx-{d.at_sequence}">jump to index {d.at_sequence} in the aligned events</a></p></div>')
+
+
+def _divergences(result: ComparisonResult) -> str:
+    """Every divergence, as ``agentlog compare --all`` lists them (when there is more than the first)."""
+    if len(result.divergences) < 2:
+        return ""
+    rows = "".join(
+        f'<tr class="divergence-row" data-at="{d.at_sequence}" data-kind="{esc(d.kind)}"><td>{d.at_sequence}</td>'
+        f'<td>{_badge(d.kind, "bad")}</td><td><code>{esc(d.event_type or "-")}</code></td>'
+        f'<td><code>{esc(d.path or "-")}</code></td><td><pre>{esc(_json(d.expected, 300))}</pre></td>'
+        f'<td><pre>{esc(_json(d.actual, 300))}</pre></td></tr>' for d in result.divergences)
+    return (f'<details id="divergences"><summary>all {len(result.divergences)} divergences '
+            '(<code>agentlog compare --all</code>)</summary><table class="list"><thead><tr><th>index</th><th>kind</th>'
+            f'<th>event</th><th>path</th><th>expected</th><th>actual</th></tr></thead><tbody>{rows}</tbody></table>'
+            '</details>')
 
 
 def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str, Any]],
@@ -453,17 +504,60 @@ def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+#: How many runs the picker offers at a time (recent runs listed; runs found as the user types).
+PICKER_RUNS = 20
+
+
+def _picker(runs: Sequence[Mapping[str, Any]], a_id: str, b_id: str) -> str:
+    """Two run ids to compare: typed (offered as you type) or picked from the recent ``runs`` rows."""
+    def field(name: str, label: str, value: str) -> str:
+        options = "".join(f'<option value="{esc(r["run_id"])}"></option>' for r in runs)
+        return (f'<label>{label}<input id="pick-{name}" name="{name}" list="runs-{name}" value="{esc(value)}" '
+                f'placeholder="a run id: type to search" autocomplete="off" data-runs="{PICKER_RUNS}"></label>'
+                f'<datalist id="runs-{name}">{options}</datalist>')
+
+    rows = []
+    for r in runs:
+        run = esc(r["run_id"])
+        radios = "".join(
+            f'<td class="pick"><input type="radio" name="recent-{side}" value="{run}" data-fills="pick-{side}" '
+            f'aria-label="{side.upper()}: {run}"{" checked" if r["run_id"] == chosen else ""}></td>'
+            for side, chosen in (("a", a_id), ("b", b_id)))
+        rows.append(f'<tr class="pick-run" data-run-id="{run}">{radios}<td><a href="{run_href(r["run_id"])}">{run}'
+                    f'</a></td><td>{_badge(r.get("status"))}</td><td>{esc(_time(r.get("started_at")))}</td>'
+                    f'<td>{esc(r.get("events"))}</td><td>{_badge(r.get("last_verdict") or "")}</td></tr>')
+    recent = ('<details open><summary>recent runs: pick A and B</summary><table class="list picker-runs">'
+              "<thead><tr><th>A</th><th>B</th><th>run</th><th>status</th><th>started (UTC)</th><th>events</th>"
+              f"<th>last replay verdict</th></tr></thead><tbody>{''.join(rows)}</tbody></table></details>"
+              if rows else '<p class="empty">No runs in the store yet.</p>')
+    return (f'<form class="filters picker" id="compare-picker" method="get" action="/compare">'
+            f'{field("a", "A: the original run", a_id)}{field("b", "B: the run compared with it", b_id)}'
+            f'<button type="submit">Compare</button></form>{recent}')
+
+
+def render_compare_picker_page(runs: Sequence[Mapping[str, Any]], a_id: str = "", b_id: str = "",
+                               problem: str = "") -> str:
+    """The compare page before two runs are chosen (or when one is not in the store: ``problem`` says so)."""
+    said = f'<p class="divergence-box" id="compare-problem">{esc(problem)}</p>' if problem else ""
+    body = (f"<h1>Compare two runs</h1>{said}<div class=\"meta\">any two runs: a replay and its source, or two "
+            "runs of the same program; judged as <code>agentlog compare A B</code> judges them</div>"
+            f"{_picker(runs, a_id, b_id)}")
+    return _layout("compare", body)
+
+
 def render_compare_page(a_id: str, b_id: str, original: Sequence[Mapping[str, Any]],
                         replay: Sequence[Mapping[str, Any]], result: ComparisonResult,
-                        verdicts: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Two runs aligned index by index (``result`` is ``compare_runs(original, replay)``), volatile fields dimmed."""
+                        verdicts: Sequence[Mapping[str, Any]] = (), runs: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Two runs aligned index by index (``result`` is ``compare_runs(original, replay)``), volatile fields dimmed,
+    under the run picker (``runs``: the recent ``runs`` rows it offers)."""
     reordered = (f'<p class="meta">{len(result.reordered)} event(s) interleaved differently across lanes '
                  "(not a divergence).</p>" if result.reordered else "")
     body = (f'<h1>Compare <a href="{run_href(a_id)}"><code>{esc(a_id)}</code></a> with '
             f'<a href="{run_href(b_id)}"><code>{esc(b_id)}</code></a></h1>'
+            f'<details><summary>compare other runs</summary>{_picker(runs, a_id, b_id)}</details>'
             f'<div class="meta">compared from index {result.from_seq} (replayOf.fromSeq); volatile fields '
             '(ids, timestamps, call bytes) are dimmed and never count as a divergence</div>'
-            f'{_divergence_box(result)}{reordered}'
+            f'{_divergence_box(result)}{_divergences(result)}{reordered}'
             f'<h2>Recorded verdicts of {esc(a_id)}</h2>{_verdicts_table(a_id, verdicts)}'
             f'<h2>Aligned events</h2>{_aligned(original, replay, result)}')
     return _layout(f"compare {a_id} / {b_id}", body)

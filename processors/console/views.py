@@ -17,10 +17,12 @@ from processors.audit.queries import run_named
 from processors.audit.server import report_records
 from processors.audit.store import Store
 from processors.console.pages import (
+    PICKER_RUNS,
     RUNS_FILTERS,
     compare_section,
     render_analytics_page,
     render_compare_page,
+    render_compare_picker_page,
     render_error_page,
     render_replays_page,
     render_run_page,
@@ -147,14 +149,22 @@ def state_fragment(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
 
 
 def compare_view(store: Store, query: Mapping[str, str]) -> Page:
-    """``/compare?a=<original>&b=<replay>``: the comparison engine's result on the two stored runs."""
+    """``/compare?a=<run>&b=<run>``: the comparison engine's result on any two stored runs (B judged as a replay
+    of A, as ``agentlog compare A B`` judges them), under the run picker; without both runs, the picker alone
+    (recent runs from the ``runs`` named query), and 404 with the picker when a run is not in the store."""
     def build() -> Page:
-        a, b = query.get("a", ""), query.get("b", "")
+        a, b = query.get("a", "").strip(), query.get("b", "").strip()
+        recent = run_named(store, "runs", {"limit": str(PICKER_RUNS)}).to_dicts()
         if not a or not b:
-            raise StoreError("compare needs two runs: /compare?a=<original run>&b=<replay run>", code="bad_param")
-        original, replay = _records(store, a)[0], _records(store, b)[0]
+            return 200, render_compare_picker_page(recent, a, b)
+        try:
+            original, replay = _records(store, a)[0], _records(store, b)[0]
+        except StoreError as e:
+            if e.code != "unknown_run":
+                raise
+            return 404, render_compare_picker_page(recent, a, b, problem=str(e))
         result = compare_runs(original, replay, collect_all=True)
-        return 200, render_compare_page(a, b, original, replay, result, _verdicts(store, a))
+        return 200, render_compare_page(a, b, original, replay, result, _verdicts(store, a), recent)
     return _guarded("compare", build)
 
 

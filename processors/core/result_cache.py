@@ -16,7 +16,10 @@ request miss?". The cache therefore also keeps each recorded call's request (the
 with its recipe, or the tool name and arguments) by (runId, nodeId, attempt), and
 :meth:`ResultCache.diagnose` names the nearest recorded call for that node and attempt with a
 field-level diff of the two requests — of their cache-key *projections* for LLM calls (RFC
-0041 §A), since only projected fields change the key. Those requests are not part of
+0041 §A), since only projected fields change the key. Nearest is decided the same way every
+time, never by which tied call comes first: fewest differing fields, then the recorded call at
+the position the replay asks from (its n-th call of that kind at the node is held against the
+recorded n-th), then the one whose differing values are most alike. Those requests are not part of
 :meth:`ResultCache.to_json` (format 1 stays as it is): a cache read back from JSON still answers
 lookups, and its misses say that no request was kept to diff against.
 """
@@ -24,6 +27,7 @@ lookups, and its misses say that no request was kept to diff against.
 from __future__ import annotations
 
 import copy
+import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +41,9 @@ __all__ = ["CacheKey", "ReplayCacheMiss", "ResultCache", "args_digest", "tool_ca
 
 #: At most this many differing fields are listed in a miss diagnosis (the first, in JCS key order).
 MAX_DIFF_FIELDS = 20
+#: How much of each differing value (its JCS text) is read to tell how alike two tied calls are: enough to
+#: tell prompts apart, and the similarity costs up to the square of it.
+_ALIKE_CHARS = 2000
 
 #: Serialisation format version of :meth:`ResultCache.to_json`.
 FORMAT_VERSION = 1
@@ -163,13 +170,18 @@ class ResultCache:
         request: Any = None,
         tool: Any = None,
         args: Any = None,
+        position: int | None = None,
     ) -> dict[str, Any]:
         """Why ``lookup`` missed: the nearest recorded call for this node and attempt, and what differs.
 
         Pass the request (``request`` for an LLM call, ``tool``/``args`` for a tool call) to get a
-        field-level ``diff``; with only a key, the nearest call is named without one.
-        Nearest is the recorded call of the same kind with the fewest differing fields, looked for
-        at the same node and attempt first, then at the node's other attempts.
+        field-level ``diff``; with only a key, the nearest call is named without one. ``position``:
+        how many calls of this kind the replay made at this node and attempt before this one.
+        Nearest is the recorded call of the same kind looked for at the same node and attempt first,
+        then at the node's other attempts, chosen by, in turn: the fewest differing fields; the
+        position nearest ``position`` among the recorded calls of its kind at its attempt; the
+        differing values most alike (their JCS texts, by :class:`difflib.SequenceMatcher`); the
+        earliest recorded.
         """
         kind = "tool" if tool is not None else "llm" if request is not None else None
         out: dict[str, Any] = {"sourceRunId": run_id, "nodeId": node_id, "attempt": attempt, "cacheKey": cache_key,
@@ -181,11 +193,15 @@ class ResultCache:
             out["nearest"], out["diff"] = None, []
             return out
         elsewhere = sorted((k[1] or "", k[2]) for k in self._entries if k[0] == run_id and k[3] == cache_key)
-        candidates = [c for c in self._calls.get((run_id, node_id, attempt), []) if kind in (None, c["kind"])]
+
+        def of_kind(calls: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+            return list(enumerate(c for c in calls if kind in (None, c["kind"])))  # (position at its attempt, call)
+
+        candidates = of_kind(self._calls.get((run_id, node_id, attempt), []))
         where = "this node and attempt"
         if not candidates:
-            candidates = [c for (r, n, _a), calls in sorted(self._calls.items(), key=lambda kv: kv[0][2])
-                          if r == run_id and n == node_id for c in calls if kind in (None, c["kind"])]
+            candidates = [pc for (r, n, _a), calls in sorted(self._calls.items(), key=lambda kv: kv[0][2])
+                          if r == run_id and n == node_id for pc in of_kind(calls)]
             where = "another attempt of this node"
         if not candidates:
             out["reason"] = (f"the original made no {'call' if kind is None else kind + ' call'} at node {node_id!r}"
@@ -194,11 +210,22 @@ class ResultCache:
             return out
         # Without the arguments (a URL names a tool call by their digest) there is nothing to diff.
         asked = ({"tool": tool, "args": args} if args is not None else None) if kind == "tool" else request
-        scored = [(c, _request_diff(c, asked) if asked is not None else None) for c in candidates]
-        nearest, diff = min(scored, key=lambda cd: len(cd[1]) if cd[1] is not None else 0)
+        scored = []
+        for order, (at, call) in enumerate(candidates):
+            diff = _request_diff(call, asked) if asked is not None else None
+            rank = (len(diff) if diff is not None else 0, abs(at - position) if position is not None else 0,
+                    _unlike(diff or []), order)
+            scored.append((rank, call, diff))
+        scored.sort(key=lambda s: s[0])
+        (best, nearest, diff) = scored[0]
+        tied = sum(1 for s in scored if s[0][0] == best[0])
         out["nearest"] = {k: copy.deepcopy(v) for k, v in nearest.items() if k != "argsDigest"}
         out["diff"] = diff if diff is not None else []
         reason = f"no call with this key was recorded at node {node_id!r}, attempt {attempt}; nearest is at {where}"
+        if tied > 1 and diff is not None:
+            reason += (f" (of {tied} recorded calls differing in as few fields, the one "
+                       + ("at the replay's position, then " if position is not None else "")
+                       + "whose differing values are most alike)")
         if elsewhere:
             reason += f"; this key was recorded at (node, attempt) {elsewhere}"
         if diff is None:
@@ -300,3 +327,12 @@ def _walk_diff(recorded: Any, asked: Any, at: tuple[Segment, ...], out: list[dic
             out.append({"path": format_path(at + ("length",)), "recorded": len(recorded), "requested": len(asked)})
     elif jcs(recorded) != jcs(asked):
         out.append({"path": format_path(at) or "(whole request)", "recorded": recorded, "requested": asked})
+
+
+def _unlike(diff: list[dict[str, Any]]) -> float:
+    """How unlike the differing values are, summed over the fields (0 alike … 1 per field nothing in common)."""
+    total = 0.0
+    for d in diff:
+        recorded, requested = (jcs(d.get(side)).decode()[:_ALIKE_CHARS] for side in ("recorded", "requested"))
+        total += 1.0 - difflib.SequenceMatcher(None, recorded, requested, autojunk=False).ratio()
+    return total

@@ -35,20 +35,27 @@ class MockReplaySession:
 
     Lookups are by (nodeId, attempt, cacheKey) as RFC 0041 §C keys them; the same call made
     again in the same attempt gets the next recorded result (the session counts occurrences).
-    A call the original never made raises: in mock mode there is nothing honest to return.
+    A call the original never made raises: in mock mode there is nothing honest to return. The
+    session also counts the calls of each kind asked at a node and attempt, so a miss is held
+    against the recorded call at the same position first (:meth:`ResultCache.diagnose`).
     """
 
     def __init__(self, cache: ResultCache, source_run_id: str) -> None:
         self.cache = cache
         self.source_run_id = source_run_id
         self._occurrences: dict[tuple[str | None, int, str], int] = {}
+        self._positions: dict[tuple[str | None, int, str], int] = {}
 
-    def _next(self, node_id: str | None, attempt: int, key: str, what: str, **asked: Any) -> dict[str, Any]:
+    def _next(self, node_id: str | None, attempt: int, key: str, what: str, kind: str,
+              **asked: Any) -> dict[str, Any]:
         ident = (node_id, attempt, key)
         n = self._occurrences.get(ident, 0)
+        position = self._positions.get((node_id, attempt, kind), 0)
+        self._positions[(node_id, attempt, kind)] = position + 1
         found = self.cache.lookup(self.source_run_id, node_id, attempt, key, occurrence=n)
         if found is None:
-            diagnosis = self.cache.diagnose(self.source_run_id, node_id, attempt, key, occurrence=n, **asked)
+            diagnosis = self.cache.diagnose(self.source_run_id, node_id, attempt, key, occurrence=n,
+                                            position=position, **asked)
             raise ReplayCacheMiss(
                 f"mock replay of {self.source_run_id}: no recorded {what} for node {node_id!r}, attempt {attempt}, "
                 f"key {key[:12]}… (occurrence {n}): {describe_miss(diagnosis)}", diagnosis=diagnosis)
@@ -62,11 +69,11 @@ class MockReplaySession:
 
         Pass the ``request`` the key was computed from and a miss says which field changed the key.
         """
-        return self._next(node_id, attempt, cache_key, "LLM result", request=request)
+        return self._next(node_id, attempt, cache_key, "LLM result", "llm", request=request)
 
     def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
         """The tool's recorded return value for this call."""
-        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}",
+        return self._next(node_id, attempt, tool_cache_key(tool, args), f"result of tool {tool!r}", "tool",
                           tool=tool, args=args)["result"]
 
 

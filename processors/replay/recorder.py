@@ -20,6 +20,15 @@ answering that call id). The recorder then records ``agent.toolCalled`` and
 ``agent.toolReturned`` before the request that carries the result, so a tool that now returns
 something else shows as a divergence at its own index, before the model call it changes.
 
+Tools are answered by :data:`ToolMode`, through each framework's own tool interface (the adapters'
+tool wrappers call :meth:`Recorder.tool`): ``run`` executes the tool; ``recorded`` returns the
+``agent.toolReturned`` result of the matching recorded ``agent.toolCalled`` and does not execute it.
+A tool call matches the recorded call of the same tool with the same arguments at the same node (the
+lane: the node of the model call that asked for it), in order: the n-th such call gets the n-th
+recorded result. The node and the arguments are read from the model's response that asked for the
+call (by its call id, else by tool name and arguments), so they are the recording's own when the
+model call was served. A call with no recorded match raises the miss diagnosis, as a model call does.
+
 Nothing here does I/O: the events are kept in order (:attr:`Recorder.docs`, complete
 RunEventDocs) and published, or compared, by the caller once the program has run
 (:mod:`processors.replay.regression`).
@@ -28,18 +37,23 @@ RunEventDocs) and published, or compared, by the caller once the program has run
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
 from processors.core.result_cache import ReplayCacheMiss
 from schemas.cachekey import RECIPE_IDS, cache_key
+from schemas.canonical import jcs
 from schemas.errors import ReplayError
 from streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
 
-__all__ = ["MODES", "Mode", "Recorder", "RecordedResults", "answer_of", "refusal_of"]
+__all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "refusal_of"]
 
 Mode = Literal["live", "recorded", "what-if"]
 MODES: tuple[Mode, ...] = ("live", "recorded", "what-if")
+#: How tool calls are answered: ``run`` executes the tool, ``recorded`` returns the recorded result.
+ToolMode = Literal["run", "recorded"]
+TOOL_MODES: tuple[ToolMode, ...] = ("run", "recorded")
 #: The recipe every adapter keys with: the SDK's default (``Run.llm_request``).
 RECIPE = "v2"
 
@@ -50,6 +64,8 @@ class RecordedResults(Protocol):
 
     def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str,
                      request: dict[str, Any] | None = None) -> dict[str, Any]: ...
+
+    def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any: ...
 
 
 def refusal_of(envelope: Any) -> str | None:
@@ -83,23 +99,34 @@ class Recorder:
 
     ``bindings`` go into ``run.started`` (a replay keeps its source's, so it is judged as a
     historical replay; other bindings make it a ``what-if``); ``replay_of`` marks the run as a host
-    replay (RFC 0041 §C). ``served`` and ``asked`` count the calls answered from the recording and
-    by the wrapped model.
+    replay (RFC 0041 §C). ``served`` and ``asked`` count the model calls answered from the recording
+    and by the wrapped model; ``tools_served`` and ``tools_run`` the tool calls answered from the
+    recording and by running the tool. ``missed`` is the first call the recording could not answer
+    (kept here as well as raised, since a framework may wrap what a tool raises in its own error).
     """
 
-    def __init__(self, run_id: str, *, mode: Mode = "live", results: RecordedResults | None = None,
-                 bindings: Mapping[str, Any] | None = None, replay_of: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, run_id: str, *, mode: Mode = "live", tools: ToolMode = "run",
+                 results: RecordedResults | None = None, bindings: Mapping[str, Any] | None = None,
+                 replay_of: Mapping[str, Any] | None = None) -> None:
         if mode not in MODES:
             raise ReplayError(f"replay mode must be one of {', '.join(MODES)}, not {mode!r}")
-        if mode != "live" and results is None:
-            raise ReplayError(f"mode {mode!r} answers calls from a recording: pass results")
+        if tools not in TOOL_MODES:
+            raise ReplayError(f"tools must be one of {', '.join(TOOL_MODES)}, not {tools!r}")
+        if (mode != "live" or tools == "recorded") and results is None:
+            what = f"mode {mode!r}" if mode != "live" else "tools='recorded'"
+            raise ReplayError(f"{what} answers calls from a recording: pass results")
         self.run_id = run_id
         self.mode: Mode = mode
+        self.tools: ToolMode = tools
         self.results = results
         self.docs: list[dict[str, Any]] = []
         self.served = 0
         self.asked = 0
+        self.tools_served = 0
+        self.tools_run = 0
+        self.missed: ReplayCacheMiss | None = None
         self._asked_tools: dict[str, tuple[str | None, str, Any]] = {}  # call id → (node, tool, args)
+        self._last_node: str | None = None  # the node of the last model call answered
         self._finished = False
         payload: dict[str, Any] = {"bindings": dict(bindings or {})}
         if replay_of is not None:
@@ -136,9 +163,10 @@ class Recorder:
             return key, None
         try:
             found = self.results.recorded_llm(node, 0, key, request=request)
-        except ReplayCacheMiss:
+        except ReplayCacheMiss as e:
             if self.mode == "recorded":
                 self._record_started(node, request, key)  # the run shows the call it could not answer
+                self.missed = self.missed or e
                 raise
             return key, None
         self.served += 1
@@ -169,9 +197,62 @@ class Recorder:
                           {"request": copy.deepcopy(request), "cacheKey": key, "recipe": RECIPE_IDS[RECIPE]},
                           node=node)
 
+    # -- answering a tool call -------------------------------------------------------------------------
+
+    def tool(self, tool: str, args: Any, run: Callable[[], Any], *, call_id: str | None = None) -> Any:
+        """The result of one tool call: ``run()`` (the tool executed) or, with ``tools="recorded"``, the
+        recorded result of the matching call. ``args`` as the framework hands them to the tool (a JSON
+        string is read); ``call_id`` the id the model gave the call, when the framework tells it.
+
+        Raises:
+            ReplayCacheMiss: ``tools="recorded"`` and the recording has no matching call.
+        """
+        if self.tools == "run":
+            self.tools_run += 1
+            return run()
+        return self._recorded_tool(tool, args, call_id)
+
+    async def atool(self, tool: str, args: Any, run: Callable[[], Awaitable[Any]], *,
+                    call_id: str | None = None) -> Any:
+        """:meth:`tool` for a tool that is awaited."""
+        if self.tools == "run":
+            self.tools_run += 1
+            return await run()
+        return self._recorded_tool(tool, args, call_id)
+
+    def _recorded_tool(self, tool: str, args: Any, call_id: str | None) -> Any:
+        assert self.results is not None  # checked in __init__
+        found = self._asked_call(tool, _parsed(args), call_id)
+        if found is not None:
+            call_id, (node, _, asked_args) = found
+        else:  # a call no model response asked for: the program's own, in the lane of the last model call
+            node, asked_args = self._last_node, _parsed(args)
+        try:
+            result = self.results.recorded_tool(node, 0, tool, asked_args)
+        except ReplayCacheMiss as e:
+            self.missed = self.missed or e
+            # The run shows the call it could not answer.
+            call_id = call_id or f"unanswered-{len(self.docs)}"
+            self._asked_tools.pop(call_id, None)
+            self._emit("agent.toolCalled", {"callId": call_id, "tool": tool, "args": asked_args}, node=node)
+            raise
+        self.tools_served += 1
+        return result
+
+    def _asked_call(self, tool: str, args: Any,
+                    call_id: str | None) -> tuple[str, tuple[str | None, str, Any]] | None:
+        """The model's request for this tool call, not answered yet: by its call id, else the first asked
+        call of the same tool with the same arguments."""
+        if call_id is not None and call_id in self._asked_tools and self._asked_tools[call_id][1] == tool:
+            return call_id, self._asked_tools[call_id]
+        wanted = jcs(args)
+        return next(((cid, call) for cid, call in self._asked_tools.items()
+                     if call[1] == tool and jcs(_parsed(call[2])) == wanted), None)
+
     # -- tools, seen from the model's side --------------------------------------------------------------
 
     def _remember_tool_calls(self, node: str | None, envelope: Any) -> None:
+        self._last_node = node
         for message in envelope if isinstance(envelope, list) else []:
             for part in (message.get("parts") or []) if isinstance(message, Mapping) else []:
                 if isinstance(part, Mapping) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
@@ -219,3 +300,13 @@ class Recorder:
             doc["causationId"] = cause
         self.docs.append(doc)
         return event_id
+
+
+def _parsed(args: Any) -> Any:
+    """Tool arguments as a value: a JSON string (as some frameworks hand them to the tool) is read."""
+    if isinstance(args, str):
+        try:
+            return json.loads(args) if args else {}
+        except ValueError:
+            return args
+    return args

@@ -2,7 +2,8 @@
 
 A recorded run is a regression test. :func:`replay_test` reads it (from the store, or from a file
 ``agentlog export`` wrote), runs the program with a :class:`~processors.replay.recorder.Recorder`
-whose framework adapters answer each model call with the result recorded for its cache key,
+whose framework adapters answer each model call with the result recorded for its cache key
+(and, with ``tools="recorded"``, each tool call with the result recorded for it),
 publishes the re-execution as a replay run (``run.started.replayOf``) when it has settings, and
 judges it with the comparison engine the worker runs (:func:`processors.replay.compare.compare_runs`),
 here and now: a worker that is running judges the published run too, and must agree.
@@ -30,7 +31,7 @@ from processors.replay.compare import ComparisonResult, compare_runs
 from processors.replay.divergence import Divergence
 from processors.replay.exported import read_jsonl
 from processors.replay.mock import MockReplaySession, describe_miss
-from processors.replay.recorder import Mode, RecordedResults, Recorder
+from processors.replay.recorder import Mode, RecordedResults, Recorder, ToolMode
 from schemas.errors import ReplayError
 from streams.publisher import publish_docs, uuid7
 from streams.reader import read_run
@@ -62,15 +63,19 @@ class ReplayTestFailed(ReplayError, AssertionError):
 class ReplayTestResult:
     """One replay test, as data: the verdict and first divergence (:attr:`comparison`), the replay's events,
     and what the program met on the way (``miss``: the diagnosis of a call the recording cannot answer;
-    ``error``: what the program raised). ``served``/``asked``: calls answered recorded / by the model."""
+    ``error``: what the program raised). ``served``/``asked``: model calls answered recorded / by the model;
+    ``tools_served``/``tools_run``: tool calls answered recorded / by running the tool."""
 
     source_run_id: str
     replay_run_id: str
     mode: Mode
+    tools: ToolMode
     comparison: ComparisonResult
     docs: tuple[dict[str, Any], ...]
     served: int
     asked: int
+    tools_served: int = 0
+    tools_run: int = 0
     miss: dict[str, Any] | None = None
     error: str | None = None
     published: bool = False
@@ -85,7 +90,8 @@ class ReplayTestResult:
 
     def describe(self) -> str:
         """The report a failing test prints: verdict, first divergence, and why the program stopped."""
-        lines = [f"replay of {self.source_run_id} as {self.replay_run_id} ({self.mode}): {self.verdict}"
+        lines = [f"replay of {self.source_run_id} as {self.replay_run_id} ({self.mode}, tools {self.tools}): "
+                 f"{self.verdict}"
                  + (f" [{self.comparison.error_code}]" if self.comparison.error_code else "")]
         d = self.first_divergence
         if d is not None:
@@ -104,6 +110,8 @@ class ReplayTestResult:
         elif self.error is not None:
             lines.append(f"the program raised: {self.error}")
         lines.append(f"calls answered from the recording: {self.served}, by the model: {self.asked}")
+        lines.append(f"tool calls answered from the recording: {self.tools_served}, by running the tool: "
+                     f"{self.tools_run}")
         return "\n".join(lines)
 
     def check(self, expect: str = "match") -> ReplayTestResult:
@@ -191,6 +199,7 @@ def replay_test(
     *,
     expect: str | None = "match",
     mode: Mode = "recorded",
+    tools: ToolMode = "run",
     settings: Settings | None = None,
     results: RecordedResults | None = None,
     bindings: Mapping[str, Any] | None = None,
@@ -203,7 +212,13 @@ def replay_test(
     ``mode``: ``recorded`` answers every model call from the recording (a call it cannot answer
     ends the run, and the test reports it after the first divergence); ``live`` asks the models
     again; ``what-if`` answers the calls whose key is unchanged from the recording and asks the
-    model for the others. ``bindings`` are laid over the source's (other versions make the verdict
+    model for the others. ``tools``: ``run`` executes the program's tools again, so a tool whose code
+    changed shows as a divergence at its result; ``recorded`` answers each tool call with the result
+    recorded for the same tool and arguments at the same node, in order, and does not execute the tool
+    (for tools with side effects, or that reach services the test cannot); a tool call the recording
+    cannot answer ends the run as a model call does. Tools are answered through the adapters' tool
+    wrappers (:mod:`processors.replay.frameworks`); a tool the program does not wrap always runs.
+    ``bindings`` are laid over the source's (other versions make the verdict
     ``what-if``). ``results``: where recorded results come from, when not from the recording itself
     (a worker's endpoint: :class:`~processors.replay.served.ServedResults`). The replay run is
     published when ``publish`` says so, by default when ``settings`` are given. ``expect=None``
@@ -216,7 +231,8 @@ def replay_test(
     source_id, original = load_recorded(source, settings=settings)
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
     session = results or MockReplaySession(ResultCache.from_events(original), source_id)
-    recorder = Recorder(replay_id, mode=mode, results=session, bindings={**_bindings(original), **(bindings or {})},
+    recorder = Recorder(replay_id, mode=mode, tools=tools, results=session,
+                        bindings={**_bindings(original), **(bindings or {})},
                         replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"))
     miss: dict[str, Any] | None = None
     error: str | None = None
@@ -226,15 +242,22 @@ def replay_test(
         miss = e.diagnosis
         recorder.finish(e)
     except Exception as e:  # the program's own failure is part of what the replay did
-        error = f"{type(e).__name__}: {e}"
-        recorder.finish(e)
+        if recorder.missed is not None:  # a miss the framework wrapped in its own error
+            miss = recorder.missed.diagnosis
+            recorder.finish(recorder.missed)
+        else:
+            error = f"{type(e).__name__}: {e}"
+            recorder.finish(e)
     else:
         recorder.finish()
+        if recorder.missed is not None:  # a miss the framework turned into a result the program went on with
+            miss = recorder.missed.diagnosis
     published = settings is not None if publish is None else publish
     if published:
         _publish(settings or load_settings(), recorder.docs)
     result = ReplayTestResult(
-        source_run_id=source_id, replay_run_id=replay_id, mode=mode,
+        source_run_id=source_id, replay_run_id=replay_id, mode=mode, tools=tools,
         comparison=compare_runs(original, recorder.docs, strict=strict), docs=tuple(recorder.docs),
-        served=recorder.served, asked=recorder.asked, miss=miss, error=error, published=published)
+        served=recorder.served, asked=recorder.asked, tools_served=recorder.tools_served,
+        tools_run=recorder.tools_run, miss=miss, error=error, published=published)
     return result.check(expect) if expect is not None else result

@@ -13,7 +13,9 @@ the rules are tested without a web server and the web view stays a thin adapter:
   the recorded envelope / refusal / tool result as the cache stores it;
 * a miss is ``404 {"error": {"code": "replay_cache_miss", "message"}, "diagnosis"}`` with the
   nearest recorded call for that node and attempt and, when the request was sent (POST), the
-  field-level diff that made the key differ (:meth:`ResultCache.diagnose`);
+  field-level diff that made the key differ (:meth:`ResultCache.diagnose`; ``position``, the
+  number of calls of that kind the host made at the node and attempt before, picks among calls
+  that differ as little);
 * parameters that name no call are ``400 bad_request``; a run with no committed events is
   ``404 replay_source_missing``.
 """
@@ -55,11 +57,13 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
     """Answer one lookup: ``node``, ``attempt`` (default 0), ``occurrence`` (default 0) and one of
     ``cacheKey`` (an LLM call, or a tool call's key), ``tool`` + ``argsDigest`` (sha256 of the
     JCS arguments) or, in a POST body, ``tool`` + ``args`` / ``request`` (for a field-level diff;
-    a request without ``cacheKey`` is keyed with ``recipe``, default v2, RFC 0041 §A)."""
+    a request without ``cacheKey`` is keyed with ``recipe``, default v2, RFC 0041 §A); ``position``
+    (optional) for the diagnosis of a miss."""
     node = params.get("node") or None
     attempt, occurrence = _int(params, "attempt"), _int(params, "occurrence")
-    if attempt is None or occurrence is None:
-        return _bad("attempt and occurrence must be integers >= 0")
+    position = _int(params, "position") if params.get("position") is not None else None
+    if attempt is None or occurrence is None or (params.get("position") is not None and position is None):
+        return _bad("attempt, occurrence and position must be integers >= 0")
     if node is not None and not isinstance(node, str):
         return _bad("node must be a string")
     key, tool, args, request = params.get("cacheKey"), params.get("tool"), params.get("args"), params.get("request")
@@ -84,7 +88,7 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
         return 200, {"sourceRunId": source_run_id, "nodeId": node, "attempt": attempt, "cacheKey": key,
                      "occurrence": occurrence, "result": found}
     diagnosis = cache.diagnose(source_run_id, node, attempt, key, occurrence=occurrence, request=request,
-                               tool=tool, args=args)
+                               tool=tool, args=args, position=position)
     return 404, {"error": {"code": "replay_cache_miss", "message": describe_miss(diagnosis)}, "diagnosis": diagnosis}
 
 
@@ -101,13 +105,17 @@ class ServedResults:
         self.source_run_id = source_run_id
         self.timeout_s = timeout_s
         self._occurrences: dict[tuple[str | None, int, str], int] = {}
+        self._positions: dict[tuple[str | None, int, str], int] = {}
 
-    def _ask(self, node_id: str | None, attempt: int, ident: str, body: dict[str, Any]) -> dict[str, Any]:
+    def _ask(self, node_id: str | None, attempt: int, ident: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
         from processors.core.result_cache import ReplayCacheMiss
         from schemas.errors import ReplayError
 
         n = self._occurrences.get((node_id, attempt, ident), 0)
-        data = json.dumps({"node": node_id, "attempt": attempt, "occurrence": n, **body}).encode()
+        position = self._positions.get((node_id, attempt, kind), 0)
+        self._positions[(node_id, attempt, kind)] = position + 1
+        data = json.dumps({"node": node_id, "attempt": attempt, "occurrence": n, "position": position,
+                           **body}).encode()
         req = urllib.request.Request(self.url, data=data, headers={"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
@@ -133,8 +141,9 @@ class ServedResults:
         body: dict[str, Any] = {"cacheKey": cache_key}
         if request is not None:
             body["request"] = request
-        return self._ask(node_id, attempt, cache_key, body)
+        return self._ask(node_id, attempt, cache_key, "llm", body)
 
     def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:
         """As :meth:`MockReplaySession.recorded_tool`, over HTTP."""
-        return self._ask(node_id, attempt, tool_cache_key(tool, args), {"tool": tool, "args": args})["result"]
+        return self._ask(node_id, attempt, tool_cache_key(tool, args), "tool",
+                         {"tool": tool, "args": args})["result"]

@@ -6,7 +6,8 @@ URLs to its view calls, runs them in an executor (they block on ClickHouse) and 
 with HTML. Routes (README "Console"):
 
 ``/`` runs · ``/runs/<runId>`` a run · ``/runs/<runId>/state?at=N`` the slider's fragment ·
-``/runs/<runId>/replays`` its replay verdicts · ``/compare?a=<runId>&b=<runId>`` · ``/analytics``
+``/runs/<runId>/replays`` its replay verdicts · ``/compare`` the run picker, ``?a=<runId>&b=<runId>`` two
+runs compared · ``/analytics``
 
 Access: with ``AGENTLOG_WEB_TOKEN`` set, every request to this server — console
 pages, ``/query``, ``/sql``, ``/replay/...``, ``/metrics`` — needs

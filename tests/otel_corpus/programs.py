@@ -4,7 +4,9 @@ with each model wrapped in its framework's replay adapter (:mod:`processors.repl
 Each ``*_program(...)`` returns a program for :func:`processors.replay.regression.replay_test`:
 ``program(recorder)`` builds the agents around the scripted models and runs them. Two knobs make
 the known changes a replay test must catch: ``lookup_result`` (a tool that now returns something
-else) and ``refuse`` (a model whose first call now refuses). pydantic-ai's program (not in the OTLP
+else) and ``refuse`` (a model whose first call now refuses). Each program's tools go through its
+framework's replay tool wrapper, so a replay test chooses whether they run or are answered from the
+recording (``tools=``); ``tool_calls`` (a list), when given, collects each time a tool really runs. pydantic-ai's program (not in the OTLP
 corpus) is a support agent looking an order up with a tool, from the same script.
 
 Frameworks are imported inside the programs: importing this module needs none of them.
@@ -21,7 +23,8 @@ from tests.otel_corpus import script as s
 # --- OpenAI Agents SDK: triage → lookup_order → handoff → refund specialist ------------------------------------
 
 
-def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = False) -> Any:
+def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = False,
+                          tool_calls: list[str] | None = None) -> Any:
     def program(recorder: Recorder) -> str:
         import asyncio
 
@@ -32,7 +35,7 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
             ResponseOutputRefusal,
         )
 
-        from processors.replay.frameworks.openai_agents import ReplayModel
+        from processors.replay.frameworks.openai_agents import ReplayModel, replay_tools
 
         asked = [0]
 
@@ -67,13 +70,16 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
         @function_tool(name_override=s.LOOKUP_TOOL)
         def lookup_order(order_id: str) -> str:
             """Look an order up by its id."""
+            if tool_calls is not None:
+                tool_calls.append(s.LOOKUP_TOOL)
             return lookup_result
 
         def model(agent: str) -> ReplayModel:
             return ReplayModel(recorder, inner=Scripted(agent), node=agent, model_name=s.AGENTS_MODEL)
 
         specialist = Agent(name=s.SPECIALIST, instructions=s.SPECIALIST_INSTRUCTIONS, model=model(s.SPECIALIST))
-        triage = Agent(name=s.TRIAGE, instructions=s.TRIAGE_INSTRUCTIONS, tools=[lookup_order],
+        triage = Agent(name=s.TRIAGE, instructions=s.TRIAGE_INSTRUCTIONS,
+                       tools=replay_tools(recorder, [lookup_order]),
                        handoffs=[specialist], model=model(s.TRIAGE))
         result = asyncio.run(Runner.run(triage, s.AGENTS_USER, run_config=RunConfig(
             workflow_name=s.AGENTS_WORKFLOW, group_id=s.AGENTS_GROUP, tracing_disabled=True)))
@@ -85,7 +91,8 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
 # --- LangGraph: a supervisor routes to a researcher subgraph (a ReAct agent with a tool) -----------------------
 
 
-def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = False) -> Any:
+def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = False,
+                      tool_calls: list[str] | None = None) -> Any:
     def program(recorder: Recorder) -> str:
 
         from langchain_core.language_models.chat_models import BaseChatModel
@@ -93,7 +100,7 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
         from langchain_core.outputs import ChatGeneration, ChatResult
         from langchain_core.tools import tool
 
-        from processors.replay.frameworks.langchain import ReplayChatModel
+        from processors.replay.frameworks.langchain import ReplayChatModel, replay_tool_node
 
         asked = [0]
 
@@ -135,13 +142,16 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
         @tool(s.SEARCH_TOOL)
         def search_papers(query: str) -> str:
             """Search papers."""
+            if tool_calls is not None:
+                tool_calls.append(s.SEARCH_TOOL)
             return search_result
 
         def model(node: str, name: str) -> ReplayChatModel:
             return ReplayChatModel(recorder=recorder, inner=Scripted(node=node), node=node, model_name=name)
 
         return str(supervisor_graph_answer(model(s.SUPERVISOR, s.SUPERVISOR_MODEL),
-                                           model(s.RESEARCHER, s.RESEARCHER_MODEL), search_papers).content)
+                                           model(s.RESEARCHER, s.RESEARCHER_MODEL),
+                                           replay_tool_node(recorder, [search_papers])).content)
 
     return program
 
@@ -153,14 +163,14 @@ PYDANTIC_MODEL_CALLS = [("tool_call", 31, 7), ("text", 58, 12)]
 
 
 def pydantic_ai_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = False,
-                        instructions: str = s.TRIAGE_INSTRUCTIONS) -> Any:
+                        instructions: str = s.TRIAGE_INSTRUCTIONS, tool_calls: list[str] | None = None) -> Any:
     def program(recorder: Recorder) -> str:
         from pydantic_ai import Agent
         from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
         from pydantic_ai.models.function import AgentInfo, FunctionModel
         from pydantic_ai.usage import RequestUsage
 
-        from processors.replay.frameworks.pydantic_ai import ReplayModel
+        from processors.replay.frameworks.pydantic_ai import ReplayModel, ReplayTools
 
         asked = [0]
 
@@ -181,11 +191,13 @@ def pydantic_ai_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = 
 
         agent = Agent(ReplayModel(recorder, inner=FunctionModel(scripted, model_name=s.AGENTS_MODEL),
                                   node=PYDANTIC_AGENT),
-                      name=PYDANTIC_AGENT, instructions=instructions)
+                      name=PYDANTIC_AGENT, instructions=instructions, capabilities=[ReplayTools(recorder)])
 
         @agent.tool_plain(name=s.LOOKUP_TOOL)
         def lookup_order(order_id: str) -> str:
             """Look an order up by its id."""
+            if tool_calls is not None:
+                tool_calls.append(s.LOOKUP_TOOL)
             return lookup_result
 
         return str(agent.run_sync(s.AGENTS_USER).output)
@@ -202,9 +214,10 @@ research_graph = langgraph_program()
 support_pydantic = pydantic_ai_program()
 
 
-def supervisor_graph_answer(supervisor_model: Any, researcher_model: Any, search_tool: Any) -> Any:
+def supervisor_graph_answer(supervisor_model: Any, researcher_model: Any, search_tools: Any) -> Any:
     """The LangGraph program of the corpus and of its replay tests, on the given chat models: a supervisor that
-    routes (``Command(goto=...)``) to a ReAct researcher with the search tool and back; its final message."""
+    routes (``Command(goto=...)``) to a ReAct researcher with the search tool and back; its final message.
+    ``search_tools``: the researcher's tools, a list or a ``ToolNode``."""
     from typing import Literal
 
     from langchain_core.messages import ToolMessage
@@ -212,7 +225,7 @@ def supervisor_graph_answer(supervisor_model: Any, researcher_model: Any, search
     from langgraph.prebuilt import create_react_agent
     from langgraph.types import Command
 
-    researcher = create_react_agent(researcher_model, [search_tool], name=s.RESEARCHER)
+    researcher = create_react_agent(researcher_model, search_tools, name=s.RESEARCHER)
 
     def supervisor(state: MessagesState) -> Command[Literal["researcher", "__end__"]]:
         reply = supervisor_model.invoke(state["messages"])

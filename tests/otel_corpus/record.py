@@ -279,7 +279,7 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
         return s.SEARCH_RESULT
 
     answer = supervisor_graph_answer(Scripted(node=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL),
-                                     Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), search_papers)
+                                     Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), [search_papers])
     assert answer.content == s.SUPERVISOR_ANSWER, answer
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 

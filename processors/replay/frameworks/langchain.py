@@ -4,6 +4,12 @@ Give it to the graph where the program's chat model goes (``create_react_agent(m
 node's ``model.invoke``). Its node is ``node`` when given, else the LangGraph node the call runs in
 (``langgraph_node`` in the run's metadata), so a recording and its replay name the same nodes.
 
+Tools go through LangGraph's ``ToolNode`` tool-call interceptor (``wrap_tool_call`` /
+``awrap_tool_call``): :class:`ReplayToolCalls` runs each call (``execute``) or, with
+``tools="recorded"``, answers it with a ``ToolMessage`` carrying the recorded result without running
+the tool. :func:`replay_tool_node` builds the ``ToolNode`` with it, to give ``create_react_agent``
+(or a graph) in place of the list of tools.
+
 The one conversion between LangChain and the cache-key shape is here: :func:`request_of`
 (messages and bound tools → the GenAI parts form the worker records from spans), :func:`envelope_of`
 (an ``AIMessage`` → an output message; ``additional_kwargs["refusal"]`` or a ``content_filter``
@@ -13,7 +19,7 @@ finish reason → a refusal) and :func:`response_of` (back to an ``AIMessage``).
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -21,9 +27,9 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from processors.replay.recorder import refusal_of
+from processors.replay.recorder import Recorder, refusal_of
 
-__all__ = ["ReplayChatModel", "envelope_of", "request_of", "response_of"]
+__all__ = ["ReplayChatModel", "ReplayToolCalls", "envelope_of", "replay_tool_node", "request_of", "response_of"]
 
 _ROLES = {"system": "system", "human": "user", "ai": "assistant", "tool": "tool"}
 
@@ -169,3 +175,44 @@ class ReplayChatModel(BaseChatModel):
     def _inner(self) -> BaseChatModel:
         inner: BaseChatModel = self.inner
         return inner
+
+
+class ReplayToolCalls:
+    """A ``ToolNode``'s tool calls answered through ``recorder``: run (``tools="run"``), or a ``ToolMessage``
+    with the recorded result of the matching call, the tool not run (``tools="recorded"``). Give
+    :meth:`wrap_tool_call` and :meth:`awrap_tool_call` to ``ToolNode(..., wrap_tool_call=…, awrap_tool_call=…)``."""
+
+    def __init__(self, recorder: Recorder) -> None:
+        self.recorder = recorder
+
+    def wrap_tool_call(self, request: Any, execute: Callable[[Any], Any]) -> Any:
+        call = request.tool_call
+        if self.recorder.tools == "run":
+            return self.recorder.tool(call["name"], call["args"], lambda: execute(request), call_id=call.get("id"))
+        return self._served(call)
+
+    async def awrap_tool_call(self, request: Any, execute: Callable[[Any], Awaitable[Any]]) -> Any:
+        call = request.tool_call
+        if self.recorder.tools == "run":
+            return await self.recorder.atool(call["name"], call["args"], lambda: execute(request),
+                                             call_id=call.get("id"))
+        return self._served(call)
+
+    def _served(self, call: Any) -> ToolMessage:
+        """The call answered from the recording (the recorder does not run the tool in this mode)."""
+        result = self.recorder.tool(call["name"], call["args"], _not_run, call_id=call.get("id"))
+        content = result if isinstance(result, (str, list)) else json.dumps(result, ensure_ascii=False)
+        return ToolMessage(content=content, name=call["name"], tool_call_id=call.get("id") or "")
+
+
+def _not_run() -> Any:
+    raise AssertionError("a tool answered from the recording is not run")
+
+
+def replay_tool_node(recorder: Recorder, tools: Sequence[Any], **options: Any) -> Any:
+    """A LangGraph ``ToolNode`` over ``tools`` whose calls go through ``recorder`` (:class:`ReplayToolCalls`);
+    ``options`` are the ``ToolNode``'s own (``name``, ``handle_tool_errors``, …)."""
+    from langgraph.prebuilt import ToolNode
+
+    calls = ReplayToolCalls(recorder)
+    return ToolNode(tools, wrap_tool_call=calls.wrap_tool_call, awrap_tool_call=calls.awrap_tool_call, **options)

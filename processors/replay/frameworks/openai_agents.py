@@ -4,6 +4,10 @@ Per agent, ``Agent(..., model=ReplayModel(recorder, inner=model, node=agent_name
 agent, as in a run the worker records from the SDK's spans. For a program that names its models by
 string, ``RunConfig(model_provider=ReplayModelProvider(recorder, inner=provider))`` answers every
 agent's calls (their node is then the model name: the provider is not told the agent).
+The agent's tools go through :func:`replay_tools` (``Agent(..., tools=replay_tools(recorder, [lookup]))``):
+each ``FunctionTool`` is copied with an ``on_invoke_tool`` (the SDK's own tool interface: the tool
+context and the model's arguments as a JSON string) that runs the tool or, with ``tools="recorded"``,
+returns the recorded result without running it. Hosted tools and handoffs are left as they are.
 
 The one conversion between the SDK and the cache-key shape is here: :func:`request_of` (system
 instructions, the Responses-API input items, the tools and handoffs as function tools → the GenAI
@@ -13,12 +17,14 @@ is a refusal) and :func:`response_of` (back to output items).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from agents import ModelResponse, Usage
+from agents import FunctionTool, ModelResponse, Usage
 from agents.models.interface import Model, ModelProvider
+from agents.tool_context import ToolContext
 from openai.types.responses import (
     ResponseFunctionToolCall,
     ResponseOutputMessage,
@@ -28,7 +34,7 @@ from openai.types.responses import (
 
 from processors.replay.recorder import Recorder, answer_of
 
-__all__ = ["ReplayModel", "ReplayModelProvider", "envelope_of", "request_of", "response_of"]
+__all__ = ["ReplayModel", "ReplayModelProvider", "envelope_of", "replay_tools", "request_of", "response_of"]
 
 _SETTINGS = {"temperature": "temperature", "top_p": "topP", "max_tokens": "maxOutputTokens"}
 
@@ -194,3 +200,21 @@ class ReplayModelProvider(ModelProvider):
         name = model_name or "default"
         return ReplayModel(self.recorder, inner=self.inner.get_model(model_name) if self.inner else None,
                            node=name, model_name=name, provider=self.provider)
+
+
+def replay_tools(recorder: Recorder, tools: Sequence[Any]) -> list[Any]:
+    """``tools`` with each ``FunctionTool`` answered through ``recorder``: run (``tools="run"``), or the
+    recorded result of the matching call returned without running the tool (``tools="recorded"``)."""
+    return [_replay_tool(recorder, tool) if isinstance(tool, FunctionTool) else tool for tool in tools]
+
+
+def _replay_tool(recorder: Recorder, tool: FunctionTool) -> FunctionTool:
+    invoke = tool.on_invoke_tool
+
+    async def on_invoke_tool(ctx: ToolContext[Any], arguments: str) -> Any:
+        async def run() -> Any:
+            return await invoke(ctx, arguments)
+
+        return await recorder.atool(tool.name, arguments, run, call_id=ctx.tool_call_id)
+
+    return dataclasses.replace(tool, on_invoke_tool=on_invoke_tool)

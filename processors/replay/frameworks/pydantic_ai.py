@@ -1,7 +1,11 @@
 """pydantic-ai: ``ReplayModel``, a pydantic-ai ``Model`` answered through a :class:`Recorder`.
 
 Use it where the program's model goes: ``Agent(ReplayModel(recorder, inner=model, node="planner"))``
-or, without touching the program, ``with agent.override(model=ReplayModel(...)):``.
+or, without touching the program, ``with agent.override(model=ReplayModel(...)):``. Its tools go
+through ``ReplayTools``, a pydantic-ai capability (``Agent(..., capabilities=[ReplayTools(recorder)])``
+or ``agent.run(..., capabilities=[...])``): its ``wrap_tool_execute`` hook runs each function tool,
+or answers it from the recording without running it (``tools="recorded"``). Output tools are not
+tool calls to pydantic-ai's hooks, nor to the recording.
 
 The one conversion between pydantic-ai and the cache-key shape is here. Messages go through
 pydantic-ai's own OpenTelemetry conversion (``InstrumentationSettings.messages_to_otel_messages``),
@@ -14,17 +18,21 @@ changes the key. A ``content_filter`` finish reason is a refusal.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.capabilities.abstract import ValidatedToolArgs, WrapToolExecuteHandler
 from pydantic_ai.messages import ModelMessage, ModelRequest, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models import Model, ModelRequestParameters
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.settings import ModelSettings
+from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
 from processors.replay.recorder import Recorder, answer_of
 
-__all__ = ["ReplayModel", "envelope_of", "request_of", "response_of"]
+__all__ = ["ReplayModel", "ReplayTools", "envelope_of", "request_of", "response_of"]
 
 #: Content included, as an instrumented agent records it for the worker.
 _OTEL = InstrumentationSettings(include_content=True)
@@ -114,3 +122,18 @@ class ReplayModel(Model):
 
         result = await self.recorder.aanswer(self.node, request, live if inner is not None else None)
         return response_of(result, model=self.model_name, provider=self.system)
+
+
+@dataclass
+class ReplayTools(AbstractCapability[Any]):
+    """The agent's function tools answered through ``recorder``: run (``tools="run"``), or the recorded
+    result of the matching call returned without running the tool (``tools="recorded"``)."""
+
+    recorder: Recorder
+
+    async def wrap_tool_execute(self, ctx: RunContext[Any], *, call: ToolCallPart, tool_def: ToolDefinition,
+                                args: ValidatedToolArgs, handler: WrapToolExecuteHandler) -> Any:
+        async def run() -> Any:
+            return await handler(args)
+
+        return await self.recorder.atool(call.tool_name, call.args_as_dict(), run, call_id=call.tool_call_id)

@@ -142,6 +142,37 @@ def test_compare_page_marks_the_refusal_divergence(demo_console: DemoConsole, pa
     assert page.locator("#first-divergence-box").get_attribute("data-kind") == "refusal"
 
 
+def test_compare_page_picks_two_runs_by_search_and_from_the_recent_runs(demo_console: DemoConsole, page,
+                                                                         tmp_path: Path):
+    summary = demo_console.summary
+    run_id = summary.run_id
+    refusal = next(r for r in summary.replays if r["verdict"] == "diverged_at_refusal")
+    answered_at = demo_console.index_of("agent.invocation.completed", node="worker-1")
+    page.goto(demo_console.url + "/")
+    page.click("nav a:text('Compare')")
+    page.wait_for_selector("#compare-picker")
+    assert page.locator("#first-divergence-box").count() == 0
+
+    # Search as you type: the runs whose id holds the typed text, asked of the worker's /query.
+    typed = run_id[-5:].upper()
+    page.fill("#pick-a", typed)
+    page.wait_for_function(f"document.getElementById('pick-a').dataset.searched === '{typed}'")
+    offered = page.eval_on_selector_all("#runs-a option", "els => els.map(e => e.value)")
+    assert run_id in offered and all(typed.lower() in o.lower() for o in offered), offered
+
+    # Pick A and B from the recent runs; the radios fill the two fields.
+    page.check(f'input[name="recent-a"][value="{run_id}"]')
+    page.check(f'input[name="recent-b"][value="{refusal["replayRunId"]}"]')
+    assert page.input_value("#pick-a") == run_id and page.input_value("#pick-b") == refusal["replayRunId"]
+    _shot(page, tmp_path, "console-compare-pick")
+    page.click("#compare-picker button[type=submit]")
+    page.wait_for_selector("#first-divergence-box")
+    box = page.locator("#first-divergence-box")
+    assert (box.get_attribute("data-verdict"), box.get_attribute("data-kind"), box.get_attribute("data-at")) == (
+        "diverged_at_refusal", "refusal", str(answered_at))
+    assert refusal["replayRunId"] in page.locator("h1").inner_text()
+
+
 def test_analytics_charts_render(demo_console: DemoConsole, page, tmp_path: Path):
     page.goto(demo_console.url + "/analytics")
     assert page.locator("figure.chart").count() == 5

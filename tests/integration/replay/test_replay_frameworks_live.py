@@ -7,6 +7,8 @@ the unchanged program is a ``match``, a changed tool ``diverged`` at its result,
 refuses ``diverged_at_refusal``. Each replay is published as a replay run (``run.started.replayOf``),
 and the worker's own verdict agrees with the one the test made locally. The LangGraph replay takes its
 recorded results over HTTP from the worker (``ServedResults``), as a host without the log would.
+A tool whose code changed since the recording gives ``match`` when its calls are answered from the
+recording (``tools="recorded"``, the tool not run) and ``diverged`` when it runs (``tools="run"``).
 """
 
 from __future__ import annotations
@@ -77,3 +79,34 @@ def test_a_run_recorded_through_the_store_replays_as_a_test(name, stack, agentlo
         assert verdict["verdict"] == result.verdict, verdict
         assert verdict["firstDivergence"] == (result.first_divergence.to_dict() if result.first_divergence
                                               else None)
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_changed_tool_matches_when_served_from_the_store_and_diverges_when_run(name, stack, agentlog_replay):
+    """The tool's code changed since the recording: served its recorded result, the replay matches and the tool
+    does not run; run again, it diverges at its result. The worker judges both published replays alike. The
+    LangGraph replay asks the worker's results endpoint for the recorded tool result (``ServedResults``)."""
+    pytest.importorskip(FRAMEWORK_MODULE[name])
+    settings, worker = stack
+    run_id = f"{name}-tools-{uuid.uuid4().hex[:8]}"
+    docs = record(PROGRAMS[name](), run_id=run_id, settings=settings)
+    asyncio.run(wait_until(lambda: committed(settings, run_id, len(docs)), what="the recording committed",
+                           worker=worker))
+    results = ServedResults(f"http://127.0.0.1:{settings.web_port}", run_id) if name == "langgraph" else None
+
+    not_run: list[str] = []
+    served = agentlog_replay(run_id, PROGRAMS[name](**CHANGED_NOW[name], tool_calls=not_run), settings=settings,
+                             results=results, tools="recorded")
+    ran: list[str] = []
+    rerun = agentlog_replay(run_id, PROGRAMS[name](**CHANGED_NOW[name], tool_calls=ran), settings=settings,
+                            tools="run", expect="diverged")
+
+    assert (served.verdict, served.tools_served, served.tools_run, not_run) == ("match", 1, 0, [])
+    assert (rerun.tools_served, rerun.tools_run, len(ran)) == (0, 1, 1)
+    d = rerun.first_divergence
+    assert (d.at_sequence, d.kind, d.path) == (_tool_result_index(docs), "output", "payload.result")
+    assert d.actual == next(iter(CHANGED_NOW[name].values()))
+    for result in (served, rerun):
+        assert result.published
+        verdict = _worker_verdict(settings, worker, result.replay_run_id)
+        assert verdict["verdict"] == result.verdict, verdict

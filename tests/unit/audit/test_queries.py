@@ -345,3 +345,16 @@ def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store
     with pytest.raises(StoreError) as e:
         run_named(loaded_store, "runs", {"flagged": "256"})
     assert e.value.code == "bad_param"
+
+
+def test_runs_searches_run_ids_as_you_type(loaded_store):
+    """The compare page's run picker: runs whose id contains what was typed, any case, newest first."""
+    every = [r["run_id"] for r in rows(loaded_store, "runs")]
+    assert len(every) >= 2
+    for typed in {every[0][-3:], every[-1][:4].upper(), every[0]}:
+        expected = [run for run in every if typed.lower() in run.lower()]
+        assert expected
+        assert [r["run_id"] for r in rows(loaded_store, "runs", search=typed)] == expected, typed
+    assert rows(loaded_store, "runs", search="no such run id") == []
+    assert [r["run_id"] for r in rows(loaded_store, "runs", search=every[0][:2], limit="1")] == [
+        next(run for run in every if every[0][:2].lower() in run.lower())]

@@ -27,7 +27,7 @@ def runs(store, **params):
 
 def test_columns_and_params_are_the_fixed_interface():
     assert [p.name for p in NAMED_QUERIES["runs"].params] == [
-        "since", "until", "status", "model", "flagged", "verdict", "limit", "offset"]
+        "since", "until", "status", "model", "flagged", "verdict", "search", "limit", "offset"]
 
 
 def test_every_run_newest_first_with_its_figures(loaded_store):

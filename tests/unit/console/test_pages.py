@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from processors.audit.queries import run_named
 from processors.console import (
     analytics_view,
     chain_problem,
@@ -132,8 +133,72 @@ def test_compare_page_marks_the_refusal_divergence(store):
     assert f'data-kind="refusal" data-at="{at}"' in html and "Refusal divergence" in html
     assert f'<tr id="idx-{at}" class="divergence"' in html
     assert 'class="field volatile" data-path="eventId"' in html
-    assert compare_view(store, {"a": original[0]["runId"]})[0] == 400
-    assert compare_view(store, {"a": original[0]["runId"], "b": "nope"})[0] == 404
+    # One run chosen: the picker, with A filled in; a run not in the store: 404, the picker and what is wrong.
+    status, html = compare_view(store, {"a": original[0]["runId"]})
+    assert status == 200 and 'id="first-divergence-box"' not in html
+    assert f'id="pick-a" name="a" list="runs-a" value="{original[0]["runId"]}"' in html
+    status, html = compare_view(store, {"a": original[0]["runId"], "b": "nope"})
+    assert status == 404 and 'id="compare-picker"' in html
+    assert re.search(r'id="compare-problem">run &#x27;nope&#x27; has no events', html)
+
+
+def _radio_values(html: str, side: str) -> list[str]:
+    return re.findall(rf'<input type="radio" name="recent-{side}" value="([^"]*)"', html)
+
+
+@pytest.mark.parametrize(("a", "b"), [("interleaved.original", "interleaved-result.original"),
+                                      ("match.original", "interleaved.original")])
+def test_compare_page_picks_any_two_runs_and_judges_them_as_agentlog_compare(store, tmp_path, a, b):
+    """Two runs neither of which is a replay of the other: the page's verdict, first divergence and marked
+    indexes are those ``agentlog compare A.jsonl B.jsonl --all`` prints for the same runs."""
+    from typer.testing import CliRunner
+
+    from processors.cli import app
+
+    runs = {name: _golden(name) for name in ("interleaved.original", "interleaved-result.original",
+                                             "match.original")}
+    for i, docs in enumerate(runs.values()):
+        store.insert_records("committed", committed(docs, partition=i))
+    files = {}
+    for name in (a, b):
+        files[name] = tmp_path / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps(d) + "\n" for d in runs[name]))
+    cli = CliRunner().invoke(app, ["compare", str(files[a]), str(files[b]), "--json", "--all"])
+    assert cli.exit_code in (0, 1), cli.output
+    expected = json.loads(cli.output)
+
+    a_id, b_id = runs[a][0]["runId"], runs[b][0]["runId"]
+    status, html = compare_view(store, {"a": a_id, "b": b_id})
+    assert status == 200
+    loads = _Loads()  # the runs' tool arguments hold URLs (data, shown as text): only loads are checked
+    loads.feed(html)
+    assert loads.loads == []
+    box = re.search(r'<div class="divergence-box[^"]*" id="first-divergence-box"([^>]*)>', html).group(1)
+    assert f'data-verdict="{expected["verdict"]}"' in box
+    first = expected.get("firstDivergence")
+    if first is None:
+        assert "data-at" not in box
+    else:
+        assert f'data-kind="{first["kind"]}" data-at="{first["atSequence"]}"' in box
+    listed = re.findall(r'<tr class="divergence-row" data-at="(\d+)" data-kind="([^"]+)">', html)
+    divergences = expected.get("divergences") or []
+    assert listed == ([(str(d["atSequence"]), d["kind"]) for d in divergences] if len(divergences) > 1 else [])
+    marked = {int(i) for i in re.findall(r'<tr id="idx-(\d+)" class="diverg', html)}
+    assert marked <= {d["atSequence"] for d in divergences}
+    # The picker offers every stored run on both sides, A and B chosen.
+    ids = sorted(docs[0]["runId"] for docs in runs.values())
+    assert sorted(_radio_values(html, "a")) == ids and sorted(_radio_values(html, "b")) == ids
+    assert f'name="recent-a" value="{a_id}" data-fills="pick-a" aria-label="A: {a_id}" checked' in html
+    assert f'name="recent-b" value="{b_id}" data-fills="pick-b" aria-label="B: {b_id}" checked' in html
+
+
+def test_compare_page_without_runs_is_the_picker_of_recent_runs(loaded_store):
+    status, html = compare_view(loaded_store, {})
+    assert status == 200 and 'id="first-divergence-box"' not in html
+    _self_contained(html)
+    newest = [r["run_id"] for r in runs_view_rows(loaded_store)][:20]
+    assert _radio_values(html, "a") == newest and _radio_values(html, "b") == newest
+    assert re.findall(r'<datalist id="runs-a">(.*?)</datalist>', html)[0].count("<option") == len(newest)
 
 
 def test_replays_page_compares_the_latest_replay(loaded_store):
@@ -156,3 +221,8 @@ def test_user_data_is_escaped():
     html = render_runs_page([row], {"model": '"><img src=x>'}, limit=10, offset=0)
     assert "<script>alert(1)</script>" not in html and "&lt;script&gt;" in html
     assert '"><img src=x>' not in html
+
+
+def runs_view_rows(store) -> list[dict]:
+    """The runs, newest first, as the runs page lists them (the ``runs`` named query)."""
+    return run_named(store, "runs", {}).to_dicts()

@@ -83,3 +83,80 @@ def test_tool_calls_can_be_named_by_tool_and_args_digest() -> None:
     found = cache.tool_key("run-1", "research", 1, "search", args_digest(TOOL_ARGS))
     assert found == tool_cache_key("search", TOOL_ARGS)
     assert cache.tool_key("run-1", "research", 1, "search", args_digest({"q": "other"})) is None
+
+
+def _tool_calls(*calls: tuple[str, dict, str], node: str = "clerk") -> list[dict]:
+    """A run whose node made these tool calls, in order: (tool, args, result)."""
+    docs: list[dict] = [{"runId": "run-t", "type": "run.started", "sequence": 0, "payload": {"bindings": {}}}]
+    for i, (tool, args, result) in enumerate(calls):
+        docs.append({"runId": "run-t", "type": "agent.toolCalled", "nodeId": node, "sequence": len(docs),
+                     "payload": {"callId": f"c{i}", "tool": tool, "args": args}})
+        docs.append({"runId": "run-t", "type": "agent.toolReturned", "nodeId": node, "sequence": len(docs),
+                     "payload": {"callId": f"c{i}", "result": result}})
+    return docs
+
+
+TIED = _tool_calls(("lookup_order", {"order_id": "42"}, "kettle"), ("lookup_order", {"order_id": "43"}, "toaster"))
+
+
+def _nearest_args(diagnosis: dict) -> dict:
+    return diagnosis["nearest"]["args"]
+
+
+def test_tied_calls_are_told_apart_by_the_position_the_replay_asks_from() -> None:
+    cache = ResultCache.from_events(TIED)
+    asked = {"order_id": "44"}  # one differing field against either recorded call
+    second = cache.diagnose("run-t", "clerk", 0, tool_cache_key("lookup_order", asked), tool="lookup_order",
+                            args=asked, position=1)
+    assert _nearest_args(second) == {"order_id": "43"}
+    assert second["diff"] == [{"path": "args.order_id", "recorded": "43", "requested": "44"}]
+    assert "of 2 recorded calls differing in as few fields" in second["reason"]
+    first = cache.diagnose("run-t", "clerk", 0, tool_cache_key("lookup_order", asked), tool="lookup_order",
+                           args=asked, position=0)
+    assert _nearest_args(first) == {"order_id": "42"}
+    past_the_end = cache.diagnose("run-t", "clerk", 0, tool_cache_key("lookup_order", asked), tool="lookup_order",
+                                  args=asked, position=5)
+    assert _nearest_args(past_the_end) == {"order_id": "43"}
+
+
+def test_tied_calls_at_no_position_are_told_apart_by_how_alike_the_differing_values_are() -> None:
+    cache = ResultCache.from_events(_tool_calls(("search", {"query": "zebra migration"}, "a"),
+                                                ("search", {"query": "agent replay logs"}, "b")))
+    asked = {"query": "agent replay log"}
+    d = cache.diagnose("run-t", "clerk", 0, tool_cache_key("search", asked), tool="search", args=asked)
+    assert _nearest_args(d) == {"query": "agent replay logs"}  # recorded second
+    # Equally far from the replay's position (0 and 2 are both 1 away from 1): likeness decides again.
+    three = ResultCache.from_events(_tool_calls(("search", {"query": "agent replay logs"}, "a"),
+                                                ("other", {}, "x"),
+                                                ("search", {"query": "zebra migration"}, "b")))
+    d = three.diagnose("run-t", "clerk", 0, tool_cache_key("search", asked), tool="search", args=asked, position=1)
+    assert _nearest_args(d) == {"query": "agent replay logs"}
+
+
+def test_fewer_differing_fields_beat_the_position() -> None:
+    cache = ResultCache.from_events(_tool_calls(("lookup_order", {"order_id": "42", "region": "eu"}, "kettle"),
+                                                ("lookup_order", {"order_id": "43", "region": "us"}, "toaster")))
+    asked = {"order_id": "42", "region": "eu-west"}
+    d = cache.diagnose("run-t", "clerk", 0, tool_cache_key("lookup_order", asked), tool="lookup_order", args=asked,
+                       position=1)
+    assert _nearest_args(d) == {"order_id": "42", "region": "eu"}
+    assert "as few fields" not in d["reason"]
+
+
+def test_the_session_and_the_results_endpoint_hold_a_miss_against_the_call_at_its_position() -> None:
+    from processors.replay.served import results_answer
+
+    session = MockReplaySession(ResultCache.from_events(TIED), "run-t")
+    assert session.recorded_tool("clerk", 0, "lookup_order", {"order_id": "42"}) == "kettle"
+    with pytest.raises(ReplayCacheMiss) as caught:
+        session.recorded_tool("clerk", 0, "lookup_order", {"order_id": "44"})
+    assert _nearest_args(caught.value.diagnosis) == {"order_id": "43"}
+
+    cache = ResultCache.from_events(TIED)
+    for position, expected in ((0, "42"), (1, "43")):
+        status, body = results_answer(cache, "run-t", {"node": "clerk", "tool": "lookup_order",
+                                                       "args": {"order_id": "44"}, "position": position})
+        assert status == 404 and _nearest_args(body["diagnosis"]) == {"order_id": expected}
+    status, body = results_answer(cache, "run-t", {"node": "clerk", "tool": "lookup_order",
+                                                   "args": {"order_id": "44"}, "position": "second"})
+    assert status == 400 and "position" in body["error"]["message"]
