@@ -2,9 +2,7 @@
 
     pip install -e '.[frameworks]'
     python -m tests.otel_corpus.record                 # (re)record every fixture
-    # Google ADK pins OpenTelemetry <= 1.44, so its fixture is recorded in a virtualenv of its own:
-    #   pip install -e . google-adk==2.13.0 opentelemetry-exporter-otlp-proto-http
-    python -m tests.otel_corpus.record --one adk.genai
+    python -m tests.otel_corpus.record --one adk.genai # one fixture, in this process
     python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
     python -m tests.otel_corpus.record --live langgraph.openinference   # export to OTEL_EXPORTER_OTLP_*
 
@@ -362,7 +360,7 @@ def _adk(provider: Any, instrumentation: str) -> None:
 
 
 PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk}
-#: The module a program beside the grid needs (it may live in a virtualenv of its own).
+#: The module a program beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
 _NEEDS = {"adk": "google.adk"}
 
 
