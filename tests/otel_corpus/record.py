@@ -285,20 +285,32 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
 # --- Google ADK ---------------------------------------------------------------------------------------------------
 
 def _adk(provider: Any, instrumentation: str) -> None:
-    """The support program as ADK writes it, traced by ADK's own instrumentation (GenAI semantic conventions).
+    """The support program as ADK writes it, traced by ADK's own instrumentation or by OpenInference's.
 
-    ADK traces through the global tracer provider. Content goes on the spans with
+    ADK traces through the global tracer provider, under either.
+
+    ``genai``: ADK's own instrumentation (GenAI semantic conventions). Content goes on the spans with
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`` and the experimental GenAI
     conventions (``gen_ai.input/output.messages``, tool arguments and results); without them ADK
-    records no messages. OpenInference's ADK instrumentor (1.0.5) is not recorded: with ADK 2.13 it
-    emits no LLM spans (it patches ``trace_call_llm``, which ADK's model calls no longer go through).
+    records no messages.
+
+    ``openinference``: OpenInference's ADK instrumentor (its own AGENT, CHAIN and TOOL spans). It writes
+    a model call's attributes onto ADK's own ``call_llm`` span, which ADK opens only in its legacy
+    telemetry schema (``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``); in the default schema there is none,
+    and every call of an agent lands on its one ``invoke_agent`` span, each overwriting the last.
     """
-    assert instrumentation == "genai", instrumentation
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
-    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
+    if instrumentation == "genai":
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    else:
+        assert instrumentation == "openinference", instrumentation
+        os.environ["ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN"] = "1"
+        from openinference.instrumentation.google_adk import GoogleADKInstrumentor
+
+        GoogleADKInstrumentor().instrument(tracer_provider=provider)
 
     from collections.abc import AsyncGenerator
 

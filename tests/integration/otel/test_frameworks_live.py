@@ -1,12 +1,12 @@
 """The corpus programs exported live: real frameworks, real instrumentations, real exporters, a real worker.
 
 For each program × instrumentation of ``tests/otel_corpus`` (OpenAI Agents SDK and LangGraph, each under
-OpenLLMetry and OpenInference; Google ADK under its own instrumentation), ``python -m tests.otel_corpus.record
---live`` runs the recorder's own program (scripted models, offline: ADK's is a ``BaseLlm``) with the SDK's
-``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables only, as a user's program
-is, and sends its spans to an ``agentlog worker`` bound beyond loopback (``0.0.0.0``) with
-``AGENTLOG_WEB_TOKEN`` set. Two cases export over OTLP/gRPC, three over OTLP/HTTP; each sends the token as
-``OTEL_EXPORTER_OTLP_HEADERS`` says.
+OpenLLMetry and OpenInference; Google ADK under its own instrumentation and OpenInference), ``python -m
+tests.otel_corpus.record --live`` runs the recorder's own program (scripted models, offline: ADK's is a
+``BaseLlm``) with the SDK's ``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables
+only, as a user's program is, and sends its spans to an ``agentlog worker`` bound beyond loopback
+(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Three cases export over OTLP/gRPC, three over OTLP/HTTP; each
+sends the token as ``OTEL_EXPORTER_OTLP_HEADERS`` says.
 
 The runs are read back from the committed log (``agentlog export``) and the audit store (``agentlog
 sql``/``query``), and checked by the corpus unit tests' own ``check_*`` functions: runs, child runs,
@@ -58,11 +58,13 @@ CASES = [
     ("langgraph", "openllmetry", "http/protobuf"),
     ("langgraph", "openinference", "grpc"),
     ("adk", "genai", "http/protobuf"),
+    ("adk", "openinference", "grpc"),
 ]
-#: What each case needs in the test process (the program itself runs in a child process).
+#: What each case needs in the test process (the program itself runs in a child process), by program, by
+#: instrumentation, by protocol and by program.instrumentation.
 NEEDS = {"openai_agents": ("agents",), "langgraph": ("langgraph", "langchain_core"), "adk": ("google.adk",),
          "openllmetry": ("opentelemetry.instrumentation",), "openinference": ("openinference.instrumentation",),
-         "genai": ("google.adk.telemetry",),
+         "genai": ("google.adk.telemetry",), "adk.openinference": ("openinference.instrumentation.google_adk",),
          "grpc": ("grpc", "opentelemetry.exporter.otlp.proto.grpc"),
          "http/protobuf": ("opentelemetry.exporter.otlp.proto.http",)}
 
@@ -174,7 +176,8 @@ def _usage(settings) -> tuple[int, int]:
 @pytest.mark.parametrize("program,instrumentation,protocol", CASES,
                          ids=[f"{p}-{i}-{'grpc' if t == 'grpc' else 'http'}" for p, i, t in CASES])
 def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrumentation, protocol):
-    for module in (*NEEDS[program], *NEEDS[instrumentation], *NEEDS[protocol]):
+    for module in (*NEEDS[program], *NEEDS[instrumentation], *NEEDS[protocol],
+                   *NEEDS.get(f"{program}.{instrumentation}", ())):
         _require(module)
     port = _otlp_port()
     grpc_port = port - 1
@@ -209,8 +212,8 @@ def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrum
         def arrived() -> tuple[dict[str, list[dict]], str, str]:
             runs, root, child = root_and_child(_committed_runs(settings))
             check_runs_child_runs_and_the_handoff(program, instrumentation, runs, root, child)
-            check_llm_calls_with_content_cache_keys_and_usage(program, runs, root, child)
-            check_tool_call_and_return_pairs(program, runs, root, child)
+            check_llm_calls_with_content_cache_keys_and_usage(program, instrumentation, runs, root, child)
+            check_tool_call_and_return_pairs(program, instrumentation, runs, root, child)
             return runs, root, child
 
         runs, root, child = _eventually("the program's runs, whole", arrived)
