@@ -372,8 +372,15 @@ def _adk(provider: Any, instrumentation: str) -> None:
 
 
 PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk}
-#: The module a program beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
-_NEEDS = {"adk": "google.adk"}
+#: The module a case beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
+_NEEDS = {"adk.genai": "google.adk", "adk.openinference": "openinference.instrumentation.google_adk"}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 def record_one(program: str, instrumentation: str) -> list[Path]:
@@ -451,8 +458,9 @@ def main() -> None:
         return
     cases = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS]
     for program, instrumentation in s.EXTRA_CASES:
-        if importlib.util.find_spec(_NEEDS[program]) is None:
-            print(f"{program}.{instrumentation}: not recorded, {_NEEDS[program]} is not installed here")
+        need = _NEEDS[f"{program}.{instrumentation}"]
+        if not _installed(need):
+            print(f"{program}.{instrumentation}: not recorded, {need} is not installed here")
         else:
             cases.append((program, instrumentation))
     for program, instrumentation in cases:
