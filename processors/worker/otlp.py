@@ -57,7 +57,7 @@ log = logging.getLogger("agentlog.otlp")
 _SAFE = 2**53 - 1
 #: Rejections of OTLP input name this pseudo-topic as their source (they never were a Kafka record).
 SOURCE_TOPIC = "otlp:/v1/traces"
-#: What a 503 asks the exporter to wait before it retries (OTLP/gRPC's UNAVAILABLE leaves it to its backoff).
+#: What a 503's Retry-After (and OTLP/gRPC's RetryInfo) asks the exporter to wait before it retries.
 RETRY_AFTER_S = 5
 #: Said to a request without the token (the token itself is never echoed).
 UNAUTHORIZED = ("this worker requires AGENTLOG_WEB_TOKEN: send 'Authorization: Bearer <token>' "

@@ -10,7 +10,13 @@ gRPC's words:
   has acknowledged every accepted one;
 * UNAUTHENTICATED without the token (nothing is read or written);
 * INVALID_ARGUMENT for a message that is not a trace export request (recorded on the rejections topic);
-* UNAVAILABLE when Kafka does not acknowledge in time, which OTLP exporters retry.
+* UNAVAILABLE when Kafka does not acknowledge in time, which OTLP exporters retry, with a
+  ``google.rpc.RetryInfo`` whose ``retry_delay`` is the 503's ``Retry-After``
+  (:data:`processors.worker.otlp.RETRY_AFTER_S`): the OTLP spec's way to make exporters wait that long.
+
+Where the RetryInfo goes: the status details (the ``google.rpc.Status`` in the
+``grpc-status-details-bin`` trailer), where OTLP's spec puts it and the Go and Java exporters read it,
+and also alone in the ``google.rpc.retryinfo-bin`` trailer, the one key the Python exporter reads.
 
 The method is registered by hand, not through ``trace_service_pb2_grpc``'s
 ``add_TraceServiceServicer_to_server``: that one parses the message with its own deserializer before
@@ -29,15 +35,21 @@ import logging
 from typing import Any
 
 import grpc
+from google.protobuf.any_pb2 import Any as AnyMessage
+from google.protobuf.duration_pb2 import Duration
+from google.rpc import error_details_pb2, status_pb2
 from grpc import aio
+from grpc_status import rpc_status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from processors.worker.otlp import UNAUTHORIZED, OtlpError, Receiver, decode_request
+from processors.worker.otlp import RETRY_AFTER_S, UNAUTHORIZED, OtlpError, Receiver, decode_request
 
 log = logging.getLogger("agentlog.otlp")
 
 #: ``/<package>.TraceService/Export``: the generated descriptor's name for the service.
 SERVICE = trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name
+#: The trailer the Python OTLP exporter reads a RetryInfo from (``<message full name>-bin``).
+RETRY_INFO_KEY = "google.rpc.retryinfo-bin"
 
 
 def grpc_port(otlp_port: int) -> int:
@@ -58,11 +70,24 @@ def _handler(receiver: Receiver) -> grpc.GenericRpcHandler:
         try:
             response = await receiver.export(request)
         except OtlpError as e:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, f"{e.code}: {e}")
+            await _retry_later(context, grpc.StatusCode.UNAVAILABLE, f"{e.code}: {e}", RETRY_AFTER_S)
         return bytes(response.SerializeToString())
 
     # No request_deserializer: the handler gets the message's bytes, as the HTTP handler gets the body's.
     return grpc.method_handlers_generic_handler(SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(export)})
+
+
+async def _retry_later(context: aio.ServicerContext, code: grpc.StatusCode, message: str, delay_s: int) -> None:
+    """Abort with ``code`` (UNAVAILABLE or RESOURCE_EXHAUSTED), asking the exporter to retry in ``delay_s``.
+
+    OTLP exporters retry both codes; RESOURCE_EXHAUSTED only when a RetryInfo says recovery is possible.
+    """
+    retry = error_details_pb2.RetryInfo(retry_delay=Duration(seconds=delay_s))
+    detail = AnyMessage()
+    detail.Pack(retry)
+    status = rpc_status.to_status(status_pb2.Status(code=code.value[0], message=message, details=[detail]))
+    await context.abort(status.code, status.details,
+                        trailing_metadata=(*status.trailing_metadata, (RETRY_INFO_KEY, retry.SerializeToString())))
 
 
 async def start(receiver: Receiver, host: str, port: int) -> Any:

@@ -2,9 +2,7 @@
 
     pip install -e '.[frameworks]'
     python -m tests.otel_corpus.record                 # (re)record every fixture
-    # Google ADK pins OpenTelemetry <= 1.44, so its fixture is recorded in a virtualenv of its own:
-    #   pip install -e . google-adk==2.13.0 opentelemetry-exporter-otlp-proto-http
-    python -m tests.otel_corpus.record --one adk.genai
+    python -m tests.otel_corpus.record --one adk.genai # one fixture, in this process
     python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
     python -m tests.otel_corpus.record --live langgraph.openinference   # export to OTEL_EXPORTER_OTLP_*
 
@@ -287,20 +285,32 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
 # --- Google ADK ---------------------------------------------------------------------------------------------------
 
 def _adk(provider: Any, instrumentation: str) -> None:
-    """The support program as ADK writes it, traced by ADK's own instrumentation (GenAI semantic conventions).
+    """The support program as ADK writes it, traced by ADK's own instrumentation or by OpenInference's.
 
-    ADK traces through the global tracer provider. Content goes on the spans with
+    ADK traces through the global tracer provider, under either.
+
+    ``genai``: ADK's own instrumentation (GenAI semantic conventions). Content goes on the spans with
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=SPAN_ONLY`` and the experimental GenAI
     conventions (``gen_ai.input/output.messages``, tool arguments and results); without them ADK
-    records no messages. OpenInference's ADK instrumentor (1.0.5) is not recorded: with ADK 2.13 it
-    emits no LLM spans (it patches ``trace_call_llm``, which ADK's model calls no longer go through).
+    records no messages.
+
+    ``openinference``: OpenInference's ADK instrumentor (its own AGENT, CHAIN and TOOL spans). It writes
+    a model call's attributes onto ADK's own ``call_llm`` span, which ADK opens only in its legacy
+    telemetry schema (``ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1``); in the default schema there is none,
+    and every call of an agent lands on its one ``invoke_agent`` span, each overwriting the last.
     """
-    assert instrumentation == "genai", instrumentation
-    os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
-    os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
+    if instrumentation == "genai":
+        os.environ["OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"] = "SPAN_ONLY"
+        os.environ["OTEL_SEMCONV_STABILITY_OPT_IN"] = "gen_ai_latest_experimental"
+    else:
+        assert instrumentation == "openinference", instrumentation
+        os.environ["ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN"] = "1"
+        from openinference.instrumentation.google_adk import GoogleADKInstrumentor
+
+        GoogleADKInstrumentor().instrument(tracer_provider=provider)
 
     from collections.abc import AsyncGenerator
 
@@ -362,8 +372,15 @@ def _adk(provider: Any, instrumentation: str) -> None:
 
 
 PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk}
-#: The module a program beside the grid needs (it may live in a virtualenv of its own).
-_NEEDS = {"adk": "google.adk"}
+#: The module a case beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
+_NEEDS = {"adk.genai": "google.adk", "adk.openinference": "openinference.instrumentation.google_adk"}
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
 
 
 def record_one(program: str, instrumentation: str) -> list[Path]:
@@ -441,8 +458,9 @@ def main() -> None:
         return
     cases = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS]
     for program, instrumentation in s.EXTRA_CASES:
-        if importlib.util.find_spec(_NEEDS[program]) is None:
-            print(f"{program}.{instrumentation}: not recorded, {_NEEDS[program]} is not installed here")
+        need = _NEEDS[f"{program}.{instrumentation}"]
+        if not _installed(need):
+            print(f"{program}.{instrumentation}: not recorded, {need} is not installed here")
         else:
             cases.append((program, instrumentation))
     for program, instrumentation in cases:

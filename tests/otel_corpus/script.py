@@ -57,6 +57,6 @@ ADK_TRANSFER_TOOL = "transfer_to_agent"
 #: The model calls in order: the OpenAI Agents program's (the handoff is ADK's transfer_to_agent call).
 ADK_CALLS = AGENTS_CALLS
 #: Recorded beside the 2 × 2 grid above: (program, instrumentation). ADK's own OpenTelemetry
-#: instrumentation (GenAI semantic conventions); OpenInference's ADK instrumentor is not recorded
-#: (see tests/otel_corpus/record.py).
-EXTRA_CASES = (("adk", "genai"),)
+#: instrumentation (GenAI semantic conventions) and OpenInference's ADK instrumentor (on ADK's
+#: legacy telemetry schema, see tests/otel_corpus/record.py).
+EXTRA_CASES = (("adk", "genai"), ("adk", "openinference"))

@@ -1,11 +1,12 @@
 """The corpus programs exported live: real frameworks, real instrumentations, real exporters, a real worker.
 
 For each program × instrumentation of ``tests/otel_corpus`` (OpenAI Agents SDK and LangGraph, each under
-OpenLLMetry and OpenInference), ``python -m tests.otel_corpus.record --live`` runs the recorder's own
-program (scripted models, offline) with the SDK's ``OTLPSpanExporter`` configured by the standard
-``OTEL_EXPORTER_OTLP_*`` variables only, as a user's program is, and sends its spans to an ``agentlog
-worker`` bound beyond loopback (``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Two cases export over
-OTLP/gRPC, two over OTLP/HTTP; each sends the token as ``OTEL_EXPORTER_OTLP_HEADERS`` says.
+OpenLLMetry and OpenInference; Google ADK under its own instrumentation and OpenInference), ``python -m
+tests.otel_corpus.record --live`` runs the recorder's own program (scripted models, offline: ADK's is a
+``BaseLlm``) with the SDK's ``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables
+only, as a user's program is, and sends its spans to an ``agentlog worker`` bound beyond loopback
+(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Three cases export over OTLP/gRPC, three over OTLP/HTTP; each
+sends the token as ``OTEL_EXPORTER_OTLP_HEADERS`` says.
 
 The runs are read back from the committed log (``agentlog export``) and the audit store (``agentlog
 sql``/``query``), and checked by the corpus unit tests' own ``check_*`` functions: runs, child runs,
@@ -34,10 +35,10 @@ import pytest
 
 from tests.integration.otel.test_otlp_ingest import _export, _wait_for
 from tests.integration.worker.worker_proc import WorkerProcess
-from tests.otel_corpus import script as s
 from tests.tools import REQUIRE_TOOLS_ENV, agentlog_cli, free_port
 from tests.unit.core.test_otel_corpus import (
     CORPUS,
+    SCRIPTS,
     check_llm_calls_with_content_cache_keys_and_usage,
     check_runs_child_runs_and_the_handoff,
     check_tool_call_and_return_pairs,
@@ -56,10 +57,14 @@ CASES = [
     ("openai_agents", "openinference", "http/protobuf"),
     ("langgraph", "openllmetry", "http/protobuf"),
     ("langgraph", "openinference", "grpc"),
+    ("adk", "genai", "http/protobuf"),
+    ("adk", "openinference", "grpc"),
 ]
-#: What each case needs in the test process (the program itself runs in a child process).
-NEEDS = {"openai_agents": ("agents",), "langgraph": ("langgraph", "langchain_core"),
+#: What each case needs in the test process (the program itself runs in a child process), by program, by
+#: instrumentation, by protocol and by program.instrumentation.
+NEEDS = {"openai_agents": ("agents",), "langgraph": ("langgraph", "langchain_core"), "adk": ("google.adk",),
          "openllmetry": ("opentelemetry.instrumentation",), "openinference": ("openinference.instrumentation",),
+         "genai": ("google.adk.telemetry",), "adk.openinference": ("openinference.instrumentation.google_adk",),
          "grpc": ("grpc", "opentelemetry.exporter.otlp.proto.grpc"),
          "http/protobuf": ("opentelemetry.exporter.otlp.proto.http",)}
 
@@ -171,7 +176,8 @@ def _usage(settings) -> tuple[int, int]:
 @pytest.mark.parametrize("program,instrumentation,protocol", CASES,
                          ids=[f"{p}-{i}-{'grpc' if t == 'grpc' else 'http'}" for p, i, t in CASES])
 def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrumentation, protocol):
-    for module in (*NEEDS[program], *NEEDS[instrumentation], *NEEDS[protocol]):
+    for module in (*NEEDS[program], *NEEDS[instrumentation], *NEEDS[protocol],
+                   *NEEDS.get(f"{program}.{instrumentation}", ())):
         _require(module)
     port = _otlp_port()
     grpc_port = port - 1
@@ -206,8 +212,8 @@ def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrum
         def arrived() -> tuple[dict[str, list[dict]], str, str]:
             runs, root, child = root_and_child(_committed_runs(settings))
             check_runs_child_runs_and_the_handoff(program, instrumentation, runs, root, child)
-            check_llm_calls_with_content_cache_keys_and_usage(program, runs, root, child)
-            check_tool_call_and_return_pairs(program, runs, root, child)
+            check_llm_calls_with_content_cache_keys_and_usage(program, instrumentation, runs, root, child)
+            check_tool_call_and_return_pairs(program, instrumentation, runs, root, child)
             return runs, root, child
 
         runs, root, child = _eventually("the program's runs, whole", arrived)
@@ -220,7 +226,7 @@ def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrum
             assert {r[1] for r in rows if r[0] != "dispatch.began"} == {child}
 
         _eventually("the handoff transitions", transitions)
-        script = s.AGENTS_CALLS if program == "openai_agents" else s.GRAPH_CALLS
+        script = SCRIPTS[program][2]
         expected = (sum(c[2] for c in script), sum(c[3] for c in script))
         _eventually("usage equal to the script's tokens", lambda: _check_equal(_usage(settings), expected))
         # Nothing refused anywhere: the unauthorized requests above left no rejection either.

@@ -192,6 +192,100 @@ def test_grpc_no_ack_is_unavailable_which_exporters_retry():
     assert code == "UNAVAILABLE" and "otlp_unavailable" in details
 
 
+def _unavailable_trailers() -> tuple[str, list[tuple[str, bytes]]]:
+    """The code and trailing metadata of an Export Kafka does not acknowledge, as a real gRPC client gets them."""
+    grpc = pytest.importorskip("grpc")
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
+
+    from processors.worker import otlp_grpc
+
+    async def go():
+        kafka = _Kafka(acks=False)
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20)
+        port = free_port()
+        server = await otlp_grpc.start(receiver, "127.0.0.1", port)
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                try:
+                    await TraceServiceStub(channel).Export(_request(b"\x01" * 8), timeout=10)
+                except grpc.aio.AioRpcError as e:
+                    return e.code().name, list(e.trailing_metadata() or ())
+                raise AssertionError("an Export Kafka did not acknowledge was answered OK")
+        finally:
+            await server.stop(None)
+    return asyncio.run(go())
+
+
+def test_grpc_unavailable_carries_a_retry_info_with_the_retry_after_delay():
+    """OTLP: a retryable answer may say how long to wait, as a google.rpc.RetryInfo in the status details."""
+    pytest.importorskip("grpc_status")
+    from google.rpc import error_details_pb2, status_pb2
+
+    from processors.worker.otlp import RETRY_AFTER_S
+
+    code, trailers = _unavailable_trailers()
+    assert code == "UNAVAILABLE"
+    details = [v for k, v in trailers if k == "grpc-status-details-bin"]
+    assert len(details) == 1
+    status = status_pb2.Status.FromString(details[0])
+    assert status.code == 14 and "otlp_unavailable" in status.message  # 14: UNAVAILABLE
+    [detail] = status.details
+    retry = error_details_pb2.RetryInfo()
+    assert detail.Unpack(retry)
+    assert retry.retry_delay.ToSeconds() == RETRY_AFTER_S
+    # The Python exporter reads the same RetryInfo from a trailer of its own.
+    assert [v for k, v in trailers if k == "google.rpc.retryinfo-bin"] == [retry.SerializeToString()]
+
+
+def test_the_python_otlp_exporter_waits_the_retry_info_delay_then_delivers(monkeypatch, caplog):
+    """The real OTLPSpanExporter backs off for the RetryInfo's delay (not its own jittered 1 s) and retries."""
+    pytest.importorskip("grpc_status")
+    pytest.importorskip("opentelemetry.exporter.otlp.proto.grpc")
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from processors.worker import otlp_grpc
+
+    # 2 s: beyond the exporter's own first backoff (1 s ± 20 %), so the log shows whose delay it waited.
+    monkeypatch.setattr(otlp_grpc, "RETRY_AFTER_S", 2)
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("t").start_as_current_span("retried"):
+        pass
+    spans = memory.get_finished_spans()
+
+    class _AckSecond(_Kafka):
+        """Kafka that does not acknowledge the first request's span and acknowledges the retry's."""
+
+        async def send(self, key: str, value: bytes):
+            self.acks = bool(self.sent)
+            return await super().send(key, value)
+
+    kafka = _AckSecond(acks=False)
+
+    async def go():
+        receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20)
+        port = free_port()
+        server = await otlp_grpc.start(receiver, "127.0.0.1", port)
+        try:
+            exporter = OTLPSpanExporter(endpoint=f"http://127.0.0.1:{port}", insecure=True, timeout=30)
+            try:
+                return await asyncio.to_thread(exporter.export, spans)
+            finally:
+                exporter.shutdown()
+        finally:
+            await server.stop(None)
+
+    with caplog.at_level(logging.WARNING, logger="opentelemetry.exporter.otlp.proto.grpc.exporter"):
+        assert asyncio.run(go()) == SpanExportResult.SUCCESS
+    retries = [r.getMessage() for r in caplog.records if "retrying in" in r.getMessage()]
+    assert len(retries) == 1 and "retrying in 2.00s" in retries[0], retries
+    assert len(kafka.sent) == 2  # the first attempt's span, then the retry's
+
+
 def test_grpc_garbage_is_invalid_argument_and_recorded():
     kafka = _Kafka(acks=True)
     code, _, details = _grpc_export(kafka, b"\x0a\xff\xff garbage")
