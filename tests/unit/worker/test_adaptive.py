@@ -1,6 +1,6 @@
 """Adaptive batches: a pile of busy ticks is handled once the stream falls quiet.
 
-The stream here stands in for Faust's (only ``take_events`` ticks matter to
+The streams here time their ticks themselves (only ``take_events`` ticks matter to
 :func:`processors.worker.batch._adaptive`); the real worker's batches are covered by
 ``tests/integration/worker/test_adaptive_batches.py``.
 """
@@ -110,17 +110,13 @@ def test_with_idle_events_zero_no_tick_is_quiet_small_ticks_pile_up_until_the_st
 
 
 def test_the_broker_is_ahead_when_a_partition_of_the_tick_has_enough_records_beyond_its_last():
-    from types import SimpleNamespace
-
     from processors.worker.batch import broker_ahead
+    from processors.worker.memory import MemorySource, TopicPartition, event
 
-    def event(tp: str, offset: int) -> SimpleNamespace:
-        return SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset))
-
-    highs = {"p0": 10, "p1": 120}
-    consumer = SimpleNamespace(highwater=highs.get)
-    assert not broker_ahead(consumer, [event("p0", 8), event("p0", 9)], 16)  # p0 read to its end
-    assert broker_ahead(consumer, [event("p0", 9), event("p1", 100)], 16)  # p1 holds 19 more
-    assert not broker_ahead(consumer, [event("p1", 104)], 16)  # 15 more: below the threshold
-    assert not broker_ahead(consumer, [event("p2", 0)], 16)  # no high watermark known yet
-    assert not broker_ahead(None, [event("p1", 0)], 16)  # no consumer (not started)
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    source = MemorySource(highwaters={p0: 10, p1: 120})
+    assert not broker_ahead(source, [event("t", 0, 8), event("t", 0, 9)], 16)  # p0 read to its end
+    assert broker_ahead(source, [event("t", 0, 9), event("t", 1, 100)], 16)  # p1 holds 19 more
+    assert not broker_ahead(source, [event("t", 1, 104)], 16)  # 15 more: below the threshold
+    assert not broker_ahead(source, [event("t", 2, 0)], 16)  # no high watermark known yet
+    assert not broker_ahead(MemorySource(), [event("t", 1, 0)], 16)  # a consumer that has fetched nothing
