@@ -123,6 +123,8 @@ class Outbox:
         # (index in the batch, future or None, value, on_acked or None).
         self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes | None, Acked | None]]]] = {}
         self.sent: list[asyncio.Future[Any]] = []
+        #: The acknowledgement callbacks of the batches handed over with records someone asked about.
+        self._resolving: list[tuple[asyncio.Future[Any], Callable[[asyncio.Future[Any]], None]]] = []
 
     def chosen(self, topic: str, key: bytes | None) -> int | None:
         """The partition of ``key`` when no look-up is needed (None: ask :meth:`partition_for`)."""
@@ -181,6 +183,8 @@ class Outbox:
             return  # nobody asked where these records landed
 
         def resolve(done: asyncio.Future[Any], topic: str = tp[0], partition: int = tp[1]) -> None:
+            if not records:
+                return  # resolved already (by :meth:`wait` or by the future's own callback)
             error = asyncio.CancelledError() if done.cancelled() else done.exception()
             base = -1 if error is not None else done.result().offset
             for relative, fut, value, on_acked in records:
@@ -193,14 +197,26 @@ class Outbox:
                     on_acked(partition, base + relative, value)
                 if fut is not None and not fut.done():
                     fut.set_result(Delivered(topic, partition, base + relative))
+            records.clear()
 
         sent.add_done_callback(resolve)
+        self._resolving.append((sent, resolve))
 
     async def wait(self) -> None:
-        """Wait until every batch handed over is acknowledged by the broker (acks=all); raise its error if not."""
+        """Wait until every batch handed over is acknowledged by the broker (acks=all); raise its error if not.
+
+        Every acknowledged batch's records are resolved (``on_acked`` called) before this returns. Their
+        callbacks alone would not do: a future's done callbacks run on a later turn of the event loop, and
+        when one produce response acknowledges several batches, the wake-up of this task (waiting for the
+        first) is scheduled before the callbacks of the others, so the caller would go on without their
+        offsets (a table stage would not mark those partitions as holding their changelog records).
+        """
         sent, self.sent = self.sent, []
+        resolving, self._resolving = self._resolving, []
         for fut in sent:
             await fut
+        for fut, resolve in resolving:
+            resolve(fut)
 
 
 #: The producer's default partitioner (murmur2 of the key; no key: a random available partition).

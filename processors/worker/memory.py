@@ -4,7 +4,8 @@ What a unit test drives, and what it reads back:
 
 * :class:`MemoryStream` takes ticks of :class:`MemoryEvent` s (what Faust's stream hands an agent);
 * :class:`MemoryProducer` keeps what is sent in a :class:`MemoryBroker`, acknowledging the batches
-  one per turn of the event loop (or when :meth:`MemoryProducer.release` says so, with ``hold``), and
+  handed over within one turn of the event loop together on the next one, as one produce response
+  would (or when :meth:`MemoryProducer.release` says so, with ``hold``), and
   refuses the topics named in ``refuse``; :attr:`MemoryProducer.log` is every record and every
   acknowledgement in order;
 * :class:`MemorySource` is the consumer's view (assignment, high watermarks, committed and read
@@ -18,7 +19,6 @@ What a unit test drives, and what it reads back:
 from __future__ import annotations
 
 import asyncio
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -165,9 +165,11 @@ class Refused(Exception):
 class MemoryProducer:
     """The ``Producer`` and ``BatchProducer`` ports over a :class:`MemoryBroker`.
 
-    Batches are stored and acknowledged one per turn of the event loop, in the order sent (never within
-    the call that sends them, as with a broker); with ``hold``, only when :meth:`release` is called. A
-    batch of a topic in :attr:`refuse` fails with :class:`Refused` and is not stored. :attr:`log` holds
+    Batches are stored and acknowledged in the order sent, never within the call that sends them: those
+    handed over within one turn of the event loop together, on the next turn (aiokafka resolves the
+    batches of one produce response one after the other, before any task waiting for them runs); with
+    ``hold``, only when :meth:`release` is called. A batch of a topic in :attr:`refuse` fails with
+    :class:`Refused` and is not stored. :attr:`log` holds
     ``("sent", topic, partition, key, value)`` per record handed over and ``("acked", topic, partition)``
     per batch acknowledged, in order.
     """
@@ -181,7 +183,7 @@ class MemoryProducer:
         self.refuse: set[str] = set()
         self.log: list[tuple[Any, ...]] = []
         self._held: list[tuple[asyncio.Future[Delivery], str, int, list[Stored]]] = []
-        self._acking: deque[tuple[asyncio.Future[Delivery], str, int, list[Stored]]] = deque()
+        self._acking: list[tuple[asyncio.Future[Delivery], str, int, list[Stored]]] = []
 
     def batches(self) -> MemoryProducer:
         return self
@@ -203,7 +205,7 @@ class MemoryProducer:
             self._held.append(entry)
         else:
             if not self._acking:
-                asyncio.get_running_loop().call_soon(self._acknowledge_next)
+                asyncio.get_running_loop().call_soon(self._acknowledge_waiting)
             self._acking.append(entry)
         return fut
 
@@ -239,10 +241,10 @@ class MemoryProducer:
             self._acknowledge(*entry)
         return len(held)
 
-    def _acknowledge_next(self) -> None:
-        self._acknowledge(*self._acking.popleft())
-        if self._acking:
-            asyncio.get_running_loop().call_soon(self._acknowledge_next)
+    def _acknowledge_waiting(self) -> None:
+        acking, self._acking = self._acking, []
+        for entry in acking:
+            self._acknowledge(*entry)
 
     def _acknowledge(self, fut: asyncio.Future[Delivery], topic: str, partition: int, records: list[Stored]) -> None:
         if fut.done():
