@@ -65,10 +65,14 @@ _END = object()
 
 
 class MemoryStream:
-    """An agent's records: the ticks :meth:`put` (or given here), in order, until :meth:`close`."""
+    """An agent's records: the ticks :meth:`put` (or given here), in order, until :meth:`close`.
 
-    def __init__(self, *ticks: Sequence[Event]) -> None:
+    ``pace_s``: each tick is handed over this long after it is asked for (records arriving at that pace).
+    """
+
+    def __init__(self, *ticks: Sequence[Event], pace_s: float = 0.0) -> None:
         self._ticks: asyncio.Queue[Any] = asyncio.Queue()
+        self._pace_s = pace_s
         for tick in ticks:
             self.put(tick)
 
@@ -82,6 +86,8 @@ class MemoryStream:
     def take_events(self, max_events: int, within: float) -> AsyncIterator[Sequence[Event]]:
         async def ticks() -> AsyncIterator[Sequence[Event]]:
             while True:
+                if self._pace_s > 0:
+                    await asyncio.sleep(self._pace_s)
                 tick = await self._ticks.get()
                 if tick is _END:
                     return
