@@ -287,7 +287,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         runstate.install_log_check(wiring)
         handoff.install(wiring)
     if role != "process":
-        wiring.store = audit_sink.install(settings, app.task)
+        wiring.store = audit_sink.install(settings, runner.task)
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         otel_spans.install(wiring)
@@ -300,8 +300,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
-    gcpause.install(app)  # no generation-2 pauses over the tables' heap
-    lagprobe.install(app)  # lagprobe.STALL_LOG_MS, off by default
+    gcpause.install(runner)  # no generation-2 pauses over the tables' heap
+    lagprobe.install(runner)  # lagprobe.STALL_LOG_MS, off by default
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
