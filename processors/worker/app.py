@@ -20,6 +20,12 @@ otel-sequencer  otel-events           ingest, rejections                        
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
 acknowledged before table writes, positions committed only once both are durable).
 
+This is the one module that imports Faust. The runtime and the agents see Faust only through the
+ports of :mod:`processors.worker.ports`, which the adapters here implement on the app
+(:class:`FaustRunner`, :class:`FaustProducer`, :class:`FaustSource`, :class:`FaustMembership`; the
+private attributes under them are in :mod:`streams.internals`); :mod:`processors.worker.memory`
+implements the same ports for the unit tests.
+
 Roles (``agentlog worker --role``): ``process`` runs every row above but the audit
 sink and opens no store; ``sink`` runs only the audit sink (and the HTTP endpoints, which read
 the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only mode: Faust
