@@ -777,7 +777,7 @@ def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]
     """Open (and migrate) the audit store and hand the sink's loop to ``run_task``; returns the store.
 
     ``run_task`` starts a no-argument coroutine function and cancels it when its owner stops. The
-    worker passes its Faust app's ``task``: the sink is then an asyncio task the app starts and
+    worker passes its runner's ``task`` (the Faust app's): the sink is then an asyncio task the app starts and
     cancels, not an agent, so the app's consumer group commit does not wait for it. Taking the
     starter as an argument keeps this package free of the worker (and of Faust).
     """

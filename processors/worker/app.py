@@ -20,6 +20,12 @@ otel-sequencer  otel-events           ingest, rejections                        
 Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
 acknowledged before table writes, positions committed only once both are durable).
 
+This is the one module that imports Faust. The runtime and the agents see Faust only through the
+ports of :mod:`processors.worker.ports`, which the adapters here implement on the app
+(:class:`FaustRunner`, :class:`FaustProducer`, :class:`FaustSource`, :class:`FaustMembership`; the
+private attributes under them are in :mod:`streams.internals`); :mod:`processors.worker.memory`
+implements the same ports for the unit tests.
+
 Roles (``agentlog worker --role``): ``process`` runs every row above but the audit
 sink and opens no store; ``sink`` runs only the audit sink (and the HTTP endpoints, which read
 the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only mode: Faust
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Collection
 from typing import Any
 
 import faust
@@ -45,6 +52,7 @@ from processors.metrics import METRICS
 from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
 from processors.worker import spans as otel_spans
 from processors.worker import web as web_endpoints
+from processors.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
 from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
 from processors.worker.wiring import Wiring
 from schemas.errors import ConfigError
@@ -108,6 +116,97 @@ def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
     return kwargs
 
 
+class FaustRunner:
+    """The ``Runner`` port on a Faust app: its topics (raw bytes), agents, tasks and timers."""
+
+    def __init__(self, app: faust.App, partitions: int) -> None:
+        self.app = app
+        self._partitions = partitions
+
+    def topic(self, name: str) -> Topic:
+        topic: Topic = self.app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
+                                      value_serializer="raw", partitions=self._partitions)
+        return topic
+
+    def agent(self, topic: Topic, name: str, fn: AgentFn) -> None:
+        faust_topic: Any = topic  # a faust Topic: made by :meth:`topic`
+        self.app.agent(faust_topic, name=name, concurrency=1)(fn)  # type: ignore[arg-type]  # a Stream port
+
+    def task(self, fn: TaskFn) -> None:
+        self.app.task(fn)
+
+    def timer(self, interval: float, fn: TaskFn) -> None:
+        self.app.timer(interval)(fn)
+
+
+class FaustProducer:
+    """The ``Producer`` port on the Faust app's producer (and the aiokafka producer under it, for batches)."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None) -> Awaitable[Any]:
+        sent: Awaitable[Any] = await self._app.producer.send(topic, key, value, partition, None, None)
+        return sent
+
+    def batches(self) -> BatchProducer:
+        producer: BatchProducer = internals.kafka_producer(self._app.producer)
+        return producer
+
+
+class FaustSource:
+    """The ``Source`` port on the Faust app's consumer (its private offsets through :mod:`streams.internals`)."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    def assignment(self) -> Collection[Partition]:
+        assigned: Collection[Partition] = self._app.consumer.assignment()
+        return assigned
+
+    def highwater(self, tp: Partition) -> int | None:
+        consumer: Any = self._app.consumer  # tp: a faust TP (what its assignment holds)
+        high: int | None = consumer.highwater(tp)
+        return high
+
+    def committed(self, tp: Partition) -> int | None:
+        return internals.committed_offset(self._app.consumer, tp)
+
+    def read_offset(self, tp: Partition) -> int | None:
+        return internals.read_offset(self._app.consumer, tp)
+
+    def fetch_position(self, tp: Partition) -> int | None:
+        return internals.fetch_position(self._app.consumer, tp)
+
+    def forget_acks(self, tp: Partition) -> None:
+        internals.forget_acks(self._app.consumer, tp)
+
+    async def seek(self, tp: Partition, offset: int) -> None:
+        consumer: Any = self._app.consumer
+        await consumer.seek(tp, offset)
+
+
+class FaustMembership:
+    """The ``Membership`` port on the Faust app: its rebalancing and recovery flags, its consumer's generation."""
+
+    def __init__(self, app: faust.App) -> None:
+        self._app = app
+
+    def settling(self) -> bool:
+        """Whether the group is rebalancing or the app's tables are recovering (Faust's own flags).
+
+        Then no batch starts, no stall is healed and no offset is committed: positions and records from
+        before the rebalance may be of partitions this worker no longer holds.
+        """
+        app = self._app
+        return bool(app.rebalancing or getattr(app, "in_recovery", False))
+
+    @property
+    def generation(self) -> int:
+        generation: int = self._app.consumer_generation_id
+        return generation
+
+
 def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web_loopback: bool = False) -> Wiring:
     """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out).
 
@@ -156,15 +255,9 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     if role == "sink":
         # Faust's own switch for "no consumer, no agents, no tables": web server + producer only.
         app.producer_only = True
+    runner = FaustRunner(app, settings.partitions)
     topics = {
-        short: app.topic(
-            topic_name(settings, short),
-            key_type=bytes,
-            value_type=bytes,
-            key_serializer="raw",
-            value_serializer="raw",
-            partitions=settings.partitions,
-        )
+        short: runner.topic(topic_name(settings, short))
         for short in (
             "ingest", "log", "transitions", "violations", "rejections",
             "snapshots", "verdicts", "handoff-links", "checkpoints",
@@ -179,24 +272,28 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     tables: dict[str, Table] = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
                                     if role != "sink" else {})
     durable = positions.DurablePositions()
-    positions.install(app, durable)
+    source, membership = FaustSource(app), FaustMembership(app)
+    positions.install(app, durable, source, membership)
     internals.set_fetch_max_wait(app, FETCH_MAX_WAIT_MS)  # no 1.5 s long-poll holding ingest back
     METRICS.add_collector(durable.series)
-    wiring = Wiring(settings=settings, app=app, topics=topics, tables=dict(tables), positions=durable,
-                    fence=fence.Fence(fence.wait_bound(fence.REVOKE_WAIT_S, REBALANCE_TIMEOUT_S)))
+    backfill = positions.BrokerBackfill(settings)
+    wiring = Wiring(settings=settings, runner=runner, producer=FaustProducer(app), source=source,
+                    membership=membership, backfill=backfill, topics=dict(topics), tables=dict(tables),
+                    positions=durable, fence=fence.Fence(fence.wait_bound(fence.REVOKE_WAIT_S, REBALANCE_TIMEOUT_S)),
+                    app=app)
     fence.install(app, wiring.fence)
     wiring.make_table = table
 
     # One pass over ingest: sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
-        _install_partition_starts(wiring)
+        _install_partition_starts(wiring, backfill)
         sequencer.install(wiring, replay=replay)
         batch.install_stall_heal(wiring)
         runstate.install_log_check(wiring)
         handoff.install(wiring)
     if role != "process":
-        wiring.store = audit_sink.install(settings, app.task)
+        wiring.store = audit_sink.install(settings, runner.task)
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         otel_spans.install(wiring)
@@ -209,22 +306,21 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
-    gcpause.install(app)  # no generation-2 pauses over the tables' heap
-    lagprobe.install(app)  # lagprobe.STALL_LOG_MS, off by default
+    gcpause.install(runner)  # no generation-2 pauses over the tables' heap
+    lagprobe.install(runner)  # lagprobe.STALL_LOG_MS, off by default
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
 
 
-def _install_partition_starts(wiring: Wiring) -> None:
+def _install_partition_starts(wiring: Wiring, backfill: positions.BrokerBackfill) -> None:
     """One long-lived look-up consumer for where partitions start, started with the app.
 
     Started before the first batch needs it, so its bootstrap (an all-topics metadata request, as
     every aiokafka client's is) is paid at start-up, not inside a partition's first batch.
     """
-    starts = wiring.partition_starts = positions.PartitionStarts(wiring.settings)
+    starts = backfill.starts = positions.PartitionStarts(wiring.settings)
 
-    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def partition_starts() -> None:
         try:
             try:
@@ -234,6 +330,8 @@ def _install_partition_starts(wiring: Wiring) -> None:
             await asyncio.Event().wait()  # until the app stops (its tasks are cancelled)
         finally:
             await starts.stop()
+
+    wiring.runner.task(partition_starts)
 
 
 #: How soon a table changelog's records can be compacted away: Kafka compacts only closed segments, and

@@ -37,11 +37,10 @@ from typing import Any
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from processors.metrics import METRICS
-from processors.worker.fence import Fenced, settling
+from processors.worker.fence import Fenced
+from processors.worker.ports import BatchProducer, Event, Message, Partition, Source, Stream
 from processors.worker.tables import Table, encode
 from processors.worker.wiring import Wiring
-from streams import internals
-from streams.reader import fetch_range, first_offset
 
 log = logging.getLogger("agentlog.worker")
 
@@ -117,13 +116,15 @@ class Outbox:
     random for no key), so a record lands where ``producer.send`` would have put it.
     """
 
-    def __init__(self, producer: Any, partition_counts: dict[str, list[int]]) -> None:
+    def __init__(self, producer: BatchProducer, partition_counts: dict[str, list[int]]) -> None:
         self._producer = producer
         self._partitions = partition_counts  # topic -> its partitions (shared: counts never change)
         # Per open topic-partition: its BatchBuilder and the records someone asked about
         # (index in the batch, future or None, value, on_acked or None).
         self._open: dict[tuple[str, int], tuple[Any, list[tuple[int, Any, bytes | None, Acked | None]]]] = {}
         self.sent: list[asyncio.Future[Any]] = []
+        #: The acknowledgement callbacks of the batches handed over with records someone asked about.
+        self._resolving: list[tuple[asyncio.Future[Any], Callable[[asyncio.Future[Any]], None]]] = []
 
     def chosen(self, topic: str, key: bytes | None) -> int | None:
         """The partition of ``key`` when no look-up is needed (None: ask :meth:`partition_for`)."""
@@ -182,6 +183,8 @@ class Outbox:
             return  # nobody asked where these records landed
 
         def resolve(done: asyncio.Future[Any], topic: str = tp[0], partition: int = tp[1]) -> None:
+            if not records:
+                return  # resolved already (by :meth:`wait` or by the future's own callback)
             error = asyncio.CancelledError() if done.cancelled() else done.exception()
             base = -1 if error is not None else done.result().offset
             for relative, fut, value, on_acked in records:
@@ -194,14 +197,26 @@ class Outbox:
                     on_acked(partition, base + relative, value)
                 if fut is not None and not fut.done():
                     fut.set_result(Delivered(topic, partition, base + relative))
+            records.clear()
 
         sent.add_done_callback(resolve)
+        self._resolving.append((sent, resolve))
 
     async def wait(self) -> None:
-        """Wait until every batch handed over is acknowledged by the broker (acks=all); raise its error if not."""
+        """Wait until every batch handed over is acknowledged by the broker (acks=all); raise its error if not.
+
+        Every acknowledged batch's records are resolved (``on_acked`` called) before this returns. Their
+        callbacks alone would not do: a future's done callbacks run on a later turn of the event loop, and
+        when one produce response acknowledges several batches, the wake-up of this task (waiting for the
+        first) is scheduled before the callbacks of the others, so the caller would go on without their
+        offsets (a table stage would not mark those partitions as holding their changelog records).
+        """
         sent, self.sent = self.sent, []
+        resolving, self._resolving = self._resolving, []
         for fut in sent:
             await fut
+        for fut, resolve in resolving:
+            resolve(fut)
 
 
 #: The producer's default partitioner (murmur2 of the key; no key: a random available partition).
@@ -254,11 +269,10 @@ class Batch:
             METRICS.inc("agentlog_batches_total", agent=agent)
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self.collected: list[Any] = []
-        self._producer = internals.kafka_producer(wiring.app.producer)
-        self._outbox = Outbox(self._producer, wiring.partition_counts)
+        self._outbox = Outbox(wiring.producer.batches(), wiring.partition_counts)
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
         self._positions: dict[tuple[str, str, int], int] = {}  # (table, topic, partition) -> next offset
-        self._generation = wiring.app.consumer_generation_id
+        self._generation = wiring.membership.generation
         #: The partition of the record being handled: every key it reads lives there (tables are
         #: co-partitioned with their source topic), so :meth:`get` looks there.
         self.partition = -1
@@ -402,7 +416,7 @@ Handler = Callable[[Batch, SourceRecord], Awaitable[None]]
 Hook = Callable[[Batch], Awaitable[None]]
 
 
-async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Handler) -> None:
+async def in_order(batch: Batch, table: str, msg: Message, value: bytes, handle: Handler) -> None:
     """Hand ``msg`` to ``handle(batch, record)`` — after any records the consumer skipped.
 
     Each agent keeps, in its own table, the next offset it expects per source
@@ -422,10 +436,11 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
         # earliest). It was seen to skip even that first record (offset 0 of a fresh partition), so
         # a first record beyond that start is a hole like any other.
         committed = _committed(batch, msg)
-        expected = committed if committed is not None else await _first_offset(batch.wiring, msg.topic, msg.partition)
+        expected = committed if committed is not None else await batch.wiring.backfill.first_offset(msg.topic,
+                                                                                                    msg.partition)
     if msg.offset > expected:
         committed = _committed(batch, msg)
-        skipped = await fetch_range(batch.wiring.settings, msg.topic, msg.partition, expected, msg.offset)
+        skipped = await batch.wiring.backfill.read(msg.topic, msg.partition, expected, msg.offset)
         log.warning("%s partition %d: the consumer skipped offsets %d..%d (agent table %s, group committed %s); "
                     "handling %d records first",
                     msg.topic, msg.partition, expected, msg.offset - 1, table, committed, len(skipped))
@@ -439,10 +454,9 @@ async def in_order(batch: Batch, table: str, msg: Any, value: bytes, handle: Han
     batch.advanced(table, msg.topic, msg.partition, position)
 
 
-def _committed(batch: Batch, msg: Any) -> int | None:
+def _committed(batch: Batch, msg: Message) -> int | None:
     """The group's committed offset of ``msg``'s partition (looked up only where :func:`in_order` needs it)."""
-    consumer = batch.wiring.app.consumer
-    return internals.committed_offset(consumer, msg.tp) if consumer is not None else None
+    return batch.wiring.source.committed(msg.tp)
 
 
 def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:
@@ -454,7 +468,7 @@ def handled_position(wiring: Wiring, topic: str, partition: int) -> int | None:
     return min(positions) if positions and len(positions) == len(found) else None
 
 
-async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
+async def heal_stalled(wiring: Wiring, seen: dict[Partition, int]) -> None:
     """Read again every partition whose records beyond the agents' position never came (one check).
 
     Faust's consumer was seen to take records from aiokafka and never deliver them: after a restart,
@@ -469,22 +483,21 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
     without progress. It is then sought back to that position; anything the agent still had coming
     is a redelivery, which it treats as done.
     """
-    app = wiring.app
-    consumer = app.consumer
-    if settling(app) or consumer is None:
+    source = wiring.source
+    if wiring.membership.settling():
         seen.clear()
         return
     topics = wiring.positions.topics()
-    for tp in consumer.assignment():
+    for tp in source.assignment():
         if tp.topic not in topics:
             continue
-        high = consumer.highwater(tp)
+        high = source.highwater(tp)
         position = handled_position(wiring, tp.topic, tp.partition)
         if position is None:
-            position = internals.committed_offset(consumer, tp)
+            position = source.committed(tp)
         if position is None and high is not None:
-            position = await _first_offset(wiring, tp.topic, tp.partition)
-        delivered, fetched = internals.read_offset(consumer, tp), internals.fetch_position(consumer, tp)
+            position = await wiring.backfill.first_offset(tp.topic, tp.partition)
+        delivered, fetched = source.read_offset(tp), source.fetch_position(tp)
         if (high is None or position is None or position >= high or fetched is None or fetched < high
                 or (delivered is not None and delivered >= position)):
             seen.pop(tp, None)
@@ -496,7 +509,7 @@ async def heal_stalled(wiring: Wiring, seen: dict[Any, int]) -> None:
         log.warning("%s partition %d: records %d..%d were not delivered for %g s; reading them again",
                     tp.topic, tp.partition, position, high - 1, STALL_CHECK_S)
         METRICS.inc("agentlog_stalled_partitions_reread_total", topic=tp.topic)
-        await consumer.seek(tp, position)
+        await source.seek(tp, position)
 
 
 def install_stall_heal(wiring: Wiring) -> None:
@@ -504,30 +517,18 @@ def install_stall_heal(wiring: Wiring) -> None:
     interval = STALL_CHECK_S
     if interval <= 0:
         return
-    seen: dict[Any, int] = {}
+    seen: dict[Partition, int] = {}
 
-    @wiring.app.timer(interval=interval)  # type: ignore[untyped-decorator]  # faust's App.timer is @no_type_check
     async def heal_stalled_partitions() -> None:
         try:
             await heal_stalled(wiring, seen)
         except Exception:  # never stop the worker over a check; the next one tries again
             log.exception("the stalled-partition check failed")
 
-
-async def _first_offset(wiring: Wiring, topic: str, partition: int) -> int:
-    """Where ``topic[partition]`` starts: the worker's long-lived look-up consumer, else a reader's own.
-
-    A fresh group-less consumer (what :func:`streams.reader.first_offset` starts) asks the broker for
-    *every* topic's metadata at its start-up; once per partition, inside that partition's first
-    batch, it costs a broker holding thousands of topics seconds of the worker's time.
-    """
-    if wiring.partition_starts is not None:
-        offset: int = await wiring.partition_starts.first_offset(topic, partition)
-        return offset
-    return await first_offset(wiring.settings, topic, partition)
+    wiring.runner.timer(interval, heal_stalled_partitions)
 
 
-async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
+async def _adaptive(stream: Stream, process: Callable[[list[Any]], Awaitable[None]], *, max_events: int,
                     tick_s: float, window_s: float, idle_events: int, quiet_s: float = 0.0,
                     behind: Callable[[list[Any]], bool] | None = None) -> None:
     """The one batching loop: batches sized by the load, a quiet tick handled at once, busy ticks piled up.
@@ -591,15 +592,13 @@ async def _adaptive(stream: Any, process: Callable[[list[Any]], Awaitable[None]]
             nxt.exception()  # the take that ended the stream (StopAsyncIteration): seen, not an error to log
 
 
-def broker_ahead(consumer: Any, events: list[Any], records: int) -> bool:
+def broker_ahead(source: Source, events: list[Event], records: int) -> bool:
     """Whether the broker holds at least ``records`` more of a partition of ``events`` (its high watermark)."""
-    if consumer is None:
-        return False
-    last: dict[Any, int] = {}
+    last: dict[Partition, int] = {}
     for event in events:
         last[event.message.tp] = event.message.offset
     for tp, offset in last.items():
-        high = consumer.highwater(tp)
+        high = source.highwater(tp)
         if high is not None and high - offset - 1 >= records:
             return True
     return False
@@ -655,9 +654,9 @@ def batched_agent(
     idle = asyncio.Event()  # no batch of this agent in progress (what a revocation waits for: :mod:`.fence`)
     idle.set()
 
-    async def process(events: list[Any]) -> None:
-        app = wiring.app
-        while settling(app):
+    async def process(events: list[Event]) -> None:
+        membership = wiring.membership
+        while membership.settling():
             # Records taken before a rebalance wait for its end: during the tables' recovery a kept
             # partition's table is being re-read (older values for a while) and a moved one is not ours.
             await asyncio.sleep(0.02)
@@ -671,7 +670,7 @@ def batched_agent(
         finally:
             idle.set()
 
-    async def _process(events: list[Any]) -> None:
+    async def _process(events: list[Event]) -> None:
         batch = Batch(wiring, name, len(events))
         clock = loop_clock
         resumed = clock()
@@ -697,12 +696,12 @@ def batched_agent(
 
     wiring.fence.register(settle)
 
-    def behind(events: list[Any]) -> bool:
-        return broker_ahead(wiring.app.consumer, events, BATCH_IDLE_EVENTS)
+    def behind(events: list[Event]) -> bool:
+        return broker_ahead(wiring.source, events, BATCH_IDLE_EVENTS)
 
-    async def agent(stream: Any) -> None:
+    async def agent(stream: Stream) -> None:
         await _adaptive(stream, process, max_events=BATCH_MAX, tick_s=BATCH_TICK_S, window_s=BATCH_WITHIN_S,
                         idle_events=BATCH_IDLE_EVENTS, quiet_s=BATCH_QUIET_S, behind=behind)
 
     agent.__name__ = name.replace("-", "_")
-    wiring.app.agent(wiring.topics[short], name=name, concurrency=1)(agent)
+    wiring.runner.agent(wiring.topics[short], name, agent)

@@ -33,6 +33,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 from processors.metrics import METRICS
+from processors.worker.ports import Event, Partition
 from streams import internals
 
 #: How long a revocation lets each agent's batch in progress make its tables durable before the member
@@ -72,7 +73,7 @@ class Fence:
         owned = self._owned
         return [] if owned is None else sorted(tp for tp in set(sources) if tp not in owned)
 
-    def owned_events(self, events: list[Any]) -> list[Any]:
+    def owned_events(self, events: list[Event]) -> list[Event]:
         """``events`` without those of partitions this worker no longer owns (taken before a rebalance).
 
         Faust clears its agents' buffers at a revocation; records a batch had already taken are
@@ -109,7 +110,7 @@ class Fence:
         self._owned = frozenset()
         return settled
 
-    def assigned(self, tps: Iterable[Any]) -> None:
+    def assigned(self, tps: Iterable[Partition]) -> None:
         """The new assignment (Faust's ``on_partitions_assigned``): source partitions as (topic, partition)."""
         self._owned = frozenset((tp.topic, tp.partition) for tp in tps)
         self.assignments += 1
@@ -117,15 +118,6 @@ class Fence:
     def partitions(self, topic: str) -> list[int]:
         """The partitions of ``topic`` this worker owns now."""
         return sorted(p for t, p in self._owned or () if t == topic)
-
-
-def settling(app: Any) -> bool:
-    """Whether the group is rebalancing or the app's tables are recovering (Faust's own flags).
-
-    Then no batch starts, no stall is healed and no offset is committed: positions and records from
-    before the rebalance may be of partitions this worker no longer holds.
-    """
-    return bool(app.rebalancing or getattr(app, "in_recovery", False))
 
 
 def _retrieve(fut: asyncio.Future[Any]) -> None:
@@ -143,7 +135,7 @@ def wait_bound(revoke_wait_s: float, rebalance_timeout_s: float) -> float:
 
 
 def install(app: Any, fence: Fence) -> None:
-    """Connect ``fence`` to the app's rebalance signals and to its consumer's group membership."""
+    """Connect ``fence`` to the Faust app's rebalance signals and to its consumer's group membership."""
     fence.dropped = internals.membership_probe(app)
 
     async def on_revoked(sender: Any, *args: Any, signal: Any = None, **kwargs: Any) -> None:

@@ -28,6 +28,7 @@ import time
 from typing import Any
 
 from processors.metrics import METRICS
+from processors.worker.ports import Runner
 
 log = logging.getLogger("agentlog.worker")
 
@@ -131,17 +132,18 @@ class GcPacer:
                 self._publish()
 
 
-def install(app: Any) -> GcPacer:
-    """Start the pacer with the worker's Faust app (a timer on its event loop)."""
+def install(runner: Runner) -> GcPacer:
+    """Start the pacer with the worker (a timer on its event loop)."""
     pacer = GcPacer(freeze_every_s=FREEZE_EVERY_S, full_every_s=FULL_EVERY_S)
 
-    @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def gc_pacer_start() -> None:
         pacer.start()
 
+    runner.task(gc_pacer_start)
     if pacer.enabled:
-        @app.timer(FREEZE_EVERY_S)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
         async def gc_pacer_tick() -> None:
             pacer.tick()
+
+        runner.timer(FREEZE_EVERY_S, gc_pacer_tick)
 
     return pacer

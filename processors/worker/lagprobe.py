@@ -23,9 +23,9 @@ import logging
 import threading
 import time
 import traceback
-from typing import Any
 
 from processors.metrics import METRICS
+from processors.worker.ports import Runner
 from streams import internals
 
 log = logging.getLogger("agentlog.worker")
@@ -114,13 +114,12 @@ def _short(path: str) -> str:
     return path
 
 
-def install(app: Any) -> LoopLagProbe | None:
-    """Start the probe with the worker's Faust app when :data:`STALL_LOG_MS` > 0."""
+def install(runner: Runner) -> LoopLagProbe | None:
+    """Start the probe with the worker when :data:`STALL_LOG_MS` > 0."""
     if STALL_LOG_MS <= 0:
         return None
     probe = LoopLagProbe(STALL_LOG_MS)
 
-    @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def loop_lag_probe() -> None:
         probe.target = threading.get_ident()  # the thread running Faust's loop
         probe.start()
@@ -129,4 +128,5 @@ def install(app: Any) -> LoopLagProbe | None:
         finally:
             probe.stop()
 
+    runner.task(loop_lag_probe)
     return probe

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from processors.core.lifetimes import Reason, close_request, due
 from processors.metrics import METRICS
-from processors.worker.fence import settling
 
 if TYPE_CHECKING:
     from processors.worker.wiring import Wiring
@@ -92,7 +91,7 @@ class Lifetimes:
     async def sweep(self) -> None:
         """Ask for the close of every run due (one timer tick)."""
         wiring = self._wiring
-        if settling(wiring.app):
+        if wiring.membership.settling():
             return
         topic = wiring.topics["ingest"].get_topic_name()
         fence = wiring.fence
@@ -108,12 +107,12 @@ class Lifetimes:
             log.info("ingest partition %d: %d runs in flight", partition, n)
         for run_id in [r for r, (p, *_) in self._due.items() if p not in owned]:
             self.forget(run_id)  # its partition moved: its next owner tracks it
-        producer = wiring.app.producer
+        producer = wiring.producer
         sent = []
         for run_id, partition, nxt, reason in self.due_now(owned, now_s):
             self.asked(run_id)
             sent.append((run_id, await producer.send(topic, run_id.encode("utf-8"),
-                                                     close_request(run_id, nxt, reason), partition, None, None)))
+                                                     close_request(run_id, nxt, reason), partition)))
             METRICS.inc("agentlog_run_closes_asked_total", reason=reason)
         for run_id, delivery in sent:
             try:
@@ -128,9 +127,10 @@ def install(wiring: Wiring, lifetimes: Lifetimes) -> None:
     """Run :meth:`Lifetimes.sweep` on a timer: often enough for the grace period, at most every 10 s."""
     interval = min(10.0, max(0.2, wiring.settings.run_grace_s / 4))
 
-    @wiring.app.timer(interval=interval)  # type: ignore[untyped-decorator]  # faust's App.timer is @no_type_check
     async def close_due_runs() -> None:
         try:
             await lifetimes.sweep()
         except Exception:  # never stop the worker over a sweep; the next one tries again
             log.exception("asking for due runs to close failed")
+
+    wiring.runner.timer(interval, close_due_runs)

@@ -34,9 +34,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from processors.metrics import METRICS, Sample
-from processors.worker.fence import settling
+from processors.worker.ports import Membership, Partition, Source
 from schemas.errors import InfraError
 from streams import internals
+from streams.reader import fetch_range
+from streams.reader import first_offset as reader_first_offset
 from streams.security import client_kwargs
 from streams.settings import Settings
 
@@ -55,7 +57,7 @@ class DurablePositions:
         #: generation -> the (topic, partition)s this worker was seen holding in it (by the commit filter)
         self._held: dict[Any, set[tuple[str, int]]] = {}
 
-    def holding(self, generation: Any, tps: Any) -> None:
+    def holding(self, generation: Any, tps: Iterable[Partition]) -> None:
         """Note the partitions this worker holds in ``generation`` (seen outside a rebalance)."""
         self._held.setdefault(generation, set()).update((tp.topic, tp.partition) for tp in tps)
         while len(self._held) > _HELD_GENERATIONS:  # generations arrive in order: drop the first seen
@@ -115,42 +117,42 @@ class DurablePositions:
         for (table, topic, partition), (position, _) in list(self._positions.items()):
             yield "agentlog_durable_position", {"topic": topic, "partition": str(partition), "table": table}, position
 
-    def offsets_to_commit(self, consumer: Any, generation: Any) -> dict[Any, int]:
+    def offsets_to_commit(self, source: Source, generation: Any) -> dict[Partition, int]:
         """For each assigned partition, the new committable offset if it is past the committed one."""
-        out: dict[Any, int] = {}
-        assigned = consumer.assignment()
+        out: dict[Partition, int] = {}
+        assigned = source.assignment()
         self.holding(generation, assigned)
         for tp in assigned:
             offset = self.committable(tp.topic, tp.partition, generation)
             if offset is None:
                 continue
-            committed = internals.committed_offset(consumer, tp)
+            committed = source.committed(tp)
             if committed is None or offset > committed:
                 out[tp] = offset
-            internals.forget_acks(consumer, tp)
+            source.forget_acks(tp)
         return out
 
 
-def install(app: Any, positions: DurablePositions) -> None:
-    """Make ``app``'s consumer commit the agents' durable positions instead of its own ack bookkeeping.
+def install(app: Any, positions: DurablePositions, source: Source, membership: Membership) -> None:
+    """Make the Faust app's consumer (``source``) commit the agents' durable positions instead of its own acks.
 
     Nothing is committed while Faust rebalances or recovers tables: positions from before
     the rebalance may describe partitions this worker no longer holds.
     """
 
     def make_filter(consumer: Any) -> internals.CommitFilter:
-        def committable(_tps: Any) -> dict[Any, int]:
-            if settling(app):
+        def committable(_tps: Any) -> dict[Partition, int]:
+            if membership.settling():
                 return {}
-            return positions.offsets_to_commit(consumer, app.consumer_generation_id)
+            return positions.offsets_to_commit(source, membership.generation)
 
         return committable
 
     internals.replace_commit_filter(app, make_filter)
-    internals.on_flow_queues_cleared(app, lambda first: _reread_dropped(app, positions, first))
+    internals.on_flow_queues_cleared(app, lambda first: _reread_dropped(source, positions, first))
 
 
-def _reread_dropped(app: Any, positions: DurablePositions, first: dict[Any, int]) -> None:
+def _reread_dropped(source: Source, positions: DurablePositions, first: dict[Partition, int]) -> None:
     """Seek the agents' partitions back to the first record Faust dropped when it resumed flow.
 
     See :func:`streams.internals.on_flow_queues_cleared`. The records from there on are delivered
@@ -159,7 +161,7 @@ def _reread_dropped(app: Any, positions: DurablePositions, first: dict[Any, int]
     topics = positions.topics()
     ours = {tp: offset for tp, offset in first.items() if tp.topic in topics}
     if ours:
-        task = asyncio.ensure_future(_seek_back(app, ours))
+        task = asyncio.ensure_future(_seek_back(source, ours))
         _SEEKS.add(task)
         task.add_done_callback(_SEEKS.discard)
 
@@ -168,9 +170,8 @@ def _reread_dropped(app: Any, positions: DurablePositions, first: dict[Any, int]
 _SEEKS: set[asyncio.Future[None]] = set()
 
 
-async def _seek_back(app: Any, first: dict[Any, int]) -> None:
-    consumer = app.consumer
-    assigned = consumer.assignment()
+async def _seek_back(source: Source, first: dict[Partition, int]) -> None:
+    assigned = source.assignment()
     for tp, offset in sorted(first.items()):
         if tp not in assigned:
             continue
@@ -178,7 +179,7 @@ async def _seek_back(app: Any, first: dict[Any, int]) -> None:
                     "rebalance; reading them again", tp.topic, tp.partition, offset)
         METRICS.inc("agentlog_dropped_records_reread_total", topic=tp.topic)
         try:
-            await consumer.seek(tp, offset)
+            await source.seek(tp, offset)
         except Exception:  # the next record beyond the hole still heals it (batch.in_order)
             log.exception("%s partition %d: seeking back to offset %d failed", tp.topic, tp.partition, offset)
 
@@ -244,3 +245,24 @@ class PartitionStarts:
         self._known = set()
         if consumer is not None:
             await consumer.stop()
+
+
+class BrokerBackfill:
+    """The ``Backfill`` port on Kafka: plain consumers of :mod:`streams.reader`, outside the group.
+
+    ``starts``: the worker's :class:`PartitionStarts` once it runs (a look-up otherwise starts a consumer
+    of its own, whose bootstrap asks the broker for *every* topic's metadata: on a broker holding thousands
+    of topics, seconds of the worker's time inside a partition's first batch).
+    """
+
+    def __init__(self, settings: Settings, starts: PartitionStarts | None = None) -> None:
+        self.settings = settings
+        self.starts = starts
+
+    async def first_offset(self, topic: str, partition: int) -> int:
+        if self.starts is not None:
+            return await self.starts.first_offset(topic, partition)
+        return await reader_first_offset(self.settings, topic, partition)
+
+    async def read(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, int, bytes | None]]:
+        return list(await fetch_range(self.settings, topic, partition, start, end))

@@ -45,9 +45,10 @@ class Verdicts:
         self._wiring = wiring
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
-        @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
         async def host_replay_verdicts() -> None:
             await self._serve()
+
+        wiring.runner.task(host_replay_verdicts)
 
     def ask(self, request: dict[str, Any]) -> None:
         self._queue.put_nowait(request)
@@ -79,7 +80,6 @@ def count(short: str, value: Mapping[str, Any]) -> None:
 def install_log_check(wiring: Wiring) -> None:
     """Run the live log check as an app task (a plain consumer: it keeps no table)."""
 
-    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def log_check() -> None:
         while True:
             try:
@@ -89,6 +89,8 @@ def install_log_check(wiring: Wiring) -> None:
             except Exception:  # the broker went away, …: start over from the group's committed offsets
                 log.exception("log check stopped; restarting in 5 s")
                 await asyncio.sleep(5)
+
+    wiring.runner.task(log_check)
 
 
 async def _check_log(wiring: Wiring) -> None:

@@ -377,13 +377,10 @@ async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
 
 def install(wiring: Wiring) -> None:
     """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receivers."""
-    app, settings = wiring.app, wiring.settings
+    runner, settings = wiring.runner, wiring.settings
 
-    wiring.topics["spans"] = app.topic(topic_name(settings, "spans"), key_type=bytes, value_type=bytes,
-                                       key_serializer="raw", value_serializer="raw", partitions=settings.partitions)
-    wiring.topics["otel-events"] = app.topic(topic_name(settings, "otel-events"), key_type=bytes,
-                                             value_type=bytes, key_serializer="raw", value_serializer="raw",
-                                             partitions=settings.partitions)
+    wiring.topics["spans"] = runner.topic(topic_name(settings, "spans"))
+    wiring.topics["otel-events"] = runner.topic(topic_name(settings, "otel-events"))
     assert wiring.make_table is not None
     for name in (HELD, SEQ):
         wiring.tables[name] = wiring.make_table(name)
@@ -391,7 +388,6 @@ def install(wiring: Wiring) -> None:
     batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
     batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence)
 
-    @app.timer(TICK_S)  # type: ignore[untyped-decorator]  # faust's App.timer is untyped
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
         # worker writes nothing.
@@ -401,7 +397,9 @@ def install(wiring: Wiring) -> None:
         for partition in wiring.fence.partitions(name):
             if held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition,
                                                                           PUBLISHED_TTL_MS, now_ms):
-                await app.producer.send(name, None, TICK, partition, None, None)
+                await wiring.producer.send(name, None, TICK, partition)
+
+    runner.timer(TICK_S, otel_tick)
 
     if settings.otlp_port:
         async def send(trace_id: str, value: bytes) -> Any:
@@ -413,7 +411,8 @@ def install(wiring: Wiring) -> None:
         receiver = Receiver(send, reject, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
                             max_span_bytes=min(900_000, settings.max_event_bytes), token=settings.web_token)
 
-        @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
         async def otlp_receiver() -> None:
             # The worker's HTTP endpoints share one interface (web_host) and one token rule.
             await serve_otlp(receiver, settings.web_host, settings.otlp_port)
+
+        runner.task(otlp_receiver)

@@ -141,7 +141,6 @@ def install(wiring: Wiring, host: str) -> None:
     port = wiring.settings.web_port
     wiring.web_address = (host, port)
 
-    @wiring.app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def serve_web() -> None:
         runner = aioweb.AppRunner(http, access_log=None)
         await runner.setup()
@@ -156,3 +155,5 @@ def install(wiring: Wiring, host: str) -> None:
             await asyncio.Event().wait()
         finally:
             await runner.cleanup()
+
+    wiring.runner.task(serve_web)

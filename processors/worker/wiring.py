@@ -1,4 +1,4 @@
-"""What every agent of the worker needs: settings, the Faust app, its topics and tables."""
+"""What every agent of the worker needs: settings, the ports (:mod:`.ports`), its topics and tables."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 from processors.audit.store import Store
 from processors.worker.fence import Fence
+from processors.worker.ports import Backfill, Membership, Producer, Runner, Source, Topic
 from processors.worker.positions import DurablePositions
 from processors.worker.tables import Table
 from streams.settings import Settings
@@ -15,11 +16,19 @@ from streams.settings import Settings
 
 @dataclass
 class Wiring:
-    """The worker's parts, built once by :func:`processors.worker.app.build_app` and handed to each agent."""
+    """The worker's parts, built once and handed to each agent.
+
+    :func:`processors.worker.app.build_app` builds them on Faust and Kafka,
+    :func:`processors.worker.memory.memory_wiring` in memory.
+    """
 
     settings: Settings
-    app: Any  # the worker's faust.App (only processors.worker.app imports Faust)
-    topics: dict[str, Any]
+    runner: Runner
+    producer: Producer
+    source: Source
+    membership: Membership
+    backfill: Backfill
+    topics: dict[str, Topic]
     tables: dict[str, Table]
     positions: DurablePositions
     store: Store | None = None  # set when the audit sink runs in this worker
@@ -30,9 +39,6 @@ class Wiring:
     partition_counts: dict[str, list[int]] = field(default_factory=dict)
     #: Each topic's full name by its short name (``topics[short].get_topic_name()``, once per topic).
     topic_names: dict[str, str] = field(default_factory=dict)
-    #: Log start offsets of source partitions from one long-lived consumer
-    #: (:class:`processors.worker.positions.PartitionStarts`); None: a reader's consumer per look-up.
-    partition_starts: Any = None
     #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
     fence: Fence = field(default_factory=Fence)
     #: The assignment the tables' caches were last valid in (:meth:`processors.worker.tables.LocalTable.forget_cached`).
@@ -43,6 +49,9 @@ class Wiring:
     #: (:func:`processors.worker.web.install`).
     web_app: Any = None
     web_address: tuple[str, int] | None = None
+    #: The Faust app the ports above are built on, for :mod:`processors.worker.app` (which runs it) and the
+    #: tests of what it builds; nothing else reads it (None in memory).
+    app: Any = None
 
     def fresh_tables(self) -> None:
         """Forget what the tables cache once per assignment: recovery writes them behind their caches.
@@ -57,12 +66,11 @@ class Wiring:
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).
 
-        Straight to the app's producer with bytes we encoded ourselves: Faust's
+        Straight to the producer with bytes we encoded ourselves: Faust's
         ``Topic.send`` costs ~0.5 ms per record in serializer, sensor and
         FutureMessage work we do not use (key → partition is the same default
         murmur2 partitioner either way).
         """
-        return await self.app.producer.send(
-            self.topics[short].get_topic_name(),
-            key.encode("utf-8") if key is not None else None, value, None, None, None,
+        return await self.producer.send(
+            self.topics[short].get_topic_name(), key.encode("utf-8") if key is not None else None, value, None,
         )

@@ -3,7 +3,7 @@
 * no import cycle among the project's modules;
 * ``processors.core`` imports nothing that does Kafka, ClickHouse or Faust I/O, directly or through
   the project modules it imports;
-* only ``processors.worker`` imports Faust;
+* only ``processors.worker`` imports Faust, and of it only the app module reads the Faust app off a ``Wiring``;
 * ``processors.audit`` (the store and its sink) reaches nothing of ``processors.worker``: the worker starts the sink;
 * a Faust or aiokafka private attribute is touched in exactly one module (``streams/internals.py``);
 * the top level holds what the design card names, and ``processors/`` only a handful of modules;
@@ -177,6 +177,26 @@ def test_one_module_imports_faust():
     """Faust is behind one seam: the app's construction; everything else gets the app handed to it."""
     importers = {m for m, ext in EXTERNAL.items() if ext & {"faust", "mode"}}
     assert importers == {"processors.worker.app"}, importers
+
+
+def test_the_worker_reaches_faust_through_its_ports():
+    """Only the app module reads the Faust app off a ``Wiring``; the runtime and agents use the ports.
+
+    The ports (``processors.worker.ports``) name no engine library, so the in-memory twin
+    (``processors.worker.memory``) runs everything typed against them.
+    """
+    readers = {}
+    for name, path in _modules(("processors",)).items():
+        if name == "processors.worker.app":
+            continue
+        found = [node.lineno for node in ast.walk(ast.parse(path.read_text("utf-8")))
+                 if isinstance(node, ast.Attribute) and node.attr == "app"
+                 and isinstance(node.value, (ast.Name, ast.Attribute))
+                 and (node.value.id if isinstance(node.value, ast.Name) else node.value.attr) == "wiring"]
+        if found:
+            readers[name] = found
+    assert readers == {}, f"modules reading wiring.app instead of the ports: {readers}"
+    assert not EXTERNAL["processors.worker.ports"] & ENGINE_LIBRARIES
 
 
 def _private_accesses(path: Path) -> Iterator[tuple[int, str]]:

@@ -1,15 +1,19 @@
-"""``in_order``: a record beyond the expected offset makes the agent read the skipped hole first."""
+"""``in_order``: a record beyond the expected offset makes the agent read the skipped hole first.
+
+The hole is read from a real broker (:class:`processors.worker.positions.BrokerBackfill`); the
+consumer's view and the rest of the wiring are the in-memory ports (a consumer that has committed nothing).
+"""
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 import pytest
 from aiokafka import AIOKafkaProducer
 
 from processors.worker.batch import in_order, position_key
-from processors.worker.positions import PartitionStarts
+from processors.worker.memory import MemoryMessage, memory_wiring
+from processors.worker.positions import BrokerBackfill, PartitionStarts
 from streams.admin import ensure_topics
 from streams.security import client_kwargs
 from streams.topics import topic_name
@@ -18,9 +22,11 @@ pytestmark = [pytest.mark.kafka]
 
 
 class _Batch:
+    """What ``in_order`` uses of a batch: its wiring, table reads and writes, positions."""
+
     def __init__(self, settings, partition_starts=None) -> None:
-        self.wiring = SimpleNamespace(settings=settings, app=SimpleNamespace(consumer=None),
-                                      partition_starts=partition_starts)
+        self.wiring = memory_wiring(settings)
+        self.wiring.backfill = BrokerBackfill(settings, partition_starts)
         self.tables: dict[tuple[str, str], int] = {}
         self.advanced_to: dict[tuple[str, str, int], int] = {}
 
@@ -60,7 +66,7 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
             seen.append((record.offset, record.value))
 
         def msg(offset):
-            return SimpleNamespace(topic=topic, partition=0, offset=offset, timestamp=1.0)
+            return MemoryMessage(topic, 0, offset, 1.0)
 
         await in_order(batch, "heads", msg(0), b"v0", handle)
         await in_order(batch, "heads", msg(1), b"v1", handle)
@@ -92,7 +98,7 @@ def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings, long_
         async def handle(_batch, record):
             seen.append(record.offset)
 
-        await in_order(batch, "heads", SimpleNamespace(topic=topic, partition=0, offset=3, timestamp=1.0), b"v3", handle)
+        await in_order(batch, "heads", MemoryMessage(topic, 0, 3, 1.0), b"v3", handle)
         assert seen == [0, 1, 2, 3]
         assert batch.get("heads", position_key(topic, 0)) == 4
         assert batch.advanced_to == {("heads", topic, 0): 4}

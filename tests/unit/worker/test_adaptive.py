@@ -1,39 +1,30 @@
 """Adaptive batches: a pile of busy ticks is handled once the stream falls quiet.
 
-The stream here stands in for Faust's (only ``take_events`` ticks matter to
-:func:`processors.worker.batch._adaptive`); the real worker's batches are covered by
+The streams are in-memory ones (:class:`processors.worker.memory.MemoryStream`: only ``take_events``
+ticks matter to :func:`processors.worker.batch._adaptive`); the real worker's batches are covered by
 ``tests/integration/worker/test_adaptive_batches.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 
 from processors.worker.batch import _adaptive
+from processors.worker.memory import MemoryStream
 
 WINDOW_S = 1.0
 
 
-class BurstThenSilence:
-    """One busy tick (more than ``idle_events`` records), then nothing until told to end."""
-
-    def __init__(self, burst: int) -> None:
-        self.burst = burst
-        self.end = asyncio.Event()
-
-    def take_events(self, max_events: int, within: float):
-        async def ticks():
-            yield list(range(self.burst))
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.end.wait(), WINDOW_S * 2)
-
-        return ticks()
+def _ending_after(stream: MemoryStream, s: float) -> MemoryStream:
+    """``stream``, closed after ``s`` at the latest (a test that never closes it ends all the same)."""
+    asyncio.get_running_loop().call_later(s, stream.close)
+    return stream
 
 
 async def _handled_after(quiet_s: float) -> tuple[float, list[list[int]]]:
     loop = asyncio.get_running_loop()
-    stream = BurstThenSilence(40)
+    # One busy tick (more than ``idle_events`` records), then nothing until the first batch is handled.
+    stream = _ending_after(MemoryStream(list(range(40))), WINDOW_S * 2)
     batches: list[list[int]] = []
     started = loop.time()
     took: list[float] = []
@@ -41,7 +32,7 @@ async def _handled_after(quiet_s: float) -> tuple[float, list[list[int]]]:
     async def process(events: list[int]) -> None:
         batches.append(events)
         took.append(loop.time() - started)
-        stream.end.set()
+        stream.close()
 
     await _adaptive(stream, process, max_events=1000, tick_s=0.005, window_s=WINDOW_S, idle_events=16,
                     quiet_s=quiet_s)
@@ -60,32 +51,16 @@ def test_without_a_quiet_time_the_burst_waits_for_the_window():
     assert took >= WINDOW_S * 0.9
 
 
-class SmallTicks:
-    """Ticks of a few records each (what Faust hands a 5 ms tick even with a backlog), then silence."""
-
-    def __init__(self, ticks: int, per_tick: int) -> None:
-        self.ticks, self.per_tick = ticks, per_tick
-        self.end = asyncio.Event()
-
-    def take_events(self, max_events: int, within: float):
-        async def ticks():
-            for t in range(self.ticks):
-                await asyncio.sleep(0.001)
-                yield [t * self.per_tick + i for i in range(self.per_tick)]
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.end.wait(), WINDOW_S * 2)
-
-        return ticks()
-
-
 async def _batches_of_small_ticks(behind, idle_events: int = 16) -> list[list[int]]:
-    stream = SmallTicks(ticks=10, per_tick=4)
+    # Ticks of a few records each (what Faust hands a 5 ms tick even with a backlog), then silence.
+    stream = _ending_after(MemoryStream(*[[t * 4 + i for i in range(4)] for t in range(10)], pace_s=0.001),
+                           WINDOW_S * 2)
     batches: list[list[int]] = []
 
     async def process(events: list[int]) -> None:
         batches.append(events)
         if sum(map(len, batches)) == 40:
-            stream.end.set()
+            stream.close()
 
     await _adaptive(stream, process, max_events=1000, tick_s=0.005, window_s=WINDOW_S, idle_events=idle_events,
                     quiet_s=0.05, behind=behind)
@@ -110,17 +85,13 @@ def test_with_idle_events_zero_no_tick_is_quiet_small_ticks_pile_up_until_the_st
 
 
 def test_the_broker_is_ahead_when_a_partition_of_the_tick_has_enough_records_beyond_its_last():
-    from types import SimpleNamespace
-
     from processors.worker.batch import broker_ahead
+    from processors.worker.memory import MemorySource, TopicPartition, event
 
-    def event(tp: str, offset: int) -> SimpleNamespace:
-        return SimpleNamespace(message=SimpleNamespace(tp=tp, offset=offset))
-
-    highs = {"p0": 10, "p1": 120}
-    consumer = SimpleNamespace(highwater=highs.get)
-    assert not broker_ahead(consumer, [event("p0", 8), event("p0", 9)], 16)  # p0 read to its end
-    assert broker_ahead(consumer, [event("p0", 9), event("p1", 100)], 16)  # p1 holds 19 more
-    assert not broker_ahead(consumer, [event("p1", 104)], 16)  # 15 more: below the threshold
-    assert not broker_ahead(consumer, [event("p2", 0)], 16)  # no high watermark known yet
-    assert not broker_ahead(None, [event("p1", 0)], 16)  # no consumer (not started)
+    p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    source = MemorySource(highwaters={p0: 10, p1: 120})
+    assert not broker_ahead(source, [event("t", 0, 8), event("t", 0, 9)], 16)  # p0 read to its end
+    assert broker_ahead(source, [event("t", 0, 9), event("t", 1, 100)], 16)  # p1 holds 19 more
+    assert not broker_ahead(source, [event("t", 1, 104)], 16)  # 15 more: below the threshold
+    assert not broker_ahead(source, [event("t", 2, 0)], 16)  # no high watermark known yet
+    assert not broker_ahead(MemorySource(), [event("t", 1, 0)], 16)  # a consumer that has fetched nothing

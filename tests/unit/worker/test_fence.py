@@ -1,15 +1,15 @@
 """A batch that outlives its partitions writes no table (:mod:`processors.worker.fence`).
 
 The fence is driven directly (its revocation wait, its assignment) and through
-:meth:`Batch.commit` / ``batch._commit`` with a recording producer stand-in, as in
-``test_batch_commit``. The real rebalance (two worker processes, real Kafka) is
+:meth:`Batch.commit` / ``batch._commit`` on the in-memory ports (:mod:`processors.worker.memory`),
+as in ``test_batch_commit``. The real rebalance (two worker processes, real Kafka) is
 ``tests/integration/worker/test_rebalance_fence.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,43 +17,52 @@ import pytest
 from processors.metrics import METRICS
 from processors.worker.batch import Batch, _commit
 from processors.worker.fence import Fence, Fenced, wait_bound
-from processors.worker.tables import MemoryTable
+from processors.worker.memory import MemoryEvent, TopicPartition, event, memory_wiring, parts
+from processors.worker.positions import DurablePositions
+
+_tp = TopicPartition
 
 
-def _tp(topic: str, partition: int) -> Any:
-    return SimpleNamespace(topic=topic, partition=partition)
-
-
-class Recording:
-    """An outbox that logs what the batch does, and may run ``on_ack`` when a stage is acknowledged."""
+class LoggedPositions(DurablePositions):
+    """The agents' positions, each one published also logged."""
 
     def __init__(self, log: list[str]) -> None:
+        super().__init__()
         self.log = log
-        self.on_ack: Any = None
 
-    async def flush(self) -> None:
-        self.log.append("flush")
-
-    async def wait(self) -> None:
-        self.log.append("acked")
-        if self.on_ack is not None:
-            self.on_ack()
-
-    async def add(self, topic: str, partition: int, key: bytes, value: bytes | None, on_acked: Any = None) -> None:
-        self.log.append(f"write {topic} {key.decode()}")
+    def advance(self, table: str, topic: str, partition: int, position: int, generation: Any) -> None:
+        self.log.append(f"position {topic}[{partition}]={position}")
+        super().advance(table, topic, partition, position, generation)
 
 
-def _batch(log: list[str], fence: Fence, partition: int = 3) -> Batch:
-    tables = {name: MemoryTable(name) for name in ("index", "heads", "runs")}
-    positions = SimpleNamespace(advance=lambda table, topic, part, position, generation:
-                                log.append(f"position {topic}[{part}]={position}"))
-    b = object.__new__(Batch)
-    b.wiring = SimpleNamespace(tables=tables, positions=positions, fence=fence)  # type: ignore[assignment]
-    b._outbox = Recording(log)  # type: ignore[assignment]
-    b._writes = {("index", "r/e"): (partition, 1), ("heads", "r"): (partition, 1), ("runs", "r"): (partition, 1)}
-    b._positions = {("heads", "ingest", partition): 11}
-    b._generation = 1
+async def _batch(log: list[str], fence: Fence, partition: int = 3, *, hold: bool = False) -> Batch:
+    """A batch of one output and one key in each sequencer table, holding ``ingest[partition]`` up to 11."""
+    wiring = memory_wiring(tables=("index", "heads", "runs"), hold=hold)
+    wiring.fence = fence
+    wiring.positions = LoggedPositions(log)
+    b = Batch(wiring)
+    await b.send("log", "r", b"out")
+    for table, key in (("index", "r/e"), ("heads", "r"), ("runs", "r")):
+        b.set(table, partition, key, 1)
+    b.advanced("heads", "ingest", partition, 11)
     return b
+
+
+def _written(b: Batch) -> list[str]:
+    """What the batch sent and what the broker acknowledged, in order."""
+    return parts(b.wiring).producer.lines(strip="agentlog.")
+
+
+async def _commit_releasing(b: Batch, on_ack: list[Callable[[], None]]) -> None:
+    """``b.commit()`` with every acknowledgement given by hand; after the i-th, ``on_ack[i]()`` runs."""
+    producer = parts(b.wiring).producer
+    committing = asyncio.ensure_future(b.commit())
+    acks = iter(on_ack)
+    while not committing.done():
+        await asyncio.sleep(0)
+        if producer.release():
+            next(acks, lambda: None)()
+    await committing
 
 
 def test_before_the_first_assignment_and_for_owned_partitions_nothing_is_fenced():
@@ -140,27 +149,39 @@ def test_the_bound_is_at_most_half_the_rebalance_timeout():
 
 
 def test_a_batch_of_a_partition_that_moved_writes_no_table_and_no_position():
-    log: list[str] = []
-    fence = Fence()
-    fence.assigned([_tp("ingest", 4)])  # partition 3 went to another worker
-    batch = _batch(log, fence)
-    with pytest.raises(Fenced, match=r"ingest\[3\]"):
-        asyncio.run(batch.commit())
-    assert log == ["flush", "acked"]  # its outputs were sent (a redelivery resends the same bytes), no table
-    assert all(not t.data for t in batch.wiring.tables.values())
+    async def scenario() -> tuple[list[str], Batch]:
+        log: list[str] = []
+        fence = Fence()
+        fence.assigned([_tp("ingest", 4)])  # partition 3 went to another worker
+        batch = await _batch(log, fence)
+        with pytest.raises(Fenced, match=r"ingest\[3\]"):
+            await batch.commit()
+        return log, batch
+
+    log, batch = asyncio.run(scenario())
+    # its outputs were sent (a redelivery resends the same bytes), no table
+    assert _written(batch) == ["write log r=out", "acked log[0]"]
+    assert log == []  # no position
+    assert all(not t.data for t in batch.wiring.tables.values())  # type: ignore[attr-defined]
 
 
 def test_a_partition_lost_between_stages_stops_the_batch_before_the_next_stage():
-    log: list[str] = []
-    fence = Fence()
-    fence.assigned([_tp("ingest", 3)])
-    batch = _batch(log, fence)
-    acks = iter([lambda: None, lambda: fence.assigned([])])  # the outputs, then the index stage
-    batch._outbox.on_ack = lambda: next(acks, lambda: None)()  # type: ignore[attr-defined]
-    with pytest.raises(Fenced):
-        asyncio.run(batch.commit())
+    async def scenario() -> tuple[list[str], Batch]:
+        log: list[str] = []
+        fence = Fence()
+        fence.assigned([_tp("ingest", 3)])
+        batch = await _batch(log, fence, hold=True)
+        with pytest.raises(Fenced):
+            # the outputs are acknowledged, then the index stage, and then the partition is gone
+            await _commit_releasing(batch, [lambda: None, lambda: fence.assigned([])])
+        return log, batch
+
+    log, batch = asyncio.run(scenario())
     # index written (a head behind its index is repaired on redelivery), heads/runs and the position not
-    assert log == ["flush", "acked", 'write index "r/e"', "flush", "acked"]
+    assert _written(batch) == ["write log r=out", "acked log[0]", 'write index "r/e"=1', "acked index[3]"]
+    assert log == []
+    assert batch.wiring.tables["index"].data == {"r/e": 1}  # type: ignore[attr-defined]
+    assert batch.wiring.tables["heads"].data == batch.wiring.tables["runs"].data == {}  # type: ignore[attr-defined]
 
 
 def test_a_fenced_batch_is_not_a_failure_the_agent_goes_on():
@@ -174,22 +195,23 @@ def test_a_fenced_batch_is_not_a_failure_the_agent_goes_on():
             after.append("after")
 
         fenced = METRICS.get("agentlog_batches_fenced_total", agent="fence-test")
-        await _commit(_batch(log, fence, partition=3), "fence-test", None, note)  # fenced: no raise, no after hook
+        moved = await _batch(log, fence, partition=3)
+        await _commit(moved, "fence-test", None, note)  # fenced: no raise, no after hook
         assert METRICS.get("agentlog_batches_fenced_total", agent="fence-test") == fenced + 1
-        await _commit(_batch(log, fence, partition=4), "fence-test", None, note)
+        kept = await _batch(log, fence, partition=4)
+        await _commit(kept, "fence-test", None, note)
+        written.extend(_written(moved) + _written(kept))
         return log + after
 
+    written: list[str] = []
     log = asyncio.run(scenario())
-    assert log.count('write index "r/e"') == 1
+    assert written.count('write index "r/e"=1') == 1
     assert log[-2:] == ["position ingest[4]=11", "after"]
 
 
 def test_records_taken_before_a_rebalance_are_dropped_for_partitions_that_moved():
-    def event(partition: int) -> Any:
-        return SimpleNamespace(message=SimpleNamespace(topic="ingest", partition=partition))
-
     fence = Fence()
-    events = [event(3), event(4), event(3)]
+    events: list[MemoryEvent] = [event("ingest", 3, 0), event("ingest", 4, 0), event("ingest", 3, 1)]
     assert fence.owned_events(events) is events  # before the first assignment: everything
     fence.assigned([_tp("ingest", 4)])
     assert [e.message.partition for e in fence.owned_events(events)] == [4]

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 
 from processors.worker.lifetimes import Lifetimes
+from processors.worker.memory import memory_wiring
 from processors.worker.tables import MemoryTable
 from streams.settings import Settings
 
 
 def _lifetimes() -> Lifetimes:
-    return Lifetimes(SimpleNamespace(settings=Settings(run_grace_s=10.0, run_idle_s=100.0)))
+    return Lifetimes(memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0)))
 
 
 def test_a_run_is_asked_for_once_when_due_and_again_only_if_its_request_was_not_taken():
@@ -41,3 +41,23 @@ def test_the_runs_in_flight_are_read_back_from_the_heads_table_positions_aside()
     lt = _lifetimes()
     assert asyncio.run(lt.rescan(2, heads, now_s=0)) == 2
     assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
+
+
+def test_a_sweep_asks_on_the_runs_own_ingest_partition_once_and_not_while_the_group_settles():
+    from processors.core.lifetimes import close_request
+    from processors.worker.memory import TopicPartition, parts
+
+    wiring = memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0), tables=("heads",), partitions=4)
+    ingest = wiring.topics["ingest"].get_topic_name()
+    wiring.tables["heads"].put(2, "r1", {"next": 3, "hash": "h", "ts": 1_000_000, "end": True})
+    wiring.fence.assigned([TopicPartition(ingest, 2)])
+    lt = Lifetimes(wiring)
+    memory = parts(wiring)
+    memory.membership.rebalancing = True
+    asyncio.run(lt.sweep())
+    assert memory.producer.log == []  # nothing is asked while the group rebalances
+    memory.membership.rebalancing = False
+    asyncio.run(lt.sweep())
+    asyncio.run(lt.sweep())  # asked once
+    assert memory.broker.values(ingest) == [close_request("r1", 3, "completed")]
+    assert memory.broker.values(ingest, 2) == memory.broker.values(ingest)  # in the run's own partition

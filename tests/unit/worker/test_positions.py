@@ -1,36 +1,23 @@
 """What the consumer group commits: the minimum of the durable positions of the agents reading a topic.
 
-No broker: ``DurablePositions`` is plain bookkeeping, and ``build_app`` only wires a Faust app
-(it connects when started, which these tests never do).
+No broker: ``DurablePositions`` is plain bookkeeping over the consumer's view (here
+:class:`processors.worker.memory.MemorySource`), and ``build_app`` only wires a Faust app (it
+connects when started, which these tests never do).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from types import SimpleNamespace
-
 from processors.worker.app import build_app
+from processors.worker.memory import MemorySource
+from processors.worker.memory import TopicPartition as _TP
 from processors.worker.positions import DurablePositions
 from streams.settings import load_settings
 
 
-class _TP(tuple):
-    @property
-    def topic(self):
-        return self[0]
-
-    @property
-    def partition(self):
-        return self[1]
-
-
 def _consumer(assigned, committed=None):
-    c = SimpleNamespace()
-    c.assignment = lambda: set(assigned)
-    c._committed_offset = defaultdict(lambda: None, committed or {})
-    c._acked = defaultdict(list, {tp: [1, 2, 3] for tp in assigned})
-    c._acked_index = defaultdict(set, {tp: {1, 2, 3} for tp in assigned})
-    return c
+    """The consumer holding ``assigned``, with Faust's ack bookkeeping for each of them."""
+    return MemorySource(assigned=set(assigned), committed_offsets=dict(committed or {}),
+                        acks={tp: [1, 2, 3] for tp in assigned})
 
 
 def test_the_slowest_agent_on_a_topic_bounds_the_commit():
@@ -62,14 +49,14 @@ def test_positions_only_move_forward_within_a_generation_and_expire_with_it():
 def test_offsets_to_commit_never_move_the_committed_offset_back():
     pos = DurablePositions()
     pos.consumes("log", "runs")
-    a, b, c = _TP(("log", 0)), _TP(("log", 1)), _TP(("ingest", 0))
+    a, b, c = _TP("log", 0), _TP("log", 1), _TP("ingest", 0)
     pos.advance("runs", "log", 0, 100, generation=1)
     pos.advance("runs", "log", 1, 40, generation=1)
     consumer = _consumer([a, b, c], committed={a: 60, b: 55})
     assert pos.offsets_to_commit(consumer, 1) == {a: 100}  # b's durable 40 is behind its committed 55
-    assert a not in consumer._acked and a not in consumer._acked_index  # Faust's ack lists are not kept
-    assert consumer._acked[c] == [1, 2, 3]  # untouched where we have nothing to say
-    consumer._committed_offset[a] = 100
+    assert a not in consumer.acks  # Faust's ack lists are not kept
+    assert consumer.acks[c] == [1, 2, 3]  # untouched where we have nothing to say
+    consumer.committed_offsets[a] = 100
     assert pos.offsets_to_commit(consumer, 1) == {}
 
 
@@ -105,7 +92,7 @@ def test_a_position_outlives_rebalances_the_worker_held_the_partition_through():
     """A batch made durable just before a rebalance, then no more records on the partition."""
     pos = DurablePositions()
     pos.consumes("links", "links")
-    a, b = _TP(("links", 7)), _TP(("links", 3))
+    a, b = _TP("links", 7), _TP("links", 3)
     pos.offsets_to_commit(_consumer([a, b]), 4)  # seen holding both in generation 4
     pos.advance("links", "links", 7, 23, generation=4)
     pos.advance("links", "links", 3, 10, generation=4)

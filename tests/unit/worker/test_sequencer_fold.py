@@ -1,17 +1,17 @@
 """The sequencer commits an event only with its fold: every log record carries its state hash (no broker).
 
-The agent's ``handle`` is taken from :func:`processors.worker.sequencer.install` and fed ingest
-records through an in-memory twin of its batch (tables as dicts, sends recorded). An accepted
-event whose run state is missing, behind or past the run's head, or whose fold raises, is refused
-(``run_state_unavailable``): to rejections with its bytes, nothing in the log, the head unmoved.
-Expected state hashes come from the reference path (``states_by_index``), not from the worker.
+The sequencer agent runs as the worker runs it (:func:`processors.worker.sequencer.install`, the batch
+loop, :meth:`Batch.commit`) on the in-memory ports of :mod:`processors.worker.memory`: ingest records
+in as a stream's tick, outputs and changelog records out through the in-memory producer, tables as
+dicts. An accepted event whose run state is missing, behind or past the run's head, or whose fold
+raises, is refused (``run_state_unavailable``): to rejections with its bytes, nothing in the log, the
+head unmoved. Expected state hashes come from the reference path (``states_by_index``), not from the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -20,60 +20,68 @@ import processors.core.runstate as core_runstate
 from processors.core.fold import states_by_index
 from processors.metrics import METRICS
 from processors.worker import sequencer
-from processors.worker.batch import SourceRecord
+from processors.worker.batch import position_key
+from processors.worker.memory import MemoryStream, Refused, event, memory_wiring, parts
+from processors.worker.wiring import Wiring
 from streams.codec import decode_record, encode_json
 from streams.settings import Settings
 from tests.unit.replay.runs import llm_run
 
+PREFIX = "agentlog."
+INGEST = PREFIX + "ingest"
 
-class _Batch:
-    """What ``handle`` uses of :class:`processors.worker.batch.Batch`: tables read and written, outputs sent."""
 
-    def __init__(self, tables: dict[str, dict[str, Any]]) -> None:
-        self.tables = tables
-        self.sent: list[tuple[str, str | None, dict[str, Any]]] = []
-        self.collected: list[Any] = []
+class Fed:
+    """What one feed of records sent: ``(short topic, key, decoded record)`` per output, in order."""
 
-    def get(self, table: str, key: str) -> Any:
-        return self.tables[table].get(key)
-
-    def set(self, table: str, partition: int, key: str, value: Any) -> None:
-        if value is None:
-            self.tables[table].pop(key, None)
-        else:
-            self.tables[table][key] = value
-
-    def keys_from(self, table: str, prefix: str) -> list[str]:
-        return sorted(k for k in self.tables[table] if k.startswith(prefix))
-
-    async def send(self, short: str, key: str | None, value: bytes, **_: Any) -> None:
-        self.sent.append((short, key, decode_record(value)))
+    def __init__(self, sent: list[tuple[str, str | None, dict[str, Any]]], raw: list[tuple[str, bytes]]) -> None:
+        self.sent = sent
+        self.raw = raw  # (short topic, bytes) of every output, for byte-for-byte comparisons
 
 
 @pytest.fixture
-def worker(monkeypatch, tmp_path):
-    """(handle, tables): the sequencer's handler and the tables it keeps, across batches."""
-    captured: dict[str, Any] = {}
-    monkeypatch.setattr(sequencer, "batched_agent", lambda _wiring, _topic, **kw: captured.update(kw))
-    monkeypatch.setattr(sequencer, "Lifetimes", lambda _wiring: None)
-    monkeypatch.setattr(sequencer, "install_lifetimes", lambda _wiring, _lifetimes: None)
+def worker(monkeypatch, tmp_path) -> tuple[Wiring, dict[str, dict[str, Any]]]:
+    """The wiring the sequencer agent is installed on, and its tables' contents (live dicts), across feeds."""
     monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
-    sequencer.install(SimpleNamespace(settings=Settings(home=tmp_path), written={}), replay=False)
-    tables: dict[str, dict[str, Any]] = {"heads": {}, "index": {}, "runs": {}, "closed": {}}
-    return captured["handle"], tables
+    wiring = memory_wiring(Settings(home=tmp_path), tables=("heads", "index", "runs", "closed"))
+    sequencer.install(wiring, replay=False)
+    return wiring, {name: table.data for name, table in wiring.tables.items()}  # type: ignore[attr-defined]
 
 
-def _feed(worker, docs: list[dict[str, Any]], first_offset: int = 0) -> _Batch:
-    handle, tables = worker
-    batch = _Batch(tables)
-    for i, doc in enumerate(docs):
-        record = SourceRecord(topic="t.ingest", partition=0, offset=first_offset + i, timestamp_ms=0,
-                              value=encode_json(doc))
-        asyncio.run(handle(batch, record))
-    return batch
+async def _run(wiring: Wiring, offsets: list[int], values: list[bytes]) -> None:
+    """Run the sequencer agent on one tick of ``values`` at ``offsets`` of ``ingest[0]`` until it is durable."""
+    _, agent = parts(wiring).runner.agents["sequencer"]
+    stream = MemoryStream([event(INGEST, 0, offset, value) for offset, value in zip(offsets, values, strict=True)])
+    running = asyncio.ensure_future(agent(stream))
+    heads = wiring.tables["heads"]
+    while not running.done() and (heads.get(0, position_key(INGEST, 0)) or 0) < offsets[-1] + 1:
+        await asyncio.sleep(0.002)
+    stream.close()
+    await running
 
 
-def _logged(batch: _Batch) -> list[dict[str, Any]]:
+def _feed(worker, docs: list[dict[str, Any]], first_offset: int = 0, *,
+          offsets: list[int] | None = None) -> Fed:
+    wiring, _ = worker
+    producer = parts(wiring).producer
+    before = len(producer.log)
+    offsets = offsets if offsets is not None else [first_offset + i for i in range(len(docs))]
+    try:
+        asyncio.run(_run(wiring, offsets, [encode_json(doc) for doc in docs]))
+    finally:
+        outputs = [(entry[1][len(PREFIX):], entry[3], entry[4]) for entry in producer.log[before:]
+                   if entry[0] == "sent" and entry[1].startswith(PREFIX)]
+        fed = Fed([(short, key.decode() if key is not None else None, decode_record(value))
+                   for short, key, value in outputs], [(short, value) for short, _, value in outputs])
+        _FED.append(fed)
+    return fed
+
+
+#: Every feed's outputs, the last one also when its agent failed (``_feed`` raised).
+_FED: list[Fed] = []
+
+
+def _logged(batch: Fed) -> list[dict[str, Any]]:
     return [v for short, _, v in batch.sent if short == "log"]
 
 
@@ -131,3 +139,35 @@ def test_an_event_whose_fold_raises_is_refused_and_taken_once_the_fold_works(wor
     monkeypatch.setattr(core_runstate, "fold", real)
     taken = _feed(worker, docs[k:], first_offset=k + 1)
     assert [r["stateHash"] for r in _logged(taken)] == [h for _, h in states_by_index(docs)][k:]
+
+
+def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_a_redelivery_is_identical(worker):
+    """End to end on the in-memory ports: outputs, then tables; a crash before the tables repeats the same bytes."""
+    wiring, tables = worker
+    producer = parts(wiring).producer
+    docs = llm_run("seq-e2e")
+    run_id = docs[0]["runId"]
+
+    producer.refuse = {"index"}  # the outputs are acknowledged, the first table stage is not: a crash
+    with pytest.raises(Refused):
+        _feed(worker, docs)
+    crashed = _FED[-1]
+    assert [r["stateHash"] for r in _logged(crashed)] == [h for _, h in states_by_index(docs)]
+    assert tables["heads"] == tables["index"] == tables["runs"] == {}  # no table write, no position
+
+    producer.refuse = set()
+    again = _feed(worker, docs)  # the same records, delivered again
+    assert [out for out in again.raw if out[0] != "snapshots"] == [out for out in crashed.raw if out[0] != "snapshots"]
+    # byte for byte; a snapshot names where its log record landed, which is the second copy's offset now
+    assert [{**v, "logOffset": None} for short, _, v in again.sent if short == "snapshots"] == \
+           [{**v, "logOffset": None} for short, _, v in crashed.sent if short == "snapshots"] != []
+    assert tables["heads"][run_id]["next"] == len(docs)
+    assert len([k for k in tables["index"] if k.startswith(run_id)]) == len(docs)
+    assert tables["runs"][run_id]["next"] == len(docs)
+    assert tables["heads"][position_key(INGEST, 0)] == len(docs)
+    assert wiring.positions.committable(INGEST, 0, parts(wiring).membership.generation) == len(docs)
+    changelog = [topic for kind, topic, *_ in producer.log if kind == "acked" and not topic.startswith(PREFIX)]
+    assert changelog == ["index", "heads", "runs"]  # the stages in order, after the outputs
+
+    # Redelivered once durable (below the agent's position): decided as done, nothing sent again.
+    assert _feed(worker, docs).sent == []
