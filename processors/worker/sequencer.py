@@ -72,9 +72,6 @@ INDEX_SEP = "\x1f"
 #: snapshot record per 100 events is a small share of the outputs.
 SNAPSHOT_EVERY = 100
 
-#: Log records remembered for the log check at most (past that it re-hashes them; bounded memory).
-WRITTEN_MAX = 20_000
-
 
 def install(wiring: Wiring, *, replay: bool = True) -> None:
     """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
@@ -244,10 +241,9 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
 def _remember(wiring: Wiring) -> Callable[[int, int, bytes], None]:
     """Note each log record for the log check as soon as the broker acknowledges it (before the check can read it)."""
-    written = wiring.written
+    add = wiring.own_log.add
 
     def remember(partition: int, offset: int, value: bytes) -> None:
-        if len(written) < WRITTEN_MAX:
-            written[(partition, offset)] = value
+        add(partition, offset)
 
     return remember

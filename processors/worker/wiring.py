@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,6 +13,52 @@ from processors.worker.ports import Backfill, Membership, Producer, Runner, Sour
 from processors.worker.positions import DurablePositions
 from processors.worker.tables import Table
 from streams.settings import Settings
+
+
+class OwnLogRecords:
+    """The log offsets the broker acknowledged to this process's sequencer, per partition, as ranges.
+
+    Kafka never rewrites an offset, so a record at an offset acknowledged to our producer is the
+    sequencer's own record: the live log check skips it without decoding or hashing it, and checks in
+    full every other one (appended by another producer, or before this process started). The check
+    reads each partition in offset order and :meth:`ours` forgets the ranges it has passed, so what is
+    kept is the check's lag: one range while the sequencer's records follow each other, at most
+    :data:`MAX_RANGES` (the oldest are dropped; their records are then checked in full).
+    """
+
+    MAX_RANGES = 10_000
+
+    def __init__(self) -> None:
+        self._ranges: dict[int, tuple[list[int], list[int]]] = {}  # partition -> (starts, ends), sorted, disjoint
+
+    def add(self, partition: int, offset: int) -> None:
+        starts, ends = self._ranges.setdefault(partition, ([], []))
+        if ends and ends[-1] == offset:
+            ends[-1] = offset + 1
+            return
+        i = len(starts)
+        if ends and offset < ends[-1]:  # acknowledged out of order (rare): keep the ranges sorted
+            i = bisect_right(starts, offset)
+            if i and ends[i - 1] > offset:
+                return
+        starts.insert(i, offset)
+        ends.insert(i, offset + 1)
+        if len(starts) > self.MAX_RANGES:
+            del starts[0], ends[0]
+
+    def ours(self, partition: int, offset: int) -> bool:
+        """Whether ``offset`` was acknowledged to us; the ranges below it are forgotten (the check has passed them)."""
+        ranges = self._ranges.get(partition)
+        if not ranges:
+            return False
+        starts, ends = ranges
+        passed = bisect_right(ends, offset)
+        if passed:
+            del starts[:passed], ends[:passed]
+        return bool(starts) and starts[0] <= offset
+
+    def __len__(self) -> int:
+        return sum(len(starts) for starts, _ in self._ranges.values())
 
 
 @dataclass
@@ -32,9 +79,9 @@ class Wiring:
     tables: dict[str, Table]
     positions: DurablePositions
     store: Store | None = None  # set when the audit sink runs in this worker
-    #: Log records this process wrote, by (partition, offset), until the log check has read them back:
-    #: a record found there byte for byte is the sequencer's own and needs no re-hashing.
-    written: dict[tuple[int, int], bytes] = field(default_factory=dict)
+    #: The log offsets acknowledged to this process's sequencer, until the log check has passed them:
+    #: its own records need no re-hashing.
+    own_log: OwnLogRecords = field(default_factory=OwnLogRecords)
     #: Partitions of each topic a batch sends to (counts never change; looked up once per topic).
     partition_counts: dict[str, list[int]] = field(default_factory=dict)
     #: Each topic's full name by its short name (``topics[short].get_topic_name()``, once per topic).
