@@ -1,8 +1,8 @@
 """Ingest → queryable: ``agentlog worker --role all`` (sequencer + audit sink into chdb) against Faust's ceiling.
 
 Throughput: the worker is started and warmed first (one event per run, waited for in the
-store, so the embedded ClickHouse's start-up is not counted), then N events of the process
-bench's shape are published; the clock runs from the first of them in the committed log
+store, so the embedded ClickHouse's start-up is not counted), then N events of the realistic
+workload (:mod:`tests.bench.workload`: multi-agent runs that finish) are published; the clock runs from the first of them in the committed log
 (broker timestamp) until ``SELECT count() FROM events`` covers them, asked through the
 worker's own query endpoint every ``POLL_S``. Baseline: the Faust pass-through agent of
 :mod:`tests.bench.passthrough_faust` on the same N events in the same run. Goal:
@@ -35,11 +35,10 @@ from processors.audit.server import query_via_worker
 from streams.admin import ensure_topics
 from streams.publisher import Publisher
 from streams.settings import Settings
-from tests.bench import PASSTHROUGH_ARGS, BenchContext, own
+from tests.bench import PASSTHROUGH_ARGS, BenchContext, own, workload
 from tests.bench.bench_process import (
     REPO,
     RUNS,
-    _publish,
     _run_subprocess,
     _start,
     _stop,
@@ -114,7 +113,7 @@ def _stop_all(procs: list) -> None:
 async def _queryable_span(settings: Settings, url: str, procs: list, n: int) -> float:
     await _publish_runs(settings, "warm", RUNS, 0)  # one run.started per warm run: every partition once
     await _until_count(settings, url, RUNS, procs)  # the sink is up and has written (chdb start-up not counted)
-    await _publish_runs(settings, "q", RUNS, n - RUNS)
+    await workload.publish(settings, "q", n, concurrent=1000)
     done_at = await _until_count(settings, url, RUNS + n, procs)
     first = (await log_stamps(settings, lambda run: run.startswith("q-"), 1, procs=procs))[0]
     return max(1e-3, done_at - first / 1000.0)
@@ -230,7 +229,7 @@ def run(ctx: BenchContext) -> dict:
         return s
 
     passing = variant("pass")
-    asyncio.run(_publish(passing, n))
+    asyncio.run(workload.publish(passing, "pass", n, concurrent=1000))
     passthrough = n / _run_subprocess(passing, PASSTHROUGH_ARGS, n, home / "passthrough.log")
     seconds = LATENCY_SECONDS / (3 if ctx.quick else 1)
     figures = {d: {"events_per_s": queryable_throughput(variant(d), n, d),
