@@ -53,15 +53,22 @@ def _worker_verdict(settings, worker, replay_run_id):
     return asyncio.run(wait_until(found, what=f"the worker's verdict on {replay_run_id}", worker=worker))
 
 
-@pytest.mark.parametrize("name", sorted(PROGRAMS))
-def test_a_run_recorded_through_the_store_replays_as_a_test(name, stack, agentlog_replay):
+def _recorded(name: str, stack, tag: str) -> tuple[str, list[dict], ServedResults | None]:
+    """Record the framework's program through the store: its run id, its docs, and (LangGraph) the worker's results."""
     pytest.importorskip(FRAMEWORK_MODULE[name])
     settings, worker = stack
-    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    run_id = f"{name}-{tag}{uuid.uuid4().hex[:8]}"
     docs = record(PROGRAMS[name](), run_id=run_id, settings=settings)
     asyncio.run(wait_until(lambda: committed(settings, run_id, len(docs)), what="the recording committed",
                            worker=worker))
     results = ServedResults(f"http://127.0.0.1:{settings.web_port}", run_id) if name == "langgraph" else None
+    return run_id, docs, results
+
+
+@pytest.mark.parametrize("name", sorted(PROGRAMS))
+def test_a_run_recorded_through_the_store_replays_as_a_test(name, stack, agentlog_replay):
+    settings, worker = stack
+    run_id, docs, results = _recorded(name, stack, "")
 
     # The one line: unchanged code replays its recording as a match.
     same = agentlog_replay(run_id, PROGRAMS[name](), settings=settings, results=results)
@@ -86,13 +93,8 @@ def test_a_changed_tool_matches_when_served_from_the_store_and_diverges_when_run
     """The tool's code changed since the recording: served its recorded result, the replay matches and the tool
     does not run; run again, it diverges at its result. The worker judges both published replays alike. The
     LangGraph replay asks the worker's results endpoint for the recorded tool result (``ServedResults``)."""
-    pytest.importorskip(FRAMEWORK_MODULE[name])
     settings, worker = stack
-    run_id = f"{name}-tools-{uuid.uuid4().hex[:8]}"
-    docs = record(PROGRAMS[name](), run_id=run_id, settings=settings)
-    asyncio.run(wait_until(lambda: committed(settings, run_id, len(docs)), what="the recording committed",
-                           worker=worker))
-    results = ServedResults(f"http://127.0.0.1:{settings.web_port}", run_id) if name == "langgraph" else None
+    run_id, docs, results = _recorded(name, stack, "tools-")
 
     not_run: list[str] = []
     served = agentlog_replay(run_id, PROGRAMS[name](**CHANGED_NOW[name], tool_calls=not_run), settings=settings,
