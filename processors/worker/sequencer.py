@@ -54,7 +54,7 @@ from processors.core.sequencing import (
 )
 from processors.metrics import METRICS
 from processors.worker import runstate
-from processors.worker.batch import Batch, SourceRecord, batched_agent
+from processors.worker.batch import GROUP_SEP, Batch, SourceRecord, batched_agent
 from processors.worker.lifetimes import Lifetimes
 from processors.worker.lifetimes import install as install_lifetimes
 from processors.worker.signing import load_or_create_signing_key
@@ -64,8 +64,8 @@ from streams.codec import encode_committed, encode_record
 
 log = logging.getLogger("agentlog.sequencer")
 
-#: Separates runId and eventId in the ``index`` table's keys.
-INDEX_SEP = "\x1f"
+#: Separates runId and eventId in the ``index`` table's keys: the batch's key group (a close lists a run's keys).
+INDEX_SEP = GROUP_SEP
 
 #: A run's state goes to ``snapshots`` every this many events (and at its terminal event): a replay or
 #: rebuild from a mid-run offset folds at most this many events past the snapshot before it, while a

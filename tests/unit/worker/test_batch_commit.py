@@ -90,6 +90,19 @@ def test_a_batch_reads_its_own_writes_first_then_the_table():
     assert b.keys_from("runs", "p/") == ["p/1", "p/3"]  # another table's pending key is not this one's
 
 
+def test_a_batch_lists_a_key_group_from_its_table_and_its_own_writes():
+    wiring = _wiring("index", "runs")
+    table: Any = wiring.tables["index"]
+    table.data.update({"r\x1fe1": [0], "r\x1fe2": [1], "rr\x1fe1": [0], "s\x1fe1": [0]})
+    b = _batch(wiring, {("index", "r\x1fe2"): None, ("index", "r\x1fe3"): [2], ("index", "rr\x1fe9"): [9],
+                        ("runs", "r\x1fe4"): 4})
+    assert b.keys_from("index", "r\x1f") == ["r\x1fe1", "r\x1fe3"]  # not rr's, not another table's
+    b.set("index", 0, "r\x1fe3", None)
+    b.set("index", 0, "r\x1fe2", [1])
+    assert b.keys_from("index", "r\x1f") == ["r\x1fe1", "r\x1fe2"]
+    assert b.keys_from("index", "r") == ["r\x1fe1", "r\x1fe2", "rr\x1fe1", "rr\x1fe9"]  # not a group: every write
+
+
 class Stub:
     """A batch whose durability step is logged (and may fail)."""
 
