@@ -9,6 +9,7 @@ CI cannot quietly skip these tests.
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -42,6 +43,27 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def free_port_range(count: int) -> int:
+    """The first of ``count`` consecutive free ports on 127.0.0.1, drawn below the kernel's ephemeral range.
+
+    A broker node binds its ports some seconds after they are found free; a port in the ephemeral
+    range can be taken meanwhile by any outgoing connection (the node then dies at start-up), one
+    below it only by another listener.
+    """
+    from infra.kafka import local
+
+    try:
+        ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randint(20_000, max(20_000, ephemeral - count - 1))
+        if all(local.port_free(p) for p in range(base, base + count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports on 127.0.0.1 below {ephemeral}")
 
 
 def agentlog_cli(settings: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:

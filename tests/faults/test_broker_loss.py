@@ -25,6 +25,7 @@ from streams.settings import load_settings
 from tests.faults.gen import chain_of
 from tests.faults.kafka_util import Offsets
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import free_port_range
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow,
               pytest.mark.timeout(900)]
@@ -33,17 +34,10 @@ RUNS = 20
 EVENTS_PER_RUN = 60
 
 
-def _free_base_port(count: int) -> int:
-    rng = random.Random()
-    for _ in range(200):
-        base = rng.randint(30_000, 59_000)
-        if all(local.port_free(p) for p in range(base, base + count)):
-            return base
-    raise RuntimeError("no free port range on 127.0.0.1")
 
 
 def test_one_broker_down_mid_publish_loses_no_acknowledged_event(tmp_path: Path, ledger):
-    base = _free_base_port(6)
+    base = free_port_range(6)
     cluster = load_settings(home=tmp_path / "cluster", kafka_bootstrap=f"127.0.0.1:{base}")
     rng = random.Random(5)
     victim = rng.randrange(3)
@@ -151,7 +145,7 @@ def test_worker_started_while_a_broker_is_down_waits_for_it_then_processes(tmp_p
     from streams.topics import topic_name
     from tests.faults.gen import synthetic_run
 
-    base = _free_base_port(6)
+    base = free_port_range(6)
     cluster = load_settings(home=tmp_path / "cluster", kafka_bootstrap=f"127.0.0.1:{base}")
     worker = None
     try:

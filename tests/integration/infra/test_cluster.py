@@ -8,23 +8,17 @@ survivable (replication 3, min.insync.replicas 2) while losing two is not silent
 from __future__ import annotations
 
 import asyncio
-import random
 from pathlib import Path
 
 import pytest
 
 from infra.kafka import local
 from streams.settings import load_settings
+from tests.tools import free_port_range
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]
 
 
-def _free_base_port(count: int) -> int:
-    for _ in range(200):
-        base = random.randint(30_000, 59_000)
-        if all(local.port_free(p) for p in range(base, base + count)):
-            return base
-    raise RuntimeError("no free port range on 127.0.0.1")
 
 
 async def _topic_replication(bootstrap: str, topic: str) -> tuple[int, str]:
@@ -75,7 +69,7 @@ async def _values(bootstrap: str, topic: str) -> list[bytes]:
 
 
 def test_three_nodes_survive_one_broker_down(tmp_path: Path) -> None:
-    base = _free_base_port(6)
+    base = free_port_range(6)
     settings = load_settings(home=tmp_path, kafka_bootstrap=f"127.0.0.1:{base}")
     try:
         nodes = local.start(settings, nodes=3)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -20,21 +19,13 @@ import pytest
 from infra.kafka import local
 from schemas.errors import InfraError
 from streams.settings import load_settings
+from tests.tools import free_port_range
 
 # Every test here runs the local-stack machinery (java, the Maven jars, a broker of its own on free
 # ports, or a start that must fail): never part of the broker-free selection.
 pytestmark = pytest.mark.kafka
 
 AGENTLOG = [sys.executable, "-m", "processors"]
-
-
-def _free_port_pair() -> int:
-    """A port P with P and P+1 both free (client and controller port of a one-node stack)."""
-    for _ in range(200):
-        port = random.randint(30_000, 59_000)
-        if all(local.port_free(p) for p in (port, port + 1)):
-            return port
-    raise RuntimeError("no two adjacent free ports on 127.0.0.1")
 
 
 def _cli(home: Path, port: int, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -72,7 +63,7 @@ async def _produce_and_count(bootstrap: str, topic: str, value: bytes | None) ->
 
 @pytest.mark.slow
 def test_up_is_idempotent_down_leaves_no_process_and_data_survives(tmp_path: Path) -> None:
-    port = _free_port_pair()
+    port = free_port_range(2)
     bootstrap = f"127.0.0.1:{port}"
     try:
         first = _cli(tmp_path, port, "infra", "up", "--no-migrate", "--json")
@@ -119,7 +110,7 @@ def test_up_is_idempotent_down_leaves_no_process_and_data_survives(tmp_path: Pat
 
 
 def test_port_taken_is_reported_with_the_port_and_the_process(tmp_path: Path) -> None:
-    port = _free_port_pair()
+    port = free_port_range(2)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port))
         squatter.listen()
@@ -133,7 +124,7 @@ def test_port_taken_is_reported_with_the_port_and_the_process(tmp_path: Path) ->
 
 
 def test_port_taken_via_cli_is_one_line_with_exit_2(tmp_path: Path) -> None:
-    port = _free_port_pair()
+    port = free_port_range(2)
     with socket.socket() as squatter:
         squatter.bind(("127.0.0.1", port + 1))  # the controller port this time
         squatter.listen()
@@ -145,14 +136,14 @@ def test_port_taken_via_cli_is_one_line_with_exit_2(tmp_path: Path) -> None:
 
 def test_java_missing(tmp_path: Path) -> None:
     local.ensure_kafka_jars()  # so the first thing start() needs is java itself
-    result = _cli(tmp_path, _free_port_pair(), "infra", "up", "--no-migrate", PATH=str(tmp_path), JAVA_HOME="")
+    result = _cli(tmp_path, free_port_range(2), "infra", "up", "--no-migrate", PATH=str(tmp_path), JAVA_HOME="")
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith("error[java_missing]:")
 
 
 def test_maven_missing(tmp_path: Path) -> None:
     result = _cli(
-        tmp_path, _free_port_pair(), "infra", "up", "--no-migrate",
+        tmp_path, free_port_range(2), "infra", "up", "--no-migrate",
         PATH=str(tmp_path), HOME=str(tmp_path / "empty-home"),  # no jars cached under this home
     )
     assert result.returncode == 2
@@ -170,7 +161,7 @@ def test_maven_failure_names_the_cause(tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_broker_that_cannot_start_points_at_its_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    port = _free_port_pair()
+    port = free_port_range(2)
     monkeypatch.setattr(local, "KAFKA_HEAP", "-Xmx1m")
     settings = load_settings(home=tmp_path, kafka_bootstrap=f"127.0.0.1:{port}")
     with pytest.raises(InfraError) as err:
