@@ -18,6 +18,7 @@ is timed from the run's new head.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal, TypedDict
 
 import orjson
@@ -65,16 +66,15 @@ def read_close_request(value: bytes) -> CloseRequest | None:
     return {"runId": request["runId"], "next": request["next"], "reason": request["reason"]}
 
 
-def due(head: dict[str, Any], *, grace_s: float, idle_s: float, now_s: float) -> tuple[float, Reason]:
-    """When the run of ``head`` closes (seconds since the epoch), and why.
+def due(record: Mapping[str, Any], *, grace_s: float, idle_s: float, now_s: float) -> tuple[float, Reason]:
+    """When the run of ``record`` (its ``runs`` table record) closes (seconds since the epoch), and why.
 
-    ``head["ts"]`` is the Kafka timestamp (ms) of its last accepted event and ``head["end"]``
-    whether that run reached a terminal status; a head without a timestamp (repaired after a
-    crash) is timed from ``now_s``.
+    ``record["ts"]`` is the Kafka timestamp (ms) of its last accepted event and ``record["end"]``
+    whether that run reached a terminal status; a record without a timestamp is timed from ``now_s``.
     """
-    ts = head.get("ts")
+    ts = record.get("ts")
     last = ts / 1000.0 if isinstance(ts, int | float) else now_s
-    if head.get("end"):
+    if record.get("end"):
         return last + grace_s, "completed"
     return last + idle_s, "expired"
 

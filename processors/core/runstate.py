@@ -92,12 +92,18 @@ Send = tuple[str, str | None, Mapping[str, Any]]
 
 
 class RunRecord(TypedDict):
-    """A run's record in the ``runs`` table, as :func:`advance` makes it."""
+    """A run's record in the ``runs`` table, as :func:`advance` makes it: its head and its folded state.
+
+    One record holds both, so they are durable together: the sequencer decides an event on
+    ``next`` and ``head`` and folds it into ``state`` in the same step.
+    """
 
     state: State | None  # the folded state; None only before the first event
     next: int  # the sequence expected next
     head: str  # hash of the last committed event (GENESIS before the first)
     since: int  # events folded since the last snapshot
+    ts: int | None  # Kafka timestamp (ms) of the last event's ingest record (when the run goes idle)
+    end: bool  # a terminal event is committed (the run closes after its grace period)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,14 +123,15 @@ class Advanced:
 
 
 def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, snapshot_every: int,
-            handoff_mode: str) -> Advanced:
+            handoff_mode: str, ts_ms: int | None = None) -> Advanced:
     """Fold ``doc`` (the run's next sequence, already chained to ``head_hash``) into the run; pure.
 
     The one-pass worker calls this (through :func:`fold_next`) right after the sequencer's
     decision, so the chain is not re-checked here: it was computed a moment ago from the same doc.
+    ``ts_ms`` is the Kafka timestamp of the event's ingest record (the record's ``ts``).
     """
     run_id = doc["runId"]
-    rec = record or {"state": None, "next": 0, "head": GENESIS, "since": 0}
+    rec = record or _NEW_RUN
     state, outputs = fold(rec["state"], doc, handoff_mode=handoff_mode)
     sends: list[Send] = []
     for out in outputs:
@@ -143,8 +150,11 @@ def advance(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, sn
     snapshot = since >= snapshot_every or terminal
     s_hash = _state_hash(run_id, state, verify=snapshot, last=terminal)
     new: RunRecord = {"state": state, "next": doc["sequence"] + 1, "head": head_hash,
-                      "since": 0 if snapshot else since}
+                      "since": 0 if snapshot else since, "ts": ts_ms, "end": terminal or bool(rec.get("end"))}
     return Advanced(new, state, sends, s_hash, snapshot)
+
+
+_NEW_RUN: RunRecord = {"state": None, "next": 0, "head": GENESIS, "since": 0, "ts": None, "end": False}
 
 
 #: The rejection reason of an accepted event that its run's state cannot take (CONTRACT.md "Rejection").
@@ -159,26 +169,20 @@ class Unfoldable:
 
 
 def fold_next(record: RunRecord | None, doc: dict[str, Any], head_hash: str, *, snapshot_every: int,
-              handoff_mode: str) -> Advanced | Unfoldable:
-    """:func:`advance` when ``record`` is the run's state just before ``doc``; otherwise why it is not.
+              handoff_mode: str, ts_ms: int | None = None) -> Advanced | Unfoldable:
+    """:func:`advance`, or why the event cannot be folded: the fold raised (a bug).
 
-    Every committed record carries the state hash at its index, so the sequencer commits an event
-    only together with its fold. Its crash rule leaves a run's ``runs`` record at most one stage
-    behind its head, and the redelivered records put it level again (:func:`refold_due`); so a
-    record missing for a run past its first event, one behind or past ``doc``, or a fold that
-    raises, is an internal error. Folding over it anyway would commit a state hash that is not the
-    run's, which every later record and checkpoint would repeat: the event is refused instead, its
-    bytes kept in ``rejections``, and the run's log stays as it was.
+    The sequencer accepts ``doc`` on ``record``'s own ``next`` and ``head``, so the record is the
+    run's state just before it. Every committed record carries the state hash at its index, so an
+    event whose fold fails is not committed without one (that would be a hash every later record
+    and checkpoint repeats): it is refused, its bytes kept in ``rejections``, and the run's log
+    stays as it was.
     """
-    run_id, seq = doc["runId"], doc["sequence"]
-    held = record["next"] if record else 0
-    if held != seq:
-        state = "no run state" if record is None else f"its run state at sequence {held}"
-        return Unfoldable(f"the worker holds {state} for run {run_id}, whose next sequence is {seq}; "
-                          + _NOT_APPENDED)
     try:
-        return advance(record, doc, head_hash, snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+        return advance(record, doc, head_hash, snapshot_every=snapshot_every, handoff_mode=handoff_mode,
+                       ts_ms=ts_ms)
     except Exception as e:  # a fold bug: the sequencer has validated the event
+        run_id, seq = doc["runId"], doc["sequence"]
         log.exception("cannot fold run %s at sequence %d", run_id, seq)
         return Unfoldable(f"folding run {run_id} at sequence {seq} failed ({type(e).__name__}: {e}); "
                           + _NOT_APPENDED)
@@ -192,10 +196,10 @@ def refold_due(record: RunRecord | None, sequence: int) -> bool:
     """Whether a redelivered event at ``sequence`` must be folded again into its run's ``record``.
 
     Only when the record stops exactly before it: a crash made the event's index entry durable and
-    not the run state that followed it. A record already past it (the run state was made durable
-    and the head was not: the two share one round trip) has folded it, and folding it again would
-    apply it twice. A record further behind is none the crash rule leaves (a fold that failed):
-    the run's next accepted event is refused (:func:`fold_next`).
+    not the run record that followed it (the index is a stage ahead). A record past it has folded
+    it (the usual redelivery), and folding it again would apply it twice. The records of a batch
+    are redelivered in order from the first, so a run several events behind is put level one
+    refold at a time.
     """
     return (record["next"] if record else 0) == sequence
 

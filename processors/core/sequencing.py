@@ -25,7 +25,7 @@ from streams.codec import decode_ingest
 
 
 class RunHead(TypedDict):
-    """A run's head (the ``heads`` table): the sequence expected next and the hash of its last event."""
+    """A run's head (from its ``runs`` table record): the sequence expected next and the hash of its last event."""
 
     next: int
     hash: str
@@ -62,14 +62,9 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class Redelivered:
-    """The very same source record was already committed: nothing to append.
-
-    ``head`` is set when the run's head is behind that commit (a crash made the
-    index durable but not the head): the head it should have, from the index entry.
-    """
+    """The very same source record was already committed: nothing to append."""
 
     sequence: int
-    head: RunHead | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +94,7 @@ def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], sourc
     seen = lookup(event_id)
     if seen is not None:
         if seen[2] == source.partition and seen[3] == source.offset:
-            behind = head is None or head["next"] <= seen[0]
-            return Redelivered(sequence=seen[0], head={"next": seen[0] + 1, "hash": seen[1]} if behind else None)
+            return Redelivered(sequence=seen[0])
         return Rejected(
             "duplicate_event_id",
             f"eventId {event_id} is already committed at sequence {seen[0]} of run {doc['runId']}",

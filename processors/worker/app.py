@@ -5,8 +5,8 @@ Which agent does what:
 ==============  ====================  ==========================================  ===============
 agent           reads                 writes                                      table
 ==============  ====================  ==========================================  ===============
-sequencer       ingest                log (with stateHash), rejections,           heads, index,
-                                      transitions, violations, snapshots,         runs
+sequencer       ingest                log (with stateHash), rejections,           index, runs,
+                                      transitions, violations, snapshots,         closed
                                       handoff-links, verdicts, checkpoints
 log-check       log (plain consumer)  violations (hash_chain_broken)              —
 handoff         handoff-links         transitions (derive mode)                   links

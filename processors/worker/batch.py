@@ -17,9 +17,9 @@ flush can miss a changelog record that is between its send buffer and the
 client, so committing on its acks could leave a committed source offset whose
 table write never reached the broker — the next record of that run would then
 look like a gap. Tables are made durable in the stages of :data:`TABLE_STAGES`:
-the sequencer's eventId index before its heads and run states, so a head never
-runs ahead of the index it is checked against (a head behind the index is
-repaired by :func:`processors.core.sequencing.decide` on redelivery).
+the sequencer's eventId index before its run records (head and state), so a head
+never runs ahead of the index it is checked against (a record behind the index is
+folded again when its records are redelivered).
 
 Changelog records are written to the *source record's* partition explicitly
 (:meth:`Batch._put`), so table partitions stay co-partitioned with the topics by runId.
@@ -246,13 +246,12 @@ def _key_hash(key: bytes) -> int:
 
 #: The stages in which a batch's table writes are made durable, in order: the tables of one stage are
 #: written in one round trip, and a stage is sent once the one before it is acknowledged (a table not
-#: named is a stage of its own, after these). ``heads`` and ``runs`` share one: a crash may leave either
-#: ahead of the other, and both are repaired from ``index``, durable a stage before: ``runs`` behind is
-#: refolded (the module docstring), and ``runs`` ahead of ``heads`` makes the redelivered record
-#: ``Redelivered`` by its index entry, which restores the head, while the refold finds the run already
-#: folded past it and leaves it as it is. A closed run's marker comes first: once it is durable, every
-#: record of the run is decided by it, whatever of the run's head, index and state is deleted yet.
-TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("heads", "runs"), ("links",))
+#: named is a stage of its own, after these). ``index`` comes before ``runs`` (a run's head and state): a
+#: crash may leave a run record behind its index, which the redelivered records fold again
+#: (:mod:`processors.worker.sequencer`), never ahead of it, which nothing could repair. A closed run's
+#: marker comes first: once it is durable, every record of the run is decided by it, whatever of the
+#: run's index and record is deleted yet.
+TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("runs",), ("links",))
 
 
 class Batch:

@@ -4,8 +4,8 @@ Faust does not wait for our batches at a rebalance: records are acknowledged to 
 batch collects them, and ``stream_wait_empty`` is off, so its revocation returns while a batch
 is still being handled. That batch then wrote its table stages whenever it finished — after the
 rebalance, while (or after) the partitions' next owner recovered the same tables from their
-changelogs. The next owner could read the batch's ``heads`` records and not its ``index``
-records (two changelog topics, read separately, and Faust applies what a fetch returns beyond
+changelogs. The next owner could read the batch's ``runs`` records (a run's head) and not its
+``index`` records (two changelog topics, read separately, and Faust applies what a fetch returns beyond
 the high watermark it started from): a head ahead of the index is not repairable, and every
 redelivered record of the range was refused as a ``sequence_conflict`` (``test_many_workers``,
 about one run in 35: 754 records of one partition).

@@ -1,9 +1,9 @@
 """When the worker asks for a run to be closed (the rules are :mod:`processors.core.lifetimes`).
 
-The sequencer tells :class:`Lifetimes` each run's new head once its batch is durable; a timer
+The sequencer tells :class:`Lifetimes` each run's new record once its batch is durable; a timer
 then asks, on the run's own ingest partition, for every run that is due to close — once: a
 request the broker has taken reaches the sequencer in its turn, however long the backlog. Only
-runs in flight are tracked (one entry each), and what is tracked is rebuilt from the ``heads``
+runs in flight are tracked (one entry each), and what is tracked is rebuilt from the ``runs``
 table of each partition this worker is assigned, so a restart or a rebalance loses no due run
 (its new owner asks again). Asking twice is harmless: the sequencer closes a run once and
 ignores a request the run has moved on from.
@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from processors.core.lifetimes import Reason, close_request, due
@@ -46,10 +47,11 @@ class Lifetimes:
     def __len__(self) -> int:
         return len(self._due)
 
-    def track(self, partition: int, run_id: str, head: dict[str, Any], now_s: float | None = None) -> None:
-        at, reason = due(head, grace_s=self._grace_s, idle_s=self._idle_s,
+    def track(self, partition: int, run_id: str, record: Mapping[str, Any], now_s: float | None = None) -> None:
+        """Note the run's record (its ``next``, ``ts`` and ``end``: :func:`processors.core.lifetimes.due`)."""
+        at, reason = due(record, grace_s=self._grace_s, idle_s=self._idle_s,
                          now_s=time.time() if now_s is None else now_s)
-        self._due[run_id] = (partition, at, int(head["next"]), reason)
+        self._due[run_id] = (partition, at, int(record["next"]), reason)
         self._asked.discard(run_id)
 
     def forget(self, run_id: str) -> None:
@@ -70,21 +72,21 @@ class Lifetimes:
         return [(run_id, partition, nxt, reason) for run_id, (partition, at, nxt, reason) in self._due.items()
                 if at <= now_s and partition in partitions and run_id not in asked]
 
-    async def rescan(self, partition: int, heads: Any, now_s: float) -> int:
-        """Track every run whose head the table holds in ``partition``; returns how many.
+    async def rescan(self, partition: int, runs: Any, now_s: float) -> int:
+        """Track every run whose record the ``runs`` table holds in ``partition``; returns how many.
 
         Yields to the event loop every :data:`RESCAN_YIELD_EVERY` keys: a partition with many runs in
         flight is read from disk, and the agents' batches go on meanwhile.
         """
         n = 0
-        for i, key in enumerate(heads.keys_from(partition, "")):
+        for i, key in enumerate(runs.keys_from(partition, "")):
             if i % RESCAN_YIELD_EVERY == RESCAN_YIELD_EVERY - 1:
                 await asyncio.sleep(0)
             if key.startswith("\x00"):  # the agent's positions, not runs
                 continue
-            head = heads.get(partition, key)
-            if isinstance(head, dict) and "next" in head:
-                self.track(partition, key, head, now_s)
+            record = runs.get(partition, key)
+            if isinstance(record, dict) and "next" in record:
+                self.track(partition, key, record, now_s)
                 n += 1
         return n
 
@@ -102,7 +104,7 @@ class Lifetimes:
         wiring.fresh_tables()
         now_s = time.time()
         for partition in sorted(owned - self._scanned):
-            n = await self.rescan(partition, wiring.tables["heads"], now_s)
+            n = await self.rescan(partition, wiring.tables["runs"], now_s)
             self._scanned.add(partition)
             log.info("ingest partition %d: %d runs in flight", partition, n)
         for run_id in [r for r, (p, *_) in self._due.items() if p not in owned]:

@@ -8,16 +8,15 @@ goes through a second Faust stream (ingest → log → run state) to be folded: 
 per-record delivery is the worker's ceiling, and every extra hop halves what is left.
 
 Tables, in the stages :mod:`processors.worker.batch` makes them durable: ``index``
-(eventId → position), then ``heads`` (chain head per run) and ``runs`` (folded state per
-run) together. Every output of a batch (log records, transitions, violations, handoff
-links, snapshots) is acknowledged before the first of them is written, so a crash leaves
-at worst a run whose ``heads`` or ``runs`` record is behind its ``index``: the redelivered
-record is then ``Redelivered``, its index entry restores the head, and a run state behind
-is refolded silently (its outputs are already durable), which restores it byte for byte;
-a run state already past it is left as it is. Every committed record carries its state hash,
-so an accepted event whose run state is not just before it (none the crash rule leaves: a
-fold that failed, a table lost) is not committed without one: it goes to ``rejections`` with
-reason ``run_state_unavailable`` (:func:`processors.core.runstate.fold_next`).
+(eventId → position), then ``runs`` (per run: its chain head and its folded state, one
+record, so the two are always durable together). Every output of a batch (log records,
+transitions, violations, handoff links, snapshots) is acknowledged before the first of them
+is written, so a crash leaves at worst a run whose ``runs`` record is behind its ``index``:
+the redelivered record is then ``Redelivered`` and is folded again silently (its outputs are
+already durable), which restores the record byte for byte. Every committed record carries
+its state hash, so an accepted event whose fold fails (a bug) is not committed without one:
+it goes to ``rejections`` with reason ``run_state_unavailable``
+(:func:`processors.core.runstate.fold_next`).
 
 Signed checkpoints: where a run is due one (every ``checkpoint_every`` events
 and at every terminal event, :func:`processors.core.checkpoint.is_due`), the sequencer —
@@ -48,6 +47,7 @@ from processors.core.sequencing import (
     Handled,
     IndexLookup,
     Redelivered,
+    RunHead,
     Source,
     rejection_record,
     sequence,
@@ -89,11 +89,9 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         if record.value[:1] == CLOSE_PREFIX[:1] and (request := read_close_request(record.value)) is not None:
             close(batch, source, request)
             return
-        heads: dict[str, Any] = {}
-
-        def head_of(run_id: str) -> Any:
-            head = heads[run_id] = batch.get("heads", run_id)
-            return head
+        def head_of(run_id: str) -> RunHead | None:
+            rec = batch.get("runs", run_id)
+            return None if rec is None else {"next": rec["next"], "hash": rec["head"]}
 
         def lookup_of(run_id: str) -> IndexLookup:
             return lambda event_id: batch.get("index", run_id + INDEX_SEP + event_id)
@@ -107,8 +105,8 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             committed = decision.committed
             doc = committed["doc"]
             run_id, seq = doc["runId"], doc["sequence"]
-            adv = fold_next(cast(RunRecord | None, batch.get("runs", run_id)), doc, decision.head["hash"],
-                            snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+            adv = fold_next(cast(RunRecord | None, batch.get("runs", run_id)), doc, committed["hash"],
+                            snapshot_every=snapshot_every, handoff_mode=handoff_mode, ts_ms=source.timestamp_ms)
             if isinstance(adv, Unfoldable):
                 await refuse(batch, record, source, doc, adv)
                 return
@@ -117,11 +115,6 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                                      committed["source"], adv.state_hash)
             # Only a snapshot needs to know where its log record landed (a future per record costs).
             logged = await batch.send("log", run_id, value, want=adv.snapshot, on_acked=remember)
-            previous = heads.get(run_id)
-            head = {**decision.head, "ts": source.timestamp_ms,
-                    "end": doc["type"] in TERMINAL_TYPES or bool(previous and previous.get("end"))}
-            batch.set("heads", source.partition, run_id, head)
-            batch.collected.append(("head", run_id, head, source.partition))
             event_id, entry = decision.index_entry
             batch.set("index", source.partition, run_id + INDEX_SEP + event_id, entry)
             METRICS.inc("agentlog_events_accepted_total")
@@ -134,13 +127,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                           logged if adv.snapshot else None, replay=replay)
         elif isinstance(decision, Redelivered):
             assert doc is not None  # a redelivery was decoded
-            if decision.head is not None:
-                previous = heads.get(doc["runId"])
-                head = {**decision.head, "ts": source.timestamp_ms,
-                        "end": doc["type"] in TERMINAL_TYPES or bool(previous and previous.get("end"))}
-                batch.set("heads", source.partition, doc["runId"], head)
-                batch.collected.append(("head", doc["runId"], head, source.partition))
-            await _refold(batch, source.partition, doc, decision.sequence)
+            await _refold(batch, source, doc, decision.sequence)
             METRICS.inc("agentlog_redelivered_total")
         elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")
@@ -155,7 +142,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                      why: Unfoldable) -> None:
         """An accepted event its run's state cannot take: to ``rejections``, nothing of it in the log or tables.
 
-        Neither its index entry nor the run's head moves, so the run's log stays as it was and the
+        Neither its index entry nor the run's record moves, so the run's log stays as it was and the
         event, sent again, is decided again.
         """
         log.error("run %s: event %s at sequence %d refused: %s", doc["runId"], doc["eventId"], doc["sequence"],
@@ -165,39 +152,41 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         METRICS.inc("agentlog_events_rejected_total", reason=RUN_STATE_UNAVAILABLE)
 
     def close(batch: Batch, source: Source, request: CloseRequest) -> None:
-        """Close the run of a close request: a marker first, then its index, head and state deleted.
+        """Close the run of a close request: a marker first, then its index and record deleted.
 
         A request the run has moved on from (another event since) or that finds it closed does nothing.
         """
         run_id, partition = request["runId"], source.partition
-        head = batch.get("heads", run_id)
-        if head is None or head["next"] != request["next"]:
-            batch.collected.append(("closed" if head is None else "stale", run_id))
+        rec = batch.get("runs", run_id)
+        if rec is None or rec["next"] != request["next"]:
+            batch.collected.append(("closed" if rec is None else "stale", run_id))
             return
-        batch.set("closed", partition, run_id, closed_marker(request, head["hash"], source.offset))
+        batch.set("closed", partition, run_id, closed_marker(request, rec["head"], source.offset))
         for key in batch.keys_from("index", run_id + INDEX_SEP):
             batch.set("index", partition, key, None)
-        batch.set("heads", partition, run_id, None)
         batch.set("runs", partition, run_id, None)
         batch.collected.append(("closed", run_id))
         METRICS.inc("agentlog_runs_closed_total", reason=request["reason"])
 
-    async def _refold(batch: Batch, partition: int, doc: dict[str, Any], seq: int) -> None:
-        """A redelivered record whose fold did not become durable (a crash between tables): fold it again.
+    async def _refold(batch: Batch, source: Source, doc: dict[str, Any], seq: int) -> None:
+        """A redelivered record whose run record did not become durable (a crash between stages): fold it again.
 
-        Its outputs were acknowledged before any table write, so nothing is sent again.
+        Its outputs were acknowledged before any table write, so nothing is sent again; the record
+        is the one the first handling made (same event, same ingest timestamp).
         """
         run_id = doc["runId"]
         rec = cast(RunRecord | None, batch.get("runs", run_id))
         if not refold_due(rec, seq):
-            return  # already folded (the usual redelivery), or behind by more: the next accepted event is refused
+            return  # already folded: the usual redelivery
         entry = batch.get("index", run_id + INDEX_SEP + doc["eventId"])
         try:
-            adv = advance(rec, doc, entry[1], snapshot_every=snapshot_every, handoff_mode=handoff_mode)
+            adv = advance(rec, doc, entry[1], snapshot_every=snapshot_every, handoff_mode=handoff_mode,
+                          ts_ms=source.timestamp_ms)
         except Exception:
             log.exception("cannot refold run %s at sequence %d", run_id, seq)
             return
-        batch.set("runs", partition, run_id, adv.record)
+        batch.set("runs", source.partition, run_id, adv.record)
+        batch.collected.append(("head", run_id, adv.record, source.partition))
         METRICS.inc("agentlog_refolded_total")
 
     async def _folded(batch: Batch, partition: int, run_id: str, doc: dict[str, Any], new: RunRecord,
@@ -206,6 +195,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             await batch.send(short, key, encode_record(out))
             runstate.count(short, out)
         batch.set("runs", partition, run_id, new)
+        batch.collected.append(("head", run_id, new, partition))
         if logged is not None:  # a snapshot names its log offset: made once the log record is acknowledged
             batch.collected.append(("snapshot", run_id, doc["sequence"], new["state"], state_hash, new["head"],
                                     logged))
@@ -235,7 +225,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             elif item[0] == "verdict" and verdicts is not None:
                 verdicts.ask(item[1])
 
-    batched_agent(wiring, "ingest", name="sequencer", table="heads", handle=handle,
+    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=handle,
                   before_commit=snapshots, after_commit=after)
 
 

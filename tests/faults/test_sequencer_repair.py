@@ -1,14 +1,17 @@
 """Pure checks of the crash windows the fault suite found in the sequencer's tables (no broker).
 
-A SIGKILL between the index's changelog write and the head's leaves an index entry for a
-committed record and a head that is behind it; the redelivered record must move the head
-on, or the run's next event is rejected as a gap and everything after it is lost.
+A SIGKILL between the index's changelog write and the run record's (head and state, one record)
+leaves index entries for committed records and a run record behind them; the redelivered records
+must put the record level again, each event folded exactly once, or the run's next event is
+rejected as a gap and everything after it is lost.
 """
 
 from __future__ import annotations
 
 import pytest
 
+from processors.core.fold import fold
+from processors.core.runstate import advance, refold_due
 from processors.core.sequencing import Accepted, Redelivered, Source, decide
 from schemas.canonical import GENESIS, chain_hash
 
@@ -20,73 +23,53 @@ def _doc(seq: int) -> dict:
             "payload": {"name": "x", "value": seq}, "timestamp": "2025-01-15T10:00:00.000Z", "sequence": seq}
 
 
-def test_redelivery_repairs_a_head_left_behind_by_a_crash():
+def _head(record):
+    return None if record is None else {"next": record["next"], "hash": record["head"]}
+
+
+def test_redelivery_folds_a_run_record_left_behind_its_index_by_a_crash():
     index: dict[str, list] = {}
-    live = durable = None
+    record = durable = None
     for seq in range(3):
-        d = decide(live, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+        d = decide(_head(record), index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
         assert isinstance(d, Accepted)
         index[d.index_entry[0]] = d.index_entry[1]
-        live = d.head
+        record = advance(record, d.committed["doc"], d.committed["hash"], snapshot_every=100,
+                         handoff_mode="auto", ts_ms=10 + seq).record
         if seq == 0:
-            durable = d.head  # the crash: the heads of 1 and 2 never became durable, their index entries did
-    head = durable
-    assert head["next"] == 1
-    for seq in (1, 2):  # redelivered from the uncommitted offsets
-        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
+            durable = record  # the crash: the run records after 0 never became durable, the index entries did
+    live, record = record, durable
+    for seq in (1, 2):  # redelivered from the uncommitted offsets, in order
+        d = decide(_head(record), index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
         assert isinstance(d, Redelivered) and d.sequence == seq
-        assert d.head == {"next": seq + 1, "hash": index[f"r:{seq}"][1]}
-        head = d.head
-    d = decide(head, index.get, _doc(3), Source("in", 0, 13, 0))
+        assert refold_due(record, seq)
+        record = advance(record, _doc(seq), index[f"r:{seq}"][1], snapshot_every=100, handoff_mode="auto",
+                         ts_ms=10 + seq).record
+    assert record == live  # byte for byte what the first handling made
+    d = decide(_head(record), index.get, _doc(3), Source("in", 0, 13, 0))
     assert isinstance(d, Accepted)
     expected = GENESIS
     for seq in range(4):
         expected = chain_hash(expected, _doc(seq))
     assert d.committed["hash"] == expected
-
-
-def test_a_run_state_made_durable_before_its_head_is_neither_refolded_nor_skipped():
-    """``heads`` and ``runs`` share one round trip: a crash may leave the run state ahead."""
-    from processors.core.fold import fold
-    from processors.core.runstate import advance, refold_due
-
-    index: dict[str, list] = {}
-    head = durable_head = None
-    record = None
-    for seq in range(3):
-        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
-        assert isinstance(d, Accepted)
-        index[d.index_entry[0]] = d.index_entry[1]
-        record = advance(record, d.committed["doc"], d.head["hash"], snapshot_every=100, handoff_mode="auto").record
-        head = d.head
-        if seq == 0:
-            durable_head = d.head  # the crash: the run state of 1 and 2 became durable, their heads did not
-    durable_record = record
-    assert durable_head["next"] == 1 and durable_record["next"] == 3
-    head = durable_head
-    for seq in (1, 2):  # redelivered from the uncommitted offsets
-        d = decide(head, index.get, _doc(seq), Source("in", 0, 10 + seq, 0))
-        assert isinstance(d, Redelivered) and d.head == {"next": seq + 1, "hash": index[f"r:{seq}"][1]}
-        assert not refold_due(durable_record, seq)  # already folded: applying it again would count it twice
-        head = d.head
-    d = decide(head, index.get, _doc(3), Source("in", 0, 13, 0))
-    assert isinstance(d, Accepted) and d.committed["doc"]["sequence"] == durable_record["next"]
-    after = advance(durable_record, d.committed["doc"], d.head["hash"], snapshot_every=100, handoff_mode="auto")
+    after = advance(record, d.committed["doc"], d.committed["hash"], snapshot_every=100, handoff_mode="auto")
     state = None
     for seq in range(4):
         state, _ = fold(state, _doc(seq))
     assert after.record["state"] == state  # every event folded exactly once
 
 
-def test_redelivery_of_an_old_record_leaves_a_current_head_alone():
+def test_redelivery_of_a_record_already_folded_changes_nothing():
     index: dict[str, list] = {}
-    head = None
+    record = None
     for seq in range(3):
-        d = decide(head, index.get, _doc(seq), Source("in", 0, seq, 0))
+        d = decide(_head(record), index.get, _doc(seq), Source("in", 0, seq, 0))
         index[d.index_entry[0]] = d.index_entry[1]
-        head = d.head
-    d = decide(head, index.get, _doc(1), Source("in", 0, 1, 0))
-    assert isinstance(d, Redelivered) and d.head is None
+        record = advance(record, d.committed["doc"], d.committed["hash"], snapshot_every=100,
+                         handoff_mode="auto").record
+    d = decide(_head(record), index.get, _doc(1), Source("in", 0, 1, 0))
+    assert isinstance(d, Redelivered) and d.sequence == 1
+    assert not refold_due(record, 1)
 
 
 def test_a_rejection_of_an_unsafe_sequence_is_itself_encodable():

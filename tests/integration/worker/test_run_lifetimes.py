@@ -84,11 +84,11 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
         worker.start()
 
         async def tombstoned(run_id: str) -> list | None:
-            heads = await _changelog(settings, "seq-heads")
+            records = await _changelog(settings, "run-state")
             last = {}
-            for key, value in heads:
+            for key, value in records:
                 last[key] = value
-            return heads if f'"{run_id}"' in last and last[f'"{run_id}"'] is None else None
+            return records if f'"{run_id}"' in last and last[f'"{run_id}"'] is None else None
 
         expected = sorted([(d["runId"], d["sequence"]) for d in finished + unfinished])
 
@@ -96,14 +96,14 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
             return sorted(await _logged(settings)) == expected or None
 
         await wait_until(all_logged, what="both runs in the log", worker=worker, timeout=90)
-        await wait_until(lambda: tombstoned(done_id), what="the finished run's head tombstone", worker=worker,
+        await wait_until(lambda: tombstoned(done_id), what="the finished run's record tombstone", worker=worker,
                          timeout=90)
-        # Still open: the unfinished run's head has no tombstone yet (its idle retention is 6 s).
+        # Still open: the unfinished run's record has no tombstone yet (its idle retention is 6 s).
         assert await tombstoned(open_id) is None
-        await wait_until(lambda: tombstoned(open_id), what="the idle run's head tombstone", worker=worker,
+        await wait_until(lambda: tombstoned(open_id), what="the idle run's record tombstone", worker=worker,
                          timeout=90)
 
-        # Every index entry and the run state of both runs: written, then deleted.
+        # Every index entry and the record of both runs: written, then deleted.
         for table, keys in (("seq-index", [f'"{d["runId"]}{INDEX_SEP}{d["eventId"]}"'.replace(INDEX_SEP, "\\u001f")
                                            for d in finished + unfinished]),
                             ("run-state", [f'"{done_id}"', f'"{open_id}"'])):
@@ -141,7 +141,6 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
     tables = sequencer_tables(app, settings.partitions, RocksBudget(8), settings.run_closed_retention_s)
     for p in range(settings.partitions):
         for run_id in (done_id, open_id):
-            assert tables["heads"].get(p, run_id) is None
             assert tables["runs"].get(p, run_id) is None
             assert list(tables["index"].keys_from(p, run_id + INDEX_SEP)) == []
     assert sum(tables["closed"].get(p, done_id) is not None for p in range(settings.partitions)) == 1
@@ -200,7 +199,7 @@ def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplic
 
         async def all_closed() -> bool | None:
             last: dict[str, bytes | None] = {}
-            for key, value in await _changelog(settings, "seq-heads"):
+            for key, value in await _changelog(settings, "run-state"):
                 last[key] = value
             open_runs = sorted(r for r in runs if last.get(f'"{r}"', b"") is not None)
             return not open_runs or None

@@ -14,7 +14,6 @@ import hashlib
 import logging
 import uuid
 
-import pytest
 import rfc8785
 
 import processors.core.runstate as runstate
@@ -79,7 +78,7 @@ def test_first_event_starts_the_run_with_its_state_hash():
     log = _committed(_docs(run_id, 0))
     adv = _advance(None, log[0])
     state = _state(bindings={"engineVersion": "1.4.0"})
-    assert adv.record == {"state": state, "next": 1, "head": log[0]["hash"], "since": 1}
+    assert adv.record == {"state": state, "next": 1, "head": log[0]["hash"], "since": 1, "ts": None, "end": False}
     assert adv.state == state and adv.state_hash == _hash_state(state)
     assert adv.sends == [] and not adv.snapshot
 
@@ -95,7 +94,7 @@ def test_contiguous_events_fold_and_chain():
         hashes.append(adv.state_hash)
     variables = {"v1": 10, "v2": 20, "v3": 30}
     state = _state(variables=variables, bindings={"engineVersion": "1.4.0"})
-    assert record == {"state": state, "next": 4, "head": log[3]["hash"], "since": 4}
+    assert record == {"state": state, "next": 4, "head": log[3]["hash"], "since": 4, "ts": None, "end": False}
     assert hashes[1] == _hash_state(_state(variables={"v1": 10}, bindings={"engineVersion": "1.4.0"}))
     assert hashes[-1] == _hash_state(state)
 
@@ -174,18 +173,18 @@ def test_fold_next_folds_the_event_its_run_state_stops_before():
     assert _fold_next(record, log[2]) == _advance(record, log[2])
 
 
-@pytest.mark.parametrize(("held", "state"), [(None, "no run state"), (1, "its run state at sequence 1"),
-                                             (3, "its run state at sequence 3")])
-def test_fold_next_refuses_an_event_its_run_state_is_not_just_before(held, state):
-    # Missing for a run past its first event, behind it (a fold that failed earlier), past it (a table
-    # that disagrees with the head): folding anyway would commit a state hash that is not the run's.
+def test_a_run_record_carries_its_last_ingest_timestamp_and_whether_it_ended():
+    # What the worker's run lifetimes read (processors.core.lifetimes.due): the record is the run's head.
     run_id = _run_id()
-    log = _committed(_docs(run_id, 3))
-    record = None if held is None else _through(log, held)
-    got = _fold_next(record, log[2])
-    assert isinstance(got, Unfoldable)
-    assert got.detail.startswith(f"the worker holds {state} for run {run_id}, whose next sequence is 2; "
-                                 "the event is not appended, because every log record carries the state hash")
+    log = _committed(_docs(run_id, 2, end="run.completed"))  # sequences 0..3, run.completed at 3
+    record = None
+    for committed, ts in zip(log, (1_000, 2_000, 3_000, 4_000), strict=True):
+        got = fold_next(record, committed["doc"], committed["hash"], snapshot_every=100, handoff_mode="auto",
+                        ts_ms=ts)
+        assert not isinstance(got, Unfoldable)
+        assert got.record["ts"] == ts and got.record["next"] == committed["doc"]["sequence"] + 1
+        assert got.record["end"] is (committed["doc"]["type"] == "run.completed")
+        record = got.record
 
 
 def test_fold_next_refuses_an_event_whose_fold_raises(monkeypatch, caplog):
@@ -213,10 +212,9 @@ def test_a_redelivered_event_is_folded_again_only_where_its_run_state_stops_befo
     # Behind by exactly this event: a crash made its index entry durable, not the run state after it.
     assert refold_due(_record(5), 5)
     assert refold_due(None, 0)
-    # Already folded (the usual redelivery), or the run state was durable and the head was not
-    # (heads and runs share one round trip): folding again would apply it twice.
+    # Already folded (the usual redelivery): folding again would apply it twice.
     assert not refold_due(_record(6), 5)
     assert not refold_due(_record(9), 5)
-    assert not refold_due(None, 3)
-    # Further behind (a fold that failed): nothing to refold from; the run's next accepted event is refused.
+    # Further behind: the batch's earlier records, redelivered first, fold it level one at a time.
     assert not refold_due(_record(3), 5)
+    assert not refold_due(None, 3)

@@ -22,7 +22,7 @@ from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 async def _run(wiring: Wiring, name: str, topic: str, values: list[bytes | None]) -> None:
     """Run agent ``name`` on ``values`` (offsets 0.. of ``topic[0]``) until its position is past them."""
-    table, agent = {"sequencer": "heads", "handoff": "links"}[name], parts(wiring).runner.agents[name][1]
+    table, agent = {"sequencer": "runs", "handoff": "links"}[name], parts(wiring).runner.agents[name][1]
     stream = MemoryStream([event(topic, 0, offset, value) for offset, value in enumerate(values)])
     running = asyncio.ensure_future(agent(stream))
     while not running.done() and (wiring.tables[table].get(0, position_key(topic, 0)) or 0) < len(values):
@@ -37,7 +37,7 @@ def _transitions(broker: Any, topic: str) -> list[dict[str, Any]]:
 
 def test_the_handoff_agent_derives_the_transitions_from_the_sequencers_links(tmp_path):
     wiring = memory_wiring(Settings(home=tmp_path, handoff_mode="derive"),
-                           tables=("heads", "index", "runs", "closed", "links"))
+                           tables=("index", "runs", "closed", "links"))
     sequencer.install(wiring, replay=False)
     handoff.install(wiring)
     broker = parts(wiring).broker

@@ -22,7 +22,7 @@ from processors.worker.wiring import Wiring
 
 
 def _wiring(*tables: str) -> Wiring:
-    return memory_wiring(tables=tables or ("index", "heads", "runs"))
+    return memory_wiring(tables=tables or ("index", "runs", "links"))
 
 
 def _batch(wiring: Wiring, writes: dict[tuple[str, str], Any] | None = None, partition: int = 0) -> Batch:
@@ -40,10 +40,10 @@ def _written(wiring: Wiring) -> list[str]:
 def test_a_batch_is_made_durable_outputs_then_table_stages_in_order_then_positions():
     async def scenario() -> Wiring:
         wiring = _wiring()
-        wiring.positions.consumes("ingest", "heads")
-        b = _batch(wiring, {("runs", "r1"): 2, ("heads", "r1"): 2, ("index", "r1/e1"): 1, ("index", "r1/e2"): 2})
+        wiring.positions.consumes("ingest", "runs")
+        b = _batch(wiring, {("links", "c1"): 3, ("runs", "r1"): 2, ("index", "r1/e1"): 1, ("index", "r1/e2"): 2})
         await b.send("log", "r1", b"out")
-        b.advanced("heads", "ingest", 0, 20)
+        b.advanced("runs", "ingest", 0, 20)
         await b.commit()
         return wiring
 
@@ -51,7 +51,7 @@ def test_a_batch_is_made_durable_outputs_then_table_stages_in_order_then_positio
     # Each stage is sent only once the one before it is acknowledged (acknowledgements come a turn later).
     assert _written(wiring) == ["write log r1=out", "acked log[0]",
                                 'write index "r1/e1"=1', 'write index "r1/e2"=2', "acked index[0]",
-                                'write heads "r1"=2', 'write runs "r1"=2', "acked heads[0]", "acked runs[0]"]
+                                'write runs "r1"=2', "acked runs[0]", 'write links "c1"=3', "acked links[0]"]
     assert wiring.positions.committable("ingest", 0, 1) == 20
     assert wiring.tables["runs"].data == {"r1": 2}  # type: ignore[attr-defined]
 
@@ -60,29 +60,29 @@ def test_a_stage_reaches_the_local_copy_only_once_its_changelog_records_are_ackn
     """A crash (here a refused stage) leaves the local copy a prefix of the changelog, never ahead of it."""
     wiring = _wiring()
     tables: dict[str, Any] = wiring.tables
-    b = _batch(wiring, {("runs", "r1"): 2, ("heads", "r1"): 2, ("index", "r1/e1"): 1})
-    parts(wiring).producer.refuse = {"heads", "runs"}  # the outputs, the index stage, then heads + runs: refused
+    b = _batch(wiring, {("runs", "r1"): 2, ("index", "r1/e1"): 1})
+    parts(wiring).producer.refuse = {"runs"}  # the outputs, the index stage, then runs: refused
     with pytest.raises(Refused, match="the broker refused"):
         asyncio.run(b.commit())
     assert tables["index"].data == {"r1/e1": 1}
     assert tables["index"].offsets == {0: 0}  # marked as holding the changelog up to its acknowledged record
-    assert tables["heads"].data == tables["runs"].data == {}
-    assert tables["heads"].offsets == tables["runs"].offsets == {}
+    assert tables["runs"].data == {}
+    assert tables["runs"].offsets == {}
 
 
-def test_tables_are_written_in_stages_index_alone_then_heads_with_runs_then_the_rest_one_by_one():
-    written = dict.fromkeys(["runs", "spans", "index", "heads", "other", "links", "closed"])
-    assert _stages(written) == [["closed"], ["index"], ["heads", "runs"], ["links"], ["spans"], ["other"]]
+def test_tables_are_written_in_stages_closed_index_runs_links_then_the_rest_one_by_one():
+    written = dict.fromkeys(["runs", "spans", "index", "other", "links", "closed"])
+    assert _stages(written) == [["closed"], ["index"], ["runs"], ["links"], ["spans"], ["other"]]
     assert _stages(dict.fromkeys(["runs"])) == [["runs"]]
     assert _stages({}) == []
 
 
 def test_a_batch_reads_its_own_writes_first_then_the_table():
-    wiring = _wiring("runs", "heads")
+    wiring = _wiring("runs", "other")
     table: Any = wiring.tables["runs"]
     table.data.update({"k": "durable", "only-durable": 1, "gone": "x", "p/1": 1, "p/2": 2})
     b = _batch(wiring, {("runs", "k"): "mine", ("runs", "gone"): None, ("runs", "p/3"): 3, ("runs", "p/2"): None,
-                        ("heads", "p/4"): 4})
+                        ("other", "p/4"): 4})
     assert b.get("runs", "k") == "mine"
     assert b.get("runs", "only-durable") == 1
     assert b.get("runs", "gone") is None  # deleted by the batch, still in the table until it is durable

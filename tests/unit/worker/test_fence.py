@@ -37,14 +37,14 @@ class LoggedPositions(DurablePositions):
 
 async def _batch(log: list[str], fence: Fence, partition: int = 3, *, hold: bool = False) -> Batch:
     """A batch of one output and one key in each sequencer table, holding ``ingest[partition]`` up to 11."""
-    wiring = memory_wiring(tables=("index", "heads", "runs"), hold=hold)
+    wiring = memory_wiring(tables=("index", "runs"), hold=hold)
     wiring.fence = fence
     wiring.positions = LoggedPositions(log)
     b = Batch(wiring)
     await b.send("log", "r", b"out")
-    for table, key in (("index", "r/e"), ("heads", "r"), ("runs", "r")):
+    for table, key in (("index", "r/e"), ("runs", "r")):
         b.set(table, partition, key, 1)
-    b.advanced("heads", "ingest", partition, 11)
+    b.advanced("runs", "ingest", partition, 11)
     return b
 
 
@@ -177,11 +177,11 @@ def test_a_partition_lost_between_stages_stops_the_batch_before_the_next_stage()
         return log, batch
 
     log, batch = asyncio.run(scenario())
-    # index written (a head behind its index is repaired on redelivery), heads/runs and the position not
+    # index written (a run record behind its index is folded again on redelivery), runs and the position not
     assert _written(batch) == ["write log r=out", "acked log[0]", 'write index "r/e"=1', "acked index[3]"]
     assert log == []
     assert batch.wiring.tables["index"].data == {"r/e": 1}  # type: ignore[attr-defined]
-    assert batch.wiring.tables["heads"].data == batch.wiring.tables["runs"].data == {}  # type: ignore[attr-defined]
+    assert batch.wiring.tables["runs"].data == {}  # type: ignore[attr-defined]
 
 
 def test_a_fenced_batch_is_not_a_failure_the_agent_goes_on():

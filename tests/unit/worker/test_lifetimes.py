@@ -33,13 +33,17 @@ def test_a_run_is_asked_for_once_when_due_and_again_only_if_its_request_was_not_
     assert lt.due_now({0}, now_s=9999.0) == [] and len(lt) == 1
 
 
-def test_the_runs_in_flight_are_read_back_from_the_heads_table_positions_aside():
-    heads = MemoryTable("seq-heads")
-    heads.put(2, "r1", {"next": 3, "hash": "h", "ts": 1_000_000, "end": True})
-    heads.put(2, "r2", {"next": 1, "hash": "h", "ts": 1_000_000})
-    heads.put(2, "\x00position\x1fingest\x1f2", 17)
+def _record(next_seq: int, *, end: bool) -> dict:
+    return {"state": {}, "next": next_seq, "head": "h", "since": 0, "ts": 1_000_000, "end": end}
+
+
+def test_the_runs_in_flight_are_read_back_from_the_runs_table_positions_aside():
+    runs = MemoryTable("run-state")
+    runs.put(2, "r1", _record(3, end=True))
+    runs.put(2, "r2", _record(1, end=False))
+    runs.put(2, "\x00position\x1fingest\x1f2", 17)
     lt = _lifetimes()
-    assert asyncio.run(lt.rescan(2, heads, now_s=0)) == 2
+    assert asyncio.run(lt.rescan(2, runs, now_s=0)) == 2
     assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
 
 
@@ -47,9 +51,9 @@ def test_a_sweep_asks_on_the_runs_own_ingest_partition_once_and_not_while_the_gr
     from processors.core.lifetimes import close_request
     from processors.worker.memory import TopicPartition, parts
 
-    wiring = memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0), tables=("heads",), partitions=4)
+    wiring = memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0), tables=("runs",), partitions=4)
     ingest = wiring.topics["ingest"].get_topic_name()
-    wiring.tables["heads"].put(2, "r1", {"next": 3, "hash": "h", "ts": 1_000_000, "end": True})
+    wiring.tables["runs"].put(2, "r1", _record(3, end=True))
     wiring.fence.assigned([TopicPartition(ingest, 2)])
     lt = Lifetimes(wiring)
     memory = parts(wiring)

@@ -11,7 +11,6 @@ head unmoved. Expected state hashes come from the reference path (``states_by_in
 from __future__ import annotations
 
 import asyncio
-import base64
 from typing import Any
 
 import pytest
@@ -43,7 +42,7 @@ class Fed:
 def worker(monkeypatch, tmp_path) -> tuple[Wiring, dict[str, dict[str, Any]]]:
     """The wiring the sequencer agent is installed on, and its tables' contents (live dicts), across feeds."""
     monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
-    wiring = memory_wiring(Settings(home=tmp_path), tables=("heads", "index", "runs", "closed"))
+    wiring = memory_wiring(Settings(home=tmp_path), tables=("index", "runs", "closed"))
     sequencer.install(wiring, replay=False)
     return wiring, {name: table.data for name, table in wiring.tables.items()}  # type: ignore[attr-defined]
 
@@ -53,8 +52,8 @@ async def _run(wiring: Wiring, offsets: list[int], values: list[bytes]) -> None:
     _, agent = parts(wiring).runner.agents["sequencer"]
     stream = MemoryStream([event(INGEST, 0, offset, value) for offset, value in zip(offsets, values, strict=True)])
     running = asyncio.ensure_future(agent(stream))
-    heads = wiring.tables["heads"]
-    while not running.done() and (heads.get(0, position_key(INGEST, 0)) or 0) < offsets[-1] + 1:
+    runs = wiring.tables["runs"]
+    while not running.done() and (runs.get(0, position_key(INGEST, 0)) or 0) < offsets[-1] + 1:
         await asyncio.sleep(0.002)
     stream.close()
     await running
@@ -92,35 +91,6 @@ def test_every_committed_record_carries_the_state_hash_at_its_index(worker):
     assert not [s for s in batch.sent if s[0] == "rejections"]
 
 
-@pytest.mark.parametrize("lost", ["missing", "behind", "past"])
-def test_an_event_its_run_state_is_not_just_before_is_refused_and_the_log_stays_as_it_was(worker, lost):
-    docs = llm_run(f"seq-{lost}")
-    k = 8
-    _, tables = worker
-    _feed(worker, docs[:k])
-    head = dict(tables["heads"][docs[0]["runId"]])
-    if lost == "missing":  # a run past its first event with no run state: a table lost
-        del tables["runs"][docs[0]["runId"]]
-    else:  # behind (a fold that failed) or past (a table that disagrees with the head)
-        tables["runs"][docs[0]["runId"]] = {**tables["runs"][docs[0]["runId"]], "next": k - 1 if lost == "behind"
-                                            else k + 1}
-    refused0 = METRICS.get("agentlog_events_rejected_total", reason="run_state_unavailable")
-
-    batch = _feed(worker, docs[k:k + 1], first_offset=k)
-    assert _logged(batch) == []
-    [(short, key, rejection)] = batch.sent
-    assert (short, key, rejection["reason"], rejection["sequence"]) == ("rejections", docs[0]["runId"],
-                                                                        "run_state_unavailable", k)
-    assert "the event is not appended, because every log record carries the state hash" in rejection["detail"]
-    assert base64.b64decode(rejection["raw"]) == encode_json(docs[k])
-    assert tables["heads"][docs[0]["runId"]] == head  # the run's head did not move
-    assert not any(key.endswith(docs[k]["eventId"]) for key in tables["index"])
-    assert METRICS.get("agentlog_events_rejected_total", reason="run_state_unavailable") == refused0 + 1
-    # sent again, it is decided again (not a duplicate), and refused again while the run state stays so
-    again = _feed(worker, docs[k:k + 1], first_offset=k + 1)
-    assert [(s, v["reason"]) for s, _, v in again.sent] == [("rejections", "run_state_unavailable")]
-
-
 def test_an_event_whose_fold_raises_is_refused_and_taken_once_the_fold_works(worker, monkeypatch):
     docs = llm_run("seq-raises")
     k = 5
@@ -153,7 +123,7 @@ def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_
         _feed(worker, docs)
     crashed = _FED[-1]
     assert [r["stateHash"] for r in _logged(crashed)] == [h for _, h in states_by_index(docs)]
-    assert tables["heads"] == tables["index"] == tables["runs"] == {}  # no table write, no position
+    assert tables["index"] == tables["runs"] == {}  # no table write, no position
 
     producer.refuse = set()
     again = _feed(worker, docs)  # the same records, delivered again
@@ -161,13 +131,35 @@ def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_
     # byte for byte; a snapshot names where its log record landed, which is the second copy's offset now
     assert [{**v, "logOffset": None} for short, _, v in again.sent if short == "snapshots"] == \
            [{**v, "logOffset": None} for short, _, v in crashed.sent if short == "snapshots"] != []
-    assert tables["heads"][run_id]["next"] == len(docs)
     assert len([k for k in tables["index"] if k.startswith(run_id)]) == len(docs)
     assert tables["runs"][run_id]["next"] == len(docs)
-    assert tables["heads"][position_key(INGEST, 0)] == len(docs)
+    assert tables["runs"][position_key(INGEST, 0)] == len(docs)
     assert wiring.positions.committable(INGEST, 0, parts(wiring).membership.generation) == len(docs)
     changelog = [topic for kind, topic, *_ in producer.log if kind == "acked" and not topic.startswith(PREFIX)]
-    assert changelog == ["index", "heads", "runs"]  # the stages in order, after the outputs
+    assert changelog == ["index", "runs"]  # the stages in order, after the outputs
 
     # Redelivered once durable (below the agent's position): decided as done, nothing sent again.
     assert _feed(worker, docs).sent == []
+
+
+def test_a_crash_between_the_index_and_the_run_record_is_folded_level_by_the_redelivery(worker, tmp_path):
+    """The index stage durable, the ``runs`` stage not: the redelivered records fold the run again, once each."""
+    wiring, tables = worker
+    producer = parts(wiring).producer
+    docs = llm_run("seq-refold")
+    run_id = docs[0]["runId"]
+    clean = memory_wiring(Settings(home=tmp_path / "clean"), tables=("index", "runs", "closed"))
+    sequencer.install(clean, replay=False)
+    _feed((clean, None), docs)
+    expected = clean.tables["runs"].data[run_id]  # type: ignore[attr-defined]
+
+    producer.refuse = {"runs"}  # outputs and the index stage acknowledged, the run record's stage not
+    with pytest.raises(Refused):
+        _feed(worker, docs)
+    assert len([k for k in tables["index"] if k.startswith(run_id)]) == len(docs) and run_id not in tables["runs"]
+    producer.refuse = set()
+    refolded = METRICS.get("agentlog_refolded_total")
+    again = _feed(worker, docs)  # the same records, delivered again
+    assert again.sent == []  # every record Redelivered by its index entry: nothing sent twice
+    assert METRICS.get("agentlog_refolded_total") == refolded + len(docs)
+    assert tables["runs"][run_id] == expected  # head, state, timestamp: what one clean pass makes
