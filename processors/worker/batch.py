@@ -350,6 +350,10 @@ class Batch:
         outbox = self._outbox
         await outbox.flush()
         await outbox.wait()
+        for (table, topic, partition), position in self._positions.items():
+            key = position_key(topic, partition)
+            if self.wiring.tables[table].get(partition, key) != position:  # unchanged: a batch of redeliveries
+                self._writes[(table, key)] = (partition, position)
         # Per table, per partition: (key, value, changelog bytes), in the order the batch wrote them.
         by_table: dict[str, dict[int, list[tuple[str, Any, Encoded]]]] = {}
         for (name, key), (partition, value) in self._writes.items():
@@ -396,8 +400,19 @@ class Batch:
         return last
 
     def advanced(self, table: str, topic: str, partition: int, position: int) -> None:
-        """Note that every record of the partition below ``position`` is handled once this batch is durable."""
+        """Note that every record of the partition below ``position`` is handled once this batch is durable.
+
+        :meth:`commit` writes it to ``table`` (key :func:`position_key`) with the batch's other writes.
+        """
         self._positions[(table, topic, partition)] = position
+
+    def position(self, table: str, topic: str, partition: int) -> int | None:
+        """The next offset of ``topic[partition]`` the agent expects, as this batch sees it (None: none yet)."""
+        pending = self._positions.get((table, topic, partition))
+        if pending is not None:
+            return pending
+        held: int | None = self.wiring.tables[table].get(partition, position_key(topic, partition))
+        return held
 
     def _publish_positions(self) -> None:
         positions = self.wiring.positions
@@ -447,8 +462,7 @@ async def in_order(batch: Batch, table: str, msg: Message, value: bytes, handle:
     redeliveries, which every agent already treats as done.
     """
     batch.partition = msg.partition
-    key = position_key(msg.topic, msg.partition)
-    expected = batch.get(table, key)
+    expected = batch.position(table, msg.topic, msg.partition)
     if expected is None:
         # Nothing of this partition handled yet, so no position: the consumer should have started at
         # the group's committed offset, else at the partition's first record (auto_offset_reset is
@@ -467,10 +481,7 @@ async def in_order(batch: Batch, table: str, msg: Message, value: bytes, handle:
         for offset, timestamp_ms, skipped_value in skipped:
             await handle(batch, SourceRecord(msg.topic, msg.partition, offset, timestamp_ms, skipped_value or b""))
     await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000), value))
-    position = max(expected, msg.offset + 1)
-    if batch.get(table, key) != position:
-        batch.set(table, msg.partition, key, position)
-    batch.advanced(table, msg.topic, msg.partition, position)
+    batch.advanced(table, msg.topic, msg.partition, max(expected, msg.offset + 1))
 
 
 def _committed(batch: Batch, msg: Message) -> int | None:

@@ -11,7 +11,7 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.worker.batch import in_order, position_key
+from processors.worker.batch import in_order
 from processors.worker.memory import MemoryMessage, memory_wiring
 from processors.worker.positions import BrokerBackfill, PartitionStarts
 from streams.admin import ensure_topics
@@ -22,22 +22,18 @@ pytestmark = [pytest.mark.kafka]
 
 
 class _Batch:
-    """What ``in_order`` uses of a batch: its wiring, table reads and writes, positions."""
+    """What ``in_order`` uses of a batch: its wiring and positions (none in its tables yet)."""
 
     def __init__(self, settings, partition_starts=None) -> None:
         self.wiring = memory_wiring(settings)
         self.wiring.backfill = BrokerBackfill(settings, partition_starts)
-        self.tables: dict[tuple[str, str], int] = {}
         self.advanced_to: dict[tuple[str, str, int], int] = {}
 
     def advanced(self, table, topic, partition, position):
         self.advanced_to[(table, topic, partition)] = position
 
-    def get(self, table, key):
-        return self.tables.get((table, key))
-
-    def set(self, table, partition, key, value):
-        self.tables[(table, key)] = value
+    def position(self, table, topic, partition):
+        return self.advanced_to.get((table, topic, partition))
 
 
 async def _ingest_with(settings, n: int) -> str:
@@ -73,7 +69,7 @@ def test_skipped_offsets_are_read_and_handled_first(settings):
         await in_order(batch, "heads", msg(6), b"v6", handle)  # the consumer skipped 2..5
         await in_order(batch, "heads", msg(3), b"v3", handle)  # a redelivery: handled, position kept
         assert seen == [(0, b"v0"), (1, b"v1"), (2, b"v2"), (3, b"v3"), (4, b"v4"), (5, b"v5"), (6, b"v6"), (3, b"v3")]
-        assert batch.get("heads", position_key(topic, 0)) == 7
+        assert batch.position("heads", topic, 0) == 7
         # What the group may commit once the batch is durable: everything below 7 (the redelivery moves nothing back).
         assert batch.advanced_to == {("heads", topic, 0): 7}
 
@@ -100,7 +96,7 @@ def test_a_first_record_beyond_the_partition_start_is_a_hole_too(settings, long_
 
         await in_order(batch, "heads", MemoryMessage(topic, 0, 3, 1.0), b"v3", handle)
         assert seen == [0, 1, 2, 3]
-        assert batch.get("heads", position_key(topic, 0)) == 4
+        assert batch.position("heads", topic, 0) == 4
         assert batch.advanced_to == {("heads", topic, 0): 4}
         if starts is not None:
             assert await starts.first_offset(topic, 0) == 0  # asked again: the same started consumer answers

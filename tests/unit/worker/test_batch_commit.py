@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from processors.worker import batch as batch_module
-from processors.worker.batch import Batch, SourceRecord, _commit, _stages, batched_agent
+from processors.worker.batch import Batch, SourceRecord, _commit, _stages, batched_agent, position_key
 from processors.worker.fence import Fence
 from processors.worker.memory import MemoryStream, Refused, TopicPartition, event, memory_wiring, parts
 from processors.worker.wiring import Wiring
@@ -51,9 +51,11 @@ def test_a_batch_is_made_durable_outputs_then_table_stages_in_order_then_positio
     # Each stage is sent only once the one before it is acknowledged (acknowledgements come a turn later).
     assert _written(wiring) == ["write log r1=out", "acked log[0]",
                                 'write index "r1/e1"=1', 'write index "r1/e2"=2', "acked index[0]",
-                                'write runs "r1"=2', "acked runs[0]", 'write links "c1"=3', "acked links[0]"]
+                                'write runs "r1"=2', 'write runs "\\u0000position\\u001fingest\\u001f0"=20',
+                                "acked runs[0]", 'write links "c1"=3', "acked links[0]"]
     assert wiring.positions.committable("ingest", 0, 1) == 20
-    assert wiring.tables["runs"].data == {"r1": 2}  # type: ignore[attr-defined]
+    # the position is written with the agent's table, in its stage: a restart resumes from it
+    assert wiring.tables["runs"].data == {"r1": 2, position_key("ingest", 0): 20}  # type: ignore[attr-defined]
 
 
 def test_a_stage_reaches_the_local_copy_only_once_its_changelog_records_are_acknowledged():
