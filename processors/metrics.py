@@ -70,11 +70,14 @@ _HELP = {
     "agentlog_durable_position": "Next source offset an agent has made durable, by topic, partition and agent table "
                                  "(the group commits the lowest per partition; compare with the end offset for lag).",
     "agentlog_runs_in_flight": "Runs this worker holds state for (their head, index and state are in its tables).",
+    "agentlog_state_cache_bytes": "Memory the tables' RocksDB block cache and write buffers use (bounded by "
+                                  "AGENTLOG_STATE_CACHE_MB).",
     "agentlog_run_closes_asked_total": "Close requests sent for runs due to close, by reason (completed: the grace "
                                        "after its terminal event passed; expired: idle past the retention).",
     "agentlog_runs_closed_total": "Runs closed by the sequencer (their table entries deleted), by reason.",
 }
-_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position", "agentlog_runs_in_flight"}
+_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position", "agentlog_runs_in_flight",
+           "agentlog_state_cache_bytes"}
 
 
 class Metrics:

@@ -265,6 +265,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     }
 
     budget = RocksBudget(settings.state_cache_mb)
+    METRICS.add_collector(budget.series)
 
     def table(name: str) -> LocalTable:
         return open_table(app, name, settings.partitions, budget)

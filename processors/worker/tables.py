@@ -199,6 +199,10 @@ class RocksBudget:
         self._buffers = rocksdict.WriteBufferManager.new_write_buffer_manager_with_cache(size // 2, False,
                                                                                          self._cache)
 
+    def series(self) -> Iterator[tuple[str, dict[str, str], float]]:
+        """``agentlog_state_cache_bytes``: what the shared cache holds now (blocks and write buffers charged to it)."""
+        yield "agentlog_state_cache_bytes", {}, float(self._cache.get_usage())
+
     def opener(self, ttl_s: int | None = None) -> _Opener:
         return _Opener(self, ttl_s)
 

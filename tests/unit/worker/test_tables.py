@@ -76,3 +76,15 @@ def test_values_are_cached_decoded_and_forgotten_when_recovery_wrote_behind_the_
     assert table.get(0, "run") == {"next": 7}
     table.put(0, "run", None)
     assert table.get(0, "run") is None
+
+
+def test_the_budget_reports_what_its_shared_cache_holds(tmp_path):
+    budget = RocksBudget(8)
+    [(name, labels, empty)] = list(budget.series())
+    assert (name, labels) == ("agentlog_state_cache_bytes", {})
+    db = budget.open(tmp_path / "db", None)
+    for i in range(20_000):  # memtable memory is charged to the shared cache as it grows
+        db.put(f"key-{i}".encode(), b"v" * 100)
+    [(_, _, used)] = list(budget.series())
+    assert used > empty and used > 1_000_000
+    db.close()
