@@ -3,9 +3,11 @@
 **Stage 1, the span mapper** (topic ``spans``, keyed by trace id): keyed by **trace**,
 not by run, because whether an ``invoke_agent`` span starts a child run depends on its
 parent span's conversation, and the parent span usually arrives later (spans are
-exported when they end). One writer per trace holds its spans (``otel-held``), then
-plans each run's events in start-time order (:func:`processors.core.otel.plan_trace`)
-and sends them, **without sequences**, to ``otel-events`` keyed by run: one record per
+exported when they end). A record holds a request's spans of one trace
+(:func:`processors.worker.otlp.trace_records`). One writer per trace holds its spans
+(``otel-held``: one key per record, the trace's entry listing them), then plans each
+run's events in start-time order (:func:`processors.core.otel.plan_trace`) and sends
+them, **without sequences**, to ``otel-events`` keyed by run: one record per
 (published trace, run), so a record's events keep their order.
 
 **Stage 2, the run sequencer** (topic ``otel-events``, keyed by run): one writer per run,
@@ -93,12 +95,34 @@ _DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
 
 
 def _span_key(trace_id: str, span_id: str) -> str:
+    """Where a span held on its own is (one key per span: what a worker before :func:`_chunk_key` wrote)."""
     return f"{trace_id}\x1f{span_id}"
 
 
+def _chunk_key(trace_id: str, offset: int) -> str:
+    """Where the spans a ``spans`` record added to its trace are held (NUL: no span id starts with it)."""
+    return f"{trace_id}\x1f\x00{offset}"
+
+
+def _held_spans(batch: Batch, trace_id: str, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The trace's held spans (spanId → span, in arrival order) and the table keys holding them."""
+    found: dict[str, Any] = {}
+    keys: list[str] = []
+    for key in entry.get("chunks") or []:
+        chunk = batch.get(HELD, key)
+        if chunk is not None:
+            keys.append(key)
+            for span in chunk:
+                found[span["spanId"]] = span
+    for sid in entry["pending"]:
+        if sid not in found and (span := batch.get(HELD, _span_key(trace_id, sid))) is not None:
+            keys.append(_span_key(trace_id, sid))
+            found[sid] = span
+    return {sid: found[sid] for sid in entry["pending"] if sid in found}, keys
+
+
 async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
-    pending = {sid: batch.get(HELD, _span_key(trace_id, sid)) for sid in entry["pending"]}
-    pending = {sid: span for sid, span in pending.items() if span is not None}
+    pending, keys = _held_spans(batch, trace_id, entry)
     try:
         plan = plan_trace(trace_id, pending, published=entry["published"])
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
@@ -118,9 +142,9 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
         for chunk in _chunks(events):
             await batch.send("otel-events", run, jcs({"run": run, "trace": trace_id, "events": chunk}))
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
-    for sid in pending:
-        batch.set(HELD, partition, _span_key(trace_id, sid), None)
-    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "publishedMs": now_ms,
+    for key in keys:
+        batch.set(HELD, partition, key, None)
+    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "chunks": [], "publishedMs": now_ms,
                                           "published": {**entry["published"], **plan.published}})
     _remember_published(batch, partition, trace_id, now_ms)
     key = f"{_PENDING}{partition}"
@@ -271,16 +295,18 @@ def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
                          raw=base64.b64encode(raw[: 256 * 1024]).decode("ascii")))
 
 
-async def _reject(batch: Batch, rec: SourceRecord, detail: str) -> None:
+async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None) -> None:
+    """Record ``rec`` (or ``raw``, a part of it) on the rejections topic with ``detail``."""
     source = record_source(topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp_ms)
     await batch.send("rejections", None, jcs(rejection(
         reason="decode_error", detail=detail, run_id=None, event_id=None, sequence=None, source=source,
-        raw=base64.b64encode(rec.value[: 256 * 1024]).decode("ascii"))))
+        raw=base64.b64encode((rec.value if raw is None else raw)[: 256 * 1024]).decode("ascii"))))
 
 
 def _earliest_start(batch: Batch, trace_id: str, entry: dict[str, Any]) -> int:
-    starts = [int(span["startNs"]) for sid in entry["pending"]
-              if (span := batch.get(HELD, _span_key(trace_id, sid))) is not None]
+    if "startNs" in entry:
+        return int(entry["startNs"])
+    starts = [int(span["startNs"]) for span in _held_spans(batch, trace_id, entry)[0].values()]
     return min(starts, default=0)
 
 
@@ -304,31 +330,75 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         _expire(batch, p, rec.timestamp_ms)
         return
     try:
-        span = orjson.loads(rec.value)
-        trace_id, span_id = span["traceId"], span["spanId"]
-        int(span["startNs"]), int(span["endNs"])
-        if not (isinstance(trace_id, str) and isinstance(span_id, str) and trace_id and span_id):
-            raise ValueError("traceId/spanId must be non-empty strings")
+        trace_id, spans, bad = _read_spans(rec.value)
     except (ValueError, KeyError, TypeError) as e:
         await _reject(batch, rec, f"not a span record of the spans topic ({type(e).__name__}: {e})"[:500])
         return
+    for raw, why in bad:
+        await _reject(batch, rec, f"not a span of the spans topic ({why})"[:500], raw=raw)
     entry = batch.get(HELD, trace_id) or {"pending": [], "published": {}, "firstMs": rec.timestamp_ms,
                                           "lastMs": rec.timestamp_ms, "rootSeen": False}
-    if span_id in entry["published"] or batch.get(HELD, _span_key(trace_id, span_id)) is not None:
-        METRICS.inc("agentlog_otel_duplicate_spans_total")
+    held = set(entry["pending"])
+    fresh: list[dict[str, Any]] = []
+    for span in spans:
+        if span["spanId"] in entry["published"] or span["spanId"] in held:
+            METRICS.inc("agentlog_otel_duplicate_spans_total")
+            continue
+        held.add(span["spanId"])
+        fresh.append(span)
+    if not fresh:
         return
     if not entry["pending"]:
-        entry = {**entry, "firstMs": rec.timestamp_ms}
+        entry = {**entry, "firstMs": rec.timestamp_ms, "chunks": []}
+        entry.pop("startNs", None)
         key = f"{_PENDING}{p}"
         batch.set(HELD, p, key, [*(batch.get(HELD, key) or []), trace_id])
-    # Each held span is its own table key (one changelog record each): a trace's entry stays small
-    # however many spans with captured messages it holds (Kafka caps a record at ~1 MB).
-    batch.set(HELD, p, _span_key(trace_id, span_id), span)
-    entry = {**entry, "pending": [*entry["pending"], span_id], "lastMs": rec.timestamp_ms,
-             "rootSeen": bool(entry["rootSeen"] or is_root(span))}
+    # The record's new spans are one table key (one changelog record, one tombstone when the trace
+    # goes out), apart from the trace's entry: the entry stays small however many spans with captured
+    # messages the trace holds, and the record itself is below Kafka's record limit.
+    chunk = _chunk_key(trace_id, rec.offset)
+    batch.set(HELD, p, chunk, fresh)
+    start = min(int(span["startNs"]) for span in fresh)
+    if entry["pending"] and "startNs" not in entry:  # spans held by a worker that did not note the start
+        start = min(start, _earliest_start(batch, trace_id, entry))
+    entry = {**entry, "pending": [*entry["pending"], *(span["spanId"] for span in fresh)],
+             "chunks": [*(entry.get("chunks") or []), chunk], "lastMs": rec.timestamp_ms,
+             "rootSeen": bool(entry["rootSeen"] or any(is_root(span) for span in fresh)),
+             "startNs": str(min(start, int(entry.get("startNs", start))))}
     batch.set(HELD, p, trace_id, entry)
     if due(entry, rec.timestamp_ms, **_knobs(batch)):
         await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+
+
+def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
+    """A ``spans`` record's trace id, its readable spans and ``(bytes, reason)`` of the others.
+
+    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`processors.worker.otlp.trace_records`)
+    or one span. Raises ValueError, KeyError or TypeError for a record that is neither.
+    """
+    msg = orjson.loads(value)  # a ValueError, as json.loads's, for what is not JSON
+    listed = msg.get("spans") if isinstance(msg, dict) else None
+    spans = listed if isinstance(listed, list) else [msg]
+    trace_id = msg["traceId"]
+    if not (isinstance(trace_id, str) and trace_id):
+        raise ValueError("traceId must be a non-empty string")
+    good: list[dict[str, Any]] = []
+    bad: list[tuple[bytes, str]] = []
+    for span in spans:
+        try:
+            if not (isinstance(span, dict) and span.get("traceId") == trace_id):
+                raise ValueError("a span of another trace")
+            span_id = span["spanId"]
+            int(span["startNs"]), int(span["endNs"])
+            if not (isinstance(span_id, str) and span_id):
+                raise ValueError("spanId must be a non-empty string")
+        except (ValueError, KeyError, TypeError) as e:
+            if listed is None:
+                raise
+            bad.append((orjson.dumps(span), f"{type(e).__name__}: {e}"))
+            continue
+        good.append(span)
+    return trace_id, good, bad
 
 
 async def serve_otlp(receiver: Receiver, host: str, port: int) -> None:

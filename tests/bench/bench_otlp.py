@@ -24,11 +24,12 @@ committed events of ``ours`` are checked to be exactly the offline mapping's (sa
 **How many times a span crosses Kafka on its way to the log.** Four topic writes and three Faust
 streams, against two writes and one stream for a host's JSON event:
 
-1. receiver → ``spans`` (keyed by trace; stream 1, the span mapper). A span's run depends on its
+1. receiver → ``spans`` (keyed by trace; stream 1, the span mapper): one record per request and trace
+   (here a copy's trace arrives in one request, so one record per trace). A span's run depends on its
    parent span's conversation and handoffs, and an exporter sends a span when it *ends*, children
    before parents, in several batches, possibly from several processes: the trace's one writer holds
-   its spans (``otel-held``, a changelog record per span and a tombstone when it goes out) until the
-   trace is due, then plans each run's events in start-time order.
+   its spans (``otel-held``, a changelog record per ``spans`` record and a tombstone when the trace goes
+   out) until the trace is due, then plans each run's events in start-time order.
 2. span mapper → ``otel-events`` (keyed by run; stream 2, the OTel run sequencer). A run (a
    conversation) usually spans several traces, which land on different ``spans`` partitions: the run's
    one writer gives the events contiguous sequences and backward causation, and remembers event ids

@@ -1,0 +1,182 @@
+"""The span mapper (``spans`` → ``otel-events``) and the receiver's ``spans`` records, on the in-memory ports.
+
+A request's spans of one trace travel as one record and are held under one table key per record;
+these tests check what that changes nothing of: the trace goes out whole and as the offline mapping
+makes it, a re-sent span adds nothing, spans held one per key (an older worker's layout) still go
+out, and a span that cannot be read is rejected alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from processors.core.otel import map_trace
+from processors.worker import spans as sp
+from processors.worker.batch import position_key
+from processors.worker.memory import MemoryStream, event, memory_wiring, parts
+from processors.worker.otlp import decode_request, span_dicts, trace_records
+from processors.worker.wiring import Wiring
+from streams.settings import Settings
+
+CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
+T0 = 1_000.0  # the records' Kafka time, seconds
+
+
+def _corpus_spans(name: str = "openai_agents.openllmetry") -> list[dict[str, Any]]:
+    spans, refused = span_dicts(decode_request((CORPUS / f"{name}.pb.gz").read_bytes(), "application/x-protobuf",
+                                               "gzip"))
+    assert spans and not refused
+    return spans
+
+
+class _Mapper:
+    """The span mapper agent of a worker on the memory ports, fed records at offsets 0, 1, …"""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+        sp.install(self.wiring)
+        self.topic = self.wiring.topics["spans"].get_topic_name()
+        self.offset = 0
+
+    def feed(self, values: list[bytes], at: float = T0) -> None:
+        agent = parts(self.wiring).runner.agents["otel-spans"][1]
+        first, self.offset = self.offset, self.offset + len(values)
+
+        async def go() -> None:
+            stream = MemoryStream([event(self.topic, 0, first + i, v, at) for i, v in enumerate(values)])
+            running = asyncio.ensure_future(agent(stream))
+            while not running.done() and (self.held.get(0, position_key(self.topic, 0)) or 0) < self.offset:
+                await asyncio.sleep(0.002)
+            stream.close()
+            await running
+
+        asyncio.run(go())
+
+    def tick(self, at: float) -> None:
+        self.feed([sp.TICK], at)
+
+    @property
+    def held(self) -> Any:
+        return self.wiring.tables[sp.HELD]
+
+    def held_keys(self, trace_id: str) -> list[str]:
+        return sorted(k for k in self.held.data if k.startswith(f"{trace_id}\x1f"))
+
+    def out(self, short: str) -> list[dict[str, Any]]:
+        name = self.wiring.topics[short].get_topic_name()
+        return [orjson.loads(v) for v in parts(self.wiring).broker.values(name)]
+
+
+def _offline(spans: list[dict[str, Any]]) -> list[str]:
+    """The event ids the offline mapping gives these spans (one trace, whole), in order."""
+    trace_id = spans[0]["traceId"]
+    emission = map_trace(trace_id, {s["spanId"]: s for s in spans}, published={}, cursors={})
+    return [doc["eventId"] for doc in emission.docs]
+
+
+def _planned(records: list[dict[str, Any]]) -> list[str]:
+    return [e["doc"]["eventId"] for r in records for e in r["events"]]
+
+
+def test_a_requests_spans_are_one_record_per_trace_in_request_order():
+    a, b = _corpus_spans("openai_agents.openllmetry"), _corpus_spans("langgraph.openinference")
+    mixed = [s for pair in zip(a, b, strict=False) for s in pair] + a[len(b):] + b[len(a):]
+    records, oversize = trace_records(mixed, 900_000)
+    assert not oversize
+    assert [k for k, _ in records] == [a[0]["traceId"], b[0]["traceId"]]
+    for (trace_id, value), spans in zip(records, (a, b), strict=True):
+        assert orjson.loads(value) == {"traceId": trace_id, "spans": spans}
+
+
+@pytest.mark.parametrize("limit", [3_000, 5_000, 20_000])
+def test_a_trace_is_split_into_records_under_the_limit_and_a_span_too_big_alone_is_refused(limit):
+    spans = _corpus_spans()
+    big = {**spans[0], "spanId": "ff" * 8, "attributes": {"gen_ai.input.messages": "x" * limit}}
+    records, oversize = trace_records([*spans, big], limit)
+    assert [orjson.loads(v) for _, v in oversize] == [big] and "ffffffffffffffff" in oversize[0][0]
+    assert all(len(value) <= limit for _, value in records)
+    fits = [s for s in spans if len(orjson.dumps(s)) + 60 <= limit]
+    assert [s for _, v in records for s in orjson.loads(v)["spans"]] == fits
+    assert len(records) > 1 or limit == 20_000
+
+
+def test_a_trace_is_held_one_key_per_record_then_published_whole(tmp_path):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    (_, first), = trace_records(spans[:5], 900_000)[0]
+    (_, second), = trace_records(spans[5:], 900_000)[0]
+    mapper = _Mapper(tmp_path)
+    mapper.feed([first, second])
+    assert len(mapper.held_keys(trace_id)) == 2  # one per record, not one per span
+    assert mapper.held.get(0, trace_id)["pending"] == [s["spanId"] for s in spans]
+    assert mapper.out("otel-events") == []
+
+    mapper.tick(T0 + 0.5)  # not due yet: 1 s after the last span
+    assert mapper.out("otel-events") == []
+    mapper.tick(T0 + sp.SETTLE_MS / 1000 + 0.5)
+    assert _planned(mapper.out("otel-events")) == _offline(spans)
+    assert mapper.held_keys(trace_id) == []  # the held spans are deleted once the trace is out
+    assert mapper.held.get(0, trace_id)["pending"] == []
+
+
+def test_re_sent_spans_add_nothing_while_held_and_after_their_trace_went_out(tmp_path):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    (_, value), = trace_records(spans, 900_000)[0]
+    mapper = _Mapper(tmp_path)
+    mapper.feed([value])
+    held = mapper.held_keys(trace_id)
+    (_, again), = trace_records(spans[2:4], 900_000)[0]  # an exporter's retry of part of the request
+    mapper.feed([value, again])
+    assert mapper.held_keys(trace_id) == held
+    assert mapper.held.get(0, trace_id)["pending"] == [s["spanId"] for s in spans]
+    mapper.tick(T0 + 2)
+    published = mapper.out("otel-events")
+    mapper.feed([value], T0 + 3)
+    mapper.tick(T0 + 5)
+    assert mapper.out("otel-events") == published and mapper.held_keys(trace_id) == []
+
+
+def test_spans_held_one_per_key_go_out_with_the_records_of_the_same_trace(tmp_path):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    mapper = _Mapper(tmp_path)
+    old, new = spans[:4], spans[4:]
+    # What a worker holding each span under its own key left in the table.
+    for span in old:
+        mapper.held.put(0, f"{trace_id}\x1f{span['spanId']}", span)
+    mapper.held.put(0, trace_id, {"pending": [s["spanId"] for s in old], "published": {}, "firstMs": T0 * 1000,
+                                  "lastMs": T0 * 1000, "rootSeen": any(not s["parentSpanId"] for s in old)})
+    mapper.held.put(0, "\x00pending\x1f0", [trace_id])
+    mapper.feed([trace_records(new, 900_000)[0][0][1]])
+    assert mapper.held.get(0, trace_id)["startNs"] == str(min(int(s["startNs"]) for s in spans))
+    mapper.tick(T0 + 2)
+    assert _planned(mapper.out("otel-events")) == _offline(spans)
+    assert mapper.held_keys(trace_id) == []
+
+
+def test_a_single_span_record_is_held_like_a_record_of_one(tmp_path):
+    spans = _corpus_spans()
+    mapper = _Mapper(tmp_path)
+    mapper.feed([orjson.dumps(s) for s in spans])
+    assert len(mapper.held_keys(spans[0]["traceId"])) == len(spans)
+    mapper.tick(T0 + 2)
+    assert _planned(mapper.out("otel-events")) == _offline(spans)
+
+
+def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
+    spans = _corpus_spans()
+    broken = {k: v for k, v in spans[1].items() if k != "startNs"}
+    value = orjson.dumps({"traceId": spans[0]["traceId"], "spans": [spans[0], broken, *spans[2:]]})
+    mapper = _Mapper(tmp_path)
+    mapper.feed([value, b"not json", orjson.dumps({"traceId": 7, "spans": []})])
+    rejections = mapper.out("rejections")
+    assert [r["reason"] for r in rejections] == ["decode_error"] * 3
+    assert "KeyError" in rejections[0]["detail"] and orjson.loads(base64.b64decode(rejections[0]["raw"])) == broken
+    assert mapper.held.get(0, spans[0]["traceId"])["pending"] == [s["spanId"] for s in spans if s is not spans[1]]
