@@ -41,8 +41,9 @@ from typing import Any
 
 from processors.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
 from schemas.cachekey import RECIPE_IDS, cache_key
+from schemas.canonical import jcs
 from schemas.errors import AgentlogError, EventRejected
-from schemas.validate import validate_doc
+from schemas.validate import validate_doc, validate_parsed
 
 __all__ = [
     "NAMESPACE",
@@ -548,10 +549,12 @@ class Sequenced:
     docs: list[dict[str, Any]]
     cursor: Cursor
     duplicates: int = 0
+    #: With ``parsed``: each doc's JCS bytes (what the run sequencer publishes), computed by the validation.
+    data: list[bytes] = field(default_factory=list)
 
 
 def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
-                 events: Iterable[Mapping[str, Any]]) -> Sequenced:
+                 events: Iterable[Mapping[str, Any]], *, parsed: bool = False) -> Sequenced:
     """Give a run's planned events the next sequences (stage 2, the run's one writer).
 
     ``known(eventId)``: whether the run already has that event (sequenced before). A known
@@ -559,8 +562,13 @@ def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
     ``causationId`` is kept only if it names a known event or one sequenced earlier in this
     call; otherwise (and when the trace left it open) the cause is the run's previous event,
     so causation always names an earlier event of the run, whatever trace it came from.
+
+    ``parsed``: the events were read from JSON (dicts, lists, str, int, float, bool, None), so each
+    doc is validated on its JCS bytes (:func:`schemas.validate.validate_parsed`), which come back in
+    :attr:`Sequenced.data`.
     """
     docs: list[dict[str, Any]] = []
+    data: list[bytes] = []
     now: set[str] = set()
     duplicates = 0
     for event in events:
@@ -576,11 +584,23 @@ def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
             cause = cursor.last
         if cause is not None and cursor.next > 0:
             doc["causationId"] = cause
-        _keep_valid(doc, trace_id, str(event["span"]))
+        if parsed:
+            data.append(_keep_valid_parsed(doc, trace_id, str(event["span"])))
+        else:
+            _keep_valid(doc, trace_id, str(event["span"]))
         docs.append(doc)
         now.add(eid)
         cursor = Cursor(cursor.next + 1, eid)
-    return Sequenced(docs, cursor, duplicates)
+    return Sequenced(docs, cursor, duplicates, data)
+
+
+def _keep_valid_parsed(doc: dict[str, Any], trace_id: str, span_id: str) -> bytes:
+    """:func:`_keep_valid` of a doc read from JSON, returning its JCS bytes (the validation computes them)."""
+    try:
+        return validate_parsed(doc)
+    except EventRejected as e:
+        _unmapped(doc, e, trace_id, span_id)
+    return jcs(doc)
 
 
 def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
@@ -594,10 +614,14 @@ def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
     try:
         validate_doc(doc)
     except EventRejected as e:
-        doc["payload"] = {"source": "opentelemetry", "unmapped": {
-            "type": doc["type"], "code": e.code, "detail": str(e)[:500], "traceId": trace_id, "spanId": span_id}}
-        doc["type"] = "log.appended"
-        doc.pop("nodeId", None)
+        _unmapped(doc, e, trace_id, span_id)
+
+
+def _unmapped(doc: dict[str, Any], error: EventRejected, trace_id: str, span_id: str) -> None:
+    doc["payload"] = {"source": "opentelemetry", "unmapped": {
+        "type": doc["type"], "code": error.code, "detail": str(error)[:500], "traceId": trace_id, "spanId": span_id}}
+    doc["type"] = "log.appended"
+    doc.pop("nodeId", None)
 
 
 def _context(d: _Draft, pending: Mapping[str, Mapping[str, Any]], runs: Mapping[str, str],

@@ -14,15 +14,20 @@ them, **without sequences**, to ``otel-events`` keyed by run: one record per
 whatever traces its events came from (a conversation usually spans several). It gives
 each record's events the run's next sequences and makes causation name earlier events of
 the run (:func:`processors.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
-the cursor ``{"next", "last", "kept"}`` and an index eventId → sequence (plus sequence →
-eventId, to forget the oldest, and the truth the cursor is repaired from after a crash
-that made only part of a batch's table writes durable): an event already in the index is
-never sequenced again,
-so a redelivered or re-emitted record adds nothing. The index keeps the last
-``RUN_INDEX_MAX`` events of each run; an event re-emitted after being forgotten
-would get a new sequence, which the sequencer rejects as ``duplicate_event_id`` (recorded,
-never silent). Each record is handled on its own from the table state, so a redelivery
-(whatever its batch boundaries) sends byte-identical docs.
+the cursor ``{"next", "last", "kept"}`` and an index of what it sequenced, one entry per
+record: sequence of its first event → ``{"trace", "ids"}``, and per trace the first
+sequences of its records. A record's events all come from one trace, and an event
+re-emitted (a redelivered record, re-sent spans, late spans of a published trace) comes
+from the same trace under the same id, so the record's trace's entries say whether an
+event was sequenced already: it is never sequenced again, so a redelivered or re-emitted
+record adds nothing. The cursor is written after the batch's index entries, so after a
+crash that made only part of a batch's table writes durable it is at most behind them,
+and the entries starting at it move it forward. The index keeps the last
+``RUN_INDEX_MAX`` events of each run (whole records); an event re-emitted after being
+forgotten would get a new sequence, which the sequencer rejects as ``duplicate_event_id``
+(recorded, never silent), as would an event id a hand-written record repeats under another
+trace. Each record is handled on its own from the table state, so a redelivery (whatever
+its batch boundaries) sends byte-identical docs.
 
 Held traces are re-checked on a **tick** record the worker's timer writes every
 ``TICK_S`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
@@ -217,35 +222,94 @@ def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield chunk
 
 
+def _rkey(run: str, first: int) -> str:
+    """The run's index entry of one sequenced record: ``{"trace", "ids"}``, its event ids from sequence ``first`` on."""
+    return f"{run}\x1fr\x1f{first}"
+
+
+def _tkey(run: str, trace_id: str) -> str:
+    """The first sequences of the run's records that came from this trace (where its event ids are)."""
+    return f"{run}\x1ft\x1f{trace_id}"
+
+
 def _ekey(run: str, event_id: str) -> str:
+    """eventId → sequence, one key per event: the index a worker before :func:`_rkey` wrote."""
     return f"{run}\x1fe\x1f{event_id}"
 
 
 def _skey(run: str, sequence: int) -> str:
+    """sequence → eventId, one key per event (the same older index)."""
     return f"{run}\x1fs\x1f{sequence}"
 
 
-def _repair(batch: Batch, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
-    """The run's cursor as its sequence → eventId keys say, and the event ids only those keys hold.
+def _repair(batch: Batch, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
+    """The run's cursor as its index says, and the event ids found past the cursor.
 
-    A batch's table writes become durable one record after another (same changelog partition),
-    so a crash can leave the cursor key ahead of or behind the index keys written with it. The
-    sequence keys are the truth: step back over sequences that have none, forward over those
-    that have one (their events count as sequenced even if their eventId key was lost).
+    A batch's table writes become durable one changelog record after another, and a crash can
+    stop them anywhere. The cursor is written after its batch's index entries (the hook
+    :func:`_write_cursors`), so a cursor this worker wrote (``"v": 2``) is never ahead of them,
+    but it can be behind: step forward over the records (and older per-event keys) that start
+    at the cursor. A cursor of the older layout, written among its per-event keys, may also be
+    ahead: step back over sequences that have no key.
     """
     kept = int(head.get("kept") or 0)
     nxt, last = int(head["next"]), head.get("last")
-    while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
-        nxt -= 1
-        last = None
+    if head.get("v") != 2:
+        while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
+            nxt -= 1
+            last = None
     recovered: set[str] = set()
-    while (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
-        recovered.add(str(eid))
-        nxt += 1
-        last = eid
+    while True:
+        if (entry := batch.get(SEQ, _rkey(run, nxt))) is not None:
+            ids = [str(eid) for eid in entry["ids"]]
+            recovered.update(ids)
+            # Its trace's list of records may be what the crash left out.
+            firsts = batch.get(SEQ, _tkey(run, entry["trace"])) or []
+            if nxt not in firsts:
+                batch.set(SEQ, p, _tkey(run, entry["trace"]), [*firsts, nxt])
+            nxt += len(ids)
+            last = ids[-1]
+        elif (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
+            recovered.add(str(eid))
+            nxt += 1
+            last = eid
+        else:
+            break
     if last is None and nxt > 0:
         last = batch.get(SEQ, _skey(run, nxt - 1))
     return Cursor(nxt, last), recovered
+
+
+def _cursors(batch: Batch) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The run cursors this batch moved (run → partition, cursor), written by :func:`_write_cursors`."""
+    if not batch.collected:
+        batch.collected.append({})
+    cursors: dict[str, tuple[int, dict[str, Any]]] = batch.collected[0]
+    return cursors
+
+
+async def _write_cursors(batch: Batch) -> None:
+    """Write the batch's run cursors after every index entry of the batch (the order :func:`_repair` relies on)."""
+    for run, (p, cursor) in _cursors(batch).items():
+        batch.set(SEQ, p, run, cursor)
+
+
+def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
+    """Drop the run's oldest index entries until at most :data:`RUN_INDEX_MAX` events are indexed; the new ``kept``."""
+    limit = max(1, RUN_INDEX_MAX)
+    while nxt - kept > limit:
+        if (entry := batch.get(SEQ, _rkey(run, kept))) is not None:
+            batch.set(SEQ, p, _rkey(run, kept), None)
+            tkey = _tkey(run, entry["trace"])
+            firsts = [f for f in batch.get(SEQ, tkey) or [] if f != kept]
+            batch.set(SEQ, p, tkey, firsts or None)
+            kept += max(1, len(entry["ids"]))
+            continue
+        if (forgotten := batch.get(SEQ, _skey(run, kept))) is not None:
+            batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
+            batch.set(SEQ, p, _skey(run, kept), None)
+        kept += 1
+    return kept
 
 
 async def sequence(batch: Batch, rec: SourceRecord) -> None:
@@ -263,25 +327,32 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         await _reject(batch, rec, f"not a record of the otel-events topic ({type(e).__name__}: {e})"[:500])
         return
     p = rec.partition
-    head = batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
-    cursor, recovered = _repair(batch, run, head)
-    done = sequence_run(cursor, lambda eid: eid in recovered or batch.get(SEQ, _ekey(run, eid)) is not None,
-                        trace_id, events)
-    for doc in done.docs:
-        await batch.send("ingest", run, jcs(doc))
-        # sequence → eventId first: it is what _repair trusts if a crash leaves only part of a batch's writes.
-        batch.set(SEQ, p, _skey(run, doc["sequence"]), doc["eventId"])
-        batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
-    kept = int(head.get("kept") or 0)
-    limit = max(1, RUN_INDEX_MAX)
-    while done.cursor.next - kept > limit:
-        forgotten = batch.get(SEQ, _skey(run, kept))
-        if forgotten is not None:
-            batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
-        batch.set(SEQ, p, _skey(run, kept), None)
-        kept += 1
+    cursors = _cursors(batch)
+    moved = cursors.get(run)
+    head = moved[1] if moved is not None else batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0, "v": 2}
+    # A run whose cursor an older worker wrote may have per-event keys: they are looked up too.
+    older = head.get("v") != 2 or bool(head.get("older"))
+    cursor, recovered = _repair(batch, p, run, head)
+    tkey = _tkey(run, trace_id)
+    firsts = batch.get(SEQ, tkey) or []
+    known = set(recovered)
+    for first in firsts:
+        if (entry := batch.get(SEQ, _rkey(run, first))) is not None:
+            known.update(entry["ids"])
+    done = sequence_run(cursor, lambda eid: eid in known or (older and batch.get(SEQ, _ekey(run, eid)) is not None),
+                        trace_id, events, parsed=True)
+    for data in done.data:
+        await batch.send("ingest", run, data)
     if done.docs:
-        batch.set(SEQ, p, run, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
+        # One index entry per record (a record's events come from one trace, and a re-emitted event has
+        # the id it had, from the same trace): the trace's list names it, the entry lists its ids.
+        first = int(done.docs[0]["sequence"])
+        batch.set(SEQ, p, tkey, [*firsts, first])
+        batch.set(SEQ, p, _rkey(run, first), {"trace": trace_id, "ids": [doc["eventId"] for doc in done.docs]})
+    kept = _forget(batch, p, run, int(head.get("kept") or 0), done.cursor.next)
+    if done.docs or kept != int(head.get("kept") or 0) or (cursor.next, cursor.last) != (head["next"], head["last"]):
+        cursors[run] = (p, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept, "v": 2,
+                            **({"older": True} if older else {})})
     METRICS.inc("agentlog_otel_events_total", len(done.docs))
     if done.duplicates:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
@@ -456,7 +527,8 @@ def install(wiring: Wiring) -> None:
         wiring.tables[name] = wiring.make_table(name)
     assert not POSITION_KEY.startswith(_PENDING)
     batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
-    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence)
+    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
+                  before_commit=_write_cursors)
 
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle

@@ -16,12 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
-from processors.core.otel import map_trace
+from processors.core.otel import map_trace, plan_trace
 from processors.worker import spans as sp
 from processors.worker.batch import position_key
 from processors.worker.memory import MemoryStream, event, memory_wiring, parts
 from processors.worker.otlp import decode_request, span_dicts, trace_records
 from processors.worker.wiring import Wiring
+from schemas.canonical import jcs
 from streams.settings import Settings
 
 CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
@@ -180,3 +181,132 @@ def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
     assert [r["reason"] for r in rejections] == ["decode_error"] * 3
     assert "KeyError" in rejections[0]["detail"] and orjson.loads(base64.b64decode(rejections[0]["raw"])) == broken
     assert mapper.held.get(0, spans[0]["traceId"])["pending"] == [s["spanId"] for s in spans if s is not spans[1]]
+
+
+# --- the OTel run sequencer (otel-events → ingest) -------------------------------------------------------------
+
+
+class _RunSequencer:
+    """The OTel run sequencer agent on the memory ports, fed ``otel-events`` records at offsets 0, 1, …"""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+        sp.install(self.wiring)
+        self.topic = self.wiring.topics["otel-events"].get_topic_name()
+        self.offset = 0
+
+    def feed(self, values: list[bytes]) -> None:
+        agent = parts(self.wiring).runner.agents["otel-sequencer"][1]
+        first, self.offset = self.offset, self.offset + len(values)
+
+        async def go() -> None:
+            stream = MemoryStream([event(self.topic, 0, first + i, v, T0) for i, v in enumerate(values)])
+            running = asyncio.ensure_future(agent(stream))
+            while not running.done() and (self.seq.get(0, position_key(self.topic, 0)) or 0) < self.offset:
+                await asyncio.sleep(0.002)
+            stream.close()
+            await running
+
+        asyncio.run(go())
+
+    @property
+    def seq(self) -> Any:
+        return self.wiring.tables[sp.SEQ]
+
+    def ingest(self) -> list[bytes]:
+        name = self.wiring.topics["ingest"].get_topic_name()
+        return [v for v in parts(self.wiring).broker.values(name) if v is not None]
+
+    def run_keys(self, run: str) -> list[str]:
+        return sorted(k for k in self.seq.data if k == run or k.startswith(f"{run}\x1f"))
+
+
+def _run_records(spans: list[dict[str, Any]]) -> list[bytes]:
+    """The span mapper's ``otel-events`` records for one whole trace."""
+    plan = plan_trace(spans[0]["traceId"], {s["spanId"]: s for s in spans}, published={})
+    return [orjson.dumps({"run": run, "trace": plan.trace_id, "events": events}) for run, events in plan.runs.items()]
+
+
+def _one_run_records() -> tuple[str, list[bytes]]:
+    """Two traces' records of one run (two turns of a conversation), the first's first."""
+    records = []
+    for name in ("openai_agents.openllmetry", "langgraph.openllmetry"):
+        first = orjson.loads(_run_records(_corpus_spans(name))[0])
+        records.append({**first, "run": "conv-1",
+                        "events": [{**e, "doc": {**e["doc"], "runId": "conv-1"}} for e in first["events"]]})
+    return "conv-1", [orjson.dumps(r) for r in records]
+
+
+def test_the_run_sequencer_keeps_one_index_entry_per_record_and_sends_canonical_docs(tmp_path):
+    run, records = _one_run_records()
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    sent = sequencer.ingest()
+    docs = [orjson.loads(v) for v in sent]
+    assert [d["sequence"] for d in docs] == list(range(len(docs))) and len(docs) > 10
+    assert sent == [jcs(d) for d in docs]
+    firsts = [0, len(orjson.loads(records[0])["events"])]
+    traces = [orjson.loads(r)["trace"] for r in records]
+    assert sequencer.run_keys(run) == sorted([run, *(f"{run}\x1fr\x1f{f}" for f in firsts),
+                                              *(f"{run}\x1ft\x1f{t}" for t in traces)])
+    assert sequencer.seq.get(0, run) == {"next": len(docs), "last": docs[-1]["eventId"], "kept": 0, "v": 2}
+    # The cursor's changelog record comes after the index entries it counts (what a crash's repair relies on).
+    changelog = [orjson.loads(r.key) for r in parts(sequencer.wiring).broker.records[(sp.SEQ, 0)] if r.key]
+    mine = [k for k in changelog if k == run or k.startswith(f"{run}\x1f")]
+    assert mine[-1] == run and mine.count(run) == 1
+
+
+def test_a_redelivered_or_re_emitted_record_adds_nothing_and_a_replay_sends_the_same_bytes(tmp_path):
+    run, records = _one_run_records()
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    sent = sequencer.ingest()
+    sequencer.feed([records[1], records[0]])
+    assert sequencer.ingest() == sent
+    fresh = _RunSequencer(tmp_path / "again")
+    fresh.feed(records)
+    assert fresh.ingest() == sent
+
+
+def test_a_cursor_the_crash_left_behind_its_index_moves_past_it(tmp_path):
+    run, records = _one_run_records()
+    whole = _RunSequencer(tmp_path / "whole")
+    whole.feed(records)
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records[:1])
+    sent = sequencer.ingest()
+    # The crash kept the record's index entry but neither the cursor nor the trace's list of records.
+    trace = orjson.loads(records[0])["trace"]
+    del sequencer.seq.data[run], sequencer.seq.data[f"{run}\x1ft\x1f{trace}"]
+    sequencer.feed(records)  # redelivered, then the next turn
+    assert sequencer.ingest() == whole.ingest() and sequencer.ingest()[:len(sent)] == sent
+    assert sequencer.seq.get(0, f"{run}\x1ft\x1f{trace}") == [0]
+    assert sequencer.seq.get(0, run) == whole.seq.get(0, run)
+
+
+def test_a_run_an_older_worker_indexed_per_event_goes_on(tmp_path):
+    run, records = _one_run_records()
+    whole = _RunSequencer(tmp_path / "whole")
+    whole.feed(records)
+    sequencer = _RunSequencer(tmp_path)
+    first = [orjson.loads(v) for v in whole.ingest()][:len(orjson.loads(records[0])["events"])]
+    for doc in first:  # what a worker keeping two keys per event left
+        sequencer.seq.put(0, f"{run}\x1fs\x1f{doc['sequence']}", doc["eventId"])
+        sequencer.seq.put(0, f"{run}\x1fe\x1f{doc['eventId']}", doc["sequence"])
+    sequencer.seq.put(0, run, {"next": len(first), "last": first[-1]["eventId"], "kept": 0})
+    sequencer.feed(records)
+    assert sequencer.ingest() == whole.ingest()[len(first):]
+    assert sequencer.seq.get(0, run)["older"] is True
+
+
+def test_the_oldest_records_are_forgotten_beyond_the_index_limit(tmp_path, monkeypatch):
+    run, records = _one_run_records()
+    sizes = [len(orjson.loads(r)["events"]) for r in records]
+    monkeypatch.setattr(sp, "RUN_INDEX_MAX", sizes[1])
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    trace0, trace1 = (orjson.loads(r)["trace"] for r in records)
+    assert sequencer.run_keys(run) == sorted([run, f"{run}\x1fr\x1f{sizes[0]}", f"{run}\x1ft\x1f{trace1}"])
+    assert sequencer.seq.get(0, run)["kept"] == sizes[0]
+    sequencer.feed(records[1:])
+    assert len(sequencer.ingest()) == sum(sizes)  # the kept record's events are still known
