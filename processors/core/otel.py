@@ -52,6 +52,7 @@ __all__ = [
     "Plan",
     "Sequenced",
     "due",
+    "encodable",
     "event_id",
     "map_trace",
     "plan_trace",
@@ -615,6 +616,26 @@ def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
         validate_doc(doc)
     except EventRejected as e:
         _unmapped(doc, e, trace_id, span_id)
+
+
+def encodable(trace_id: str, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A run's planned events with each doc JCS cannot write made an opaque ``log.appended`` saying why.
+
+    Captured JSON can hold what a RunEventDoc cannot (an integer past 2^53, NaN): the stage-1
+    record carrying such a doc could not be written, so the doc keeps its slot and id as
+    :func:`sequence_run` would keep it. The other docs are left as they are.
+    """
+    out: list[dict[str, Any]] = []
+    for event in events:
+        try:
+            jcs(event["doc"])
+        except EventRejected as e:
+            doc = dict(event["doc"])
+            _unmapped(doc, e, trace_id, str(event["span"]))
+            out.append({**event, "doc": doc})
+            continue
+        out.append(dict(event))
+    return out
 
 
 def _unmapped(doc: dict[str, Any], error: EventRejected, trace_id: str, span_id: str) -> None:

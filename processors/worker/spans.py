@@ -50,13 +50,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from processors.core.otel import Cursor, Plan, due, is_root, plan_trace, sequence_run
+from processors.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace, sequence_run
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from processors.worker.otlp import Receiver
 from processors.worker.tables import Table
 from processors.worker.wiring import Wiring
 from schemas.canonical import jcs
+from schemas.errors import EventRejected
 from schemas.records import record_source, rejection
 from streams.topics import topic_name
 
@@ -140,7 +141,11 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
     for span_id, reason in plan.rejected.items():
         await batch.send("rejections", None, _span_rejection(pending[span_id], reason))
     for run, events in plan.runs.items():
-        whole = jcs({"run": run, "trace": trace_id, "events": events})
+        try:
+            whole = jcs({"run": run, "trace": trace_id, "events": events})
+        except EventRejected:  # a doc holds what JSON cannot carry (captured JSON with 2^60 or NaN)
+            events = encodable(trace_id, events)
+            whole = jcs({"run": run, "trace": trace_id, "events": events})
         if len(whole) <= _RECORD_BYTES:  # the usual case, and then _chunks would make this one record too
             await batch.send("otel-events", run, whole)
             continue

@@ -310,3 +310,19 @@ def test_the_oldest_records_are_forgotten_beyond_the_index_limit(tmp_path, monke
     assert sequencer.seq.get(0, run)["kept"] == sizes[0]
     sequencer.feed(records[1:])
     assert len(sequencer.ingest()) == sum(sizes)  # the kept record's events are still known
+
+
+def test_a_trace_whose_captured_json_has_what_a_doc_cannot_hold_goes_out_with_that_event_opaque(tmp_path):
+    spans = _corpus_spans()
+    chat = next(i for i, s in enumerate(spans) if s["attributes"].get("gen_ai.operation.name") == "chat")
+    attributes = {**spans[chat]["attributes"], "gen_ai.output.messages": '[{"n": 18014398509481984}]'}
+    spans[chat] = {**spans[chat], "attributes": attributes}
+    mapper = _Mapper(tmp_path)
+    mapper.feed([trace_records(spans, 900_000)[0][0][1]])
+    mapper.tick(T0 + 2)
+    records = mapper.out("otel-events")
+    assert _planned(records) == _offline(spans)
+    opaque = [e["doc"]["payload"]["unmapped"] for r in records for e in r["events"] if e["doc"]["type"] == "log.appended"
+              and "unmapped" in e["doc"]["payload"]]
+    assert [(u["type"], u["code"], u["spanId"]) for u in opaque] == [
+        ("agent.invocation.completed", "unsafe_integer", spans[chat]["spanId"])]
