@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from processors.core.fold import fold_all
-from processors.core.otel import Cursor, due, event_id, map_trace, plan_trace, sequence_run
+from processors.core.otel import Cursor, due, event_id, map_trace, plan_trace, sequence_run, timestamp
 from processors.demo.otel import run_planner
 from processors.worker.otlp import OtlpError, decode_request, span_dicts
 from schemas.canonical import jcs
@@ -185,3 +185,11 @@ def test_docs_read_from_json_come_with_their_canonical_bytes_and_an_unmappable_o
             assert done.data == [jcs(doc) for doc in done.docs]
             assert done.docs == sequence_run(Cursor(), lambda eid: False, chat["traceId"], events).docs
     assert [d["payload"]["unmapped"]["code"] for d in done.docs if d["type"] == "log.appended"] == ["unsafe_integer"]
+
+
+@pytest.mark.parametrize("ns", [0, 1, 999_999_999, 1_000_000_000, 1_732_700_000_123_456_789, 4_102_444_799_999_999_999])
+def test_a_timestamp_is_rfc3339_utc_with_every_nanosecond(ns):
+    from datetime import UTC, datetime
+
+    whole = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    assert timestamp(ns) == timestamp(ns) == f"{whole}.{ns % 1_000_000_000:09d}Z"
