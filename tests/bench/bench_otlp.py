@@ -33,7 +33,8 @@ streams, against two writes and one stream for a host's JSON event:
 2. span mapper → ``otel-events`` (keyed by run; stream 2, the OTel run sequencer). A run (a
    conversation) usually spans several traces, which land on different ``spans`` partitions: the run's
    one writer gives the events contiguous sequences and backward causation, and remembers event ids
-   (``otel-seq``, two changelog records per event) so a re-sent span adds nothing.
+   (``otel-seq``, an entry per sequenced record, its trace's list of records and the run's cursor:
+   about three changelog records per record of ~17 events) so a re-sent span adds nothing.
 3. run sequencer → ``ingest`` (keyed by run; stream 3, the sequencer), like any host's events: the one
    writer of the log checks sequences, causation and duplicates, hashes the chain and folds the state,
    so OTel runs get the same guarantees and audit path as every other run.
