@@ -142,15 +142,15 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
         await batch.send("rejections", None, _span_rejection(pending[span_id], reason))
     for run, events in plan.runs.items():
         try:
-            whole = jcs({"run": run, "trace": trace_id, "events": events})
+            whole = _json({"run": run, "trace": trace_id, "events": events})
         except EventRejected:  # a doc holds what JSON cannot carry (captured JSON with 2^60 or NaN)
             events = encodable(trace_id, events)
-            whole = jcs({"run": run, "trace": trace_id, "events": events})
+            whole = _json({"run": run, "trace": trace_id, "events": events})
         if len(whole) <= _RECORD_BYTES:  # the usual case, and then _chunks would make this one record too
             await batch.send("otel-events", run, whole)
             continue
         for chunk in _chunks(events):
-            await batch.send("otel-events", run, jcs({"run": run, "trace": trace_id, "events": chunk}))
+            await batch.send("otel-events", run, _json({"run": run, "trace": trace_id, "events": chunk}))
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
     for key in keys:
         batch.set(HELD, partition, key, None)
@@ -212,12 +212,32 @@ def expirable(held: Table, partition: int, ttl_ms: int, now_ms: int) -> bool:
     return ttl_ms > 0 and first is not None and (now_ms - ttl_ms) // _bucket_ms(ttl_ms) > int(first)
 
 
+#: orjson refuses integers past 2^53 and the types JSON does not have (subclasses, dataclasses, datetimes).
+_STRICT = (orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+           | orjson.OPT_PASSTHROUGH_DATETIME)
+
+
+def _json(obj: Any) -> bytes:
+    """An ``otel-events`` record's bytes: the values it is read back as, or :class:`EventRejected`.
+
+    Nothing is hashed from these bytes (the run sequencer writes each doc's JCS), so orjson writes
+    them; but orjson writes NaN and the infinities as ``null``, which would change a value, so
+    output holding a ``null`` (rare in planned events) is written by :func:`jcs`, which refuses
+    them, as it refuses what orjson refuses here.
+    """
+    try:
+        data = orjson.dumps(obj, option=_STRICT)
+    except (orjson.JSONEncodeError, TypeError):
+        return jcs(obj)
+    return jcs(obj) if b"null" in data else data
+
+
 def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     """Split a run's planned events into records below :data:`_RECORD_BYTES`, in order (deterministic)."""
     chunk: list[dict[str, Any]] = []
     size = 0
     for event in events:
-        n = len(jcs(event))
+        n = len(_json(event))
         if chunk and size + n > _RECORD_BYTES:
             yield chunk
             chunk, size = [], 0

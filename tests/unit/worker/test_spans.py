@@ -23,6 +23,7 @@ from processors.worker.memory import MemoryStream, event, memory_wiring, parts
 from processors.worker.otlp import decode_request, span_dicts, trace_records
 from processors.worker.wiring import Wiring
 from schemas.canonical import jcs
+from schemas.errors import EventRejected
 from streams.settings import Settings
 
 CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
@@ -312,10 +313,13 @@ def test_the_oldest_records_are_forgotten_beyond_the_index_limit(tmp_path, monke
     assert len(sequencer.ingest()) == sum(sizes)  # the kept record's events are still known
 
 
-def test_a_trace_whose_captured_json_has_what_a_doc_cannot_hold_goes_out_with_that_event_opaque(tmp_path):
+@pytest.mark.parametrize(("captured", "code"), [('[{"n": 18014398509481984}]', "unsafe_integer"),
+                                                ('[{"n": NaN}]', "non_finite_number")])
+def test_a_trace_whose_captured_json_has_what_a_doc_cannot_hold_goes_out_with_that_event_opaque(tmp_path, captured,
+                                                                                                  code):
     spans = _corpus_spans()
     chat = next(i for i, s in enumerate(spans) if s["attributes"].get("gen_ai.operation.name") == "chat")
-    attributes = {**spans[chat]["attributes"], "gen_ai.output.messages": '[{"n": 18014398509481984}]'}
+    attributes = {**spans[chat]["attributes"], "gen_ai.output.messages": captured}
     spans[chat] = {**spans[chat], "attributes": attributes}
     mapper = _Mapper(tmp_path)
     mapper.feed([trace_records(spans, 900_000)[0][0][1]])
@@ -325,4 +329,14 @@ def test_a_trace_whose_captured_json_has_what_a_doc_cannot_hold_goes_out_with_th
     opaque = [e["doc"]["payload"]["unmapped"] for r in records for e in r["events"] if e["doc"]["type"] == "log.appended"
               and "unmapped" in e["doc"]["payload"]]
     assert [(u["type"], u["code"], u["spanId"]) for u in opaque] == [
-        ("agent.invocation.completed", "unsafe_integer", spans[chat]["spanId"])]
+        ("agent.invocation.completed", code, spans[chat]["spanId"])]
+
+
+def test_an_otel_events_record_reads_back_as_the_values_it_was_written_from():
+    plain = {"run": "r", "trace": "t", "events": [{"doc": {"n": 1.5, "s": "é", "l": (1, 2)}, "span": "s"}]}
+    assert sp._json(plain) == orjson.dumps(plain)
+    with_null = {**plain, "events": [{"doc": {"n": None, "x": 2.0}, "span": "s"}]}
+    assert sp._json(with_null) == jcs(with_null) and orjson.loads(sp._json(with_null)) == with_null
+    for bad in (float("nan"), float("inf"), 2**60, 2**70):
+        with pytest.raises(EventRejected):
+            sp._json({**plain, "events": [{"doc": {"n": bad}, "span": "s"}]})
