@@ -411,7 +411,7 @@ def _knobs(batch: Batch) -> dict[str, int]:
 
 
 async def handle(batch: Batch, rec: SourceRecord) -> None:
-    """One record of ``spans``: a span to hold (and maybe publish its trace), or a tick."""
+    """One record of ``spans``: a trace's spans to hold (and maybe publish the trace), or a tick."""
     p = rec.partition
     if rec.value == TICK:
         ready = []
@@ -469,18 +469,18 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
 def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
     """A ``spans`` record's trace id, its readable spans and ``(bytes, reason)`` of the others.
 
-    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`processors.worker.otlp.trace_records`)
-    or one span. Raises ValueError, KeyError or TypeError for a record that is neither.
+    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`processors.worker.otlp.trace_records`).
+    Raises ValueError, KeyError or TypeError for a record that is not.
     """
     msg = orjson.loads(value)  # a ValueError, as json.loads's, for what is not JSON
-    listed = msg.get("spans") if isinstance(msg, dict) else None
-    spans = listed if isinstance(listed, list) else [msg]
+    if not (isinstance(msg, dict) and isinstance(msg.get("spans"), list)):
+        raise ValueError('a spans record is {"traceId", "spans": [span, ...]}')
     trace_id = msg["traceId"]
     if not (isinstance(trace_id, str) and trace_id):
         raise ValueError("traceId must be a non-empty string")
     good: list[dict[str, Any]] = []
     bad: list[tuple[bytes, str]] = []
-    for span in spans:
+    for span in msg["spans"]:
         try:
             if not (isinstance(span, dict) and span.get("traceId") == trace_id):
                 raise ValueError("a span of another trace")
@@ -489,8 +489,6 @@ def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[byt
             if not (isinstance(span_id, str) and span_id):
                 raise ValueError("spanId must be a non-empty string")
         except (ValueError, KeyError, TypeError) as e:
-            if listed is None:
-                raise
             bad.append((orjson.dumps(span), f"{type(e).__name__}: {e}"))
             continue
         good.append(span)

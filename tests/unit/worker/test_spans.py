@@ -163,13 +163,15 @@ def test_spans_held_one_per_key_go_out_with_the_records_of_the_same_trace(tmp_pa
     assert mapper.held_keys(trace_id) == []
 
 
-def test_a_single_span_record_is_held_like_a_record_of_one(tmp_path):
+def test_a_record_that_is_not_a_traces_spans_is_rejected_whole_and_nothing_is_held(tmp_path):
     spans = _corpus_spans()
     mapper = _Mapper(tmp_path)
-    mapper.feed([orjson.dumps(s) for s in spans])
-    assert len(mapper.held_keys(spans[0]["traceId"])) == len(spans)
-    mapper.tick(T0 + 2)
-    assert _planned(mapper.out("otel-events")) == _offline(spans)
+    mapper.feed([orjson.dumps(spans[0]), orjson.dumps({"traceId": spans[0]["traceId"], "spans": spans[0]})])
+    rejections = mapper.out("rejections")
+    assert [r["reason"] for r in rejections] == ["decode_error"] * 2
+    assert all('{"traceId", "spans": [span, ...]}' in r["detail"] for r in rejections)
+    assert orjson.loads(base64.b64decode(rejections[0]["raw"])) == spans[0]
+    assert mapper.held.get(0, spans[0]["traceId"]) is None and mapper.held_keys(spans[0]["traceId"]) == []
 
 
 def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
