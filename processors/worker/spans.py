@@ -100,35 +100,35 @@ _PENDING = "\x00pending\x1f"
 _DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
 
 
-def _span_key(trace_id: str, span_id: str) -> str:
-    """Where a span held on its own is (one key per span: what a worker before :func:`_chunk_key` wrote)."""
-    return f"{trace_id}\x1f{span_id}"
-
-
 def _chunk_key(trace_id: str, offset: int) -> str:
     """Where the spans a ``spans`` record added to its trace are held (NUL: no span id starts with it)."""
     return f"{trace_id}\x1f\x00{offset}"
 
 
-def _held_spans(batch: Batch, trace_id: str, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The trace's held spans (spanId → span, in arrival order) and the table keys holding them."""
+def _held_spans(batch: Batch, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The trace's held spans (spanId → span, in arrival order) and the table keys holding them.
+
+    An entry is written after its chunks (:func:`handle`), so every pending span is in one; an
+    entry holding spans without ``"chunks"`` is not one the span mapper writes, and its spans are
+    not found (:func:`_publish` logs them).
+    """
     found: dict[str, Any] = {}
     keys: list[str] = []
-    for key in entry.get("chunks") or []:
+    for key in entry.get("chunks", []):
         chunk = batch.get(HELD, key)
         if chunk is not None:
             keys.append(key)
             for span in chunk:
                 found[span["spanId"]] = span
-    for sid in entry["pending"]:
-        if sid not in found and (span := batch.get(HELD, _span_key(trace_id, sid))) is not None:
-            keys.append(_span_key(trace_id, sid))
-            found[sid] = span
     return {sid: found[sid] for sid in entry["pending"] if sid in found}, keys
 
 
 async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
-    pending, keys = _held_spans(batch, trace_id, entry)
+    pending, keys = _held_spans(batch, entry)
+    if len(pending) < len(entry["pending"]):
+        log.error("trace %s: %d of its %d held spans are not in otel-held's chunks (the entry has no \"chunks\" "
+                  "naming them); the trace goes out without them", trace_id, len(entry["pending"]) - len(pending),
+                  len(entry["pending"]))
     try:
         plan = plan_trace(trace_id, pending, published=entry["published"])
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
@@ -399,13 +399,6 @@ async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | Non
         raw=base64.b64encode((rec.value if raw is None else raw)[: 256 * 1024]).decode("ascii"))))
 
 
-def _earliest_start(batch: Batch, trace_id: str, entry: dict[str, Any]) -> int:
-    if "startNs" in entry:
-        return int(entry["startNs"])
-    starts = [int(span["startNs"]) for span in _held_spans(batch, trace_id, entry)[0].values()]
-    return min(starts, default=0)
-
-
 def _knobs(batch: Batch) -> dict[str, int]:
     return {"settle_ms": SETTLE_MS, "grace_ms": GRACE_MS, "max_spans": MAX_HELD_SPANS}
 
@@ -418,7 +411,7 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         for trace_id in list(batch.get(HELD, f"{_PENDING}{p}") or []):
             entry = batch.get(HELD, trace_id)
             if entry is not None and due(entry, rec.timestamp_ms, **_knobs(batch)):
-                ready.append((_earliest_start(batch, trace_id, entry), trace_id, entry))
+                ready.append((int(entry.get("startNs", 0)), trace_id, entry))
         # Traces due at the same tick go out earliest span first: a conversation's turns (several
         # traces) reach its run sequencer in the order they started, as far as the holds allow.
         for _, trace_id, entry in sorted(ready, key=lambda r: (r[0], r[1])):
@@ -444,9 +437,9 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         fresh.append(span)
     if not fresh:
         return
+    start = min(int(span["startNs"]) for span in fresh)
     if not entry["pending"]:
-        entry = {**entry, "firstMs": rec.timestamp_ms, "chunks": []}
-        entry.pop("startNs", None)
+        entry = {**entry, "firstMs": rec.timestamp_ms, "chunks": [], "startNs": str(start)}
         key = f"{_PENDING}{p}"
         batch.set(HELD, p, key, [*(batch.get(HELD, key) or []), trace_id])
     # The record's new spans are one table key (one changelog record, one tombstone when the trace
@@ -454,11 +447,8 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
     # messages the trace holds, and the record itself is below Kafka's record limit.
     chunk = _chunk_key(trace_id, rec.offset)
     batch.set(HELD, p, chunk, fresh)
-    start = min(int(span["startNs"]) for span in fresh)
-    if entry["pending"] and "startNs" not in entry:  # spans held by a worker that did not note the start
-        start = min(start, _earliest_start(batch, trace_id, entry))
     entry = {**entry, "pending": [*entry["pending"], *(span["spanId"] for span in fresh)],
-             "chunks": [*(entry.get("chunks") or []), chunk], "lastMs": rec.timestamp_ms,
+             "chunks": [*entry.get("chunks", []), chunk], "lastMs": rec.timestamp_ms,
              "rootSeen": bool(entry["rootSeen"] or any(is_root(span) for span in fresh)),
              "startNs": str(min(start, int(entry.get("startNs", start))))}
     batch.set(HELD, p, trace_id, entry)

@@ -1,9 +1,8 @@
 """The span mapper (``spans`` → ``otel-events``) and the receiver's ``spans`` records, on the in-memory ports.
 
-A request's spans of one trace travel as one record and are held under one table key per record;
-these tests check what that changes nothing of: the trace goes out whole and as the offline mapping
-makes it, a re-sent span adds nothing, spans held one per key (an older worker's layout) still go
-out, and a span that cannot be read is rejected alone.
+A request's spans of one trace travel as one record and are held under one table key per record:
+the trace goes out whole and as the offline mapping makes it, a re-sent span adds nothing, a record
+that is not a trace's spans is rejected whole and a span that cannot be read is rejected alone.
 """
 
 from __future__ import annotations
@@ -145,22 +144,21 @@ def test_re_sent_spans_add_nothing_while_held_and_after_their_trace_went_out(tmp
     assert mapper.out("otel-events") == published and mapper.held_keys(trace_id) == []
 
 
-def test_spans_held_one_per_key_go_out_with_the_records_of_the_same_trace(tmp_path):
+def test_an_entry_holding_spans_without_chunks_is_logged_and_does_not_stop_the_mapper(tmp_path, caplog):
     spans = _corpus_spans()
     trace_id = spans[0]["traceId"]
     mapper = _Mapper(tmp_path)
-    old, new = spans[:4], spans[4:]
-    # What a worker holding each span under its own key left in the table.
-    for span in old:
-        mapper.held.put(0, f"{trace_id}\x1f{span['spanId']}", span)
-    mapper.held.put(0, trace_id, {"pending": [s["spanId"] for s in old], "published": {}, "firstMs": T0 * 1000,
-                                  "lastMs": T0 * 1000, "rootSeen": any(not s["parentSpanId"] for s in old)})
+    # An entry naming held spans but no chunks (and no startNs): not a layout the mapper writes.
+    mapper.held.put(0, trace_id, {"pending": [s["spanId"] for s in spans[:4]], "published": {},
+                                  "firstMs": T0 * 1000, "lastMs": T0 * 1000, "rootSeen": False})
     mapper.held.put(0, "\x00pending\x1f0", [trace_id])
-    mapper.feed([trace_records(new, 900_000)[0][0][1]])
-    assert mapper.held.get(0, trace_id)["startNs"] == str(min(int(s["startNs"]) for s in spans))
-    mapper.tick(T0 + 2)
-    assert _planned(mapper.out("otel-events")) == _offline(spans)
-    assert mapper.held_keys(trace_id) == []
+    mapper.feed([trace_records(spans[4:], 900_000)[0][0][1]])
+    with caplog.at_level("ERROR", logger="agentlog.otel"):
+        mapper.tick(T0 + sp.GRACE_MS / 1000 + 1)
+    assert "4 of its" in caplog.text and trace_id in caplog.text
+    assert {e["span"] for r in mapper.out("otel-events") for e in r["events"]} <= {s["spanId"] for s in spans[4:]}
+    assert mapper.held.get(0, trace_id)["pending"] == [] and mapper.held_keys(trace_id) == []
+    assert mapper.held.get(0, "\x00pending\x1f0") == []
 
 
 def test_a_record_that_is_not_a_traces_spans_is_rejected_whole_and_nothing_is_held(tmp_path):
