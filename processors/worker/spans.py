@@ -257,51 +257,25 @@ def _tkey(run: str, trace_id: str) -> str:
     return f"{run}\x1ft\x1f{trace_id}"
 
 
-def _ekey(run: str, event_id: str) -> str:
-    """eventId → sequence, one key per event: the index a worker before :func:`_rkey` wrote."""
-    return f"{run}\x1fe\x1f{event_id}"
-
-
-def _skey(run: str, sequence: int) -> str:
-    """sequence → eventId, one key per event (the same older index)."""
-    return f"{run}\x1fs\x1f{sequence}"
-
-
 def _repair(batch: Batch, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
     """The run's cursor as its index says, and the event ids found past the cursor.
 
     A batch's table writes become durable one changelog record after another, and a crash can
     stop them anywhere. The cursor is written after its batch's index entries (the hook
-    :func:`_write_cursors`), so a cursor this worker wrote (``"v": 2``) is never ahead of them,
-    but it can be behind: step forward over the records (and older per-event keys) that start
-    at the cursor. A cursor of the older layout, written among its per-event keys, may also be
-    ahead: step back over sequences that have no key.
+    :func:`_write_cursors`), so it is never ahead of them, but it can be behind: step forward
+    over the records that start at the cursor.
     """
-    kept = int(head.get("kept") or 0)
     nxt, last = int(head["next"]), head.get("last")
-    if head.get("v") != 2:
-        while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
-            nxt -= 1
-            last = None
     recovered: set[str] = set()
-    while True:
-        if (entry := batch.get(SEQ, _rkey(run, nxt))) is not None:
-            ids = [str(eid) for eid in entry["ids"]]
-            recovered.update(ids)
-            # Its trace's list of records may be what the crash left out.
-            firsts = batch.get(SEQ, _tkey(run, entry["trace"])) or []
-            if nxt not in firsts:
-                batch.set(SEQ, p, _tkey(run, entry["trace"]), [*firsts, nxt])
-            nxt += len(ids)
-            last = ids[-1]
-        elif (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
-            recovered.add(str(eid))
-            nxt += 1
-            last = eid
-        else:
-            break
-    if last is None and nxt > 0:
-        last = batch.get(SEQ, _skey(run, nxt - 1))
+    while (entry := batch.get(SEQ, _rkey(run, nxt))) is not None:
+        ids = [str(eid) for eid in entry["ids"]]
+        recovered.update(ids)
+        # Its trace's list of records may be what the crash left out.
+        firsts = batch.get(SEQ, _tkey(run, entry["trace"])) or []
+        if nxt not in firsts:
+            batch.set(SEQ, p, _tkey(run, entry["trace"]), [*firsts, nxt])
+        nxt += len(ids)
+        last = ids[-1]
     return Cursor(nxt, last), recovered
 
 
@@ -330,10 +304,7 @@ def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
             batch.set(SEQ, p, tkey, firsts or None)
             kept += max(1, len(entry["ids"]))
             continue
-        if (forgotten := batch.get(SEQ, _skey(run, kept))) is not None:
-            batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
-            batch.set(SEQ, p, _skey(run, kept), None)
-        kept += 1
+        kept += 1  # no record starts here (not an index the sequencer writes): step over the sequence
     return kept
 
 
@@ -354,9 +325,7 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
     p = rec.partition
     cursors = _cursors(batch)
     moved = cursors.get(run)
-    head = moved[1] if moved is not None else batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0, "v": 2}
-    # A run whose cursor an older worker wrote may have per-event keys: they are looked up too.
-    older = head.get("v") != 2 or bool(head.get("older"))
+    head = moved[1] if moved is not None else batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
     cursor, recovered = _repair(batch, p, run, head)
     tkey = _tkey(run, trace_id)
     firsts = batch.get(SEQ, tkey) or []
@@ -364,8 +333,7 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
     for first in firsts:
         if (entry := batch.get(SEQ, _rkey(run, first))) is not None:
             known.update(entry["ids"])
-    done = sequence_run(cursor, lambda eid: eid in known or (older and batch.get(SEQ, _ekey(run, eid)) is not None),
-                        trace_id, events, parsed=True)
+    done = sequence_run(cursor, lambda eid: eid in known, trace_id, events, parsed=True)
     for data in done.data:
         await batch.send("ingest", run, data)
     if done.docs:
@@ -376,8 +344,7 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         batch.set(SEQ, p, _rkey(run, first), {"trace": trace_id, "ids": [doc["eventId"] for doc in done.docs]})
     kept = _forget(batch, p, run, int(head.get("kept") or 0), done.cursor.next)
     if done.docs or kept != int(head.get("kept") or 0) or (cursor.next, cursor.last) != (head["next"], head["last"]):
-        cursors[run] = (p, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept, "v": 2,
-                            **({"older": True} if older else {})})
+        cursors[run] = (p, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
     METRICS.inc("agentlog_otel_events_total", len(done.docs))
     if done.duplicates:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
