@@ -33,6 +33,7 @@ Nothing is dropped: a span with no GenAI operation we map becomes an opaque
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -41,8 +42,9 @@ from typing import Any
 
 from processors.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
 from schemas.cachekey import RECIPE_IDS, cache_key
+from schemas.canonical import jcs
 from schemas.errors import AgentlogError, EventRejected
-from schemas.validate import validate_doc
+from schemas.validate import validate_doc, validate_parsed
 
 __all__ = [
     "NAMESPACE",
@@ -51,6 +53,7 @@ __all__ = [
     "Plan",
     "Sequenced",
     "due",
+    "encodable",
     "event_id",
     "map_trace",
     "plan_trace",
@@ -72,7 +75,13 @@ def event_id(trace_id: str, span_id: str, role: str) -> str:
 def timestamp(ns: int) -> str:
     """RFC 3339 with the span's full nanosecond precision, UTC."""
     secs, frac = divmod(ns, 1_000_000_000)
-    return f"{datetime.fromtimestamp(secs, tz=UTC):%Y-%m-%dT%H:%M:%S}.{frac:09d}Z"
+    return f"{_second(secs)}.{frac:09d}Z"
+
+
+@functools.lru_cache(maxsize=4096)
+def _second(secs: int) -> str:
+    """``YYYY-MM-DDTHH:MM:SS`` of a second: a trace's events share a few seconds, and formatting costs ~2 µs."""
+    return f"{datetime.fromtimestamp(secs, tz=UTC):%Y-%m-%dT%H:%M:%S}"
 
 
 def due(entry: Mapping[str, Any], now_ms: int, *, settle_ms: int, grace_ms: int, max_spans: int) -> bool:
@@ -548,10 +557,12 @@ class Sequenced:
     docs: list[dict[str, Any]]
     cursor: Cursor
     duplicates: int = 0
+    #: With ``parsed``: each doc's JCS bytes (what the run sequencer publishes), computed by the validation.
+    data: list[bytes] = field(default_factory=list)
 
 
 def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
-                 events: Iterable[Mapping[str, Any]]) -> Sequenced:
+                 events: Iterable[Mapping[str, Any]], *, parsed: bool = False) -> Sequenced:
     """Give a run's planned events the next sequences (stage 2, the run's one writer).
 
     ``known(eventId)``: whether the run already has that event (sequenced before). A known
@@ -559,8 +570,13 @@ def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
     ``causationId`` is kept only if it names a known event or one sequenced earlier in this
     call; otherwise (and when the trace left it open) the cause is the run's previous event,
     so causation always names an earlier event of the run, whatever trace it came from.
+
+    ``parsed``: the events were read from JSON (dicts, lists, str, int, float, bool, None), so each
+    doc is validated on its JCS bytes (:func:`schemas.validate.validate_parsed`), which come back in
+    :attr:`Sequenced.data`.
     """
     docs: list[dict[str, Any]] = []
+    data: list[bytes] = []
     now: set[str] = set()
     duplicates = 0
     for event in events:
@@ -576,11 +592,23 @@ def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
             cause = cursor.last
         if cause is not None and cursor.next > 0:
             doc["causationId"] = cause
-        _keep_valid(doc, trace_id, str(event["span"]))
+        if parsed:
+            data.append(_keep_valid_parsed(doc, trace_id, str(event["span"])))
+        else:
+            _keep_valid(doc, trace_id, str(event["span"]))
         docs.append(doc)
         now.add(eid)
         cursor = Cursor(cursor.next + 1, eid)
-    return Sequenced(docs, cursor, duplicates)
+    return Sequenced(docs, cursor, duplicates, data)
+
+
+def _keep_valid_parsed(doc: dict[str, Any], trace_id: str, span_id: str) -> bytes:
+    """:func:`_keep_valid` of a doc read from JSON, returning its JCS bytes (the validation computes them)."""
+    try:
+        return validate_parsed(doc)
+    except EventRejected as e:
+        _unmapped(doc, e, trace_id, span_id)
+    return jcs(doc)
 
 
 def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
@@ -594,10 +622,34 @@ def _keep_valid(doc: dict[str, Any], trace_id: str, span_id: str) -> None:
     try:
         validate_doc(doc)
     except EventRejected as e:
-        doc["payload"] = {"source": "opentelemetry", "unmapped": {
-            "type": doc["type"], "code": e.code, "detail": str(e)[:500], "traceId": trace_id, "spanId": span_id}}
-        doc["type"] = "log.appended"
-        doc.pop("nodeId", None)
+        _unmapped(doc, e, trace_id, span_id)
+
+
+def encodable(trace_id: str, events: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """A run's planned events with each doc JCS cannot write made an opaque ``log.appended`` saying why.
+
+    Captured JSON can hold what a RunEventDoc cannot (an integer past 2^53, NaN): the stage-1
+    record carrying such a doc could not be written, so the doc keeps its slot and id as
+    :func:`sequence_run` would keep it. The other docs are left as they are.
+    """
+    out: list[dict[str, Any]] = []
+    for event in events:
+        try:
+            jcs(event["doc"])
+        except EventRejected as e:
+            doc = dict(event["doc"])
+            _unmapped(doc, e, trace_id, str(event["span"]))
+            out.append({**event, "doc": doc})
+            continue
+        out.append(dict(event))
+    return out
+
+
+def _unmapped(doc: dict[str, Any], error: EventRejected, trace_id: str, span_id: str) -> None:
+    doc["payload"] = {"source": "opentelemetry", "unmapped": {
+        "type": doc["type"], "code": error.code, "detail": str(error)[:500], "traceId": trace_id, "spanId": span_id}}
+    doc["type"] = "log.appended"
+    doc.pop("nodeId", None)
 
 
 def _context(d: _Draft, pending: Mapping[str, Mapping[str, Any]], runs: Mapping[str, str],

@@ -37,6 +37,7 @@ import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
@@ -158,6 +159,46 @@ def span_dicts(request: ExportTraceServiceRequest) -> tuple[list[dict[str, Any]]
     return spans, refused
 
 
+#: ``{"traceId":"<32 hex>","spans":[`` … ``]}`` around a ``spans`` record's spans.
+_RECORD_HEAD, _RECORD_TAIL = b'{"traceId":"%s","spans":[', b"]}"
+_RECORD_OVERHEAD = len(_RECORD_HEAD % (b"0" * 32)) + len(_RECORD_TAIL)
+
+
+def trace_records(spans: list[dict[str, Any]],
+                  max_bytes: int) -> tuple[list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """The ``spans`` records of a request's spans, ``(traceId, value)`` each, and ``(why, bytes)`` of refused spans.
+
+    A record holds spans of one trace, ``{"traceId", "spans": [span, ...]}``, in request order,
+    at most ``max_bytes`` (below Kafka's record limit): a request's spans of one trace are one
+    record in the usual case, so the span mapper handles, holds and forgets them together. A
+    span that does not fit in a record alone is refused. The bytes are orjson's: the mapper reads
+    them back as dicts and nothing is hashed from them, so they need not be canonical.
+    """
+    by_trace: dict[str, list[bytes]] = {}
+    oversize: list[tuple[str, bytes]] = []
+    for span in spans:
+        value = orjson.dumps(span)
+        if len(value) + _RECORD_OVERHEAD > max_bytes:
+            oversize.append((f"span {span['name']!r} (trace {span['traceId']}, span {span['spanId']}): "
+                             f"{len(value)} bytes, over the {max_bytes}-byte limit", value))
+        else:
+            by_trace.setdefault(span["traceId"], []).append(value)
+    records: list[tuple[str, bytes]] = []
+    for trace_id, values in by_trace.items():
+        head = _RECORD_HEAD % trace_id.encode("ascii")
+        chunk: list[bytes] = []
+        size = _RECORD_OVERHEAD
+        for value in values:
+            grows = len(value) + (1 if chunk else 0)  # a comma before every span but the first
+            if chunk and size + grows > max_bytes:
+                records.append((trace_id, head + b",".join(chunk) + _RECORD_TAIL))
+                chunk, size, grows = [], _RECORD_OVERHEAD, len(value)
+            chunk.append(value)
+            size += grows
+        records.append((trace_id, head + b",".join(chunk) + _RECORD_TAIL))
+    return records, oversize
+
+
 Send = Callable[[str, bytes], Awaitable[Awaitable[Any]]]
 Reject = Callable[[bytes], Awaitable[Awaitable[Any]]]
 
@@ -165,11 +206,11 @@ Reject = Callable[[bytes], Awaitable[Awaitable[Any]]]
 class Receiver:
     """What both OTLP transports do with a request: check the token, map its spans, send them, wait for Kafka.
 
-    ``send(traceId, value)`` publishes one span record to the spans topic and returns its delivery
-    future; ``reject(value)`` does the same for a rejection record. ``token``: the worker's
-    ``web_token`` (empty: no token asked, which :func:`streams.settings.check_web_access` allows
-    on loopback only). :meth:`app` is the OTLP/HTTP server; :mod:`processors.worker.otlp_grpc`
-    serves the same :meth:`export` over gRPC.
+    ``send(traceId, value)`` publishes one record of a trace's spans (:func:`trace_records`) to the
+    spans topic and returns its delivery future; ``reject(value)`` does the same for a rejection
+    record. ``token``: the worker's ``web_token`` (empty: no token asked, which
+    :func:`streams.settings.check_web_access` allows on loopback only). :meth:`app` is the OTLP/HTTP
+    server; :mod:`processors.worker.otlp_grpc` serves the same :meth:`export` over gRPC.
     """
 
     def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int,
@@ -240,15 +281,7 @@ class Receiver:
                 exporter must retry (the same spans map to the same event ids, so a retry adds nothing).
         """
         spans, refused = span_dicts(export)
-        records: list[tuple[str, bytes]] = []
-        oversize: list[tuple[str, bytes]] = []
-        for span in spans:
-            value = jcs(span)
-            if len(value) <= self.max_span_bytes:
-                records.append((span["traceId"], value))
-            else:
-                oversize.append((f"span {span['name']!r} (trace {span['traceId']}, span {span['spanId']}): "
-                                 f"{len(value)} bytes, over the {self.max_span_bytes}-byte limit", value))
+        records, oversize = trace_records(spans, self.max_span_bytes)
         refused += [why for why, _ in oversize]
         try:
             futures = [await self._send(trace_id, value) for trace_id, value in records]
@@ -262,7 +295,7 @@ class Receiver:
             METRICS.inc("agentlog_otlp_requests_total", outcome="unavailable")
             raise OtlpError("Kafka did not acknowledge; retry", code="otlp_unavailable") from e
         METRICS.inc("agentlog_otlp_requests_total", outcome="accepted")
-        METRICS.inc("agentlog_otlp_spans_total", len(records), outcome="accepted")
+        METRICS.inc("agentlog_otlp_spans_total", len(spans) - len(oversize), outcome="accepted")
         if refused:
             METRICS.inc("agentlog_otlp_spans_total", len(refused), outcome="rejected")
         response = ExportTraceServiceResponse()

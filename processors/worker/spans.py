@@ -3,24 +3,31 @@
 **Stage 1, the span mapper** (topic ``spans``, keyed by trace id): keyed by **trace**,
 not by run, because whether an ``invoke_agent`` span starts a child run depends on its
 parent span's conversation, and the parent span usually arrives later (spans are
-exported when they end). One writer per trace holds its spans (``otel-held``), then
-plans each run's events in start-time order (:func:`processors.core.otel.plan_trace`)
-and sends them, **without sequences**, to ``otel-events`` keyed by run: one record per
+exported when they end). A record holds a request's spans of one trace
+(:func:`processors.worker.otlp.trace_records`). One writer per trace holds its spans
+(``otel-held``: one key per record, the trace's entry listing them), then plans each
+run's events in start-time order (:func:`processors.core.otel.plan_trace`) and sends
+them, **without sequences**, to ``otel-events`` keyed by run: one record per
 (published trace, run), so a record's events keep their order.
 
 **Stage 2, the run sequencer** (topic ``otel-events``, keyed by run): one writer per run,
 whatever traces its events came from (a conversation usually spans several). It gives
 each record's events the run's next sequences and makes causation name earlier events of
 the run (:func:`processors.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
-the cursor ``{"next", "last", "kept"}`` and an index eventId → sequence (plus sequence →
-eventId, to forget the oldest, and the truth the cursor is repaired from after a crash
-that made only part of a batch's table writes durable): an event already in the index is
-never sequenced again,
-so a redelivered or re-emitted record adds nothing. The index keeps the last
-``RUN_INDEX_MAX`` events of each run; an event re-emitted after being forgotten
-would get a new sequence, which the sequencer rejects as ``duplicate_event_id`` (recorded,
-never silent). Each record is handled on its own from the table state, so a redelivery
-(whatever its batch boundaries) sends byte-identical docs.
+the cursor ``{"next", "last", "kept"}`` and an index of what it sequenced, one entry per
+record: sequence of its first event → ``{"trace", "ids"}``, and per trace the first
+sequences of its records. A record's events all come from one trace, and an event
+re-emitted (a redelivered record, re-sent spans, late spans of a published trace) comes
+from the same trace under the same id, so the record's trace's entries say whether an
+event was sequenced already: it is never sequenced again, so a redelivered or re-emitted
+record adds nothing. The cursor is written after the batch's index entries, so after a
+crash that made only part of a batch's table writes durable it is at most behind them,
+and the entries starting at it move it forward. The index keeps the last
+``RUN_INDEX_MAX`` events of each run (whole records); an event re-emitted after being
+forgotten would get a new sequence, which the sequencer rejects as ``duplicate_event_id``
+(recorded, never silent), as would an event id a hand-written record repeats under another
+trace. Each record is handled on its own from the table state, so a redelivery (whatever
+its batch boundaries) sends byte-identical docs.
 
 Held traces are re-checked on a **tick** record the worker's timer writes every
 ``TICK_S`` to each partition of ``spans`` that holds traces: the clock is the Kafka timestamp of the
@@ -43,13 +50,14 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from processors.core.otel import Cursor, Plan, due, is_root, plan_trace, sequence_run
+from processors.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace, sequence_run
 from processors.metrics import METRICS
 from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from processors.worker.otlp import Receiver
 from processors.worker.tables import Table
 from processors.worker.wiring import Wiring
 from schemas.canonical import jcs
+from schemas.errors import EventRejected
 from schemas.records import record_source, rejection
 from streams.topics import topic_name
 
@@ -92,13 +100,35 @@ _PENDING = "\x00pending\x1f"
 _DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
 
 
-def _span_key(trace_id: str, span_id: str) -> str:
-    return f"{trace_id}\x1f{span_id}"
+def _chunk_key(trace_id: str, offset: int) -> str:
+    """Where the spans a ``spans`` record added to its trace are held (NUL: no span id starts with it)."""
+    return f"{trace_id}\x1f\x00{offset}"
+
+
+def _held_spans(batch: Batch, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The trace's held spans (spanId → span, in arrival order) and the table keys holding them.
+
+    An entry is written after its chunks (:func:`handle`), so every pending span is in one; an
+    entry holding spans without ``"chunks"`` is not one the span mapper writes, and its spans are
+    not found (:func:`_publish` logs them).
+    """
+    found: dict[str, Any] = {}
+    keys: list[str] = []
+    for key in entry.get("chunks", []):
+        chunk = batch.get(HELD, key)
+        if chunk is not None:
+            keys.append(key)
+            for span in chunk:
+                found[span["spanId"]] = span
+    return {sid: found[sid] for sid in entry["pending"] if sid in found}, keys
 
 
 async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
-    pending = {sid: batch.get(HELD, _span_key(trace_id, sid)) for sid in entry["pending"]}
-    pending = {sid: span for sid, span in pending.items() if span is not None}
+    pending, keys = _held_spans(batch, entry)
+    if len(pending) < len(entry["pending"]):
+        log.error("trace %s: %d of its %d held spans are not in otel-held's chunks (the entry has no \"chunks\" "
+                  "naming them); the trace goes out without them", trace_id, len(entry["pending"]) - len(pending),
+                  len(entry["pending"]))
     try:
         plan = plan_trace(trace_id, pending, published=entry["published"])
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
@@ -111,16 +141,20 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
     for span_id, reason in plan.rejected.items():
         await batch.send("rejections", None, _span_rejection(pending[span_id], reason))
     for run, events in plan.runs.items():
-        whole = jcs({"run": run, "trace": trace_id, "events": events})
+        try:
+            whole = _json({"run": run, "trace": trace_id, "events": events})
+        except EventRejected:  # a doc holds what JSON cannot carry (captured JSON with 2^60 or NaN)
+            events = encodable(trace_id, events)
+            whole = _json({"run": run, "trace": trace_id, "events": events})
         if len(whole) <= _RECORD_BYTES:  # the usual case, and then _chunks would make this one record too
             await batch.send("otel-events", run, whole)
             continue
         for chunk in _chunks(events):
-            await batch.send("otel-events", run, jcs({"run": run, "trace": trace_id, "events": chunk}))
+            await batch.send("otel-events", run, _json({"run": run, "trace": trace_id, "events": chunk}))
     METRICS.inc("agentlog_otel_spans_published_total", len(pending))
-    for sid in pending:
-        batch.set(HELD, partition, _span_key(trace_id, sid), None)
-    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "publishedMs": now_ms,
+    for key in keys:
+        batch.set(HELD, partition, key, None)
+    batch.set(HELD, partition, trace_id, {**entry, "pending": [], "chunks": [], "publishedMs": now_ms,
                                           "published": {**entry["published"], **plan.published}})
     _remember_published(batch, partition, trace_id, now_ms)
     key = f"{_PENDING}{partition}"
@@ -178,12 +212,32 @@ def expirable(held: Table, partition: int, ttl_ms: int, now_ms: int) -> bool:
     return ttl_ms > 0 and first is not None and (now_ms - ttl_ms) // _bucket_ms(ttl_ms) > int(first)
 
 
+#: orjson refuses integers past 2^53 and the types JSON does not have (subclasses, dataclasses, datetimes).
+_STRICT = (orjson.OPT_STRICT_INTEGER | orjson.OPT_PASSTHROUGH_SUBCLASS | orjson.OPT_PASSTHROUGH_DATACLASS
+           | orjson.OPT_PASSTHROUGH_DATETIME)
+
+
+def _json(obj: Any) -> bytes:
+    """An ``otel-events`` record's bytes: the values it is read back as, or :class:`EventRejected`.
+
+    Nothing is hashed from these bytes (the run sequencer writes each doc's JCS), so orjson writes
+    them; but orjson writes NaN and the infinities as ``null``, which would change a value, so
+    output holding a ``null`` (rare in planned events) is written by :func:`jcs`, which refuses
+    them, as it refuses what orjson refuses here.
+    """
+    try:
+        data = orjson.dumps(obj, option=_STRICT)
+    except (orjson.JSONEncodeError, TypeError):
+        return jcs(obj)
+    return jcs(obj) if b"null" in data else data
+
+
 def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
     """Split a run's planned events into records below :data:`_RECORD_BYTES`, in order (deterministic)."""
     chunk: list[dict[str, Any]] = []
     size = 0
     for event in events:
-        n = len(jcs(event))
+        n = len(_json(event))
         if chunk and size + n > _RECORD_BYTES:
             yield chunk
             chunk, size = [], 0
@@ -193,35 +247,65 @@ def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:
         yield chunk
 
 
-def _ekey(run: str, event_id: str) -> str:
-    return f"{run}\x1fe\x1f{event_id}"
+def _rkey(run: str, first: int) -> str:
+    """The run's index entry of one sequenced record: ``{"trace", "ids"}``, its event ids from sequence ``first`` on."""
+    return f"{run}\x1fr\x1f{first}"
 
 
-def _skey(run: str, sequence: int) -> str:
-    return f"{run}\x1fs\x1f{sequence}"
+def _tkey(run: str, trace_id: str) -> str:
+    """The first sequences of the run's records that came from this trace (where its event ids are)."""
+    return f"{run}\x1ft\x1f{trace_id}"
 
 
-def _repair(batch: Batch, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
-    """The run's cursor as its sequence → eventId keys say, and the event ids only those keys hold.
+def _repair(batch: Batch, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
+    """The run's cursor as its index says, and the event ids found past the cursor.
 
-    A batch's table writes become durable one record after another (same changelog partition),
-    so a crash can leave the cursor key ahead of or behind the index keys written with it. The
-    sequence keys are the truth: step back over sequences that have none, forward over those
-    that have one (their events count as sequenced even if their eventId key was lost).
+    A batch's table writes become durable one changelog record after another, and a crash can
+    stop them anywhere. The cursor is written after its batch's index entries (the hook
+    :func:`_write_cursors`), so it is never ahead of them, but it can be behind: step forward
+    over the records that start at the cursor.
     """
-    kept = int(head.get("kept") or 0)
     nxt, last = int(head["next"]), head.get("last")
-    while nxt > kept and batch.get(SEQ, _skey(run, nxt - 1)) is None:
-        nxt -= 1
-        last = None
     recovered: set[str] = set()
-    while (eid := batch.get(SEQ, _skey(run, nxt))) is not None:
-        recovered.add(str(eid))
-        nxt += 1
-        last = eid
-    if last is None and nxt > 0:
-        last = batch.get(SEQ, _skey(run, nxt - 1))
+    while (entry := batch.get(SEQ, _rkey(run, nxt))) is not None:
+        ids = [str(eid) for eid in entry["ids"]]
+        recovered.update(ids)
+        # Its trace's list of records may be what the crash left out.
+        firsts = batch.get(SEQ, _tkey(run, entry["trace"])) or []
+        if nxt not in firsts:
+            batch.set(SEQ, p, _tkey(run, entry["trace"]), [*firsts, nxt])
+        nxt += len(ids)
+        last = ids[-1]
     return Cursor(nxt, last), recovered
+
+
+def _cursors(batch: Batch) -> dict[str, tuple[int, dict[str, Any]]]:
+    """The run cursors this batch moved (run → partition, cursor), written by :func:`_write_cursors`."""
+    if not batch.collected:
+        batch.collected.append({})
+    cursors: dict[str, tuple[int, dict[str, Any]]] = batch.collected[0]
+    return cursors
+
+
+async def _write_cursors(batch: Batch) -> None:
+    """Write the batch's run cursors after every index entry of the batch (the order :func:`_repair` relies on)."""
+    for run, (p, cursor) in _cursors(batch).items():
+        batch.set(SEQ, p, run, cursor)
+
+
+def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
+    """Drop the run's oldest index entries until at most :data:`RUN_INDEX_MAX` events are indexed; the new ``kept``."""
+    limit = max(1, RUN_INDEX_MAX)
+    while nxt - kept > limit:
+        if (entry := batch.get(SEQ, _rkey(run, kept))) is not None:
+            batch.set(SEQ, p, _rkey(run, kept), None)
+            tkey = _tkey(run, entry["trace"])
+            firsts = [f for f in batch.get(SEQ, tkey) or [] if f != kept]
+            batch.set(SEQ, p, tkey, firsts or None)
+            kept += max(1, len(entry["ids"]))
+            continue
+        kept += 1  # no record starts here (not an index the sequencer writes): step over the sequence
+    return kept
 
 
 async def sequence(batch: Batch, rec: SourceRecord) -> None:
@@ -239,25 +323,28 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         await _reject(batch, rec, f"not a record of the otel-events topic ({type(e).__name__}: {e})"[:500])
         return
     p = rec.partition
-    head = batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
-    cursor, recovered = _repair(batch, run, head)
-    done = sequence_run(cursor, lambda eid: eid in recovered or batch.get(SEQ, _ekey(run, eid)) is not None,
-                        trace_id, events)
-    for doc in done.docs:
-        await batch.send("ingest", run, jcs(doc))
-        # sequence → eventId first: it is what _repair trusts if a crash leaves only part of a batch's writes.
-        batch.set(SEQ, p, _skey(run, doc["sequence"]), doc["eventId"])
-        batch.set(SEQ, p, _ekey(run, doc["eventId"]), doc["sequence"])
-    kept = int(head.get("kept") or 0)
-    limit = max(1, RUN_INDEX_MAX)
-    while done.cursor.next - kept > limit:
-        forgotten = batch.get(SEQ, _skey(run, kept))
-        if forgotten is not None:
-            batch.set(SEQ, p, _ekey(run, str(forgotten)), None)
-        batch.set(SEQ, p, _skey(run, kept), None)
-        kept += 1
+    cursors = _cursors(batch)
+    moved = cursors.get(run)
+    head = moved[1] if moved is not None else batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
+    cursor, recovered = _repair(batch, p, run, head)
+    tkey = _tkey(run, trace_id)
+    firsts = batch.get(SEQ, tkey) or []
+    known = set(recovered)
+    for first in firsts:
+        if (entry := batch.get(SEQ, _rkey(run, first))) is not None:
+            known.update(entry["ids"])
+    done = sequence_run(cursor, lambda eid: eid in known, trace_id, events, parsed=True)
+    for data in done.data:
+        await batch.send("ingest", run, data)
     if done.docs:
-        batch.set(SEQ, p, run, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
+        # One index entry per record (a record's events come from one trace, and a re-emitted event has
+        # the id it had, from the same trace): the trace's list names it, the entry lists its ids.
+        first = int(done.docs[0]["sequence"])
+        batch.set(SEQ, p, tkey, [*firsts, first])
+        batch.set(SEQ, p, _rkey(run, first), {"trace": trace_id, "ids": [doc["eventId"] for doc in done.docs]})
+    kept = _forget(batch, p, run, int(head.get("kept") or 0), done.cursor.next)
+    if done.docs or kept != int(head.get("kept") or 0) or (cursor.next, cursor.last) != (head["next"], head["last"]):
+        cursors[run] = (p, {"next": done.cursor.next, "last": done.cursor.last, "kept": kept})
     METRICS.inc("agentlog_otel_events_total", len(done.docs))
     if done.duplicates:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
@@ -271,17 +358,12 @@ def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
                          raw=base64.b64encode(raw[: 256 * 1024]).decode("ascii")))
 
 
-async def _reject(batch: Batch, rec: SourceRecord, detail: str) -> None:
+async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None) -> None:
+    """Record ``rec`` (or ``raw``, a part of it) on the rejections topic with ``detail``."""
     source = record_source(topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp_ms)
     await batch.send("rejections", None, jcs(rejection(
         reason="decode_error", detail=detail, run_id=None, event_id=None, sequence=None, source=source,
-        raw=base64.b64encode(rec.value[: 256 * 1024]).decode("ascii"))))
-
-
-def _earliest_start(batch: Batch, trace_id: str, entry: dict[str, Any]) -> int:
-    starts = [int(span["startNs"]) for sid in entry["pending"]
-              if (span := batch.get(HELD, _span_key(trace_id, sid))) is not None]
-    return min(starts, default=0)
+        raw=base64.b64encode((rec.value if raw is None else raw)[: 256 * 1024]).decode("ascii"))))
 
 
 def _knobs(batch: Batch) -> dict[str, int]:
@@ -289,14 +371,14 @@ def _knobs(batch: Batch) -> dict[str, int]:
 
 
 async def handle(batch: Batch, rec: SourceRecord) -> None:
-    """One record of ``spans``: a span to hold (and maybe publish its trace), or a tick."""
+    """One record of ``spans``: a trace's spans to hold (and maybe publish the trace), or a tick."""
     p = rec.partition
     if rec.value == TICK:
         ready = []
         for trace_id in list(batch.get(HELD, f"{_PENDING}{p}") or []):
             entry = batch.get(HELD, trace_id)
             if entry is not None and due(entry, rec.timestamp_ms, **_knobs(batch)):
-                ready.append((_earliest_start(batch, trace_id, entry), trace_id, entry))
+                ready.append((int(entry.get("startNs", 0)), trace_id, entry))
         # Traces due at the same tick go out earliest span first: a conversation's turns (several
         # traces) reach its run sequencer in the order they started, as far as the holds allow.
         for _, trace_id, entry in sorted(ready, key=lambda r: (r[0], r[1])):
@@ -304,31 +386,70 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         _expire(batch, p, rec.timestamp_ms)
         return
     try:
-        span = orjson.loads(rec.value)
-        trace_id, span_id = span["traceId"], span["spanId"]
-        int(span["startNs"]), int(span["endNs"])
-        if not (isinstance(trace_id, str) and isinstance(span_id, str) and trace_id and span_id):
-            raise ValueError("traceId/spanId must be non-empty strings")
+        trace_id, spans, bad = _read_spans(rec.value)
     except (ValueError, KeyError, TypeError) as e:
         await _reject(batch, rec, f"not a span record of the spans topic ({type(e).__name__}: {e})"[:500])
         return
+    for raw, why in bad:
+        await _reject(batch, rec, f"not a span of the spans topic ({why})"[:500], raw=raw)
     entry = batch.get(HELD, trace_id) or {"pending": [], "published": {}, "firstMs": rec.timestamp_ms,
                                           "lastMs": rec.timestamp_ms, "rootSeen": False}
-    if span_id in entry["published"] or batch.get(HELD, _span_key(trace_id, span_id)) is not None:
-        METRICS.inc("agentlog_otel_duplicate_spans_total")
+    held = set(entry["pending"])
+    fresh: list[dict[str, Any]] = []
+    for span in spans:
+        if span["spanId"] in entry["published"] or span["spanId"] in held:
+            METRICS.inc("agentlog_otel_duplicate_spans_total")
+            continue
+        held.add(span["spanId"])
+        fresh.append(span)
+    if not fresh:
         return
+    start = min(int(span["startNs"]) for span in fresh)
     if not entry["pending"]:
-        entry = {**entry, "firstMs": rec.timestamp_ms}
+        entry = {**entry, "firstMs": rec.timestamp_ms, "chunks": [], "startNs": str(start)}
         key = f"{_PENDING}{p}"
         batch.set(HELD, p, key, [*(batch.get(HELD, key) or []), trace_id])
-    # Each held span is its own table key (one changelog record each): a trace's entry stays small
-    # however many spans with captured messages it holds (Kafka caps a record at ~1 MB).
-    batch.set(HELD, p, _span_key(trace_id, span_id), span)
-    entry = {**entry, "pending": [*entry["pending"], span_id], "lastMs": rec.timestamp_ms,
-             "rootSeen": bool(entry["rootSeen"] or is_root(span))}
+    # The record's new spans are one table key (one changelog record, one tombstone when the trace
+    # goes out), apart from the trace's entry: the entry stays small however many spans with captured
+    # messages the trace holds, and the record itself is below Kafka's record limit.
+    chunk = _chunk_key(trace_id, rec.offset)
+    batch.set(HELD, p, chunk, fresh)
+    entry = {**entry, "pending": [*entry["pending"], *(span["spanId"] for span in fresh)],
+             "chunks": [*entry.get("chunks", []), chunk], "lastMs": rec.timestamp_ms,
+             "rootSeen": bool(entry["rootSeen"] or any(is_root(span) for span in fresh)),
+             "startNs": str(min(start, int(entry.get("startNs", start))))}
     batch.set(HELD, p, trace_id, entry)
     if due(entry, rec.timestamp_ms, **_knobs(batch)):
         await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+
+
+def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
+    """A ``spans`` record's trace id, its readable spans and ``(bytes, reason)`` of the others.
+
+    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`processors.worker.otlp.trace_records`).
+    Raises ValueError, KeyError or TypeError for a record that is not.
+    """
+    msg = orjson.loads(value)  # a ValueError, as json.loads's, for what is not JSON
+    if not (isinstance(msg, dict) and isinstance(msg.get("spans"), list)):
+        raise ValueError('a spans record is {"traceId", "spans": [span, ...]}')
+    trace_id = msg["traceId"]
+    if not (isinstance(trace_id, str) and trace_id):
+        raise ValueError("traceId must be a non-empty string")
+    good: list[dict[str, Any]] = []
+    bad: list[tuple[bytes, str]] = []
+    for span in msg["spans"]:
+        try:
+            if not (isinstance(span, dict) and span.get("traceId") == trace_id):
+                raise ValueError("a span of another trace")
+            span_id = span["spanId"]
+            int(span["startNs"]), int(span["endNs"])
+            if not (isinstance(span_id, str) and span_id):
+                raise ValueError("spanId must be a non-empty string")
+        except (ValueError, KeyError, TypeError) as e:
+            bad.append((orjson.dumps(span), f"{type(e).__name__}: {e}"))
+            continue
+        good.append(span)
+    return trace_id, good, bad
 
 
 async def serve_otlp(receiver: Receiver, host: str, port: int) -> None:
@@ -386,7 +507,8 @@ def install(wiring: Wiring) -> None:
         wiring.tables[name] = wiring.make_table(name)
     assert not POSITION_KEY.startswith(_PENDING)
     batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
-    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence)
+    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
+                  before_commit=_write_cursors)
 
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle

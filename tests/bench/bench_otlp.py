@@ -24,15 +24,17 @@ committed events of ``ours`` are checked to be exactly the offline mapping's (sa
 **How many times a span crosses Kafka on its way to the log.** Four topic writes and three Faust
 streams, against two writes and one stream for a host's JSON event:
 
-1. receiver → ``spans`` (keyed by trace; stream 1, the span mapper). A span's run depends on its
+1. receiver → ``spans`` (keyed by trace; stream 1, the span mapper): one record per request and trace
+   (here a copy's trace arrives in one request, so one record per trace). A span's run depends on its
    parent span's conversation and handoffs, and an exporter sends a span when it *ends*, children
    before parents, in several batches, possibly from several processes: the trace's one writer holds
-   its spans (``otel-held``, a changelog record per span and a tombstone when it goes out) until the
-   trace is due, then plans each run's events in start-time order.
+   its spans (``otel-held``, a changelog record per ``spans`` record and a tombstone when the trace goes
+   out) until the trace is due, then plans each run's events in start-time order.
 2. span mapper → ``otel-events`` (keyed by run; stream 2, the OTel run sequencer). A run (a
    conversation) usually spans several traces, which land on different ``spans`` partitions: the run's
    one writer gives the events contiguous sequences and backward causation, and remembers event ids
-   (``otel-seq``, two changelog records per event) so a re-sent span adds nothing.
+   (``otel-seq``, an entry per sequenced record, its trace's list of records and the run's cursor:
+   about three changelog records per record of ~17 events) so a re-sent span adds nothing.
 3. run sequencer → ``ingest`` (keyed by run; stream 3, the sequencer), like any host's events: the one
    writer of the log checks sequences, causation and duplicates, hashes the chain and folds the state,
    so OTel runs get the same guarantees and audit path as every other run.

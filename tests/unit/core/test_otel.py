@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import random
 
+import orjson
 import pytest
 from jsonschema import Draft202012Validator
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -18,9 +19,10 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from processors.core.fold import fold_all
-from processors.core.otel import Cursor, due, event_id, map_trace
+from processors.core.otel import Cursor, due, event_id, map_trace, plan_trace, sequence_run, timestamp
 from processors.demo.otel import run_planner
 from processors.worker.otlp import OtlpError, decode_request, span_dicts
+from schemas.canonical import jcs
 from schemas.upstream import upstream_file
 from tests.unit.core.test_otel_corpus import check_log
 
@@ -169,3 +171,25 @@ def test_a_doc_the_sequencer_would_reject_keeps_its_slot_as_an_opaque_event(span
     check_log(docs)
     unmapped = [d["payload"]["unmapped"] for d in docs if d["type"] == "log.appended"]
     assert [(u["type"], u["code"]) for u in unmapped] == [("agent.invocation.completed", "unsafe_integer")]
+
+
+def test_docs_read_from_json_come_with_their_canonical_bytes_and_an_unmappable_one_too(spans):
+    chat = next(s for s in spans if s["attributes"].get("gen_ai.operation.name") == "chat")
+    bad = {**chat, "attributes": {**chat["attributes"], "gen_ai.output.messages": '[{"n": 18014398509481984}]'}}
+    trace = {s["spanId"]: s for s in spans if s["traceId"] == chat["traceId"]}
+    for pending in (trace, {chat["spanId"]: bad}):
+        plan = plan_trace(chat["traceId"], pending, published={})
+        for events in plan.runs.values():
+            parsed = orjson.loads(orjson.dumps(events))  # as the run sequencer reads them
+            done = sequence_run(Cursor(), lambda eid: False, chat["traceId"], parsed, parsed=True)
+            assert done.data == [jcs(doc) for doc in done.docs]
+            assert done.docs == sequence_run(Cursor(), lambda eid: False, chat["traceId"], events).docs
+    assert [d["payload"]["unmapped"]["code"] for d in done.docs if d["type"] == "log.appended"] == ["unsafe_integer"]
+
+
+@pytest.mark.parametrize("ns", [0, 1, 999_999_999, 1_000_000_000, 1_732_700_000_123_456_789, 4_102_444_799_999_999_999])
+def test_a_timestamp_is_rfc3339_utc_with_every_nanosecond(ns):
+    from datetime import UTC, datetime
+
+    whole = datetime.fromtimestamp(ns // 1_000_000_000, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    assert timestamp(ns) == timestamp(ns) == f"{whole}.{ns % 1_000_000_000:09d}Z"

@@ -79,7 +79,8 @@ def test_acknowledged_spans_get_200_and_partial_success_names_the_refused():
     response = ExportTraceServiceResponse.FromString(raw)
     assert response.partial_success.rejected_spans == 1
     assert "'s1'" in response.partial_success.error_message
-    assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"] * 2
+    assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"]  # one record: the trace's spans
+    assert [span["spanId"] for span in json.loads(kafka.sent[0][1])["spans"]] == ["01" * 8, "02" * 8]
     assert [r["reason"] for r in kafka.rejections] == ["invalid_envelope"]
 
 
@@ -183,7 +184,8 @@ def test_grpc_acknowledged_spans_are_ok_with_partial_success():
                                      compression=grpc.Compression.Gzip)
     assert code == "OK"
     assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
-    assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"] * 2
+    assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"]  # one record: the trace's spans
+    assert [span["spanId"] for span in json.loads(kafka.sent[0][1])["spans"]] == ["01" * 8, "02" * 8]
     assert [r["reason"] for r in kafka.rejections] == ["invalid_envelope"]
 
 

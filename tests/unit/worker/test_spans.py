@@ -1,0 +1,343 @@
+"""The span mapper (``spans`` → ``otel-events``) and the receiver's ``spans`` records, on the in-memory ports.
+
+A request's spans of one trace travel as one record and are held under one table key per record:
+the trace goes out whole and as the offline mapping makes it, a re-sent span adds nothing, a record
+that is not a trace's spans is rejected whole and a span that cannot be read is rejected alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from processors.core.otel import map_trace, plan_trace
+from processors.worker import spans as sp
+from processors.worker.batch import position_key
+from processors.worker.memory import MemoryStream, event, memory_wiring, parts
+from processors.worker.otlp import decode_request, span_dicts, trace_records
+from processors.worker.wiring import Wiring
+from schemas.canonical import jcs
+from schemas.errors import EventRejected
+from streams.settings import Settings
+
+CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
+T0 = 1_000.0  # the records' Kafka time, seconds
+
+
+def _corpus_spans(name: str = "openai_agents.openllmetry") -> list[dict[str, Any]]:
+    spans, refused = span_dicts(decode_request((CORPUS / f"{name}.pb.gz").read_bytes(), "application/x-protobuf",
+                                               "gzip"))
+    assert spans and not refused
+    return spans
+
+
+class _Mapper:
+    """The span mapper agent of a worker on the memory ports, fed records at offsets 0, 1, …"""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+        sp.install(self.wiring)
+        self.topic = self.wiring.topics["spans"].get_topic_name()
+        self.offset = 0
+
+    def feed(self, values: list[bytes], at: float = T0) -> None:
+        agent = parts(self.wiring).runner.agents["otel-spans"][1]
+        first, self.offset = self.offset, self.offset + len(values)
+
+        async def go() -> None:
+            stream = MemoryStream([event(self.topic, 0, first + i, v, at) for i, v in enumerate(values)])
+            running = asyncio.ensure_future(agent(stream))
+            while not running.done() and (self.held.get(0, position_key(self.topic, 0)) or 0) < self.offset:
+                await asyncio.sleep(0.002)
+            stream.close()
+            await running
+
+        asyncio.run(go())
+
+    def tick(self, at: float) -> None:
+        self.feed([sp.TICK], at)
+
+    @property
+    def held(self) -> Any:
+        return self.wiring.tables[sp.HELD]
+
+    def held_keys(self, trace_id: str) -> list[str]:
+        return sorted(k for k in self.held.data if k.startswith(f"{trace_id}\x1f"))
+
+    def out(self, short: str) -> list[dict[str, Any]]:
+        name = self.wiring.topics[short].get_topic_name()
+        return [orjson.loads(v) for v in parts(self.wiring).broker.values(name)]
+
+
+def _offline(spans: list[dict[str, Any]]) -> list[str]:
+    """The event ids the offline mapping gives these spans (one trace, whole), in order."""
+    trace_id = spans[0]["traceId"]
+    emission = map_trace(trace_id, {s["spanId"]: s for s in spans}, published={}, cursors={})
+    return [doc["eventId"] for doc in emission.docs]
+
+
+def _planned(records: list[dict[str, Any]]) -> list[str]:
+    return [e["doc"]["eventId"] for r in records for e in r["events"]]
+
+
+def test_a_requests_spans_are_one_record_per_trace_in_request_order():
+    a, b = _corpus_spans("openai_agents.openllmetry"), _corpus_spans("langgraph.openinference")
+    mixed = [s for pair in zip(a, b, strict=False) for s in pair] + a[len(b):] + b[len(a):]
+    records, oversize = trace_records(mixed, 900_000)
+    assert not oversize
+    assert [k for k, _ in records] == [a[0]["traceId"], b[0]["traceId"]]
+    for (trace_id, value), spans in zip(records, (a, b), strict=True):
+        assert orjson.loads(value) == {"traceId": trace_id, "spans": spans}
+
+
+@pytest.mark.parametrize("limit", [3_000, 5_000, 20_000])
+def test_a_trace_is_split_into_records_under_the_limit_and_a_span_too_big_alone_is_refused(limit):
+    spans = _corpus_spans()
+    big = {**spans[0], "spanId": "ff" * 8, "attributes": {"gen_ai.input.messages": "x" * limit}}
+    records, oversize = trace_records([*spans, big], limit)
+    assert [orjson.loads(v) for _, v in oversize] == [big] and "ffffffffffffffff" in oversize[0][0]
+    assert all(len(value) <= limit for _, value in records)
+    fits = [s for s in spans if len(orjson.dumps(s)) + 60 <= limit]
+    assert [s for _, v in records for s in orjson.loads(v)["spans"]] == fits
+    assert len(records) > 1 or limit == 20_000
+
+
+def test_a_trace_is_held_one_key_per_record_then_published_whole(tmp_path):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    (_, first), = trace_records(spans[:5], 900_000)[0]
+    (_, second), = trace_records(spans[5:], 900_000)[0]
+    mapper = _Mapper(tmp_path)
+    mapper.feed([first, second])
+    assert len(mapper.held_keys(trace_id)) == 2  # one per record, not one per span
+    assert mapper.held.get(0, trace_id)["pending"] == [s["spanId"] for s in spans]
+    assert mapper.out("otel-events") == []
+
+    mapper.tick(T0 + 0.5)  # not due yet: 1 s after the last span
+    assert mapper.out("otel-events") == []
+    mapper.tick(T0 + sp.SETTLE_MS / 1000 + 0.5)
+    assert _planned(mapper.out("otel-events")) == _offline(spans)
+    assert mapper.held_keys(trace_id) == []  # the held spans are deleted once the trace is out
+    assert mapper.held.get(0, trace_id)["pending"] == []
+
+
+def test_re_sent_spans_add_nothing_while_held_and_after_their_trace_went_out(tmp_path):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    (_, value), = trace_records(spans, 900_000)[0]
+    mapper = _Mapper(tmp_path)
+    mapper.feed([value])
+    held = mapper.held_keys(trace_id)
+    (_, again), = trace_records(spans[2:4], 900_000)[0]  # an exporter's retry of part of the request
+    mapper.feed([value, again])
+    assert mapper.held_keys(trace_id) == held
+    assert mapper.held.get(0, trace_id)["pending"] == [s["spanId"] for s in spans]
+    mapper.tick(T0 + 2)
+    published = mapper.out("otel-events")
+    mapper.feed([value], T0 + 3)
+    mapper.tick(T0 + 5)
+    assert mapper.out("otel-events") == published and mapper.held_keys(trace_id) == []
+
+
+def test_an_entry_holding_spans_without_chunks_is_logged_and_does_not_stop_the_mapper(tmp_path, caplog):
+    spans = _corpus_spans()
+    trace_id = spans[0]["traceId"]
+    mapper = _Mapper(tmp_path)
+    # An entry naming held spans but no chunks (and no startNs): not a layout the mapper writes.
+    mapper.held.put(0, trace_id, {"pending": [s["spanId"] for s in spans[:4]], "published": {},
+                                  "firstMs": T0 * 1000, "lastMs": T0 * 1000, "rootSeen": False})
+    mapper.held.put(0, "\x00pending\x1f0", [trace_id])
+    mapper.feed([trace_records(spans[4:], 900_000)[0][0][1]])
+    with caplog.at_level("ERROR", logger="agentlog.otel"):
+        mapper.tick(T0 + sp.GRACE_MS / 1000 + 1)
+    assert "4 of its" in caplog.text and trace_id in caplog.text
+    assert {e["span"] for r in mapper.out("otel-events") for e in r["events"]} <= {s["spanId"] for s in spans[4:]}
+    assert mapper.held.get(0, trace_id)["pending"] == [] and mapper.held_keys(trace_id) == []
+    assert mapper.held.get(0, "\x00pending\x1f0") == []
+
+
+def test_a_record_that_is_not_a_traces_spans_is_rejected_whole_and_nothing_is_held(tmp_path):
+    spans = _corpus_spans()
+    mapper = _Mapper(tmp_path)
+    mapper.feed([orjson.dumps(spans[0]), orjson.dumps({"traceId": spans[0]["traceId"], "spans": spans[0]})])
+    rejections = mapper.out("rejections")
+    assert [r["reason"] for r in rejections] == ["decode_error"] * 2
+    assert all('{"traceId", "spans": [span, ...]}' in r["detail"] for r in rejections)
+    assert orjson.loads(base64.b64decode(rejections[0]["raw"])) == spans[0]
+    assert mapper.held.get(0, spans[0]["traceId"]) is None and mapper.held_keys(spans[0]["traceId"]) == []
+
+
+def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
+    spans = _corpus_spans()
+    broken = {k: v for k, v in spans[1].items() if k != "startNs"}
+    value = orjson.dumps({"traceId": spans[0]["traceId"], "spans": [spans[0], broken, *spans[2:]]})
+    mapper = _Mapper(tmp_path)
+    mapper.feed([value, b"not json", orjson.dumps({"traceId": 7, "spans": []})])
+    rejections = mapper.out("rejections")
+    assert [r["reason"] for r in rejections] == ["decode_error"] * 3
+    assert "KeyError" in rejections[0]["detail"] and orjson.loads(base64.b64decode(rejections[0]["raw"])) == broken
+    assert mapper.held.get(0, spans[0]["traceId"])["pending"] == [s["spanId"] for s in spans if s is not spans[1]]
+
+
+# --- the OTel run sequencer (otel-events → ingest) -------------------------------------------------------------
+
+
+class _RunSequencer:
+    """The OTel run sequencer agent on the memory ports, fed ``otel-events`` records at offsets 0, 1, …"""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+        sp.install(self.wiring)
+        self.topic = self.wiring.topics["otel-events"].get_topic_name()
+        self.offset = 0
+
+    def feed(self, values: list[bytes]) -> None:
+        agent = parts(self.wiring).runner.agents["otel-sequencer"][1]
+        first, self.offset = self.offset, self.offset + len(values)
+
+        async def go() -> None:
+            stream = MemoryStream([event(self.topic, 0, first + i, v, T0) for i, v in enumerate(values)])
+            running = asyncio.ensure_future(agent(stream))
+            while not running.done() and (self.seq.get(0, position_key(self.topic, 0)) or 0) < self.offset:
+                await asyncio.sleep(0.002)
+            stream.close()
+            await running
+
+        asyncio.run(go())
+
+    @property
+    def seq(self) -> Any:
+        return self.wiring.tables[sp.SEQ]
+
+    def ingest(self) -> list[bytes]:
+        name = self.wiring.topics["ingest"].get_topic_name()
+        return [v for v in parts(self.wiring).broker.values(name) if v is not None]
+
+    def run_keys(self, run: str) -> list[str]:
+        return sorted(k for k in self.seq.data if k == run or k.startswith(f"{run}\x1f"))
+
+
+def _run_records(spans: list[dict[str, Any]]) -> list[bytes]:
+    """The span mapper's ``otel-events`` records for one whole trace."""
+    plan = plan_trace(spans[0]["traceId"], {s["spanId"]: s for s in spans}, published={})
+    return [orjson.dumps({"run": run, "trace": plan.trace_id, "events": events}) for run, events in plan.runs.items()]
+
+
+def _one_run_records() -> tuple[str, list[bytes]]:
+    """Two traces' records of one run (two turns of a conversation), the first's first."""
+    records = []
+    for name in ("openai_agents.openllmetry", "langgraph.openllmetry"):
+        first = orjson.loads(_run_records(_corpus_spans(name))[0])
+        records.append({**first, "run": "conv-1",
+                        "events": [{**e, "doc": {**e["doc"], "runId": "conv-1"}} for e in first["events"]]})
+    return "conv-1", [orjson.dumps(r) for r in records]
+
+
+def test_the_run_sequencer_keeps_one_index_entry_per_record_and_sends_canonical_docs(tmp_path):
+    run, records = _one_run_records()
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    sent = sequencer.ingest()
+    docs = [orjson.loads(v) for v in sent]
+    assert [d["sequence"] for d in docs] == list(range(len(docs))) and len(docs) > 10
+    assert sent == [jcs(d) for d in docs]
+    firsts = [0, len(orjson.loads(records[0])["events"])]
+    traces = [orjson.loads(r)["trace"] for r in records]
+    assert sequencer.run_keys(run) == sorted([run, *(f"{run}\x1fr\x1f{f}" for f in firsts),
+                                              *(f"{run}\x1ft\x1f{t}" for t in traces)])
+    assert sequencer.seq.get(0, run) == {"next": len(docs), "last": docs[-1]["eventId"], "kept": 0}
+    # The cursor's changelog record comes after the index entries it counts (what a crash's repair relies on).
+    changelog = [orjson.loads(r.key) for r in parts(sequencer.wiring).broker.records[(sp.SEQ, 0)] if r.key]
+    mine = [k for k in changelog if k == run or k.startswith(f"{run}\x1f")]
+    assert mine[-1] == run and mine.count(run) == 1
+
+
+def test_a_redelivered_or_re_emitted_record_adds_nothing_and_a_replay_sends_the_same_bytes(tmp_path):
+    run, records = _one_run_records()
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    sent = sequencer.ingest()
+    sequencer.feed([records[1], records[0]])
+    assert sequencer.ingest() == sent
+    fresh = _RunSequencer(tmp_path / "again")
+    fresh.feed(records)
+    assert fresh.ingest() == sent
+
+
+def test_a_cursor_the_crash_left_behind_its_index_moves_past_it(tmp_path):
+    run, records = _one_run_records()
+    whole = _RunSequencer(tmp_path / "whole")
+    whole.feed(records)
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records[:1])
+    sent = sequencer.ingest()
+    # The crash kept the record's index entry but neither the cursor nor the trace's list of records.
+    trace = orjson.loads(records[0])["trace"]
+    del sequencer.seq.data[run], sequencer.seq.data[f"{run}\x1ft\x1f{trace}"]
+    sequencer.feed(records)  # redelivered, then the next turn
+    assert sequencer.ingest() == whole.ingest() and sequencer.ingest()[:len(sent)] == sent
+    assert sequencer.seq.get(0, f"{run}\x1ft\x1f{trace}") == [0]
+    assert sequencer.seq.get(0, run) == whole.seq.get(0, run)
+
+
+def test_a_run_whose_cursor_has_no_index_entries_goes_on_from_the_cursor(tmp_path):
+    run, records = _one_run_records()
+    whole = _RunSequencer(tmp_path / "whole")
+    whole.feed(records)
+    sequencer = _RunSequencer(tmp_path)
+    first = [orjson.loads(v) for v in whole.ingest()][:len(orjson.loads(records[0])["events"])]
+    # Per-event keys beside the cursor and no record entries: not an index the sequencer writes or reads.
+    for doc in first:
+        sequencer.seq.put(0, f"{run}\x1fs\x1f{doc['sequence']}", doc["eventId"])
+        sequencer.seq.put(0, f"{run}\x1fe\x1f{doc['eventId']}", doc["sequence"])
+    sequencer.seq.put(0, run, {"next": len(first), "last": first[-1]["eventId"], "kept": 0})
+    sequencer.feed(records[1:])
+    assert sequencer.ingest() == whole.ingest()[len(first):]
+    assert sequencer.seq.get(0, run) == whole.seq.get(0, run)
+
+
+def test_the_oldest_records_are_forgotten_beyond_the_index_limit(tmp_path, monkeypatch):
+    run, records = _one_run_records()
+    sizes = [len(orjson.loads(r)["events"]) for r in records]
+    monkeypatch.setattr(sp, "RUN_INDEX_MAX", sizes[1])
+    sequencer = _RunSequencer(tmp_path)
+    sequencer.feed(records)
+    trace0, trace1 = (orjson.loads(r)["trace"] for r in records)
+    assert sequencer.run_keys(run) == sorted([run, f"{run}\x1fr\x1f{sizes[0]}", f"{run}\x1ft\x1f{trace1}"])
+    assert sequencer.seq.get(0, run)["kept"] == sizes[0]
+    sequencer.feed(records[1:])
+    assert len(sequencer.ingest()) == sum(sizes)  # the kept record's events are still known
+
+
+@pytest.mark.parametrize(("captured", "code"), [('[{"n": 18014398509481984}]', "unsafe_integer"),
+                                                ('[{"n": NaN}]', "non_finite_number")])
+def test_a_trace_whose_captured_json_has_what_a_doc_cannot_hold_goes_out_with_that_event_opaque(tmp_path, captured,
+                                                                                                  code):
+    spans = _corpus_spans()
+    chat = next(i for i, s in enumerate(spans) if s["attributes"].get("gen_ai.operation.name") == "chat")
+    attributes = {**spans[chat]["attributes"], "gen_ai.output.messages": captured}
+    spans[chat] = {**spans[chat], "attributes": attributes}
+    mapper = _Mapper(tmp_path)
+    mapper.feed([trace_records(spans, 900_000)[0][0][1]])
+    mapper.tick(T0 + 2)
+    records = mapper.out("otel-events")
+    assert _planned(records) == _offline(spans)
+    opaque = [e["doc"]["payload"]["unmapped"] for r in records for e in r["events"] if e["doc"]["type"] == "log.appended"
+              and "unmapped" in e["doc"]["payload"]]
+    assert [(u["type"], u["code"], u["spanId"]) for u in opaque] == [
+        ("agent.invocation.completed", code, spans[chat]["spanId"])]
+
+
+def test_an_otel_events_record_reads_back_as_the_values_it_was_written_from():
+    plain = {"run": "r", "trace": "t", "events": [{"doc": {"n": 1.5, "s": "é", "l": (1, 2)}, "span": "s"}]}
+    assert sp._json(plain) == orjson.dumps(plain)
+    with_null = {**plain, "events": [{"doc": {"n": None, "x": 2.0}, "span": "s"}]}
+    assert sp._json(with_null) == jcs(with_null) and orjson.loads(sp._json(with_null)) == with_null
+    for bad in (float("nan"), float("inf"), 2**60, 2**70):
+        with pytest.raises(EventRejected):
+            sp._json({**plain, "events": [{"doc": {"n": bad}, "span": "s"}]})
