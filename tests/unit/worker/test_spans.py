@@ -36,6 +36,23 @@ def _corpus_spans(name: str = "openai_agents.openllmetry") -> list[dict[str, Any
     return spans
 
 
+def _feed(wiring: Wiring, agent_name: str, table: Any, topic: str, first: int, values: list[bytes],
+          at: float) -> None:
+    """Run agent ``agent_name`` on ``values`` at offsets ``first``.. of ``topic[0]`` until ``table`` holds its position past them."""
+    agent = parts(wiring).runner.agents[agent_name][1]
+    end = first + len(values)
+
+    async def go() -> None:
+        stream = MemoryStream([event(topic, 0, first + i, v, at) for i, v in enumerate(values)])
+        running = asyncio.ensure_future(agent(stream))
+        while not running.done() and (table.get(0, position_key(topic, 0)) or 0) < end:
+            await asyncio.sleep(0.002)
+        stream.close()
+        await running
+
+    asyncio.run(go())
+
+
 class _Mapper:
     """The span mapper agent of a worker on the memory ports, fed records at offsets 0, 1, …"""
 
@@ -46,18 +63,8 @@ class _Mapper:
         self.offset = 0
 
     def feed(self, values: list[bytes], at: float = T0) -> None:
-        agent = parts(self.wiring).runner.agents["otel-spans"][1]
         first, self.offset = self.offset, self.offset + len(values)
-
-        async def go() -> None:
-            stream = MemoryStream([event(self.topic, 0, first + i, v, at) for i, v in enumerate(values)])
-            running = asyncio.ensure_future(agent(stream))
-            while not running.done() and (self.held.get(0, position_key(self.topic, 0)) or 0) < self.offset:
-                await asyncio.sleep(0.002)
-            stream.close()
-            await running
-
-        asyncio.run(go())
+        _feed(self.wiring, "otel-spans", self.held, self.topic, first, values, at)
 
     def tick(self, at: float) -> None:
         self.feed([sp.TICK], at)
@@ -197,18 +204,8 @@ class _RunSequencer:
         self.offset = 0
 
     def feed(self, values: list[bytes]) -> None:
-        agent = parts(self.wiring).runner.agents["otel-sequencer"][1]
         first, self.offset = self.offset, self.offset + len(values)
-
-        async def go() -> None:
-            stream = MemoryStream([event(self.topic, 0, first + i, v, T0) for i, v in enumerate(values)])
-            running = asyncio.ensure_future(agent(stream))
-            while not running.done() and (self.seq.get(0, position_key(self.topic, 0)) or 0) < self.offset:
-                await asyncio.sleep(0.002)
-            stream.close()
-            await running
-
-        asyncio.run(go())
+        _feed(self.wiring, "otel-sequencer", self.seq, self.topic, first, values, T0)
 
     @property
     def seq(self) -> Any:
