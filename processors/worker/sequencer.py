@@ -89,8 +89,10 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         if record.value[:1] == CLOSE_PREFIX[:1] and (request := read_close_request(record.value)) is not None:
             close(batch, source, request)
             return
+        read: dict[str, RunRecord | None] = {}  # the run record the decision was made on, folded next
+
         def head_of(run_id: str) -> RunHead | None:
-            rec = batch.get("runs", run_id)
+            rec = read[run_id] = batch.get("runs", run_id)
             return None if rec is None else {"next": rec["next"], "hash": rec["head"]}
 
         def lookup_of(run_id: str) -> IndexLookup:
@@ -105,7 +107,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             committed = decision.committed
             doc = committed["doc"]
             run_id, seq = doc["runId"], doc["sequence"]
-            adv = fold_next(cast(RunRecord | None, batch.get("runs", run_id)), doc, committed["hash"],
+            adv = fold_next(read[run_id], doc, committed["hash"],
                             snapshot_every=snapshot_every, handoff_mode=handoff_mode, ts_ms=source.timestamp_ms)
             if isinstance(adv, Unfoldable):
                 await refuse(batch, record, source, doc, adv)
