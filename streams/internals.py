@@ -14,9 +14,11 @@ both use it without ``streams`` depending on Faust.
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import types
 from collections import OrderedDict, namedtuple
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
 from typing import Any
 
 #: (owner, attribute) pairs this module touches, checked by the upgrade test.
@@ -37,6 +39,13 @@ AIOKAFKA_FETCH_INTERNALS = ("_fetcher", "_records", "_partition_records", "_cons
 #: The path from Faust's consumer to aiokafka's group coordinator (:func:`membership_probe`):
 #: the consumer thread, its started ``AIOKafkaConsumer``, that consumer's coordinator.
 GROUP_COORDINATOR_PATH = ("_thread", "_consumer", "_coordinator")
+#: Faust's consumer loop (:func:`deliver_in_line`): the method replaced and what the replacement reads.
+FAUST_DRAIN_INTERNALS = ("_drain_messages", "callback", "getmany", "_read_offset", "_add_gap", "_commit_every",
+                         "_n_acked", "suspend_flow", "diag", "consumer_stopped_errors")
+#: SHA-256 of ``inspect.getsource(faust.transport.consumer.Consumer._drain_messages)`` on the version
+#: :func:`deliver_in_line` was written against: an upgrade that changes Faust's loop fails the upgrade test
+#: until the replacement has been compared with the new loop.
+FAUST_DRAIN_SOURCE_SHA256 = "44a2500309e83c630493f6828af50166ec8d96a0b3e4fb2bab735f704ae93417"
 #: aiokafka's generation of a member without one (``OffsetCommitRequest.DEFAULT_GENERATION_ID``): before
 #: its first join, and after the group dropped it or it left.
 NO_GENERATION = -1
@@ -217,6 +226,120 @@ def set_fetch_max_wait(app: Any, ms: int) -> None:
         thread._create_worker_consumer = _create_worker_consumer
 
     _on_new_consumer(app, shorten)
+
+
+class _Stepped:
+    """The rest of a coroutine that was stepped once and is suspended on ``pending`` (what it yielded).
+
+    Awaiting this drives the coroutine on exactly as ``await coroutine`` would have from that point:
+    each value the awaiting task resumes it with is sent in, each exception (a cancellation) thrown in.
+    """
+
+    __slots__ = ("_coro", "_pending")
+
+    def __init__(self, coro: Coroutine[Any, Any, Any], pending: Any) -> None:
+        self._coro, self._pending = coro, pending
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        coro, pending = self._coro, self._pending
+        while True:
+            try:
+                value = yield pending
+            except BaseException as e:  # noqa: BLE001 - every exception goes into the coroutine, as with ``await``
+                try:
+                    pending = coro.throw(e)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    pending = coro.send(value)
+                except StopIteration as done:
+                    return done.value
+
+
+async def _finish(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
+    return await _Stepped(coro, pending)
+
+
+def step_or_finish(coro: Coroutine[Any, Any, Any]) -> Awaitable[Any] | None:
+    """Run ``coro`` until it first suspends: None when it finished without suspending, else an awaitable
+    of the rest (a coroutine, so it can become a task). An exception it raises in that first step propagates."""
+    try:
+        pending = coro.send(None)
+    except StopIteration:
+        return None
+    return _finish(coro, pending)
+
+
+def deliver_in_line(app: Any) -> None:
+    """Have every consumer ``app`` creates hand a fetched record to the streams in line, not through four tasks.
+
+    Faust's consumer loop (``Consumer._drain_messages``) gives each record to the streams with
+    ``await self.wait_first(callback(record), self.suspend_flow.wait())``: the callback raced against a
+    rebalance's flow stop, so a callback blocked on a full stream buffer cannot hold the loop through a
+    rebalance. ``wait_first`` makes that four tasks per record (the two, and the service's stopped and
+    crashed events) and cancels the three losers: on the worker's realistic workload about a quarter of
+    the event loop's time (tests/bench/JOURNAL.md, "Delivery in line"). Almost every callback finishes
+    without suspending (it puts the record in a stream's queue), so here the loop first steps the
+    callback in line; only a callback that suspends (flow stopped, a full queue, the producer's buffer)
+    finishes under Faust's race, as before. Everything else is Faust's loop: read offsets, gaps,
+    ``broker_commit_every``, a yield to the event loop every 100 records.
+
+    Replaced per consumer instance, when Faust creates it; :data:`FAUST_DRAIN_SOURCE_SHA256` pins the
+    loop it replaces (the upgrade test fails when Faust's changes).
+    """
+
+    def replace(consumer: Any) -> None:
+        consumer._drain_messages = types.MethodType(_drain_in_line, consumer)
+
+    _on_new_consumer(app, replace)
+
+
+async def _drain_in_line(self: Any, fetcher: Any) -> None:
+    """Faust's ``Consumer._drain_messages`` with the callback stepped in line (:func:`deliver_in_line`)."""
+    callback, getmany = self.callback, self.getmany
+    consumer_stopped, fetcher_stopped = self._stopped.is_set, fetcher._stopped.is_set
+    read_offsets = self._read_offset
+    suspend_flow = self.suspend_flow
+    acks_enabled_for = self.app.topics.acks_enabled_for
+    commit_every = self._commit_every
+    fetching = "FETCHING"  # faust.transport.consumer.CONSUMER_FETCHING
+    since_yield = 0
+    try:
+        while not (consumer_stopped() or fetcher_stopped()):
+            self.diag.set_flag(fetching)
+            records = getmany(timeout=1.0)
+            await self.sleep(0)  # getmany can return at once for ever: let the loop run
+            if not self.should_stop:
+                async for tp, message in records:
+                    since_yield += 1
+                    if since_yield > 100:
+                        await asyncio.sleep(0)
+                        since_yield = 0
+                    offset, read = message.offset, read_offsets.get(tp)
+                    if read is not None and offset < read:
+                        continue  # Faust drops a record below the read offset (a seek raced the fetch)
+                    if read and offset - read > 1 and acks_enabled_for(message.topic):
+                        await self._add_gap(tp, read + 1, offset)
+                    if commit_every is not None and self._n_acked >= commit_every:
+                        self._n_acked = 0
+                        await self.commit()
+                    rest = step_or_finish(callback(message)) if not suspend_flow.is_set() else callback(message)
+                    if rest is not None:
+                        await self.wait_first(rest, suspend_flow.wait())
+                    read_offsets[tp] = offset
+            self.diag.unset_flag(fetching)
+    except self.consumer_stopped_errors:
+        if not self.transport.app.should_stop:
+            raise
+    except asyncio.CancelledError:
+        if not self.transport.app.should_stop:
+            raise
+    except Exception as exc:
+        self.log.exception("Drain messages raised: %r", exc)
+        raise
+    finally:
+        self.diag.unset_flag(fetching)
 
 
 def membership_probe(app: Any) -> Callable[[], bool]:

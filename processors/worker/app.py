@@ -276,6 +276,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     source, membership = FaustSource(app), FaustMembership(app)
     positions.install(app, durable, source, membership)
     internals.set_fetch_max_wait(app, FETCH_MAX_WAIT_MS)  # no 1.5 s long-poll holding ingest back
+    internals.deliver_in_line(app)  # no four tasks per record between the consumer and the streams
     METRICS.add_collector(durable.series)
     backfill = positions.BrokerBackfill(settings)
     wiring = Wiring(settings=settings, runner=runner, producer=FaustProducer(app), source=source,

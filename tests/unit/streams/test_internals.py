@@ -340,3 +340,105 @@ def test_the_plain_hook_sits_where_aiokafka_builds_and_calls_it():
         assert internals.plain_fetched_records(consumer) is False
 
     asyncio.run(not_started())
+
+
+def test_the_consumer_loop_we_replace_is_the_one_it_was_written_against():
+    import hashlib
+
+    app = _app()
+    consumer = app.consumer
+    for name in internals.FAUST_DRAIN_INTERNALS:
+        assert hasattr(consumer, name), f"Faust's consumer has no {name}"
+    source = inspect.getsource(Consumer._drain_messages)
+    assert hashlib.sha256(source.encode()).hexdigest() == internals.FAUST_DRAIN_SOURCE_SHA256, (
+        "Faust's Consumer._drain_messages changed: compare it with streams.internals._drain_in_line, then re-pin")
+    assert "self.wait_first(\n" in source and "callback(message), self.suspend_flow.wait()" in source
+    # The Fetcher service runs the consumer's loop through the instance, so a per-instance method is the one run.
+    from faust.transport.consumer import Fetcher
+    assert "_drain_messages(self)" in inspect.getsource(Fetcher)
+    replaced = _app()
+    internals.deliver_in_line(replaced)  # before Faust makes its consumer, as the worker does
+    assert replaced.consumer._drain_messages.__func__ is internals._drain_in_line
+    assert consumer._drain_messages.__func__ is Consumer._drain_messages  # another app keeps Faust's loop
+
+
+def test_a_callback_that_does_not_suspend_runs_to_its_end_in_line():
+    ran = []
+
+    async def callback(x):
+        ran.append(x)
+        return x
+
+    async def scenario():
+        tasks = len(asyncio.all_tasks())
+        assert internals.step_or_finish(callback(1)) is None
+        assert ran == [1] and len(asyncio.all_tasks()) == tasks  # no task was made
+
+    asyncio.run(scenario())
+
+
+def test_a_callback_that_suspends_finishes_as_it_would_have_when_awaited():
+    async def scenario():
+        gate: asyncio.Future = asyncio.get_running_loop().create_future()
+        seen = []
+
+        async def callback():
+            seen.append("before")
+            await asyncio.sleep(0)  # a bare yield to the loop
+            value = await gate
+            seen.append(value)
+            return value * 2
+
+        rest = internals.step_or_finish(callback())
+        assert rest is not None and seen == ["before"]
+        task = asyncio.ensure_future(rest)
+        await asyncio.sleep(0.01)
+        assert not task.done()
+        gate.set_result(21)
+        assert await task == 42 and seen == ["before", 21]
+
+    asyncio.run(scenario())
+
+
+def test_a_suspended_callback_is_cancelled_inside_and_its_errors_propagate():
+    async def scenario():
+        cleaned = []
+
+        async def blocked():
+            try:
+                await asyncio.Event().wait()
+            finally:
+                cleaned.append("finally")
+
+        task = asyncio.ensure_future(internals.step_or_finish(blocked()))
+        await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert cleaned == ["finally"]
+
+        async def fails_later():
+            await asyncio.sleep(0)
+            raise ValueError("bad record")
+
+        with pytest.raises(ValueError, match="bad record"):
+            await internals.step_or_finish(fails_later())
+
+        async def fails_at_once():
+            raise KeyError("at once")
+
+        with pytest.raises(KeyError):
+            internals.step_or_finish(fails_at_once())
+
+        async def catches():
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                return "handled"
+
+        task = asyncio.ensure_future(internals.step_or_finish(catches()))
+        await asyncio.sleep(0)
+        task.cancel()
+        assert await task == "handled"  # a coroutine that swallows the cancellation ends as it chose
+
+    asyncio.run(scenario())
