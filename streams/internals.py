@@ -279,7 +279,7 @@ def deliver_in_line(app: Any) -> None:
     rebalance's flow stop, so a callback blocked on a full stream buffer cannot hold the loop through a
     rebalance. ``wait_first`` makes that four tasks per record (the two, and the service's stopped and
     crashed events) and cancels the three losers: on the worker's realistic workload about a quarter of
-    the event loop's time (tests/bench/JOURNAL.md, "Delivery in line"). Almost every callback finishes
+    its CPU an event (tests/bench/JOURNAL.md, "delivery in line"). Almost every callback finishes
     without suspending (it puts the record in a stream's queue), so here the loop first steps the
     callback in line; only a callback that suspends (flow stopped, a full queue, the producer's buffer)
     finishes under Faust's race, as before. Everything else is Faust's loop: read offsets, gaps,

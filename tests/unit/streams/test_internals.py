@@ -353,6 +353,8 @@ def test_the_consumer_loop_we_replace_is_the_one_it_was_written_against():
     assert hashlib.sha256(source.encode()).hexdigest() == internals.FAUST_DRAIN_SOURCE_SHA256, (
         "Faust's Consumer._drain_messages changed: compare it with streams.internals._drain_in_line, then re-pin")
     assert "self.wait_first(\n" in source and "callback(message), self.suspend_flow.wait()" in source
+    from faust.transport.consumer import CONSUMER_FETCHING
+    assert CONSUMER_FETCHING == "FETCHING"  # the diag flag the replacement sets by its value
     # The Fetcher service runs the consumer's loop through the instance, so a per-instance method is the one run.
     from faust.transport.consumer import Fetcher
     assert "_drain_messages(self)" in inspect.getsource(Fetcher)
