@@ -257,18 +257,14 @@ class _Stepped:
                     return done.value
 
 
-async def _finish(coro: Coroutine[Any, Any, Any], pending: Any) -> Any:
-    return await _Stepped(coro, pending)
-
-
 def step_or_finish(coro: Coroutine[Any, Any, Any]) -> Awaitable[Any] | None:
     """Run ``coro`` until it first suspends: None when it finished without suspending, else an awaitable
-    of the rest (a coroutine, so it can become a task). An exception it raises in that first step propagates."""
+    of the rest (``asyncio.ensure_future`` makes it a task). An exception it raises in that first step propagates."""
     try:
         pending = coro.send(None)
     except StopIteration:
         return None
-    return _finish(coro, pending)
+    return _Stepped(coro, pending)
 
 
 def deliver_in_line(app: Any) -> None:
