@@ -21,8 +21,12 @@ kafka: venv
 	$(AGENTLOG) infra fetch
 
 # ruff (lint + import order) and mypy (strict on schemas/ and processors/core/), as configured in pyproject.toml.
+# mypy reads modules from folders named like them: build/typecheck/agentlog is the installed layout as links to the
+# repository's folders (the editable install maps names with an import hook, which mypy does not run).
 lint: venv
 	$(VENV)/bin/ruff check .
+	rm -rf build/typecheck && mkdir -p build/typecheck/agentlog
+	ln -s $(CURDIR)/processors/* $(CURDIR)/schemas $(CURDIR)/streams $(CURDIR)/infra build/typecheck/agentlog/
 	$(VENV)/bin/mypy
 
 test: lint kafka

@@ -1,3 +1,3 @@
-from processors.cli import main
+from agentlog.cli import main
 
 main()

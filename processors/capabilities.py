@@ -17,7 +17,7 @@ function the store runs — never read from a constant:
   ``replay.divergedAtRefusal`` event.
 
 ``version`` is 4 (RFC 0041) only when replay determinism holds, else 1 (RFC 0037).
-``agentlog capabilities`` (:mod:`processors.cli.capabilities`) prints the result.
+``agentlog capabilities`` (:mod:`agentlog.cli.capabilities`) prints the result.
 """
 
 from __future__ import annotations
@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processors.core.fold import fold_all
-from processors.replay.compare import compare_runs
-from schemas.cachekey import cache_key, canonical_request
-from schemas.upstream import UPSTREAM_DIR
+from agentlog.core.fold import fold_all
+from agentlog.replay.compare import compare_runs
+from agentlog.schemas.cachekey import cache_key, canonical_request
+from agentlog.schemas.upstream import UPSTREAM_DIR
 
 __all__ = ["Check", "capability_document", "find_vectors", "run_checks"]
 

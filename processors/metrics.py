@@ -145,7 +145,7 @@ def parse_exposition(text: str) -> list[Sample]:
     """The samples of a text exposition as :meth:`Metrics.render` writes it (its inverse, escapes included).
 
     Lines that are not samples (``# HELP``/``# TYPE``, blank, malformed) are skipped. Used to fold a
-    child process's series into this one's (:mod:`processors.worker.halves`).
+    child process's series into this one's (:mod:`agentlog.worker.halves`).
     """
     samples: list[Sample] = []
     for line in text.splitlines():

@@ -4,9 +4,16 @@ Nothing here does I/O (the bundled ``.avsc`` is read once at import). Everything
 public is re-exported here; the submodules are the place to read *why*.
 """
 
-from schemas.avro import SCHEMA_ID, decode_avro, encode_avro
-from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request, recipe_id
-from schemas.canonical import (
+from agentlog.schemas.avro import SCHEMA_ID, decode_avro, encode_avro
+from agentlog.schemas.cachekey import (
+    RECIPE_IDS,
+    TRANSPORT_FIELDS,
+    cache_key,
+    canonical_request,
+    project_request,
+    recipe_id,
+)
+from agentlog.schemas.canonical import (
     GENESIS,
     MAX_SAFE_INTEGER,
     chain_hash,
@@ -16,7 +23,7 @@ from schemas.canonical import (
     loads_strict,
     sha256_hex,
 )
-from schemas.errors import (
+from agentlog.schemas.errors import (
     AgentlogError,
     CacheKeyError,
     ConfigError,
@@ -28,9 +35,9 @@ from schemas.errors import (
     StoreError,
     StoreLockedError,
 )
-from schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
-from schemas.payloads import PAYLOAD_MODELS
-from schemas.records import (
+from agentlog.schemas.events import ENVELOPE_FIELDS, OPTIONAL_FIELDS, REQUIRED_FIELDS, RUN_EVENT_TYPES, RunEventDoc
+from agentlog.schemas.payloads import PAYLOAD_MODELS
+from agentlog.schemas.records import (
     Checkpoint,
     CommittedEvent,
     RecordSource,
@@ -50,7 +57,7 @@ from schemas.records import (
     verdict,
     violation,
 )
-from schemas.stability import (
+from agentlog.schemas.stability import (
     VOLATILE_ENVELOPE_FIELDS,
     get_path,
     is_volatile,
@@ -60,7 +67,7 @@ from schemas.stability import (
     strip_volatile,
     volatile_paths,
 )
-from schemas.validate import DEFAULT_MAX_BYTES, REJECTION_CODES, validate_doc, validate_payload
+from agentlog.schemas.validate import DEFAULT_MAX_BYTES, REJECTION_CODES, validate_doc, validate_payload
 
 __all__ = [
     # errors

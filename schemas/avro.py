@@ -19,9 +19,9 @@ from typing import Any, Final, cast
 
 import fastavro
 
-from schemas.canonical import jcs, loads_strict
-from schemas.errors import EventRejected
-from schemas.events import OPTIONAL_FIELDS, REQUIRED_FIELDS
+from agentlog.schemas.canonical import jcs, loads_strict
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.events import OPTIONAL_FIELDS, REQUIRED_FIELDS
 
 __all__ = ["MAGIC_BYTE", "PARSED_SCHEMA", "RAW_SCHEMA", "SCHEMA_ID", "decode_avro", "encode_avro"]
 
@@ -30,7 +30,7 @@ SCHEMA_ID: Final[int] = 1
 MAGIC_BYTE: Final[int] = 0
 
 RAW_SCHEMA: Final[dict[str, Any]] = json.loads(
-    resources.files("schemas").joinpath("avro/run_event.avsc").read_text(encoding="utf-8")
+    resources.files("agentlog.schemas").joinpath("avro/run_event.avsc").read_text(encoding="utf-8")
 )
 PARSED_SCHEMA: Final = fastavro.parse_schema(RAW_SCHEMA)
 

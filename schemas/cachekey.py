@@ -33,8 +33,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from schemas.canonical import jcs, sha256_hex
-from schemas.errors import CacheKeyError
+from agentlog.schemas.canonical import jcs, sha256_hex
+from agentlog.schemas.errors import CacheKeyError
 
 __all__ = [
     "RECIPE_IDS",

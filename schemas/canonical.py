@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 import rfc8785
 
-from schemas.errors import EventRejected
+from agentlog.schemas.errors import EventRejected
 
 __all__ = [
     "jcs_parsed",
@@ -368,9 +368,9 @@ def hashes_to(recorded: str | None, obj: Any, prefix: bytes = b"") -> bool:
 def chain_link(prev_hash: str, doc: dict[str, Any], data: bytes | None = None) -> tuple[str, bytes]:
     """:func:`chain_hash` and the doc's JCS bytes it was computed from (``data``, when the caller has them).
 
-    The sequencer reuses the bytes for the committed record (:func:`streams.codec.encode_committed`),
+    The sequencer reuses the bytes for the committed record (:func:`agentlog.streams.codec.encode_committed`),
     so a doc is canonicalised once on its way into the log, not once per use; it computes them while
-    validating (:func:`schemas.validate.validate_parsed`) and passes them in.
+    validating (:func:`agentlog.schemas.validate.validate_parsed`) and passes them in.
     """
     if data is None:
         data = jcs(doc)

@@ -3,7 +3,7 @@
 The envelope is OpenWOP's ``run-event.schema.json`` (RunEventDoc), unchanged:
 whatever the store adds (hash chain, Kafka position, tenant) travels beside the
 doc, never inside it, so an exported event still validates upstream.
-:func:`schemas.validate.validate_doc` checks the same rules with plain Python
+:func:`agentlog.schemas.validate.validate_doc` checks the same rules with plain Python
 (it runs per event); :class:`RunEventDoc` is the typed view for SDK users and docs.
 """
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, NotRequired, TypedDict
 
-from schemas.errors import LogFormatError
+from agentlog.schemas.errors import LogFormatError
 
 __all__ = [
     "Checkpoint",
@@ -137,7 +137,7 @@ RunSnapshot = TypedDict("RunSnapshot", {
 
 #: A signed statement over a run's history up to ``sequence`` (topic ``checkpoints``):
 #: the worker's Ed25519 signature (base64) over the JCS statement that
-#: :func:`processors.core.checkpoint.statement_bytes` builds from the other fields.
+#: :func:`agentlog.core.checkpoint.statement_bytes` builds from the other fields.
 Checkpoint = TypedDict("Checkpoint", {
     "runId": str,
     "sequence": int,
@@ -348,7 +348,7 @@ def run_snapshot(
 
 def checkpoint(*, run_id: str, sequence: int, head_hash: str, state_hash: str, key_id: str,
                signature: str) -> Checkpoint:
-    """A Checkpoint. Only :func:`processors.core.checkpoint.sign_checkpoint` calls this, with the signature
+    """A Checkpoint. Only :func:`agentlog.core.checkpoint.sign_checkpoint` calls this, with the signature
     it made over exactly these fields; no timestamp, so a re-signed redelivery is byte-identical."""
     return {
         "runId": run_id,

@@ -20,10 +20,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from schemas.canonical import check_json_safe, jcs, jcs_parsed, jcs_size_bound
-from schemas.errors import EventRejected
-from schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
-from schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
+from agentlog.schemas.canonical import check_json_safe, jcs, jcs_parsed, jcs_size_bound
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
+from agentlog.schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
@@ -41,7 +41,7 @@ __all__ = [
 DEFAULT_MAX_BYTES = 1_048_576
 
 #: Stable rejection reason codes (CONTRACT.md "Rejection"); the first nine come from here, the last
-#: (``run_state_unavailable``) from the worker's fold (:func:`processors.core.runstate.fold_next`).
+#: (``run_state_unavailable``) from the worker's fold (:func:`agentlog.core.runstate.fold_next`).
 REJECTION_CODES: frozenset[str] = frozenset(
     {
         "decode_error",
@@ -181,8 +181,8 @@ def validate_parsed(doc: dict[str, Any], *, max_bytes: int = DEFAULT_MAX_BYTES) 
 
     The same checks in the same order, with the same codes. The size is the exact canonical size:
     the sequencer needs the doc's JCS bytes anyway (its chain hash, then the committed record), so
-    they are computed here, once, by :func:`schemas.canonical.jcs_parsed` (whose precondition
-    ``streams.codec.decode_ingest`` meets: dicts, lists, str, int, finite float, bool, None), instead
+    they are computed here, once, by :func:`agentlog.schemas.canonical.jcs_parsed` (whose precondition
+    ``agentlog.streams.codec.decode_ingest`` meets: dicts, lists, str, int, finite float, bool, None), instead
     of a Python walk for a size bound and a second, read-back-checked canonicalisation. A value that
     cannot be canonicalised raises what :func:`check_json_safe` raises.
 

@@ -1,6 +1,6 @@
 """Kafka I/O for agentlog: topic catalogue, wire codec, publisher SDK, reader, admin.
 
-Public names are re-exported here lazily (PEP 562), so ``import streams.settings``
+Public names are re-exported here lazily (PEP 562), so ``import agentlog.streams.settings``
 — which every module does — does not pull in aiokafka and the schema models.
 """
 
@@ -11,40 +11,40 @@ from typing import Any
 
 _EXPORTS: dict[str, str] = {
     # settings
-    "Settings": "streams.settings",
-    "load_settings": "streams.settings",
+    "Settings": "agentlog.streams.settings",
+    "load_settings": "agentlog.streams.settings",
     # Kafka client security: the AGENTLOG_KAFKA_CONFIG properties file
-    "KafkaSecurity": "streams.security",
-    "client_kwargs": "streams.security",
-    "load_security": "streams.security",
+    "KafkaSecurity": "agentlog.streams.security",
+    "client_kwargs": "agentlog.streams.security",
+    "load_security": "agentlog.streams.security",
     # topics and admin
-    "TopicSpec": "streams.topics",
-    "catalogue": "streams.topics",
-    "topic_name": "streams.topics",
-    "ensure_topics": "streams.admin",
-    "ensure_topics_sync": "streams.admin",
+    "TopicSpec": "agentlog.streams.topics",
+    "catalogue": "agentlog.streams.topics",
+    "topic_name": "agentlog.streams.topics",
+    "ensure_topics": "agentlog.streams.admin",
+    "ensure_topics_sync": "agentlog.streams.admin",
     # wire codec
-    "decode_ingest": "streams.codec",
-    "encode_json": "streams.codec",
-    "encode_avro": "streams.codec",
-    "encode_record": "streams.codec",
-    "decode_record": "streams.codec",
+    "decode_ingest": "agentlog.streams.codec",
+    "encode_json": "agentlog.streams.codec",
+    "encode_avro": "agentlog.streams.codec",
+    "encode_record": "agentlog.streams.codec",
+    "decode_record": "agentlog.streams.codec",
     # publisher SDK
-    "Publisher": "streams.publisher",
-    "Run": "streams.publisher",
-    "SyncPublisher": "streams.publisher",
-    "SyncRun": "streams.publisher",
-    "PublishError": "streams.publisher",
-    "PublishSummary": "streams.publisher",
-    "Reject": "streams.publisher",
-    "publish_docs": "streams.publisher",
-    "uuid7": "streams.publisher",
+    "Publisher": "agentlog.streams.publisher",
+    "Run": "agentlog.streams.publisher",
+    "SyncPublisher": "agentlog.streams.publisher",
+    "SyncRun": "agentlog.streams.publisher",
+    "PublishError": "agentlog.streams.publisher",
+    "PublishSummary": "agentlog.streams.publisher",
+    "Reject": "agentlog.streams.publisher",
+    "publish_docs": "agentlog.streams.publisher",
+    "uuid7": "agentlog.streams.publisher",
     # reader
-    "read_topic": "streams.reader",
-    "read_run": "streams.reader",
-    "RunLog": "streams.reader",
-    "partition_for": "streams.reader",
-    "offset_for_time": "streams.reader",
+    "read_topic": "agentlog.streams.reader",
+    "read_run": "agentlog.streams.reader",
+    "RunLog": "agentlog.streams.reader",
+    "partition_for": "agentlog.streams.reader",
+    "offset_for_time": "agentlog.streams.reader",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -53,7 +53,7 @@ __all__ = sorted(_EXPORTS)
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'streams' has no attribute {name!r}")
+        raise AttributeError(f"module 'agentlog.streams' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

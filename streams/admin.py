@@ -1,7 +1,7 @@
 """Create the catalogue's topics on a broker, idempotently.
 
 Run before any producer or processor touches a topic, so partition counts and
-retention come from ``streams.topics`` and never from broker auto-creation
+retention come from ``agentlog.streams.topics`` and never from broker auto-creation
 defaults (auto-created topics get one partition and finite retention).
 """
 
@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
 
-from schemas.errors import InfraError
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import TopicSpec, catalogue
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import TopicSpec, catalogue
 
 _TOPIC_ALREADY_EXISTS = 36
 _INVALID_REPLICATION_FACTOR = 38

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, cast
 
-from schemas.avro import decode_avro, encode_avro
-from schemas.canonical import MAX_SAFE_INTEGER, canonical_leaf, jcs, loads_strict
-from schemas.errors import EventRejected
+from agentlog.schemas.avro import decode_avro, encode_avro
+from agentlog.schemas.canonical import MAX_SAFE_INTEGER, canonical_leaf, jcs, loads_strict
+from agentlog.schemas.errors import EventRejected
 
 __all__ = ["decode_ingest", "encode_committed", "encode_json", "encode_avro", "encode_record", "decode_record"]
 

@@ -8,7 +8,7 @@ the installed versions) instead of failing silently somewhere in the worker.
 raise a bound only after that test passes on the new version.
 
 This module imports neither library: it works on the objects it is handed, so
-:mod:`streams.reader` (aiokafka only) and :mod:`processors.worker` (Faust) can
+:mod:`agentlog.streams.reader` (aiokafka only) and :mod:`agentlog.worker` (Faust) can
 both use it without ``streams`` depending on Faust.
 """
 
@@ -83,7 +83,7 @@ def table_db(table: Any, partition: int) -> Any:
     """The RocksDB database (a ``rocksdict.Rdict``) of ``table``'s ``partition``, opened if it is not.
 
     Faust's store reads and writes by "the current event's partition", which a batch of several
-    partitions does not have; the worker names the partition itself (:mod:`processors.worker.tables`).
+    partitions does not have; the worker names the partition itself (:mod:`agentlog.worker.tables`).
     """
     return table.data._db_for_partition(partition)
 
@@ -180,7 +180,7 @@ def on_flow_queues_cleared(app: Any, dropped: Callable[[dict[Any, int]], None]) 
     (``clear_on_resume``). Records fetched while the seek was awaited sit in those queues and are
     dropped, while the consumer's read offset has moved past them: Faust never delivers them again
     (faust-streaming issue #596). A later record of the partition reveals the hole
-    (:func:`processors.worker.batch.in_order` reads around it), but the last records before a quiet
+    (:func:`agentlog.worker.batch.in_order` reads around it), but the last records before a quiet
     spell waited for the next record to come (seen in CI: the last 4 events of a run). The queued
     events are walked just before the clear, so the caller can seek each partition back to its first
     dropped record.
@@ -370,7 +370,7 @@ def thread_frame(ident: int | None) -> Any:
 
     ``sys._current_frames()`` is the standard library's one way to see another thread's stack
     (the faulthandler and py-spy-style samplers use it); the loop-lag watchdog samples the event
-    loop's thread with it (:mod:`processors.worker.lagprobe`).
+    loop's thread with it (:mod:`agentlog.worker.lagprobe`).
     """
     return sys._current_frames().get(ident) if ident is not None else None
 
@@ -409,7 +409,7 @@ def plain_fetched_records(consumer: Any) -> bool:
 
     Returns ``False`` and changes nothing when this aiokafka has no such buffer (not started, or an
     upgrade moved it): the caller then reads ``ConsumerRecord`` s as usual. Only for a consumer
-    whose every caller expects the tuples (``streams.reader.TopicReader``).
+    whose every caller expects the tuples (``agentlog.streams.reader.TopicReader``).
     """
     fetcher: Any = getattr(consumer, "_fetcher", None)
     buffered = getattr(fetcher, "_records", None)

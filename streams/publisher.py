@@ -42,14 +42,14 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import murmur2
 
-from schemas.cachekey import RECIPE_IDS, cache_key
-from schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
-from schemas.validate import validate_doc, validate_minted
-from streams.admin import ensure_topics
-from streams.codec import encode_avro, encode_json
-from streams.security import client_kwargs
-from streams.settings import Settings, load_settings
-from streams.topics import topic_name
+from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
+from agentlog.schemas.errors import AgentlogError, ConfigError, ContractError, InfraError
+from agentlog.schemas.validate import validate_doc, validate_minted
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import encode_avro, encode_json
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings, load_settings
+from agentlog.streams.topics import topic_name
 
 Wire = Literal["avro", "json"]
 T = TypeVar("T")

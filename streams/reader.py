@@ -17,12 +17,12 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import murmur2
 
-from schemas.errors import AgentlogError, InfraError
-from streams.codec import decode_ingest, decode_record
-from streams.internals import load_topic_metadata, plain_fetched_records
-from streams.security import acl_hint, client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.schemas.errors import AgentlogError, InfraError
+from agentlog.streams.codec import decode_ingest, decode_record
+from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
+from agentlog.streams.security import acl_hint, client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,7 @@ def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPar
     """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end.
 
     ``plain``: the consumer hands out ``(offset, key, value)`` already
-    (:func:`streams.internals.plain_fetched_records`); otherwise ``ConsumerRecord`` s.
+    (:func:`agentlog.streams.internals.plain_fetched_records`); otherwise ``ConsumerRecord`` s.
     """
     out = []
     for tp, messages in fetched.items():

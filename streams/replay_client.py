@@ -8,7 +8,7 @@ handle positioned at ``fromSeq``; the host then re-executes from there.
 
 In ``mock`` mode the host must not call the model or the tool but take the result R recorded;
 that lookup needs the observable-result cache, which lives with the processors
-(``processors.replay.mock.MockReplaySession``) — ``streams`` never imports ``processors``.
+(``agentlog.replay.mock.MockReplaySession``) — ``streams`` never imports ``processors``.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.errors import ReplayError
-from streams.publisher import Publisher, Run, uuid7
-from streams.reader import read_run
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.publisher import Publisher, Run, uuid7
+from agentlog.streams.reader import read_run
 
 __all__ = ["REPLAY_MODES", "ReplayRun", "replay_of", "start_replay"]
 

@@ -5,7 +5,7 @@ then configures every client of the broker — ours (aiokafka, Faust), ``kcat -F
 librdkafka host — and ``agentlog infra up --secure`` can hand each principal exactly one file.
 
 Every place that builds a Kafka client asks this module for its connection arguments
-(:func:`client_kwargs`; Faust's through :mod:`processors.worker.security`), so no client can be
+(:func:`client_kwargs`; Faust's through :mod:`agentlog.worker.security`), so no client can be
 built that silently ignores the file. The password is held as a pydantic ``SecretStr``: it never
 appears in a repr, an error message or a log line (``tests/unit/streams/test_security.py``).
 """
@@ -19,7 +19,7 @@ from typing import Any, Protocol
 
 from pydantic import SecretStr
 
-from schemas.errors import ConfigError
+from agentlog.schemas.errors import ConfigError
 
 __all__ = [
     "SUPPORTED_KEYS",
@@ -45,7 +45,7 @@ SUPPORTED_KEYS = (
 
 
 class KafkaSettings(Protocol):
-    """What this module reads of :class:`streams.settings.Settings`.
+    """What this module reads of :class:`agentlog.streams.settings.Settings`.
 
     A protocol, not an import: ``load_settings`` applies the file's ``bootstrap.servers`` through
     this module, and an import back would be a cycle.

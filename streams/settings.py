@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from schemas.errors import ConfigError
+from agentlog.schemas.errors import ConfigError
 
 
 def _default_home() -> Path:
@@ -112,7 +112,7 @@ class Settings:
 
 #: How long a consumer group's coordinator waits for its members to rejoin at a rebalance, for both of
 #: the worker's groups (Faust's and the audit sink's). 10 s: a member rejoins within a second unless it is
-#: stuck; half of it bounds how long a batch in progress may finish first (processors.worker.fence).
+#: stuck; half of it bounds how long a batch in progress may finish first (agentlog.worker.fence).
 REBALANCE_TIMEOUT_S = 10.0
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
@@ -171,7 +171,7 @@ def load_settings(**overrides: object) -> Settings:
         values["home"] = Path(values["home"]).expanduser().resolve()
     settings = Settings(**values)
     if settings.kafka_config:  # a secured cluster: its properties file names the brokers
-        from streams.security import bootstrap
+        from agentlog.streams.security import bootstrap
 
         settings = settings.replace(kafka_bootstrap=bootstrap(settings))
     return settings

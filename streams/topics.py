@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.settings import Settings
+from agentlog.streams.settings import Settings
 
 # Infinite retention: the ingest and committed log are the source of truth a replay re-reads.
 _FOREVER = {"retention.ms": "-1", "cleanup.policy": "delete"}

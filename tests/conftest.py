@@ -54,8 +54,8 @@ def kafka_bootstrap() -> Iterator[str]:
         yield external
         return
 
-    from infra.kafka import local
-    from streams.settings import load_settings
+    from agentlog.infra.kafka import local
+    from agentlog.streams.settings import load_settings
 
     settings = load_settings(home=TEST_STACK_HOME, kafka_bootstrap=f"127.0.0.1:{TEST_STACK_PORT}")
     kafka_dir = local.kafka_home(settings)
@@ -108,7 +108,7 @@ def chdb_url(tmp_path: Path) -> str:
 @pytest.fixture
 def settings(kafka_bootstrap: str, topic_prefix: str, tmp_path: Path, chdb_url: str):
     """Settings for one test: the session broker, a unique topic prefix, a tmp home and chdb."""
-    from streams.settings import load_settings
+    from agentlog.streams.settings import load_settings
 
     return load_settings(
         kafka_bootstrap=kafka_bootstrap,

@@ -52,7 +52,7 @@ def free_port_range(count: int) -> int:
     range can be taken meanwhile by any outgoing connection (the node then dies at start-up), one
     below it only by another listener.
     """
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     try:
         ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
@@ -68,10 +68,10 @@ def free_port_range(count: int) -> int:
 
 def agentlog_cli(settings: Any, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     """``agentlog <args>`` in a child process configured like ``settings`` (as a user's shell would be)."""
-    from streams.settings import settings_env
+    from agentlog.streams.settings import settings_env
 
     env = {**os.environ, **settings_env(settings), "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, cwd=REPO,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -82,7 +82,7 @@ async def describe_group(settings: Any, group: str) -> tuple[str, list[tuple[str
     """
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from streams.security import client_kwargs
+    from agentlog.streams.security import client_kwargs
 
     admin = AIOKafkaAdminClient(**client_kwargs(settings))
     await admin.start()

@@ -39,10 +39,10 @@ from pathlib import Path
 
 from aiokafka.admin import AIOKafkaAdminClient
 
-from infra.kafka import secure
-from schemas.errors import InfraError
-from streams.security import client_kwargs
-from streams.settings import Settings
+from agentlog.infra.kafka import secure
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
 
 __all__ = [
     "KAFKA_VERSION",
@@ -619,7 +619,7 @@ def start(settings: Settings, nodes: int | None = None, *, secure: bool | None =
     ``stop(settings, purge=True)`` first. A node already running is left alone (``started=False``).
 
     ``secure=True`` (a fresh home, one node) makes the client listener SASL_SSL with SCRAM users and
-    ACLs (:mod:`infra.kafka.secure`); ``None`` keeps what the home was formatted as. On a secure
+    ACLs (:mod:`agentlog.infra.kafka.secure`); ``None`` keeps what the home was formatted as. On a secure
     stack every call (re)creates the ACLs and the catalogue topics for ``settings.topic_prefix``.
     """
     home = kafka_home(settings)
@@ -673,7 +673,7 @@ def _grant(settings: Settings, topo: Topology) -> None:
     The topics are made here because the host principal may create none, and a host may well
     publish before the worker first starts.
     """
-    from streams.admin import ensure_topics
+    from agentlog.streams.admin import ensure_topics
 
     material = _material(settings, topo)
     secure.create_acls(settings, material, _find_java(), ensure_kafka_jars())

@@ -40,8 +40,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from schemas.errors import InfraError
-from streams.settings import Settings
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.settings import Settings
 
 __all__ = [
     "PRINCIPALS",

@@ -1,13 +1,13 @@
 """The audit history in ClickHouse: store, migrations, row mapping, named queries, query server, report,
-and the sink that fills the store from every output topic exactly once (:mod:`processors.audit.sink`,
-its inserts in :mod:`processors.audit.exactly_once`).
+and the sink that fills the store from every output topic exactly once (:mod:`agentlog.audit.sink`,
+its inserts in :mod:`agentlog.audit.exactly_once`).
 """
 
-from processors.audit.migrations import MIGRATIONS_DIR, cluster_migration, migrate, open_owned
-from processors.audit.queries import NAMED_QUERIES, run_named, run_sql
-from processors.audit.report import render_report
-from processors.audit.server import handle_query_request, query_via_worker
-from processors.audit.store import QueryResult, Store, open_store, read_owner
+from agentlog.audit.migrations import MIGRATIONS_DIR, cluster_migration, migrate, open_owned
+from agentlog.audit.queries import NAMED_QUERIES, run_named, run_sql
+from agentlog.audit.report import render_report
+from agentlog.audit.server import handle_query_request, query_via_worker
+from agentlog.audit.store import QueryResult, Store, open_store, read_owner
 
 __all__ = [
     # store

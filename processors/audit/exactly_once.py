@@ -1,6 +1,6 @@
 """The audit sink's inserts, exactly once: the ledger of offset ranges, range tokens, the natural-key filter.
 
-No Kafka here: :mod:`processors.audit.sink` reads the topics and hands over each batch with its
+No Kafka here: :mod:`agentlog.audit.sink` reads the topics and hands over each batch with its
 offset range (or ranges); this module stores it so that ``SELECT count()`` (no FINAL) equals the
 records sent, whatever was killed when. After the design of ClickHouse's Kafka Connect sink
 (state = offset ranges):
@@ -21,7 +21,7 @@ records sent, whatever was killed when. After the design of ClickHouse's Kafka C
    a fresh token ``<range>/reform-<n>``, and checks afterwards that they are there (n + 1 if not).
    ClickHouse also commits the events part before it runs the rollup views, so the runs of a
    re-formed log range get their rollups repaired from ``events`` or ``transitions``
-   (:mod:`processors.audit.rollups`). Then it carries on from ``hi + 1``.
+   (:mod:`agentlog.audit.rollups`). Then it carries on from ``hi + 1``.
 
 The consumer keeps batches contiguous, so no offset can fall between two ranges; ``LEDGER_GAPS``
 lists any gap between recorded ranges, and there should be none.
@@ -33,9 +33,9 @@ sink is the only writer of ``events`` there).
 
 The log (most of the volume) goes to ClickHouse as raw records in one insert, and ClickHouse maps
 them and proves each row exact against the chain hash (:meth:`BlockingSink.insert_log`,
-:mod:`processors.audit.raw`); the dedup token, the natural-key filter and the re-form run in SQL
+:mod:`agentlog.audit.raw`); the dedup token, the natural-key filter and the re-form run in SQL
 there. The records it cannot prove go back to the consumer, which maps them in Python
-(:func:`processors.audit.sink.split_batch`) and inserts them under the token ``<range>/py``.
+(:func:`agentlog.audit.sink.split_batch`) and inserts them under the token ``<range>/py``.
 
 Every call blocks (chdb is in-process): the consumer makes them from a thread, one statement at a
 time per staging tables.
@@ -52,13 +52,13 @@ import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from processors.audit import raw as raw_sql
-from processors.audit.rollups import ROLLUP_SOURCES
-from processors.audit.rollups import repair as repair_rollups
-from processors.audit.rows import rows_for
-from processors.audit.store import Store, dedup_settings
-from processors.metrics import METRICS
-from schemas.errors import StoreError
+from agentlog.audit import raw as raw_sql
+from agentlog.audit.rollups import ROLLUP_SOURCES
+from agentlog.audit.rollups import repair as repair_rollups
+from agentlog.audit.rows import rows_for
+from agentlog.audit.store import Store, dedup_settings
+from agentlog.metrics import METRICS
+from agentlog.schemas.errors import StoreError
 
 log = logging.getLogger("agentlog.sink")
 
@@ -230,10 +230,10 @@ class BlockingSink:
         """Insert raw log records (CommittedEvent JCS bytes) letting ClickHouse map and prove them.
 
         Returns (proven rows, values ClickHouse could not prove): the caller maps the latter in
-        Python (:func:`processors.audit.sink.split_batch`). Same guarantees as :meth:`insert_rows` — the natural-key
+        Python (:func:`agentlog.audit.sink.split_batch`). Same guarantees as :meth:`insert_rows` — the natural-key
         filter against the table and within the batch, ``token`` on the insert that writes the
         rows, a re-form inserting only missing keys under ``<token>/reform-<n>`` and repairing the
-        rollups — done in SQL over a staged copy of the batch (:mod:`processors.audit.raw`).
+        rollups — done in SQL over a staged copy of the batch (:mod:`agentlog.audit.raw`).
         The staging tables are emptied again before this returns.
 
         Raises:
@@ -360,7 +360,7 @@ class BlockingSink:
         raise StoreError(f"{table}: rows of {token} still missing after 1000 re-inserts", code="sink_stuck")
 
     def _repair_rollups(self, table: str, run_ids: list[Any], token: str) -> None:
-        """The crash may have come after the table's part and before its views ran: see processors.audit.rollups."""
+        """The crash may have come after the table's part and before its views ran: see agentlog.audit.rollups."""
         short = repair_rollups(self.store, [str(r) for r in run_ids], source=table)
         for rollup, runs in short.items():
             METRICS.inc("agentlog_sink_rollups_repaired_total", runs, table=rollup)
@@ -443,7 +443,7 @@ class BlockingSink:
 
 
 #: Gaps in the ledger: a range starting past every earlier range's end + 1 in its partition.
-#: Batches are contiguous by construction (see :mod:`processors.audit.sink`), so this must return nothing.
+#: Batches are contiguous by construction (see :mod:`agentlog.audit.sink`), so this must return nothing.
 LEDGER_GAPS = """
 SELECT topic, partition, prev_hi + 1 AS missing_from, lo - 1 AS missing_to
 FROM (

@@ -13,18 +13,20 @@ import logging
 import re
 import time
 from collections.abc import Collection
+from importlib import resources
 from pathlib import Path
 
-from processors.audit.store import Store, open_store
-from schemas.errors import StoreError, StoreLockedError
-from streams.settings import Settings
+from agentlog.audit.store import Store, open_store
+from agentlog.schemas.errors import StoreError, StoreLockedError
+from agentlog.streams.settings import Settings
 
 __all__ = ["MIGRATIONS_DIR", "apply_retention", "cluster_migration", "cluster_statements", "migrate",
            "migration_statements", "open_owned"]
 
 log = logging.getLogger("agentlog.audit")
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "infra" / "clickhouse" / "migrations"
+#: Package data of ``agentlog.infra`` (the repository's ``infra/clickhouse/migrations``).
+MIGRATIONS_DIR = Path(str(resources.files("agentlog.infra"))) / "clickhouse" / "migrations"
 _BOOTSTRAP = "schema_migrations.sql"
 _LEDGER = "schema_migrations"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[A-Za-z0-9_]+\.sql$")
@@ -48,7 +50,7 @@ def migration_statements(directory: Path | str | None = None) -> list[str]:
     """Every statement of the single-node migrations, in version order: the DDL a migrated store ran.
 
     Applied migrations never change (``migration_drift``), so this text is what the store holds;
-    the rollup repair reads the views' SELECTs from it (:mod:`processors.audit.rollups`).
+    the rollup repair reads the views' SELECTs from it (:mod:`agentlog.audit.rollups`).
     """
     directory = Path(directory) if directory is not None else MIGRATIONS_DIR
     return [stmt for _, _, path in _migration_files(directory) for stmt in _statements(path.read_text("utf-8"))]

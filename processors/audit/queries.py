@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.audit.store import QueryResult, Store
-from schemas.errors import StoreError
+from agentlog.audit.store import QueryResult, Store
+from agentlog.schemas.errors import StoreError
 
 __all__ = [
     "NAMED_QUERIES",

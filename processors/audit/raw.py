@@ -1,13 +1,13 @@
 """The sink's fast path for the log: ClickHouse maps raw CommittedEvent records to ``events`` rows.
 
-The log's records are JCS bytes (:func:`streams.codec.encode_committed`):
+The log's records are JCS bytes (:func:`agentlog.streams.codec.encode_committed`):
 ``{"doc":<JCS of doc>,"hash":"…","prevHash":"…","source":{…},"stateHash":"…"}``, keys in that
 order. So the exact ``doc`` text is a substring of the record, and ClickHouse can *prove* that
 substring is the text the sequencer hashed: ``hash = lower(hex(SHA256(prevHash || doc)))``
-(:func:`schemas.canonical.chain_hash`). A batch's raw bytes go to ClickHouse in one insert
+(:func:`agentlog.schemas.canonical.chain_hash`). A batch's raw bytes go to ClickHouse in one insert
 (:data:`LAND_DDL`, format ``LineAsString``); one ``INSERT … SELECT`` stages every ``events``
 column extracted in C++ (:data:`STAGE_SELECT`) together with ``ok``: the row is proven to be what
-:func:`processors.audit.rows.committed_rows` would have produced. Python touches no record.
+:func:`agentlog.audit.rows.committed_rows` would have produced. Python touches no record.
 
 The record is split by ONE regular expression (:data:`RECORD_RE`) written for the exact shape
 our writer produces: JCS key order, the doc's known members around ``payload`` (strings with no
@@ -26,7 +26,7 @@ per column cost more than the rest of the sink together (measured); one RE2 pass
 
 Every other record (a foreign writer's non-JCS text, a wrong hash, an escaped id, a numeric
 timestamp, …) is neither lost nor stored differently: the sink sends exactly those through the
-Python path (:func:`processors.audit.sink.split_batch`), which stores or rejects them the general way.
+Python path (:func:`agentlog.audit.sink.split_batch`), which stores or rejects them the general way.
 
 What the proof does not cover: a writer that hashes non-JCS doc text itself (a forged chain hash)
 has that text stored as written, where the Python path would store the JCS of the parsed doc; the
@@ -166,10 +166,10 @@ def insert_sql(stage: str, *, filtered: bool = True, settings: Mapping[str, int 
     """Proven rows of the stage whose natural key is not stored yet, once per key, into ``events``.
 
     ``filtered=False`` leaves out the lookup of stored keys (a third of the statement's cost): only
-    for a batch whose keys are known to be absent (:class:`processors.audit.exactly_once.SequenceTops`).
+    for a batch whose keys are known to be absent (:class:`agentlog.audit.exactly_once.SequenceTops`).
     A repeat within the batch is still dropped.
 
-    ``settings`` (the insert's deduplication token: :func:`processors.audit.store.dedup_settings`) are
+    ``settings`` (the insert's deduplication token: :func:`agentlog.audit.store.dedup_settings`) are
     written into the statement's own ``SETTINGS`` clause. Passed as per-call settings, they would make
     clickhouse-connect's chdb backend read ``system.settings`` and set and restore each one around
     the statement: about 7 ms of CPU per log batch.

@@ -5,7 +5,7 @@ the page carries everything inline (CSS and SVG, no script, no fonts, no externa
 URL) and renders the same in any browser. The builder is pure — records in, a
 string out — so it is tested without a broker or a store; ``agentlog report``
 only fetches the records (:func:`fetch_report_records`) and writes the file. The web console's run
-page (:mod:`processors.console.pages`) draws the same graph and lanes with the pieces exported here.
+page (:mod:`agentlog.console.pages`) draws the same graph and lanes with the pieces exported here.
 
 Layout choices:
 

@@ -11,7 +11,7 @@ short for good.
 
 So when the sink re-forms a range of the log, it calls :func:`repair` for the runs of that range.
 What the rollup should hold for those runs is the view's own SELECT run over all their rows: the
-SELECT is read from the migrations (:func:`processors.audit.migrations.migration_statements`), every
+SELECT is read from the migrations (:func:`agentlog.audit.migrations.migration_statements`), every
 ``FROM <source>`` in it reading the runs' rows of the source table instead of an inserted block (a
 ``merge()`` read of the whole table stays one), so the repair computes exactly what the view computes.
 The migration text rather than the store's ``system.tables`` is the definition: applied migrations
@@ -41,8 +41,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from processors.audit.migrations import migration_statements
-from processors.audit.store import Store
+from agentlog.audit.migrations import migration_statements
+from agentlog.audit.store import Store
 
 __all__ = ["ROLLUP_SOURCES", "repair"]
 

@@ -1,4 +1,4 @@
-"""Map internal records (the :mod:`schemas.records` shapes) to ClickHouse rows.
+"""Map internal records (the :mod:`agentlog.schemas.records` shapes) to ClickHouse rows.
 
 Pure functions, no I/O: the sink and the tests share them, and a row is a
 deterministic function of its record (a re-formed sink batch is the same rows, and
@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from schemas.canonical import jcs, jcs_parsed, jcs_parsed_and_member, sha256_hex
-from schemas.errors import LogFormatError, StoreError
-from schemas.records import (
+from agentlog.schemas.canonical import jcs, jcs_parsed, jcs_parsed_and_member, sha256_hex
+from agentlog.schemas.errors import LogFormatError, StoreError
+from agentlog.schemas.records import (
     Checkpoint,
     CommittedEvent,
     Rejection,
@@ -149,7 +149,7 @@ def _payload_and_doc(doc: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def _parsed_payload_and_doc(doc: Mapping[str, Any]) -> tuple[str, str]:
-    """:func:`_payload_and_doc` for a doc that :func:`schemas.canonical.loads_strict` returned (the sink's)."""
+    """:func:`_payload_and_doc` for a doc that :func:`agentlog.schemas.canonical.loads_strict` returned (the sink's)."""
     if isinstance(doc, dict) and doc.get("payload") is not None:
         whole, part = jcs_parsed_and_member(doc, "payload")
         return part.decode("utf-8"), whole.decode("utf-8")
@@ -160,9 +160,9 @@ def _parsed_payload_and_doc(doc: Mapping[str, Any]) -> tuple[str, str]:
 def committed_rows(records: Iterable[CommittedEvent], *, parsed: bool = False) -> Columns:
     """CommittedEvent → ``events``.
 
-    ``parsed=True`` says the records came from :func:`schemas.canonical.loads_strict` (the sink
+    ``parsed=True`` says the records came from :func:`agentlog.schemas.canonical.loads_strict` (the sink
     decodes every one), so ``doc`` and ``payload`` are canonicalised without reading them back
-    (:func:`schemas.canonical.jcs_parsed`); the text is the same either way.
+    (:func:`agentlog.schemas.canonical.jcs_parsed`); the text is the same either way.
 
     Raises:
         LogFormatError: a committed record (``doc``, ``hash``) without ``stateHash`` (log format 1): no row is
@@ -370,7 +370,7 @@ def rows_for(kind: str, records: Iterable[Mapping[str, Any]], *,
              parsed: bool = False) -> tuple[str, tuple[str, ...], list[list[Any]]]:
     """``(table, column_names, columns)`` for a batch of one record kind.
 
-    ``parsed=True``: the records are what :func:`schemas.canonical.loads_strict` returned (see
+    ``parsed=True``: the records are what :func:`agentlog.schemas.canonical.loads_strict` returned (see
     :func:`committed_rows`); the rows are the same, computed with less work.
 
     Raises:

@@ -27,12 +27,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from processors.audit.migrations import migrate
-from processors.audit.queries import run_named, run_sql
-from processors.audit.store import QueryResult, Store, open_store, read_owner
-from schemas.errors import AgentlogError, StoreError
-from streams.reader import read_topic
-from streams.settings import Settings
+from agentlog.audit.migrations import migrate
+from agentlog.audit.queries import run_named, run_sql
+from agentlog.audit.store import QueryResult, Store, open_store, read_owner
+from agentlog.schemas.errors import AgentlogError, StoreError
+from agentlog.streams.reader import read_topic
+from agentlog.streams.settings import Settings
 
 __all__ = [
     "answer_query", "fetch_report_records", "handle_query_request", "json_value", "query_via_worker",

@@ -8,13 +8,13 @@ one batch when it holds ``BATCH_ROWS`` records, is ``FLUSH_S`` old, or ends a bu
 while the loop fetches the next (chdb releases the GIL while a statement runs), one batch per
 partition at a time, so a partition's next range is recorded only once its last is stored.
 Batches of different partitions are stored at once on ``LANES`` lanes, each with its own
-store connection (:meth:`processors.audit.store.Store.fork`) and staging tables. The loop never
+store connection (:meth:`agentlog.audit.store.Store.fork`) and staging tables. The loop never
 waits for a lane while it may fetch: a free lane takes the ready partition with the most rows
 left (:meth:`AuditSink._schedule`), and the other partitions of its topic with their buffers
 while the batch stays within ``BATCH_ROWS`` (:meth:`AuditSink._riders`): a trickle over
 many partitions is stored in one set of statements, not one per partition.
 
-Exactly-once is the ledger of offset ranges and the inserts of :mod:`processors.audit.exactly_once`
+Exactly-once is the ledger of offset ranges and the inserts of :mod:`agentlog.audit.exactly_once`
 (range tokens, the natural-key filter, re-forms that trust no token). This loop keeps their order:
 a batch's ranges are recorded before its rows (:meth:`AuditSink.flush`), and on (re)assignment a
 partition starts by re-forming the ledger's last range (:meth:`AuditSink._assigned`), then carries
@@ -25,7 +25,7 @@ the next offset it expects (``hi + 1`` of the last range, or the partition's fir
 record past that offset (a rebalance or a re-seek racing records fetched earlier) makes it seek
 back to the expected offset and read again; only when the same jump repeats are the offsets
 taken as absent from the topic (compaction, transaction markers), and the next range still starts
-at the expected offset. :data:`processors.audit.exactly_once.LEDGER_GAPS` lists any gap between
+at the expected offset. :data:`agentlog.audit.exactly_once.LEDGER_GAPS` lists any gap between
 recorded ranges; there should be none. Kafka offsets are committed too, but only for lag tooling:
 the sink never resumes from them.
 
@@ -56,20 +56,20 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
-from processors.audit.exactly_once import BlockingSink, batch_token, stage_name
-from processors.audit.migrations import open_owned
-from processors.audit.rows import rows_for
-from processors.audit.store import Store
-from processors.metrics import METRICS
-from schemas.errors import LogFormatError, StoreError
-from streams.codec import decode_record
-from streams.security import client_kwargs
-from streams.settings import REBALANCE_TIMEOUT_S, Settings
-from streams.topics import topic_name
+from agentlog.audit.exactly_once import BlockingSink, batch_token, stage_name
+from agentlog.audit.migrations import open_owned
+from agentlog.audit.rows import rows_for
+from agentlog.audit.store import Store
+from agentlog.metrics import METRICS
+from agentlog.schemas.errors import LogFormatError, StoreError
+from agentlog.streams.codec import decode_record
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings
+from agentlog.streams.topics import topic_name
 
 log = logging.getLogger("agentlog.sink")
 
-#: topic short name -> record kind understood by :meth:`processors.audit.store.Store.insert_records`
+#: topic short name -> record kind understood by :meth:`agentlog.audit.store.Store.insert_records`
 SINK_TOPICS = {
     "log": "committed",
     "transitions": "transition",
@@ -706,7 +706,7 @@ class AuditSink:
 
     def _open_lanes(self) -> None:
         """Lanes 1 … ``LANES - 1``: a forked store connection and staging tables each
-        (:meth:`processors.audit.store.Store.fork`); closed when :meth:`run` ends."""
+        (:meth:`agentlog.audit.store.Store.fork`); closed when :meth:`run` ends."""
         store, stage = self.sink.store, self.sink.land.removeprefix("sink_land_")
         while len(self.sinks) < max(1, LANES):
             self.sinks.append(BlockingSink(store.fork(), stage=f"{stage}_{len(self.sinks)}"))

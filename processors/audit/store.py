@@ -20,7 +20,7 @@ engine opens and released by the kernel when the process ends, however it ends, 
 a SIGKILLed owner never blocks its own restart and a recycled pid is never taken for
 an owner. Beside it an owner file ``<dir>.owner.json`` ``{pid, cmd, started, role?,
 queryUrl?}`` says who holds the lock, so a second process gets a one-line
-``store_locked`` error (:class:`schemas.errors.StoreLockedError`) naming the owner
+``store_locked`` error (:class:`agentlog.schemas.errors.StoreLockedError`) naming the owner
 instead of the engine's lock message, and the CLI can send its query to the
 owner's ``queryUrl`` instead. The owner file is only ever believed while the lock is held.
 """
@@ -45,9 +45,9 @@ from urllib.parse import urlsplit, urlunsplit
 import clickhouse_connect
 from clickhouse_connect.driver.exceptions import ClickHouseError as _CCError
 
-from processors.audit.rows import rows_for
-from schemas.errors import StoreError, StoreLockedError
-from streams.settings import Settings
+from agentlog.audit.rows import rows_for
+from agentlog.schemas.errors import StoreError, StoreLockedError
+from agentlog.streams.settings import Settings
 
 __all__ = [
     "ClickHouseError",
@@ -385,7 +385,7 @@ class Store:
         """Insert ``data`` in ClickHouse format ``fmt`` into one column, parsed by ClickHouse.
 
         The audit sink hands a batch of raw records over this way (``LineAsString``) and lets
-        ClickHouse map them (:mod:`processors.audit.raw`). clickhouse-connect sends the bytes as
+        ClickHouse map them (:mod:`agentlog.audit.raw`). clickhouse-connect sends the bytes as
         the body of an HTTP insert to a server and through ``INSERT … FROM INFILE`` to chdb
         (chdb ignores data written inline after an ``INSERT … SELECT FROM input()``, silently).
         """

@@ -14,7 +14,7 @@ import sys
 
 import typer
 
-from schemas.errors import AgentlogError
+from agentlog.schemas.errors import AgentlogError
 
 app = typer.Typer(
     name="agentlog",

@@ -14,9 +14,9 @@ from typing import Any
 
 import typer
 
-from schemas.cachekey import canonical_request, recipe_id
-from schemas.canonical import loads_strict, sha256_hex
-from schemas.errors import CacheKeyError, ConfigError
+from agentlog.schemas.cachekey import canonical_request, recipe_id
+from agentlog.schemas.canonical import loads_strict, sha256_hex
+from agentlog.schemas.errors import CacheKeyError, ConfigError
 
 
 def _request_of(obj: Any) -> Any:

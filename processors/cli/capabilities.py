@@ -1,6 +1,6 @@
 """``agentlog capabilities``: the OpenWOP discovery block, each flag proven by a check run now.
 
-The checks and the document are :mod:`processors.capabilities`; this module only prints them.
+The checks and the document are :mod:`agentlog.capabilities`; this module only prints them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The OpenWOP multiAgent capability block, each flag proven by a check run now."""
         # Imported here, not at module level, so `agentlog --help` does not run the replay/fold imports.
-        from processors.capabilities import capability_document, run_checks
+        from agentlog.capabilities import capability_document, run_checks
 
         checks = run_checks(vectors)
         document = capability_document(checks)

@@ -1,7 +1,7 @@
 """``agentlog compare``: judge a replay against its source run from two exported logs, offline.
 
-The same engine the replay processor runs (:func:`processors.replay.compare.compare_runs`), fed from
-JSONL files (:func:`processors.replay.exported.read_jsonl`), so an operator can re-check a verdict —
+The same engine the replay processor runs (:func:`agentlog.replay.compare.compare_runs`), fed from
+JSONL files (:func:`agentlog.replay.exported.read_jsonl`), so an operator can re-check a verdict —
 or a test can pin one — without a broker. Exit codes follow SPEC §7: 0 match, 1 any divergence
 (``diverged``, ``diverged_at_refusal``, ``what-if``), 2 the comparison could not run.
 """
@@ -16,10 +16,10 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from schemas.errors import AgentlogError
+from agentlog.schemas.errors import AgentlogError
 
 if TYPE_CHECKING:
-    from processors.replay import ComparisonResult, Divergence
+    from agentlog.replay import ComparisonResult, Divergence
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -100,14 +100,14 @@ def compare_command(
     followed into the child runs and the first divergence anywhere is reported with its path.
     """
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from processors.replay.exported import read_jsonl
-    from processors.replay.tree import compare_tree, group_runs
+    from agentlog.replay.exported import read_jsonl
+    from agentlog.replay.tree import compare_tree, group_runs
 
     try:
         o_root, o_runs = group_runs(read_jsonl(original))
         r_root, r_runs = group_runs(read_jsonl(replay))
         if not o_runs or not r_runs:
-            from schemas.errors import ReplayError
+            from agentlog.schemas.errors import ReplayError
             raise ReplayError(f"{original if not o_runs else replay} has no events; nothing to compare")
         tree = compare_tree(o_runs, r_runs, original_root=o_root, replay_root=r_root, from_seq=from_seq,
                             collect_all=collect_all, strict=strict)

@@ -1,4 +1,4 @@
-"""``agentlog demo``: the guided tour on the real local stack (logic in :mod:`processors.demo.tour`)."""
+"""``agentlog demo``: the guided tour on the real local stack (logic in :mod:`agentlog.demo.tour`)."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ def register(app: typer.Typer) -> None:
         # Imported here, not at module level, so `agentlog --help` does not load the demo's stack.
         from rich.console import Console
 
-        from processors.demo.tour import run_demo, stop_demo
-        from schemas.errors import AgentlogError
-        from streams.settings import load_settings
+        from agentlog.demo.tour import run_demo, stop_demo
+        from agentlog.schemas.errors import AgentlogError
+        from agentlog.streams.settings import load_settings
 
         console = Console(quiet=as_json)
         settings = load_settings()
@@ -38,7 +38,7 @@ def register(app: typer.Typer) -> None:
                 stop_demo(settings, say)
                 return
             if otel:
-                from processors.demo.otel import run_otel_demo
+                from agentlog.demo.otel import run_otel_demo
 
                 summary: Any = run_otel_demo(settings, console)
             else:
@@ -46,7 +46,7 @@ def register(app: typer.Typer) -> None:
             if not keep:
                 stop_demo(settings, say)
         except AgentlogError:
-            raise  # one line, exit 2 (processors.cli.main)
+            raise  # one line, exit 2 (agentlog.cli.main)
         except KeyboardInterrupt:
             typer.echo("interrupted; the worker and broker keep running (agentlog demo --stop-only stops them)",
                        err=True)

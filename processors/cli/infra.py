@@ -16,19 +16,19 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from schemas.errors import InfraError
+from agentlog.schemas.errors import InfraError
 
 if TYPE_CHECKING:
-    from infra.kafka.local import NodeInfo
-    from streams.settings import Settings
+    from agentlog.infra.kafka.local import NodeInfo
+    from agentlog.streams.settings import Settings
 
-# Each command imports infra.kafka.local (and the store, streams.admin) inside itself, so `agentlog --help`
-# stays fast.
+# Each command imports agentlog.infra.kafka.local (and the store, agentlog.streams.admin) inside itself, so
+# `agentlog --help` stays fast.
 infra_app = typer.Typer(help="Local Apache Kafka (KRaft) stack: up, down, status, topics, fetch.", no_args_is_help=True)
 
 
 def _settings(port: int | None = None) -> Settings:
-    from streams.settings import load_settings
+    from agentlog.streams.settings import load_settings
 
     # An exported AGENTLOG_KAFKA_CONFIG naming a file `infra up --secure` has yet to write must not
     # stop that very command: until the file exists, only AGENTLOG_KAFKA_BOOTSTRAP counts.
@@ -54,9 +54,9 @@ def _nodes_table(nodes: list[NodeInfo], title: str) -> Table:
 def _migrate(settings: Settings) -> tuple[str, list[str]]:
     """Apply ClickHouse migrations if the store module provides them; say plainly when it does not."""
     try:
-        from processors.audit.migrations import migrate
+        from agentlog.audit.migrations import migrate
     except ImportError as e:
-        return f"ClickHouse migrations skipped: processors.audit.migrations.migrate is not available ({e})", []
+        return f"ClickHouse migrations skipped: agentlog.audit.migrations.migrate is not available ({e})", []
     applied = migrate(settings)
     return f"ClickHouse ready at {settings.store_url} ({len(applied)} migration(s) applied)", list(applied)
 
@@ -77,7 +77,7 @@ def up(
     as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON."),
 ) -> None:
     """Start the local Kafka (fetching the jars with Maven the first time) and wait until it answers."""
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     settings = _settings(port)
     # --secure asks for a secure stack; without it, a home keeps what it was made as.
@@ -115,7 +115,7 @@ def up(
 @infra_app.command("fetch")
 def fetch(as_json: bool = typer.Option(False, "--json", help="Print the jar directory as JSON.")) -> None:
     """Fetch the Kafka jars from Maven Central into the cache (no-op when already there)."""
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     libs = local.ensure_kafka_jars()
     if as_json:
@@ -130,7 +130,7 @@ def down(
     as_json: bool = typer.Option(False, "--json", help="Print what was stopped as JSON."),
 ) -> None:
     """Stop the local Kafka (SIGTERM, SIGKILL after 30 s); data stays unless --purge."""
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     settings = _settings()
     before = local.stop(settings, purge=purge)
@@ -151,7 +151,7 @@ def down(
 @infra_app.command("status")
 def status(as_json: bool = typer.Option(False, "--json", help="Print the nodes as JSON.")) -> None:
     """Show each node's pid, ports and liveness; exit 1 if any node (or the whole stack) is down."""
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     settings = _settings()
     nodes = local.status(settings)
@@ -173,9 +173,10 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the nodes a
 def topics(as_json: bool = typer.Option(False, "--json", help="Print the created topics as JSON.")) -> None:
     """Create the catalogue topics that do not exist yet (AGENTLOG_TOPIC_PREFIX, _PARTITIONS, _REPLICATION_FACTOR)."""
     try:
-        from streams import admin
+        from agentlog.streams import admin
     except ImportError as e:
-        raise InfraError(f"streams.admin is not available, cannot create topics: {e}", code="not_available") from e
+        raise InfraError(f"agentlog.streams.admin is not available, cannot create topics: {e}",
+                         code="not_available") from e
 
     settings = _settings()
     created = admin.ensure_topics_sync(settings)

@@ -24,10 +24,10 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from schemas.canonical import jcs, loads_strict
-from schemas.errors import AgentlogError, ConfigError, EventRejected
-from schemas.records import log_format_error
-from streams.settings import load_settings
+from agentlog.schemas.canonical import jcs, loads_strict
+from agentlog.schemas.errors import AgentlogError, ConfigError, EventRejected
+from agentlog.schemas.records import log_format_error
+from agentlog.streams.settings import load_settings
 
 
 def _parse_lines(lines: list[str]) -> Iterator[dict[str, Any] | AgentlogError]:
@@ -74,7 +74,7 @@ def publish(
 ) -> None:
     """Validate and publish ready-made RunEventDocs to the ingest topic; exit 1 if any line was rejected."""
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from streams.publisher import publish_docs
+    from agentlog.streams.publisher import publish_docs
 
     if wire not in ("avro", "json"):
         raise ConfigError(f"--wire must be avro or json, not {wire!r}")
@@ -131,7 +131,7 @@ def export(
     before anything is written: that log is exported with the version that wrote it.
     """
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from streams.reader import read_run, read_topic
+    from agentlog.streams.reader import read_run, read_topic
 
     async def run_checkpoints() -> list[dict[str, Any]]:
         found = {jcs(v): v async for _, _, _, v in read_topic(settings, "checkpoints", key=run)

@@ -2,7 +2,7 @@
 
 When a worker owns the embedded chdb directory (chdb allows one process per
 directory) the request goes to the worker's query endpoint; otherwise the store
-is opened directly (:func:`processors.audit.server.answer_query`). Tables for
+is opened directly (:func:`agentlog.audit.server.answer_query`). Tables for
 humans, ``--json`` / ``--csv`` for machines.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from schemas.errors import ConfigError
+from agentlog.schemas.errors import ConfigError
 
 _FORMAT_HELP = "Print {columns, rows} as JSON."
 
@@ -32,8 +32,8 @@ def _parse_params(items: list[str]) -> dict[str, str]:
 
 def _execute(body: dict[str, Any]) -> dict[str, Any]:
     # Imported here, not at module level, so `agentlog --help` does not load the audit store.
-    from processors.audit.server import answer_query
-    from streams.settings import load_settings
+    from agentlog.audit.server import answer_query
+    from agentlog.streams.settings import load_settings
 
     return answer_query(load_settings(), body)
 
@@ -72,7 +72,7 @@ def query_command(
 ) -> None:
     """Run a named audit query (run-timeline, causation-chain, handoff-latency, failures, refusals, usage, …)."""
     # Imported here, not at module level, so `agentlog --help` does not load the audit store.
-    from processors.audit.queries import NAMED_QUERIES
+    from agentlog.audit.queries import NAMED_QUERIES
 
     if list_ or not name:
         specs = [q.spec() for q in NAMED_QUERIES.values()]

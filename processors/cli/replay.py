@@ -2,7 +2,7 @@
 
 ``replay`` re-reads the committed log from the nearest snapshot, refolds it with the live
 fold and checks every index against the state hash its log record carries and the hash chain
-(:func:`processors.replay.rederive.replay_run`). Exit codes follow SPEC §7: 0 match, 1 divergence,
+(:func:`agentlog.replay.rederive.replay_run`). Exit codes follow SPEC §7: 0 match, 1 divergence,
 2 the replay could not run. When the run is itself a host replay, its host-replay verdict is
 shown too, so a ``what-if`` (other bound versions, MACP §3) is never mistaken for a match.
 """
@@ -18,12 +18,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from schemas.errors import AgentlogError
-from streams.settings import load_settings
+from agentlog.schemas.errors import AgentlogError
+from agentlog.streams.settings import load_settings
 
 if TYPE_CHECKING:
-    from processors.replay import Divergence, RederivationResult
-    from schemas.records import Verdict
+    from agentlog.replay import Divergence, RederivationResult
+    from agentlog.schemas.records import Verdict
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 #: Style of a host-replay verdict; anything else (``diverged``, ``error``, a record without one) is red.
@@ -108,7 +108,7 @@ def replay_command(
 ) -> None:
     """Re-derive a run from a log offset or sequence and compare with the recorded state hashes."""
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from processors.replay import replay_run_with_host_verdict
+    from agentlog.replay import replay_run_with_host_verdict
 
     settings = load_settings()
     console = Console(highlight=False)
@@ -148,7 +148,7 @@ def verdicts_command(
 ) -> None:
     """Host-replay verdicts (RFC 0041 §C) recorded on the verdicts topic."""
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from processors.replay import host_verdicts
+    from agentlog.replay import host_verdicts
 
     verdicts = asyncio.run(host_verdicts(load_settings(), run))
     if as_json:

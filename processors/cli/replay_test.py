@@ -1,7 +1,7 @@
 """``agentlog replay-test``: replay a recorded run with the host's agent code and fail with the first divergence.
 
 The program is named as ``module:attribute`` (a callable taking the recorder, see
-:mod:`processors.replay.regression`); the recorded run is a JSONL export or a run id in the store.
+:mod:`agentlog.replay.regression`); the recorded run is a JSONL export or a run id in the store.
 Exit codes follow SPEC §7: 0 the expected verdict (``match`` unless ``--expect`` says otherwise),
 1 another verdict, 2 the replay could not run. ``--record FILE`` runs the program live and writes
 the recording instead (``--publish`` also sends it to the store). ``--tools recorded`` answers
@@ -18,7 +18,7 @@ from typing import Any
 
 import typer
 
-from schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.errors import AgentlogError, ReplayError
 
 EXIT_OK, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -49,9 +49,9 @@ def replay_test_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
 ) -> None:
     """Replay a recorded run with your agent code: verdict and first divergence."""
-    from processors.replay.regression import record as record_run
-    from processors.replay.regression import replay_test
-    from streams.settings import load_settings
+    from agentlog.replay.regression import record as record_run
+    from agentlog.replay.regression import replay_test
+    from agentlog.streams.settings import load_settings
 
     try:
         settings = load_settings() if publish or not (source.endswith((".jsonl", ".json")) or Path(source).exists()) \

@@ -1,8 +1,8 @@
 """``agentlog report --run R``: the run's causation graph and handoff timeline as one HTML file.
 
-The records come from the audit history (:func:`processors.audit.server.fetch_report_records`:
+The records come from the audit history (:func:`agentlog.audit.server.fetch_report_records`:
 the store directly, or through the worker that owns it); the page is
-:func:`processors.audit.report.render_report`. This module only writes the file and says what it wrote.
+:func:`agentlog.audit.report.render_report`. This module only writes the file and says what it wrote.
 """
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """A self-contained HTML page: causation graph (events, causationId edges) and handoff timeline."""
         # Imported here, not at module level, so `agentlog --help` does not load the audit store.
-        from processors.audit.report import render_report
-        from processors.audit.server import fetch_report_records
-        from streams.settings import load_settings
+        from agentlog.audit.report import render_report
+        from agentlog.audit.server import fetch_report_records
+        from agentlog.streams.settings import load_settings
 
         settings = load_settings()
         events, transitions, violations, head, source = fetch_report_records(settings, run)

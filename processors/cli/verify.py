@@ -3,7 +3,7 @@
 Offline with ``--export FILE`` (what ``agentlog export`` wrote: RunEventDocs) and ``--checkpoints
 FILE`` beside it (what ``agentlog export --checkpoints`` wrote: one signed checkpoint per line), or
 from the committed log and the ``checkpoints`` topic. The check is
-:func:`processors.core.checkpoint.verify_history`; exit 0 verified, 1 not verified (the first
+:func:`agentlog.core.checkpoint.verify_history`; exit 0 verified, 1 not verified (the first
 index no valid signature vouches for, with a stable code), 2 the check could not run.
 """
 
@@ -17,8 +17,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from schemas.errors import AgentlogError, ConfigError
-from streams.settings import load_settings
+from agentlog.schemas.errors import AgentlogError, ConfigError
+from agentlog.streams.settings import load_settings
 
 EXIT_VERIFIED, EXIT_NOT_VERIFIED, EXIT_ERROR = 0, 1, 2
 
@@ -37,7 +37,7 @@ def verify_command(
 ) -> None:
     """Verify a run's hash chain, state hashes and signed checkpoints; exit 1 naming the first unverified index."""
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from processors.replay.verify import load_export, load_from_log, load_keys, verify_run
+    from agentlog.replay.verify import load_export, load_from_log, load_keys, verify_run
 
     settings = load_settings()
     try:

@@ -25,8 +25,8 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink (by --role), in one process."""
         # Imported here, not at module level, so `agentlog --help` does not load Faust.
-        from processors.worker.app import run_worker, worker_role
-        from streams.settings import load_settings
+        from agentlog.streams.settings import load_settings
+        from agentlog.worker.app import run_worker, worker_role
 
         settings = load_settings(web_port=web_port, handoff_mode=handoff_mode, worker_role=role,
                                  sink_process=sink_process)

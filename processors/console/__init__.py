@@ -1,13 +1,13 @@
 """The web console: runs, a run with its state at any index, replay comparisons, analytics.
 
-Pages are pure renderers (:mod:`processors.console.pages`, records in, HTML out); each page's
-reads are one call in :mod:`processors.console.views` (an open store in, ``(status, html)`` out).
-Nothing here imports Faust: the worker's routes live in :mod:`processors.worker.console`.
+Pages are pure renderers (:mod:`agentlog.console.pages`, records in, HTML out); each page's
+reads are one call in :mod:`agentlog.console.views` (an open store in, ``(status, html)`` out).
+Nothing here imports Faust: the worker's routes live in :mod:`agentlog.worker.console`.
 """
 
-from processors.console.pages import render_state_panel, run_href
-from processors.console.state import StateView, state_at
-from processors.console.views import (
+from agentlog.console.pages import render_state_panel, run_href
+from agentlog.console.state import StateView, state_at
+from agentlog.console.views import (
     Page,
     analytics_view,
     chain_problem,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from processors.audit.report import esc
+from agentlog.audit.report import esc
 
 __all__ = ["PALETTE", "bar_chart", "line_chart"]
 

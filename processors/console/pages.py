@@ -2,7 +2,7 @@
 
 Every page carries its CSS and its little script inline and loads nothing from anywhere
 else, like ``agentlog report``'s page, whose graph and handoff lanes it reuses
-(:mod:`processors.audit.report`). The script does two things only, and every page works
+(:mod:`agentlog.audit.report`). The script does two things only, and every page works
 without it: the state slider asks the worker for the state at another index (an HTML
 fragment, :func:`render_state_panel`), pages marked live re-read themselves every few
 seconds and swap in the parts marked ``data-live`` (runs table, a run's events, graph,
@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from processors.audit.report import (
+from agentlog.audit.report import (
     REPORT_CSS,
     esc,
     graph_svg,
@@ -32,11 +32,11 @@ from processors.audit.report import (
     violated_by_event,
     violations_table,
 )
-from processors.console.charts import bar_chart, line_chart
-from processors.console.state import StateView
-from processors.core.fold import STATUSES
-from processors.replay.compare import ComparisonResult
-from schemas.stability import is_volatile, iter_paths
+from agentlog.console.charts import bar_chart, line_chart
+from agentlog.console.state import StateView
+from agentlog.core.fold import STATUSES
+from agentlog.replay.compare import ComparisonResult
+from agentlog.schemas.stability import is_volatile, iter_paths
 
 __all__ = [
     "LIVE_POLL_MS",

@@ -1,7 +1,7 @@
 """The state slider's data: a run's observable state at one index, from the one fold.
 
 The console never interprets events itself (STYLE §2): it folds the run's events with
-:func:`processors.core.fold.fold` up to the chosen index, exactly as the live worker and
+:func:`agentlog.core.fold.fold` up to the chosen index, exactly as the live worker and
 replay do. The fold is copy-on-write, so what an event changed is found by identity: a
 sub-dict or value the event did not touch is the very same object before and after it.
 """
@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.fold import FoldError, fold
+from agentlog.core.fold import FoldError, fold
 
 __all__ = ["StateView", "state_at"]
 

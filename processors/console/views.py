@@ -2,9 +2,9 @@
 
 This is where the console reads: the named queries (``runs``, ``replay-verdicts``, the
 analytics ones), the run's records as ``agentlog report`` reads them
-(:func:`processors.audit.server.report_records`), the fold for the state slider and the
+(:func:`agentlog.audit.server.report_records`), the fold for the state slider and the
 replay comparison engine for the compare page. It imports no web framework, so the worker
-(:mod:`processors.worker.console`) only routes, and the tests call these with a chdb store.
+(:mod:`agentlog.worker.console`) only routes, and the tests call these with a chdb store.
 Calls block (ClickHouse), so the worker runs them in an executor.
 """
 
@@ -13,10 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from processors.audit.queries import run_named
-from processors.audit.server import report_records
-from processors.audit.store import Store
-from processors.console.pages import (
+from agentlog.audit.queries import run_named
+from agentlog.audit.server import report_records
+from agentlog.audit.store import Store
+from agentlog.console.pages import (
     PICKER_RUNS,
     RUNS_FILTERS,
     compare_section,
@@ -29,10 +29,10 @@ from processors.console.pages import (
     render_runs_page,
     render_state_panel,
 )
-from processors.console.state import state_at
-from processors.replay.compare import compare_runs
-from schemas.canonical import GENESIS, chain_hash
-from schemas.errors import AgentlogError, StoreError
+from agentlog.console.state import state_at
+from agentlog.replay.compare import compare_runs
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.schemas.errors import AgentlogError, StoreError
 
 __all__ = [
     "Page",

@@ -5,12 +5,12 @@ Nothing in this package does I/O or imports Kafka, ClickHouse or Faust
 tests run the very same code, byte for byte.
 """
 
-from processors.core.fold import FoldError, fold, fold_all, initial_state, observable, state_hash, states_by_index
-from processors.core.handoff import HandoffError, derive_child_outcome, join
-from processors.core.result_cache import ResultCache, tool_cache_key
-from processors.core.runstate import TERMINAL_TYPES, advance, fold_next
-from processors.core.sequencing import Accepted, Decision, Redelivered, Rejected, Source, decide, rejection_record
-from processors.core.statehash import StateHasher
+from agentlog.core.fold import FoldError, fold, fold_all, initial_state, observable, state_hash, states_by_index
+from agentlog.core.handoff import HandoffError, derive_child_outcome, join
+from agentlog.core.result_cache import ResultCache, tool_cache_key
+from agentlog.core.runstate import TERMINAL_TYPES, advance, fold_next
+from agentlog.core.sequencing import Accepted, Decision, Redelivered, Rejected, Source, decide, rejection_record
+from agentlog.core.statehash import StateHasher
 
 __all__ = [
     # fold

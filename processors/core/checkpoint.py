@@ -8,7 +8,7 @@ without the private key cannot make a signature for the rewritten head.
 
 Pure (no Kafka, ClickHouse or Faust): the worker signs here, ``agentlog verify`` checks here, on
 the same canonical bytes. ``cryptography`` does no I/O; keys come in as PEM bytes and files are
-read and written by the callers (:mod:`processors.worker.signing`, :mod:`processors.cli.verify`).
+read and written by the callers (:mod:`agentlog.worker.signing`, :mod:`agentlog.cli.verify`).
 
 * **Statement**: the JCS (RFC 8785) bytes of ``{purpose, runId, sequence, headHash, stateHash,
   keyId}``. ``purpose`` (:data:`PURPOSE`) separates these signatures from anything else the same
@@ -38,12 +38,12 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from processors.core.fold import fold
-from processors.core.runstate import TERMINAL_TYPES
-from processors.core.statehash import StateHasher
-from schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
-from schemas.errors import AgentlogError
-from schemas.records import Checkpoint, checkpoint, log_format_error
+from agentlog.core.fold import fold
+from agentlog.core.runstate import TERMINAL_TYPES
+from agentlog.core.statehash import StateHasher
+from agentlog.schemas.canonical import GENESIS, chain_hash, jcs, sha256_hex
+from agentlog.schemas.errors import AgentlogError
+from agentlog.schemas.records import Checkpoint, checkpoint, log_format_error
 
 __all__ = [
     "PURPOSE",

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from processors.core.handoff import (
+from agentlog.core.handoff import (
     CHAIN_EVENT,
     HANDOFF_MODES,
     HandoffError,
@@ -26,8 +26,8 @@ from processors.core.handoff import (
     derive_dispatch,
     record_decision,
 )
-from schemas.canonical import jcs, sha256_hex
-from schemas.errors import AgentlogError
+from agentlog.schemas.canonical import jcs, sha256_hex
+from agentlog.schemas.errors import AgentlogError
 
 __all__ = [
     "OBSERVABLE_KEYS",
@@ -123,7 +123,7 @@ def fold_noting(
 
     For re-derivation's state check: with the key the event set, the candidate
     state hash re-spells that one entry instead of the whole member and finding what changed
-    (:meth:`processors.core.statehash.ResumableStateHash.after_set`). ``None`` for every other
+    (:meth:`agentlog.core.statehash.ResumableStateHash.after_set`). ``None`` for every other
     event. The state is :func:`fold`'s own: the note is only *about* it. A note is given for
     ``variable.changed`` when :func:`_variable_changed` changed the state: it copies the state and
     the variables and sets the one variable (``tests/unit/core/test_fold_noting.py`` holds every note

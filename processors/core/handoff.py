@@ -10,7 +10,7 @@ its ``dispatch.began`` (host-emitted or derived). Two ways in:
   host would have emitted, with deterministic eventIds so a refold or a replay
   produces the same bytes.
 
-The state pieces live in the run state (see ``processors.core.fold``) so the machine
+The state pieces live in the run state (see ``agentlog.core.fold``) so the machine
 is rebuilt by the same fold everywhere; nothing here does I/O or reads a clock.
 The child's outcome lives in another run (another partition), so the fold of
 the parent cannot see it: a succeeded derived dispatch yields a ``link`` output,
@@ -25,8 +25,8 @@ import uuid
 from collections.abc import Mapping
 from typing import Any, NamedTuple, TypeGuard, cast
 
-from schemas.errors import AgentlogError
-from schemas.records import Transition, transition, violation
+from agentlog.schemas.errors import AgentlogError
+from agentlog.schemas.records import Transition, transition, violation
 
 __all__ = [
     "CHAIN_EVENT",
@@ -46,7 +46,7 @@ __all__ = [
 
 CHAIN_EVENT = "core.workflowChain.event"
 
-#: A run state (see :func:`processors.core.fold.initial_state`), read-only once returned.
+#: A run state (see :func:`agentlog.core.fold.initial_state`), read-only once returned.
 State = dict[str, Any]
 #: One fold output: ``{"kind": "transition"|"violation"|"link", ...}`` (CONTRACT.md).
 Output = dict[str, Any]
@@ -150,7 +150,7 @@ def _violation(
 def _transition(phase: str, **fields: Any) -> Output:
     """The fold output for one transition of ``phase``; its from/to are the phase's row of :data:`PHASES`.
 
-    ``fields`` are :func:`schemas.records.transition`'s other arguments.
+    ``fields`` are :func:`agentlog.schemas.records.transition`'s other arguments.
     """
     row = PHASES[phase]
     return {"kind": "transition", **transition(phase=phase, from_state=row.source, to_state=row.target, **fields)}

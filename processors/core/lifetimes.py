@@ -23,7 +23,7 @@ from typing import Any, Literal, TypedDict
 
 import orjson
 
-from schemas.canonical import jcs
+from agentlog.schemas.canonical import jcs
 
 Reason = Literal["completed", "expired"]
 

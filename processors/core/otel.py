@@ -1,6 +1,6 @@
 """OpenTelemetry GenAI spans → OpenWOP RunEventDocs: the pure mapping and the hold/emit rule.
 
-Spans reach the worker as plain dicts (:func:`processors.worker.otlp.span_dict` makes
+Spans reach the worker as plain dicts (:func:`agentlog.worker.otlp.span_dict` makes
 them from OTLP): ``traceId``/``spanId``/``parentSpanId`` lowercase hex, ``startNs``/``endNs``
 as decimal strings (nanoseconds are beyond JSON's safe integers), ``attributes`` as
 JSON values, ``status {code, message}`` (code 2 = error), ``name``, ``kind``.
@@ -40,11 +40,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from processors.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
-from schemas.cachekey import RECIPE_IDS, cache_key
-from schemas.canonical import jcs
-from schemas.errors import AgentlogError, EventRejected
-from schemas.validate import validate_doc, validate_parsed
+from agentlog.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
+from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import AgentlogError, EventRejected
+from agentlog.schemas.validate import validate_doc, validate_parsed
 
 __all__ = [
     "NAMESPACE",
@@ -572,7 +572,7 @@ def sequence_run(cursor: Cursor, known: Callable[[str], bool], trace_id: str,
     so causation always names an earlier event of the run, whatever trace it came from.
 
     ``parsed``: the events were read from JSON (dicts, lists, str, int, float, bool, None), so each
-    doc is validated on its JCS bytes (:func:`schemas.validate.validate_parsed`), which come back in
+    doc is validated on its JCS bytes (:func:`agentlog.schemas.validate.validate_parsed`), which come back in
     :attr:`Sequenced.data`.
     """
     docs: list[dict[str, Any]] = []

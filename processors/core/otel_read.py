@@ -1,4 +1,4 @@
-"""What one span says, whichever convention family wrote it: the reading :mod:`processors.core.otel` maps.
+"""What one span says, whichever convention family wrote it: the reading :mod:`agentlog.core.otel` maps.
 
 Two families of attributes describe LLM applications, and frameworks' instrumentations emit
 one or the other:

@@ -32,10 +32,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.cachekey import project_request
-from schemas.canonical import jcs, sha256_hex
-from schemas.errors import AgentlogError, ReplayError
-from schemas.stability import Segment, format_path
+from agentlog.schemas.cachekey import project_request
+from agentlog.schemas.canonical import jcs, sha256_hex
+from agentlog.schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.stability import Segment, format_path
 
 __all__ = ["CacheKey", "ReplayCacheMiss", "ResultCache", "args_digest", "tool_cache_key"]
 

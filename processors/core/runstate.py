@@ -1,10 +1,10 @@
 """The run-state step: one accepted event → the run's new table record, its state hash and the records to send.
 
-It calls the one pure fold (:mod:`processors.core.fold`) — the same function replay
+It calls the one pure fold (:mod:`agentlog.core.fold`) — the same function replay
 uses — and turns its outputs into records. The one-pass sequencer
-(:mod:`processors.worker.sequencer`) folds every accepted event here before it commits it, so
+(:mod:`agentlog.worker.sequencer`) folds every accepted event here before it commits it, so
 the committed record carries the state hash at its index. :func:`chain_problem` is what the
-live log check (:mod:`processors.worker.runstate`) says about a record read back from the log.
+live log check (:mod:`agentlog.worker.runstate`) says about a record read back from the log.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from processors.core.fold import fold
-from processors.core.handoff import State
-from processors.core.statehash import ExactStateHash
-from schemas.canonical import GENESIS, chain_hash, jcs, jcs_parsed, sha256_hex
-from schemas.records import Violation, violation
+from agentlog.core.fold import fold
+from agentlog.core.handoff import State
+from agentlog.core.statehash import ExactStateHash
+from agentlog.schemas.canonical import GENESIS, chain_hash, jcs, jcs_parsed, sha256_hex
+from agentlog.schemas.records import Violation, violation
 
 log = logging.getLogger("agentlog.runstate")
 
@@ -37,7 +37,7 @@ class _RunHash:
 # without one (new process, evicted) is hashed in full, to the same hash; it lives beside the
 # Faust table because it holds object identities, which do not survive a changelog.
 _RUN_HASHES: dict[str, _RunHash] = {}
-#: As many runs as the worker's tables keep decoded (:class:`processors.worker.tables.LocalTable`).
+#: As many runs as the worker's tables keep decoded (:class:`agentlog.worker.tables.LocalTable`).
 #: A run's entry goes at its terminal event.
 _MAX_RUN_HASHES = 8192
 #: A state whose canonical bytes are at least this long is hashed incrementally from then on

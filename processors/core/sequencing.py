@@ -16,12 +16,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
-from processors.core.lifetimes import ClosedMarker, after_close
-from schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
-from schemas.errors import ContractError
-from schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
-from schemas.validate import validate_parsed
-from streams.codec import decode_ingest
+from agentlog.core.lifetimes import ClosedMarker, after_close
+from agentlog.schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
+from agentlog.schemas.errors import ContractError
+from agentlog.schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
+from agentlog.schemas.validate import validate_parsed
+from agentlog.streams.codec import decode_ingest
 
 
 class RunHead(TypedDict):
@@ -152,7 +152,7 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
     record that does not decode or breaks the contract is ``Rejected`` with the contract's
     code (``bad_magic``, ``decode_error``, ``invalid_envelope``, ``oversize``, …); a valid doc
     gets :func:`decide`'s decision, unless ``closed_of(runId)`` says its run is closed
-    (:func:`processors.core.lifetimes.after_close`). Never raises for a bad record: an unexpected error in
+    (:func:`agentlog.core.lifetimes.after_close`). Never raises for a bad record: an unexpected error in
     decoding is a ``decode_error``, in deciding an ``invalid_envelope``, with its type and message.
     """
     doc = None

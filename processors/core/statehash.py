@@ -2,10 +2,10 @@
 
 Both readers of a run's states hash them at every index: the live worker (the state hash
 each committed record carries) and re-derivation (checking each recorded digest). The
-reference ``processors.core.fold.state_hash`` canonicalises the whole state each time, which
+reference ``agentlog.core.fold.state_hash`` canonicalises the whole state each time, which
 is quadratic over a long run. :class:`StateHasher` (re-derivation's exact path, checkpoints)
 caches the bytes of every sub-value; :class:`ExactStateHash` (the live worker, for a run whose
-state has grown past :data:`processors.core.runstate.INCREMENTAL_FROM_BYTES`) resumes SHA-256
+state has grown past :data:`agentlog.core.runstate.INCREMENTAL_FROM_BYTES`) resumes SHA-256
 from the first changed top-level member; :class:`ResumableStateHash` is
 re-derivation's candidate, checked against the recorded hash.
 
@@ -13,7 +13,7 @@ JCS is compositional: an object's canonical bytes are its members' canonical byt
 UTF-16 key order, an array's its elements' in order. The fold is copy-on-write, so a
 value that is the *same object* as in an earlier state has the same bytes; those are
 reused instead of walking the whole state again. Leaves go through
-:func:`schemas.canonical.canonical_leaf`, which gives the reference bytes (property-tested
+:func:`agentlog.schemas.canonical.canonical_leaf`, which gives the reference bytes (property-tested
 against ``rfc8785``). :class:`StateHasher`'s cache holds a reference to every value it
 describes (a live object's id cannot be reused) and is pruned to what the current state
 reaches whenever it has grown well past that. The price is the fold's own rule: states are
@@ -30,8 +30,8 @@ from typing import Any, cast
 
 import orjson
 
-from schemas.canonical import canonical_leaf, jcs_parsed, sha256_hex, utf16_key
-from schemas.errors import EventRejected
+from agentlog.schemas.canonical import canonical_leaf, jcs_parsed, sha256_hex, utf16_key
+from agentlog.schemas.errors import EventRejected
 
 __all__ = ["ExactStateHash", "ResumableStateHash", "StateHasher"]
 
@@ -132,7 +132,7 @@ class ResumableStateHash:
     does not pay here: the Python to find and join the entries costs as much as orjson writing
     the whole member.)
 
-    The result is only a candidate, as with :func:`schemas.canonical.hashes_to`: equal to a
+    The result is only a candidate, as with :func:`agentlog.schemas.canonical.hashes_to`: equal to a
     recorded JCS hash, it proves these bytes *are* the JCS bytes (SHA-256), since orjson spells
     every value of strict JSON faithfully; unequal, it proves nothing (orjson spells some floats
     and the order of non-BMP keys unlike JCS), and the caller computes the exact hash. ``None``
@@ -200,7 +200,7 @@ class ResumableStateHash:
     def after_set(self, state: Mapping[str, Any], prev: Mapping[str, Any] | None, member: str, key: str) -> str | None:
         """What ``self(state)`` gives, for a ``state`` the fold made from ``prev`` by setting ``state[member][key]``.
 
-        The note comes from :func:`processors.core.fold.fold_noting`. When ``prev`` is the state
+        The note comes from :func:`agentlog.core.fold.fold_noting`. When ``prev`` is the state
         hashed last and ``member`` is its last member in JCS order (``variables``), that member is
         kept entry by entry and only the entry set is written again: one small orjson call, a join
         and SHA-256 from the member's checkpoint, instead of orjson writing the whole member (~1.7 KB
@@ -327,7 +327,7 @@ class ExactStateHash(ResumableStateHash):
     The live worker's state hash. :class:`ResumableStateHash`'s layout (sorted
     top-level members, a SHA-256 context kept at every member boundary, a member's bytes reused
     while its value is the same object), with each member's value spelled by
-    :func:`schemas.canonical.jcs_parsed`: orjson's sorted bytes where they are provably JCS (no
+    :func:`agentlog.schemas.canonical.jcs_parsed`: orjson's sorted bytes where they are provably JCS (no
     exponent or integral float token, no 4-byte character, which would change the key order;
     integers past 2**53 and lone surrogates make orjson raise), the exact encoder otherwise. Member
     names are sorted by UTF-16 unit and written by :func:`canonical_leaf`, so the whole is JCS by
@@ -338,7 +338,7 @@ class ExactStateHash(ResumableStateHash):
     validated docs. :class:`StateHasher` walked every member of every changed dict in Python,
     ~10% of the worker's main thread at saturation; here a changed member is one C call, and the
     unchanged members before it are not hashed again. A value that cannot be canonicalised raises
-    what :func:`schemas.canonical.jcs` raises.
+    what :func:`agentlog.schemas.canonical.jcs` raises.
     """
 
     __slots__ = ()

@@ -1,5 +1,5 @@
 """The guided tour (``agentlog demo``) on the real local stack."""
 
-from processors.demo.tour import DemoSummary, run_demo, stop_demo, stop_worker
+from agentlog.demo.tour import DemoSummary, run_demo, stop_demo, stop_worker
 
 __all__ = ["DemoSummary", "run_demo", "stop_demo", "stop_worker"]

@@ -20,20 +20,20 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from processors.audit.server import query_via_worker
-from processors.demo.tour import _migrate, ensure_stack, ensure_worker
-from schemas.errors import AgentlogError, InfraError
-from streams.admin import ensure_topics_sync
-from streams.reader import read_run
-from streams.settings import Settings
+from agentlog.audit.server import query_via_worker
+from agentlog.demo.tour import _migrate, ensure_stack, ensure_worker
+from agentlog.schemas.errors import AgentlogError, InfraError
+from agentlog.streams.admin import ensure_topics_sync
+from agentlog.streams.reader import read_run
+from agentlog.streams.settings import Settings
 
 __all__ = ["OtelDemoSummary", "run_otel_demo", "run_planner"]
 
 
 def run_planner(provider: Any, prompt: str = "plan a trip to Lisbon") -> Any:
-    """Run the pydantic-ai planner → researcher scenario (:mod:`processors.demo.otel_agents`)."""
+    """Run the pydantic-ai planner → researcher scenario (:mod:`agentlog.demo.otel_agents`)."""
     try:
-        from processors.demo.otel_agents import run_planner as run
+        from agentlog.demo.otel_agents import run_planner as run
     except ImportError as e:
         raise InfraError("the OpenTelemetry demo needs pydantic-ai and the OpenTelemetry SDK: "
                          "pip install 'agentlog[otel]'", code="missing_dependency") from e

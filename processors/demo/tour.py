@@ -37,18 +37,18 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from infra.kafka import local
-from processors.audit.migrations import migrate
-from processors.audit.server import query_via_worker
-from processors.audit.store import read_owner
-from processors.core.checkpoint import public_key_path
-from processors.replay import compare_runs, replay_run
-from schemas.canonical import GENESIS, chain_hash
-from schemas.errors import AgentlogError, InfraError
-from streams.admin import ensure_topics_sync
-from streams.publisher import Publisher
-from streams.reader import read_topic
-from streams.settings import Settings, settings_env
+from agentlog.audit.migrations import migrate
+from agentlog.audit.server import query_via_worker
+from agentlog.audit.store import read_owner
+from agentlog.core.checkpoint import public_key_path
+from agentlog.infra.kafka import local
+from agentlog.replay import compare_runs, replay_run
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.schemas.errors import AgentlogError, InfraError
+from agentlog.streams.admin import ensure_topics_sync
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_topic
+from agentlog.streams.settings import Settings, settings_env
 
 __all__ = [
     "DemoSummary",
@@ -63,7 +63,6 @@ __all__ = [
     "stop_worker",
 ]
 
-_REPO = Path(__file__).resolve().parents[2]
 BINDINGS = {"engineVersion": "agentlog-demo-1", "modeVersion": "planner-v3", "configVersion": "c12",
             "policyVersion": "p4"}
 MODEL = {"provider": "anthropic", "model": "claude-sonnet-4"}
@@ -147,10 +146,10 @@ def _migrate(settings: Settings) -> list[str]:
         return migrate(settings)
     if read_owner(settings):
         return []  # a live worker owns it and migrated it when it started
-    code = ("import json; from streams.settings import load_settings; from processors.audit.migrations import migrate; "
-            "print(json.dumps(migrate(load_settings())))")
+    code = ("import json; from agentlog.streams.settings import load_settings; "
+            "from agentlog.audit.migrations import migrate; print(json.dumps(migrate(load_settings())))")
     env = {**os.environ, **settings_env(settings)}
-    proc = subprocess.run([sys.executable, "-c", code], env=env, cwd=_REPO, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           timeout=300, check=False)
     if proc.returncode != 0:
         last = [line for line in proc.stderr.splitlines() if line.strip()]
@@ -181,7 +180,7 @@ def _is_our_worker(pid: int) -> bool:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0]
     except OSError:
         return False
-    return state != "Z" and b"processors" in cmdline and b"worker" in cmdline
+    return state != "Z" and b"agentlog" in cmdline and b"worker" in cmdline
 
 
 def _health(url: str) -> bool:
@@ -214,7 +213,7 @@ def demo_worker(settings: Settings) -> WorkerHandle | None:
 
 
 def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY_S) -> WorkerHandle:
-    """Reuse the demo worker of this home, or start ``python -m processors worker --web`` in the background."""
+    """Reuse the demo worker of this home, or start ``python -m agentlog worker --web`` in the background."""
     running = demo_worker(settings)
     if running is not None and _health(running.url):
         say(f"worker already running (pid {running.pid}, {running.url})")
@@ -229,9 +228,9 @@ def ensure_worker(settings: Settings, say: Say, *, ready_s: float = WORKER_READY
     env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "processors", "worker", "--role", "all", "--web",
+            [sys.executable, "-m", "agentlog", "worker", "--role", "all", "--web",
              "--web-port", str(settings.web_port)],
-            env=env, cwd=_REPO, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, cwd=home, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
             start_new_session=True,  # outlives the demo command, like `agentlog infra up`'s broker
         )
     handle = WorkerHandle(proc.pid, url, str(log_path), reused=False)

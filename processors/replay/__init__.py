@@ -3,16 +3,16 @@
 Both replay jobs report what they find as one :class:`Divergence` (kinds: :data:`DivergenceKind`).
 """
 
-from processors.replay.compare import ChildPair, ComparisonResult, compare_outcome, compare_runs, first_difference
-from processors.replay.divergence import Divergence, DivergenceEngine, DivergenceKind
-from processors.replay.host import host_replay_verdict, host_verdicts
-from processors.replay.lanes import align, lane_of
-from processors.replay.mock import MockReplaySession, ReplayCacheMiss, load_result_cache, open_mock_session
-from processors.replay.recorder import Recorder
-from processors.replay.rederive import RederivationResult, replay_run, replay_run_with_host_verdict
-from processors.replay.regression import ReplayTestFailed, ReplayTestResult, record, replay_test
-from processors.replay.served import ServedResults, results_answer
-from processors.replay.tree import TreeComparison, compare_tree
+from agentlog.replay.compare import ChildPair, ComparisonResult, compare_outcome, compare_runs, first_difference
+from agentlog.replay.divergence import Divergence, DivergenceEngine, DivergenceKind
+from agentlog.replay.host import host_replay_verdict, host_verdicts
+from agentlog.replay.lanes import align, lane_of
+from agentlog.replay.mock import MockReplaySession, ReplayCacheMiss, load_result_cache, open_mock_session
+from agentlog.replay.recorder import Recorder
+from agentlog.replay.rederive import RederivationResult, replay_run, replay_run_with_host_verdict
+from agentlog.replay.regression import ReplayTestFailed, ReplayTestResult, record, replay_test
+from agentlog.replay.served import ServedResults, results_answer
+from agentlog.replay.tree import TreeComparison, compare_tree
 
 __all__ = [
     # divergences (both jobs)
@@ -28,6 +28,6 @@ __all__ = [
     # mock mode
     "MockReplaySession", "ReplayCacheMiss", "ServedResults", "load_result_cache", "open_mock_session",
     "results_answer",
-    # replay tests (framework adapters: processors.replay.frameworks)
+    # replay tests (framework adapters: agentlog.replay.frameworks)
     "Recorder", "ReplayTestFailed", "ReplayTestResult", "record", "replay_test",
 ]

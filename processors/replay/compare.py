@@ -4,7 +4,7 @@ One engine serves both replay jobs of SPEC §7 (re-derivation and host replay, R
 It is pure — lists of RunEventDocs in, a frozen :class:`ComparisonResult` out — so the
 replay processor, the CLI and the tests all get the same verdict from the same bytes.
 State is never interpreted here: observable state at each index comes from
-:mod:`processors.core.fold`, the one fold the live processors use.
+:mod:`agentlog.core.fold`, the one fold the live processors use.
 
 How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults to the replay's
 ``run.started.payload.replayOf.fromSeq``, else 0). At each index the checks run in this order and
@@ -19,7 +19,7 @@ the first that fails is that index's divergence:
 3. event type — otherwise different types are a ``type-mismatch``;
 4. observable state — ``status``, ``variables``, ``channels`` after the event must be
    byte-equivalent (JCS); the first differing path inside the state is reported (``variables.x``);
-5. event fields — the event with volatile fields removed (``schemas.stability``) must be
+5. event fields — the event with volatile fields removed (``agentlog.schemas.stability``) must be
    byte-equivalent. Before ``fromSeq`` that is the whole rest of the event (RFC 0041 §C: the
    prefix is copied, so it must be identical). From ``fromSeq`` on, the call *bytes* may differ
    (RFC 0041 §C): ``agent.toolCalled.args`` and the LLM request with its ``cacheKey``/``recipe``
@@ -44,7 +44,7 @@ events) because they are the answer a what-if analysis asks for, and ``errorCode
 refusal failure to be visible). A what-if whose behaviour is identical has no error code.
 
 Lanes (default; ``strict=True`` turns them off): the indices above are the original's. Each lane
-of the replay is aligned with the original's as a sequence diff (:mod:`processors.replay.lanes`;
+of the replay is aligned with the original's as a sequence diff (:mod:`agentlog.replay.lanes`;
 events are the same when every field compared from ``fromSeq`` on is, else when they have the
 same identity), and the replay is re-laid — each paired replay event at the source sequence of
 its partner — so cross-lane interleaving is reported in ``reordered`` instead of as a divergence
@@ -54,7 +54,7 @@ sequence where its lane departs, and is left out of the re-laid state (its effec
 the lanes join). The whole observable state is additionally compared, in the replay's own order,
 where lanes join and at the end. When the lanes change nothing the re-laid replay *is* the
 replay and the comparison is exactly the strict one. Child runs are compared by
-:mod:`processors.replay.tree` from ``child_pairs``.
+:mod:`agentlog.replay.tree` from ``child_pairs``.
 
 Fail-fast by default: stop at the first divergence. ``collect_all=True`` walks every index and
 reports at most one divergence per index besides the inserted events departing there; a state
@@ -71,12 +71,12 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
-from processors.core.fold import fold, observable
-from processors.replay.divergence import Divergence, DivergenceEngine
-from processors.replay.lanes import JOIN_TYPES, Alignment, align
-from schemas.canonical import jcs
-from schemas.errors import ReplayError
-from schemas.stability import (
+from agentlog.core.fold import fold, observable
+from agentlog.replay.divergence import Divergence, DivergenceEngine
+from agentlog.replay.lanes import JOIN_TYPES, Alignment, align
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import ReplayError
+from agentlog.schemas.stability import (
     MISSING,
     WILDCARD,
     Segment,
@@ -155,8 +155,8 @@ class ComparisonResult:
     ``events`` are the replay.* events to publish, as ``{"type", "payload"}`` (the caller mints
     eventId, runId, sequence and timestamp). ``compared_through`` is the last index examined.
     ``strict`` says index semantics were used; otherwise ``reordered`` lists the events the
-    replay interleaved differently (:mod:`processors.replay.lanes`). ``tree_path`` is set when
-    the first divergence is inside a child run (:mod:`processors.replay.tree`): the hops from
+    replay interleaved differently (:mod:`agentlog.replay.lanes`). ``tree_path`` is set when
+    the first divergence is inside a child run (:mod:`agentlog.replay.tree`): the hops from
     this run down to the run the divergence is in. ``child_pairs`` feeds that tree walk.
     """
 
@@ -224,7 +224,7 @@ def first_difference(
 ) -> tuple[str, Any, Any] | None:
     """The first path (JCS key order) where two JSON values differ, with both values there.
 
-    Paths use the :mod:`schemas.stability` syntax (``payload.items[0]["a.b"]``). Equality is
+    Paths use the :mod:`agentlog.schemas.stability` syntax (``payload.items[0]["a.b"]``). Equality is
     byte-equality of the JCS form, so ``1`` equals ``1.0`` but never ``True``. A list length
     difference is reported at ``<path>.length`` after the common elements. A difference at a
     path for which ``ignore(path)`` is true is skipped (the search goes on).

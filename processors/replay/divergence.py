@@ -1,7 +1,7 @@
 """The one divergence language of both replay jobs (SPEC §7).
 
-Host-replay comparison (:mod:`processors.replay.compare`) and re-derivation from an offset
-(:mod:`processors.replay.rederive`) each report where a run stops reproducing what it should,
+Host-replay comparison (:mod:`agentlog.replay.compare`) and re-derivation from an offset
+(:mod:`agentlog.replay.rederive`) each report where a run stops reproducing what it should,
 as the same frozen :class:`Divergence`. Its ``kind`` is one :data:`DivergenceKind`:
 
 * ``output`` — a compared field or the observable state differs (comparison);

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from schemas.canonical import loads_strict
-from schemas.errors import AgentlogError, ReplayError
-from schemas.records import Checkpoint
+from agentlog.schemas.canonical import loads_strict
+from agentlog.schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.records import Checkpoint
 
 __all__ = ["export_lines", "json_lines", "read_jsonl"]
 

@@ -1,8 +1,8 @@
 """Host replay comparison (RFC 0041 §C): a run that declares ``replayOf`` is
 compared with its source when it reaches a terminal status (the worker's run-state
-agent asks, :mod:`processors.worker.runstate`, and sends the verdict).
+agent asks, :mod:`agentlog.worker.runstate`, and sends the verdict).
 
-The comparison itself is :func:`processors.replay.tree.compare_tree` — the same
+The comparison itself is :func:`agentlog.replay.tree.compare_tree` — the same
 engine as ``agentlog compare`` — fed with both run trees as read back from the
 committed log (deduplicated by sequence). ``dry_run`` replays are compared and
 counted but emit no verdict record.
@@ -16,14 +16,14 @@ import time
 from collections.abc import Mapping
 from typing import Any, cast
 
-from processors.metrics import METRICS
-from processors.replay.compare import ComparisonResult, compare_runs
-from processors.replay.compare import record as record_counters
-from processors.replay.served import TERMINAL_TYPES
-from processors.replay.tree import compare_tree
-from schemas.records import Verdict, verdict
-from streams.reader import read_run, read_topic
-from streams.settings import Settings
+from agentlog.metrics import METRICS
+from agentlog.replay.compare import ComparisonResult, compare_runs
+from agentlog.replay.compare import record as record_counters
+from agentlog.replay.served import TERMINAL_TYPES
+from agentlog.replay.tree import compare_tree
+from agentlog.schemas.records import Verdict, verdict
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.settings import Settings
 
 log = logging.getLogger("agentlog.replay")
 
@@ -65,7 +65,7 @@ def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
 async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *, strict: bool = False) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
-    The whole run tree is judged (:mod:`processors.replay.tree`): the source run's dispatches are
+    The whole run tree is judged (:mod:`agentlog.replay.tree`): the source run's dispatches are
     followed into its child runs and the replay's. A replay's children may still be running when
     the replay itself ends, so their logs are awaited — at most :data:`CHILD_WAIT_S`
     in all, asynchronously, so only this verdict waits — and a verdict that gave up says so in

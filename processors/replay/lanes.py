@@ -6,7 +6,7 @@ seeds' single sequential host) calls the first swapped index a divergence; that 
 alarm of the same kind as a changed timestamp. A *lane* is what must stay ordered: the events of
 one node, and within the dispatch node one worker's dispatch (``payload.workerId`` /
 ``childWorkflowId``). Child runs are lanes of their own by construction — they are other runs,
-compared by :mod:`processors.replay.tree`.
+compared by :mod:`agentlog.replay.tree`.
 
 :func:`align` aligns each lane of the replay with the same lane of the original as a sequence
 diff (:class:`difflib.SequenceMatcher`), coarser key by coarser key: events that are the same

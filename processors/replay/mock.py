@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.core.result_cache import ReplayCacheMiss, ResultCache, tool_cache_key
-from schemas.canonical import jcs
-from schemas.errors import ReplayError
-from streams.reader import read_run
-from streams.settings import Settings
+from agentlog.core.result_cache import ReplayCacheMiss, ResultCache, tool_cache_key
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.reader import read_run
+from agentlog.streams.settings import Settings
 
 __all__ = ["MockReplaySession", "ReplayCacheMiss", "describe_miss", "load_result_cache", "open_mock_session"]
 

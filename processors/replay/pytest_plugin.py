@@ -30,11 +30,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.fixture
 def agentlog_replay(request: pytest.FixtureRequest) -> Any:
-    """:func:`processors.replay.regression.replay_test`: replay a recorded run (a run id, or a JSONL export)
+    """:func:`agentlog.replay.regression.replay_test`: replay a recorded run (a run id, or a JSONL export)
     with a program and fail with the first divergence (``expect=`` another verdict, ``settings=`` to read
     the run from the store and publish the replay, ``tools="recorded"`` to answer tool calls from the
     recording)."""
-    from processors.replay.regression import replay_test
+    from agentlog.replay.regression import replay_test
 
     mode = request.config.getoption("--agentlog-mode")
     tools = request.config.getoption("--agentlog-tools")

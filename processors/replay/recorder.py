@@ -1,12 +1,12 @@
 """The calls one execution of an agent program makes, as the events of one run.
 
-The framework adapters (:mod:`processors.replay.frameworks`) sit where a framework calls its model.
+The framework adapters (:mod:`agentlog.replay.frameworks`) sit where a framework calls its model.
 Each call goes through one :class:`Recorder`, which
 
 * puts the request in cache-key shape (the adapter's one conversion per framework) and keys it
   with the recipe the SDK records (``Run.llm_request``: RFC 0041 §A, v2);
 * answers it, by :data:`Mode`: ``live`` asks the wrapped model; ``recorded`` takes the result
-  recorded for that key (:class:`processors.replay.mock.MockReplaySession` or the worker's results
+  recorded for that key (:class:`agentlog.replay.mock.MockReplaySession` or the worker's results
   endpoint) and raises the miss diagnosis when there is none; ``what-if`` takes the recorded
   result where the key is unchanged and asks the wrapped model where it is not;
 * records the call as the SDK does: ``agent.invocation.started {request, cacheKey, recipe}``, then
@@ -31,7 +31,7 @@ model call was served. A call with no recorded match raises the miss diagnosis, 
 
 Nothing here does I/O: the events are kept in order (:attr:`Recorder.docs`, complete
 RunEventDocs) and published, or compared, by the caller once the program has run
-(:mod:`processors.replay.regression`).
+(:mod:`agentlog.replay.regression`).
 """
 
 from __future__ import annotations
@@ -41,11 +41,11 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal, Protocol
 
-from processors.core.result_cache import ReplayCacheMiss
-from schemas.cachekey import RECIPE_IDS, cache_key
-from schemas.canonical import jcs
-from schemas.errors import ReplayError
-from streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
+from agentlog.core.result_cache import ReplayCacheMiss
+from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
 
 __all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "refusal_of"]
 
@@ -59,8 +59,8 @@ RECIPE = "v2"
 
 
 class RecordedResults(Protocol):
-    """Where recorded results come from: a :class:`~processors.replay.mock.MockReplaySession` (store or file)
-    or a :class:`~processors.replay.served.ServedResults` (a worker's results endpoint)."""
+    """Where recorded results come from: a :class:`~agentlog.replay.mock.MockReplaySession` (store or file)
+    or a :class:`~agentlog.replay.served.ServedResults` (a worker's results endpoint)."""
 
     def recorded_llm(self, node_id: str | None, attempt: int, cache_key: str,
                      request: dict[str, Any] | None = None) -> dict[str, Any]: ...

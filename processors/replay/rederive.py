@@ -2,8 +2,8 @@
 
 Re-derivation answers "does the committed log still produce what we recorded?": start from
 the nearest snapshot at or before the requested point, re-read the committed log with a plain
-consumer (assign + seek, read_committed, via :mod:`streams.reader`), refold with
-:func:`processors.core.fold.fold` — the very function the live processor ran — and at every index
+consumer (assign + seek, read_committed, via :mod:`agentlog.streams.reader`), refold with
+:func:`agentlog.core.fold.fold` — the very function the live processor ran — and at every index
 check three things against what was recorded:
 
 * the hash chain itself: ``prevHash`` is the previous record's hash and
@@ -15,21 +15,21 @@ check three things against what was recorded:
 Every log record carries the state hash at its index, written by the worker together with its
 hash (log format 2); "the digest" of an index below is that pair, the record's ``stateHash`` and
 its own ``hash`` (the head hash). A record without ``stateHash`` is log format 1, which this
-version does not read: the replay stops with :class:`schemas.errors.LogFormatError`
+version does not read: the replay stops with :class:`agentlog.schemas.errors.LogFormatError`
 (``log_format_unsupported``). A forger who recomputes the chain can recompute the carried
 stateHash too; the snapshots, the signed checkpoints (``agentlog verify``) and the audit store's
 copy are then the independent record.
 
 A sequence the log skips is ``missing``.
 
-Recorded hashes are checked the cheap way first (:func:`schemas.canonical.hashes_to` for the
+Recorded hashes are checked the cheap way first (:func:`agentlog.schemas.canonical.hashes_to` for the
 chain: orjson's sorted bytes hashed as they are, an equal SHA-256 proving they are the JCS bytes;
-:class:`processors.core.statehash.ResumableStateHash` for the state: the same kind of candidate,
+:class:`agentlog.core.statehash.ResumableStateHash` for the state: the same kind of candidate,
 with SHA-256 resumed from the first top-level member the event changed), and only a hash that
 does not match that way is computed exactly, through the incremental hasher and then the
 reference encoder, which is what every reported divergence rests on.
 
-Every read of one replay goes through one consumer (:class:`streams.reader.TopicReader`).
+Every read of one replay goes through one consumer (:class:`agentlog.streams.reader.TopicReader`).
 
 The snapshots topic is compacted, so often only the run's latest snapshot survives; when it
 is later than the start point, or does not hash to what it claims, the replay refolds from
@@ -44,18 +44,18 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from processors.core.fold import fold, fold_noting, state_hash
-from processors.core.statehash import ResumableStateHash, StateHasher
-from processors.metrics import METRICS
-from processors.replay.compare import ABSENT, first_difference
-from processors.replay.divergence import Divergence, DivergenceKind
-from processors.replay.host import host_verdicts
-from schemas.canonical import GENESIS, canonical_leaf, chain_hash, hashes_to, reference_jcs, sha256_hex
-from schemas.errors import AgentlogError, ReplayError
-from schemas.records import Verdict, log_format_error
-from streams.codec import decode_record
-from streams.reader import TopicReader, partition_for
-from streams.settings import Settings
+from agentlog.core.fold import fold, fold_noting, state_hash
+from agentlog.core.statehash import ResumableStateHash, StateHasher
+from agentlog.metrics import METRICS
+from agentlog.replay.compare import ABSENT, first_difference
+from agentlog.replay.divergence import Divergence, DivergenceKind
+from agentlog.replay.host import host_verdicts
+from agentlog.schemas.canonical import GENESIS, canonical_leaf, chain_hash, hashes_to, reference_jcs, sha256_hex
+from agentlog.schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.records import Verdict, log_format_error
+from agentlog.streams.codec import decode_record
+from agentlog.streams.reader import TopicReader, partition_for
+from agentlog.streams.settings import Settings
 
 log = logging.getLogger("agentlog.rederive")
 

@@ -1,15 +1,15 @@
 """Replay tests: run the host's agent code against a recorded run and fail with the first divergence.
 
 A recorded run is a regression test. :func:`replay_test` reads it (from the store, or from a file
-``agentlog export`` wrote), runs the program with a :class:`~processors.replay.recorder.Recorder`
+``agentlog export`` wrote), runs the program with a :class:`~agentlog.replay.recorder.Recorder`
 whose framework adapters answer each model call with the result recorded for its cache key
 (and, with ``tools="recorded"``, each tool call with the result recorded for it),
 publishes the re-execution as a replay run (``run.started.replayOf``) when it has settings, and
-judges it with the comparison engine the worker runs (:func:`processors.replay.compare.compare_runs`),
+judges it with the comparison engine the worker runs (:func:`agentlog.replay.compare.compare_runs`),
 here and now: a worker that is running judges the published run too, and must agree.
 
 A program is a callable taking the recorder (``program(recorder)``); it builds its agents with the
-adapters of :mod:`processors.replay.frameworks` around the models it would use, and runs them. The
+adapters of :mod:`agentlog.replay.frameworks` around the models it would use, and runs them. The
 same program records the run in the first place (:func:`record`, mode ``live``).
 
 The outcome is data (:class:`ReplayTestResult`); :meth:`ReplayTestResult.check` turns a verdict other
@@ -26,17 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from processors.core.result_cache import ReplayCacheMiss, ResultCache
-from processors.replay.compare import ComparisonResult, compare_runs
-from processors.replay.divergence import Divergence
-from processors.replay.exported import read_jsonl
-from processors.replay.mock import MockReplaySession, describe_miss
-from processors.replay.recorder import Mode, RecordedResults, Recorder, ToolMode
-from schemas.errors import ReplayError
-from streams.publisher import publish_docs, uuid7
-from streams.reader import read_run
-from streams.replay_client import replay_of
-from streams.settings import Settings, load_settings
+from agentlog.core.result_cache import ReplayCacheMiss, ResultCache
+from agentlog.replay.compare import ComparisonResult, compare_runs
+from agentlog.replay.divergence import Divergence
+from agentlog.replay.exported import read_jsonl
+from agentlog.replay.mock import MockReplaySession, describe_miss
+from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.publisher import publish_docs, uuid7
+from agentlog.streams.reader import read_run
+from agentlog.streams.replay_client import replay_of
+from agentlog.streams.settings import Settings, load_settings
 
 __all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "record", "replay_test"]
 
@@ -217,10 +217,10 @@ def replay_test(
     recorded for the same tool and arguments at the same node, in order, and does not execute the tool
     (for tools with side effects, or that reach services the test cannot); a tool call the recording
     cannot answer ends the run as a model call does. Tools are answered through the adapters' tool
-    wrappers (:mod:`processors.replay.frameworks`); a tool the program does not wrap always runs.
+    wrappers (:mod:`agentlog.replay.frameworks`); a tool the program does not wrap always runs.
     ``bindings`` are laid over the source's (other versions make the verdict
     ``what-if``). ``results``: where recorded results come from, when not from the recording itself
-    (a worker's endpoint: :class:`~processors.replay.served.ServedResults`). The replay run is
+    (a worker's endpoint: :class:`~agentlog.replay.served.ServedResults`). The replay run is
     published when ``publish`` says so, by default when ``settings`` are given. ``expect=None``
     returns any verdict.
 

@@ -1,7 +1,7 @@
 """Recorded results over HTTP: mock-mode replay for a host written in any language.
 
-:class:`processors.replay.mock.MockReplaySession` serves a Python host in-process; the worker's
-web server (:mod:`processors.worker.web`) serves the same observable-result cache at
+:class:`agentlog.replay.mock.MockReplaySession` serves a Python host in-process; the worker's
+web server (:mod:`agentlog.worker.web`) serves the same observable-result cache at
 ``/replay/<sourceRunId>/results`` so any host can replay in mock mode with an HTTP client.
 HTTP is stateless, so the host says which ``occurrence`` of a repeated call it wants (the
 Python session counts them itself).
@@ -29,10 +29,10 @@ import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
-from processors.core.result_cache import ResultCache, tool_cache_key
-from processors.replay.mock import describe_miss
-from schemas.cachekey import cache_key
-from schemas.errors import AgentlogError
+from agentlog.core.result_cache import ResultCache, tool_cache_key
+from agentlog.replay.mock import describe_miss
+from agentlog.schemas.cachekey import cache_key
+from agentlog.schemas.errors import AgentlogError
 
 __all__ = ["TERMINAL_TYPES", "ServedResults", "results_answer"]
 
@@ -94,7 +94,7 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
 
 class ServedResults:
     """The client of ``/replay/<sourceRunId>/results``: recorded results from a worker, for a Python host
-    that has no access to the log (the same lookups as :class:`processors.replay.mock.MockReplaySession`).
+    that has no access to the log (the same lookups as :class:`agentlog.replay.mock.MockReplaySession`).
 
     Each call is POSTed with its request, so a miss carries the field-level diff; the occurrence of a
     repeated call is counted here, as the in-process session counts it.
@@ -108,8 +108,8 @@ class ServedResults:
         self._positions: dict[tuple[str | None, int, str], int] = {}
 
     def _ask(self, node_id: str | None, attempt: int, ident: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
-        from processors.core.result_cache import ReplayCacheMiss
-        from schemas.errors import ReplayError
+        from agentlog.core.result_cache import ReplayCacheMiss
+        from agentlog.schemas.errors import ReplayError
 
         n = self._occurrences.get((node_id, attempt, ident), 0)
         position = self._positions.get((node_id, attempt, kind), 0)

@@ -4,7 +4,7 @@ A handoff creates a child run, and a host replaying the parent re-creates the ch
 new run ids. Comparing the parent alone pairs those ids (``childRunId`` through the id mapping)
 but cannot see inside them, so a worker that behaved differently in its own run would be
 invisible in the parent's verdict. :func:`compare_tree` follows every dispatch of the source run
-to the replay's child for the same dispatch (:class:`processors.replay.compare.ChildPair`, the
+to the replay's child for the same dispatch (:class:`agentlog.replay.compare.ChildPair`, the
 replay event paired with the original's — per lane unless strict) and compares the two child
 runs with the same engine, recursively.
 
@@ -25,8 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from processors.replay.compare import ChildPair, ComparisonResult, compare_runs
-from processors.replay.divergence import Divergence
+from agentlog.replay.compare import ChildPair, ComparisonResult, compare_runs
+from agentlog.replay.divergence import Divergence
 
 __all__ = ["TreeComparison", "compare_tree", "group_runs"]
 
@@ -68,7 +68,7 @@ def compare_tree(
     ``from_seq`` applies to the roots; child runs are compared from their ``replayOf`` (else 0).
 
     Raises:
-        ReplayError: as :func:`processors.replay.compare.compare_runs`, for any run of the tree.
+        ReplayError: as :func:`agentlog.replay.compare.compare_runs`, for any run of the tree.
     """
     unchecked: list[dict[str, Any]] = []
     result = _walk(original, replay, original_root, replay_root, from_seq, collect_all, strict, unchecked,

@@ -1,6 +1,6 @@
 """``agentlog verify``'s I/O: a run's history and checkpoints from Kafka or from files, then the pure check.
 
-The check itself is :func:`processors.core.checkpoint.verify_history`; this module only finds
+The check itself is :func:`agentlog.core.checkpoint.verify_history`; this module only finds
 what it checks. From Kafka: the run's committed log records (first copy of each sequence, as
 every reader keeps it) and its records on the ``checkpoints`` topic. From files: an ``agentlog
 export`` (RunEventDocs, or CommittedEvents) and, beside it, the checkpoints ``agentlog export
@@ -16,11 +16,11 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from processors.core.checkpoint import VerifyResult, key_id, load_public_key, verify_history
-from processors.replay.exported import export_lines, json_lines
-from schemas.errors import ReplayError
-from streams.reader import read_run, read_topic
-from streams.settings import Settings
+from agentlog.core.checkpoint import VerifyResult, key_id, load_public_key, verify_history
+from agentlog.replay.exported import export_lines, json_lines
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.settings import Settings
 
 __all__ = ["RunHistory", "load_checkpoints", "load_export", "load_from_log", "load_keys", "verify_run"]
 

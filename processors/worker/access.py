@@ -3,7 +3,7 @@
 One rule for every server the worker runs (the web console and APIs, the OTLP receivers over
 HTTP and gRPC): with a token set, a request carries ``Authorization: Bearer <token>`` (gRPC:
 the ``authorization`` metadata key), on loopback too; without one (loopback only, which
-:func:`streams.settings.check_web_access` enforces) every request is let through. The token
+:func:`agentlog.streams.settings.check_web_access` enforces) every request is let through. The token
 is compared in constant time and never logged or echoed.
 """
 

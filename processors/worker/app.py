@@ -10,20 +10,20 @@ sequencer       ingest                log (with stateHash), rejections,         
                                       handoff-links, verdicts, checkpoints
 log-check       log (plain consumer)  violations (hash_chain_broken)              —
 handoff         handoff-links         transitions (derive mode)                   links
-audit sink      every output topic    ClickHouse (:mod:`processors.audit`)         (none: a plain
+audit sink      every output topic    ClickHouse (:mod:`agentlog.audit`)         (none: a plain
                                                                                   consumer task, its
                                                                                   state in ClickHouse)
 otel-spans      spans                 otel-events, rejections                     otel-held
 otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
-Every agent runs the one batch loop of :mod:`processors.worker.batch` (outputs
+Every agent runs the one batch loop of :mod:`agentlog.worker.batch` (outputs
 acknowledged before table writes, positions committed only once both are durable).
 
 This is the one module that imports Faust. The runtime and the agents see Faust only through the
-ports of :mod:`processors.worker.ports`, which the adapters here implement on the app
+ports of :mod:`agentlog.worker.ports`, which the adapters here implement on the app
 (:class:`FaustRunner`, :class:`FaustProducer`, :class:`FaustSource`, :class:`FaustMembership`; the
-private attributes under them are in :mod:`streams.internals`); :mod:`processors.worker.memory`
+private attributes under them are in :mod:`agentlog.streams.internals`); :mod:`agentlog.worker.memory`
 implements the same ports for the unit tests.
 
 Roles (``agentlog worker --role``): ``process`` runs every row above but the audit
@@ -32,7 +32,7 @@ the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only
 still serves the web endpoints and runs the sink's task, but it subscribes to nothing and so
 never joins the ``<prefix>-worker`` group, whose members would otherwise rebalance every time a
 sink starts or dies. With the embedded chdb store one process owns the directory
-(:func:`processors.audit.store.open_store` takes an exclusive lock), so a second ``sink``/``all``
+(:func:`agentlog.audit.store.open_store` takes an exclusive lock), so a second ``sink``/``all``
 worker on one home stops at start with ``store_locked``; with a ClickHouse server any number of
 sinks share the ``<prefix>.audit-sink`` group's partitions.
 """
@@ -47,20 +47,20 @@ from typing import Any
 import faust
 from faust.worker import Worker
 
-from processors.audit import sink as audit_sink
-from processors.metrics import METRICS
-from processors.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
-from processors.worker import spans as otel_spans
-from processors.worker import web as web_endpoints
-from processors.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
-from processors.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
-from processors.worker.wiring import Wiring
-from schemas.errors import ConfigError
-from streams import internals
-from streams.admin import ensure_topics_patiently
-from streams.security import bootstrap, load_security
-from streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
-from streams.topics import TopicSpec, catalogue, durability_config, topic_name
+from agentlog.audit import sink as audit_sink
+from agentlog.metrics import METRICS
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams import internals
+from agentlog.streams.admin import ensure_topics_patiently
+from agentlog.streams.security import bootstrap, load_security
+from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
+from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
+from agentlog.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
+from agentlog.worker import spans as otel_spans
+from agentlog.worker import web as web_endpoints
+from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
+from agentlog.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.worker")
 
@@ -155,7 +155,7 @@ class FaustProducer:
 
 
 class FaustSource:
-    """The ``Source`` port on the Faust app's consumer (its private offsets through :mod:`streams.internals`)."""
+    """The ``Source`` port on the Faust app's consumer (its private offsets: :mod:`agentlog.streams.internals`)."""
 
     def __init__(self, app: faust.App) -> None:
         self._app = app
@@ -240,7 +240,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         # sequential produce requests per partition; 1 MiB batches with a 5 ms linger send it in one.
         producer_max_batch_size=1 << 20,
         producer_linger=0.005,
-        web_enabled=False,  # the worker's own server serves HTTP (processors.worker.web)
+        web_enabled=False,  # the worker's own server serves HTTP (agentlog.worker.web)
         stream_wait_empty=False,
         # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
         # Faust starts. Declaring them again makes Faust force an all-topics metadata refresh per
@@ -372,7 +372,7 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "warning
     Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
     unreachable broker or for enough brokers to honour the replication factor. With
     ``settings.sink_process`` an ``all`` worker is this process (the ``sink`` role) and a supervised
-    child (the ``process`` role): :mod:`processors.worker.halves`.
+    child (the ``process`` role): :mod:`agentlog.worker.halves`.
     """
     # A process half started by a parent below stops when that parent ends; its web server is the parent's alone.
     is_half = halves.watch_parent()

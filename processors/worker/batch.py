@@ -11,7 +11,7 @@ crash window a redelivery of records whose outputs are byte-identical, and
 readers dedup by (runId, sequence) or position.
 
 Table writes are awaited too, and only then does the batch's position become
-committable (:mod:`processors.worker.positions`: the group commits the slowest
+committable (:mod:`agentlog.worker.positions`: the group commits the slowest
 agent's durable position, not Faust's ack bookkeeping). Faust's own pre-commit
 flush can miss a changelog record that is between its send buffer and the
 client, so committing on its acks could leave a committed source offset whose
@@ -36,11 +36,11 @@ from typing import Any
 
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
-from processors.metrics import METRICS
-from processors.worker.fence import Fenced
-from processors.worker.ports import BatchProducer, Event, Message, Partition, Source, Stream
-from processors.worker.tables import Table, encode
-from processors.worker.wiring import Wiring
+from agentlog.metrics import METRICS
+from agentlog.worker.fence import Fenced
+from agentlog.worker.ports import BatchProducer, Event, Message, Partition, Source, Stream
+from agentlog.worker.tables import Table, encode
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.worker")
 
@@ -96,7 +96,7 @@ class Delivered:
 #: (``value`` is the record's bytes, None for a tombstone.)
 Acked = Callable[[int, int, Any], None]
 
-#: A table key's and value's changelog bytes (:func:`processors.worker.tables.encode`; None: a tombstone).
+#: A table key's and value's changelog bytes (:func:`agentlog.worker.tables.encode`; None: a tombstone).
 Encoded = tuple[bytes, bytes | None]
 
 
@@ -248,7 +248,7 @@ def _key_hash(key: bytes) -> int:
 #: written in one round trip, and a stage is sent once the one before it is acknowledged (a table not
 #: named is a stage of its own, after these). ``index`` comes before ``runs`` (a run's head and state): a
 #: crash may leave a run record behind its index, which the redelivered records fold again
-#: (:mod:`processors.worker.sequencer`), never ahead of it, which nothing could repair. A closed run's
+#: (:mod:`agentlog.worker.sequencer`), never ahead of it, which nothing could repair. A closed run's
 #: marker comes first: once it is durable, every record of the run is decided by it, whatever of the
 #: run's index and record is deleted yet.
 TABLE_STAGES: tuple[tuple[str, ...], ...] = (("closed",), ("index",), ("runs",), ("links",))
@@ -566,7 +566,7 @@ async def _adaptive(stream: Stream, process: Callable[[list[Any]], Awaitable[Non
     The stream is taken in ``take_events`` ticks of ``tick_s``, and each tick is handed over as soon
     as Faust has it; the next tick is already being collected while a batch is handled (the take is
     resumed first), so records are acknowledged to Faust when collected, and positions decide what
-    is committed (:mod:`processors.worker.positions`). Batches are handled one at a time, in offset
+    is committed (:mod:`agentlog.worker.positions`). Batches are handled one at a time, in offset
     order.
 
     A tick that had to be waited for and brought fewer than ``idle_events`` records says the agent
@@ -675,7 +675,7 @@ def batched_agent(
     once the records are handled (the sink inserts there); :meth:`Batch.commit` makes outputs, then
     tables, then positions durable; ``after_commit`` runs last (work that must see the batch
     durable, e.g. replay verdicts). Concurrency 1, and registered so the group commits no offset of
-    the topic before this agent has made it durable (:mod:`processors.worker.positions`).
+    the topic before this agent has made it durable (:mod:`agentlog.worker.positions`).
     """
     wiring.positions.consumes(wiring.topics[short].get_topic_name(), table)
 

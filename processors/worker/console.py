@@ -1,7 +1,7 @@
-"""The web console's routes on the worker's web server (:mod:`processors.worker.web`), and the access token
+"""The web console's routes on the worker's web server (:mod:`agentlog.worker.web`), and the access token
 for every endpoint.
 
-The pages themselves are :mod:`processors.console` (no Faust there); this module only maps
+The pages themselves are :mod:`agentlog.console` (no Faust there); this module only maps
 URLs to its view calls, runs them in an executor (they block on ClickHouse) and answers
 with HTML. Routes (README "Console"):
 
@@ -16,7 +16,7 @@ and nothing else). A browser opens a page once with ``?token=<token>``: the answ
 HttpOnly, SameSite=Strict cookie and redirects to the same URL without the token, so the
 token leaves the address bar and later requests carry the cookie. The token is compared in
 constant time and never logged. Beyond loopback a token is required at start-up
-(:func:`streams.settings.check_web_access`).
+(:func:`agentlog.streams.settings.check_web_access`).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 from aiohttp import web as aioweb
 
-from processors.audit.store import Store
-from processors.console import (
+from agentlog.audit.store import Store
+from agentlog.console import (
     Page,
     analytics_view,
     compare_view,
@@ -37,10 +37,10 @@ from processors.console import (
     runs_view,
     state_fragment,
 )
-from processors.console.pages import render_error_page
-from processors.worker.access import bearer as bearer_of
-from processors.worker.access import same_token as _same
-from processors.worker.wiring import Wiring
+from agentlog.console.pages import render_error_page
+from agentlog.worker.access import bearer as bearer_of
+from agentlog.worker.access import same_token as _same
+from agentlog.worker.wiring import Wiring
 
 __all__ = ["OPEN_PATHS", "ROUTES", "TOKEN_COOKIE", "add_routes", "token_middleware"]
 

@@ -32,9 +32,9 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from processors.metrics import METRICS
-from processors.worker.ports import Event, Partition
-from streams import internals
+from agentlog.metrics import METRICS
+from agentlog.streams import internals
+from agentlog.worker.ports import Event, Partition
 
 #: How long a revocation lets each agent's batch in progress make its tables durable before the member
 #: rejoins (bounded by half the rebalance timeout: :func:`wait_bound`). A batch still going after that,
@@ -57,7 +57,7 @@ class Fence:
     def __init__(self, bound_s: float = 5.0, dropped: Callable[[], bool] | None = None) -> None:
         #: How long a revocation waits for the batches in progress (:func:`wait_bound`).
         self.bound_s = bound_s
-        #: Whether the group has dropped this member (:func:`streams.internals.membership_probe`).
+        #: Whether the group has dropped this member (:func:`agentlog.streams.internals.membership_probe`).
         self.dropped: Callable[[], bool] = dropped or (lambda: False)
         self._owned: frozenset[tuple[str, int]] | None = None  # None: before the first assignment
         self._settlers: list[Settle] = []

@@ -27,8 +27,8 @@ import logging
 import time
 from typing import Any
 
-from processors.metrics import METRICS
-from processors.worker.ports import Runner
+from agentlog.metrics import METRICS
+from agentlog.worker.ports import Runner
 
 log = logging.getLogger("agentlog.worker")
 

@@ -31,8 +31,8 @@ import time
 import urllib.request
 from collections.abc import Iterator
 
-from processors.metrics import METRICS, Sample, parse_exposition
-from streams.settings import Settings, settings_env
+from agentlog.metrics import METRICS, Sample, parse_exposition
+from agentlog.streams.settings import Settings, settings_env
 
 log = logging.getLogger("agentlog.worker")
 
@@ -95,12 +95,12 @@ class ProcessHalf:
 
     def args(self) -> list[str]:
         web = ["--web", "--web-port", str(self.web_port)] if self.web else ["--no-web"]
-        return [sys.executable, "-m", "processors", "worker", "--role", "process", *web,
+        return [sys.executable, "-m", "agentlog", "worker", "--role", "process", *web,
                 "--loglevel", self.loglevel, "--wait", str(self.wait_s)]
 
     def env(self, parent_fd: int) -> dict[str, str]:
         # web_host stays: the child's OTLP receivers listen there (its own web server is on loopback, because
-        # it is a half: processors.worker.app.run_worker).
+        # it is a half: agentlog.worker.app.run_worker).
         child = self.settings.replace(worker_role="process", sink_process=False)
         return {**os.environ, **settings_env(child), PARENT_FD_ENV: str(parent_fd)}
 

@@ -3,7 +3,7 @@
 A parent run's ``node.dispatched`` and the child run's terminal ``run.*`` event
 live in two runs, so (keyed by runId) usually on two partitions. Both are
 re-keyed by childRunId onto the ``handoff-links`` topic, where one partition
-sees both, whichever comes first; the pure :func:`processors.core.handoff.join`
+sees both, whichever comes first; the pure :func:`agentlog.core.handoff.join`
 then yields the ``child.*`` / ``output.harvested`` transitions. Check mode needs
 none of this: the fold checks host-emitted transitions inside the parent run.
 """
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import logging
 
-from processors.core.handoff import child_of, join
-from processors.metrics import METRICS
-from processors.worker.batch import Batch, SourceRecord, batched_agent
-from processors.worker.wiring import Wiring
-from streams.codec import decode_record, encode_record
+from agentlog.core.handoff import child_of, join
+from agentlog.metrics import METRICS
+from agentlog.streams.codec import decode_record, encode_record
+from agentlog.worker.batch import Batch, SourceRecord, batched_agent
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.handoff")
 

@@ -8,7 +8,7 @@ runs then is what an operator needs to know, and a profile averages it away. Wit
 * a task on the loop sleeps 1 ms at a time and notes when it last woke (the heartbeat);
 * a daemon thread checks the heartbeat every millisecond or so. While it is older than the
   threshold, it samples the main thread's stack (``sys._current_frames()`` through
-  :func:`streams.internals.thread_frame`) every few ms; when the loop wakes again it logs the stall's
+  :func:`agentlog.streams.internals.thread_frame`) every few ms; when the loop wakes again it logs the stall's
   length and the stacks it saw most often, innermost frames first.
 
 Sampling reads frames only and takes no lock the loop holds, so it costs the loop nothing
@@ -24,9 +24,9 @@ import threading
 import time
 import traceback
 
-from processors.metrics import METRICS
-from processors.worker.ports import Runner
-from streams import internals
+from agentlog.metrics import METRICS
+from agentlog.streams import internals
+from agentlog.worker.ports import Runner
 
 log = logging.getLogger("agentlog.worker")
 

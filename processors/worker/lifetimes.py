@@ -1,4 +1,4 @@
-"""When the worker asks for a run to be closed (the rules are :mod:`processors.core.lifetimes`).
+"""When the worker asks for a run to be closed (the rules are :mod:`agentlog.core.lifetimes`).
 
 The sequencer tells :class:`Lifetimes` each run's new record once its batch is durable; a timer
 then asks, on the run's own ingest partition, for every run that is due to close — once: a
@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from processors.core.lifetimes import Reason, close_request, due
-from processors.metrics import METRICS
+from agentlog.core.lifetimes import Reason, close_request, due
+from agentlog.metrics import METRICS
 
 if TYPE_CHECKING:
-    from processors.worker.wiring import Wiring
+    from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.lifetimes")
 
@@ -48,7 +48,7 @@ class Lifetimes:
         return len(self._due)
 
     def track(self, partition: int, run_id: str, record: Mapping[str, Any], now_s: float | None = None) -> None:
-        """Note the run's record (its ``next``, ``ts`` and ``end``: :func:`processors.core.lifetimes.due`)."""
+        """Note the run's record (its ``next``, ``ts`` and ``end``: :func:`agentlog.core.lifetimes.due`)."""
         at, reason = due(record, grace_s=self._grace_s, idle_s=self._idle_s,
                          now_s=time.time() if now_s is None else now_s)
         self._due[run_id] = (partition, at, int(record["next"]), reason)

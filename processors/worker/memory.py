@@ -11,9 +11,9 @@ What a unit test drives, and what it reads back:
 * :class:`MemorySource` is the consumer's view (assignment, high watermarks, committed and read
   offsets, seeks), :class:`MemoryMembership` the group (``rebalancing``, ``generation``);
 * :class:`MemoryRunner` keeps the agents, tasks and timers the code registers, to be run by hand;
-* the tables are :class:`processors.worker.tables.MemoryTable`.
+* the tables are :class:`agentlog.worker.tables.MemoryTable`.
 
-:func:`memory_wiring` puts them together into a :class:`~processors.worker.wiring.Wiring`.
+:func:`memory_wiring` puts them together into a :class:`~agentlog.worker.wiring.Wiring`.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from typing import Any, NamedTuple
 
 from aiokafka.partitioner import murmur2
 
-from processors.worker.ports import AgentFn, BatchBuilder, Delivery, Event, Partition, TaskFn, Topic
-from processors.worker.positions import DurablePositions
-from processors.worker.tables import MemoryTable, Table
-from processors.worker.wiring import Wiring
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
+from agentlog.worker.ports import AgentFn, BatchBuilder, Delivery, Event, Partition, TaskFn, Topic
+from agentlog.worker.positions import DurablePositions
+from agentlog.worker.tables import MemoryTable, Table
+from agentlog.worker.wiring import Wiring
 
 
 class TopicPartition(NamedTuple):
@@ -330,7 +330,7 @@ class MemoryRunner:
         self.timers.append((interval, fn))
 
 
-#: The topics :func:`memory_wiring` declares (the worker's own, as :func:`processors.worker.app.build_app` does).
+#: The topics :func:`memory_wiring` declares (the worker's own, as :func:`agentlog.worker.app.build_app` does).
 TOPICS = ("ingest", "log", "transitions", "violations", "rejections", "snapshots", "verdicts", "handoff-links",
           "checkpoints")
 

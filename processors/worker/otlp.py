@@ -3,11 +3,11 @@
 The worker's web server serves one port (the console/metrics), and OTLP exporters expect
 their own (4318 by default), so this is a small aiohttp server of its own, started
 with the worker on the interface of the worker's other endpoints (``web_host``); OTLP/gRPC
-(:mod:`processors.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below; both are
-started by :func:`processors.worker.spans.serve_otlp`.
+(:mod:`agentlog.worker.otlp_grpc`) serves the same :meth:`Receiver.export` one port below; both are
+started by :func:`agentlog.worker.spans.serve_otlp`.
 With ``web_token`` set a request needs ``Authorization: Bearer <token>`` (the exporters'
 ``OTEL_EXPORTER_OTLP_HEADERS``), on loopback too, as every endpoint of the worker does
-(:mod:`processors.worker.access`). What it promises, per the OTLP/HTTP spec:
+(:mod:`agentlog.worker.access`). What it promises, per the OTLP/HTTP spec:
 
 * 200 only once every accepted span is acknowledged by Kafka (acks=all) on the
   ``spans`` topic; the body is an ``ExportTraceServiceResponse`` whose
@@ -47,11 +47,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from processors.metrics import METRICS
-from processors.worker.access import bearer, same_token
-from schemas.canonical import jcs
-from schemas.errors import AgentlogError
-from schemas.records import record_source, rejection
+from agentlog.metrics import METRICS
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import AgentlogError
+from agentlog.schemas.records import record_source, rejection
+from agentlog.worker.access import bearer, same_token
 
 log = logging.getLogger("agentlog.otlp")
 
@@ -129,7 +129,7 @@ def _value(v: AnyValue) -> Any:
 
 
 def span_dicts(request: ExportTraceServiceRequest) -> tuple[list[dict[str, Any]], list[str]]:
-    """The request's spans as the dicts :mod:`processors.core.otel` maps, and descriptions of refused ones."""
+    """The request's spans as the dicts :mod:`agentlog.core.otel` maps, and descriptions of refused ones."""
     spans: list[dict[str, Any]] = []
     refused: list[str] = []
     for rs in request.resource_spans:
@@ -209,8 +209,8 @@ class Receiver:
     ``send(traceId, value)`` publishes one record of a trace's spans (:func:`trace_records`) to the
     spans topic and returns its delivery future; ``reject(value)`` does the same for a rejection
     record. ``token``: the worker's ``web_token`` (empty: no token asked, which
-    :func:`streams.settings.check_web_access` allows on loopback only). :meth:`app` is the OTLP/HTTP
-    server; :mod:`processors.worker.otlp_grpc` serves the same :meth:`export` over gRPC.
+    :func:`agentlog.streams.settings.check_web_access` allows on loopback only). :meth:`app` is the OTLP/HTTP
+    server; :mod:`agentlog.worker.otlp_grpc` serves the same :meth:`export` over gRPC.
     """
 
     def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int,

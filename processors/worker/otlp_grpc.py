@@ -1,9 +1,9 @@
 """OTLP/gRPC: the ``TraceService/Export`` method beside OTLP/HTTP, on ``web_host:(otlp_port - 1)``.
 
 Several languages' exporters default to gRPC. This serves the method with ``grpc.aio`` on the
-worker's loop and hands each request to the one :class:`processors.worker.otlp.Receiver` the HTTP
+worker's loop and hands each request to the one :class:`agentlog.worker.otlp.Receiver` the HTTP
 server uses: the same token rule (the ``authorization`` metadata key), the same decoding
-(:func:`processors.worker.otlp.decode_request`), the same spans topic and the same answers in
+(:func:`agentlog.worker.otlp.decode_request`), the same spans topic and the same answers in
 gRPC's words:
 
 * OK with an ``ExportTraceServiceResponse`` whose ``partial_success`` names refused spans, once Kafka
@@ -12,7 +12,7 @@ gRPC's words:
 * INVALID_ARGUMENT for a message that is not a trace export request (recorded on the rejections topic);
 * UNAVAILABLE when Kafka does not acknowledge in time, which OTLP exporters retry, with a
   ``google.rpc.RetryInfo`` whose ``retry_delay`` is the 503's ``Retry-After``
-  (:data:`processors.worker.otlp.RETRY_AFTER_S`): the OTLP spec's way to make exporters wait that long.
+  (:data:`agentlog.worker.otlp.RETRY_AFTER_S`): the OTLP spec's way to make exporters wait that long.
 
 Where the RetryInfo goes: the status details (the ``google.rpc.Status`` in the
 ``grpc-status-details-bin`` trailer), where OTLP's spec puts it and the Go and Java exporters read it,
@@ -42,7 +42,7 @@ from grpc import aio
 from grpc_status import rpc_status
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from processors.worker.otlp import RETRY_AFTER_S, UNAUTHORIZED, OtlpError, Receiver, decode_request
+from agentlog.worker.otlp import RETRY_AFTER_S, UNAUTHORIZED, OtlpError, Receiver, decode_request
 
 log = logging.getLogger("agentlog.otlp")
 

@@ -1,10 +1,10 @@
 """The ports the worker's runtime and agents are typed against: what they need of a stream framework and Kafka.
 
 The batch runtime (:mod:`.batch`, :mod:`.positions`, :mod:`.fence`) and every agent reach the outside
-world only through the :class:`~processors.worker.wiring.Wiring` they are handed, whose parts are
-these protocols and :class:`processors.worker.tables.Table`. Two implementations exist: Faust and
-aiokafka (:mod:`processors.worker.app` builds them; every private attribute they touch is in
-:mod:`streams.internals`) and memory (:mod:`processors.worker.memory`: the unit tests run the
+world only through the :class:`~agentlog.worker.wiring.Wiring` they are handed, whose parts are
+these protocols and :class:`agentlog.worker.tables.Table`. Two implementations exist: Faust and
+aiokafka (:mod:`agentlog.worker.app` builds them; every private attribute they touch is in
+:mod:`agentlog.streams.internals`) and memory (:mod:`agentlog.worker.memory`: the unit tests run the
 runtime and the agents on it, without a broker).
 
 Records are not adapted: Faust's events and messages already have the shape of :class:`Event` and
@@ -108,7 +108,7 @@ class Source(Protocol):
 
 
 class Backfill(Protocol):
-    """Records read again straight from the broker, past the consumer (:func:`processors.worker.batch.in_order`)."""
+    """Records read again straight from the broker, past the consumer (:func:`agentlog.worker.batch.in_order`)."""
 
     async def first_offset(self, topic: str, partition: int) -> int:
         """The offset of the first record ``topic[partition]`` still holds."""
@@ -169,7 +169,7 @@ class Producer(Protocol):
         ...
 
     def batches(self) -> BatchProducer:
-        """The same client, taking whole batches (what a :class:`~processors.worker.batch.Batch` sends through)."""
+        """The same client, taking whole batches (what a :class:`~agentlog.worker.batch.Batch` sends through)."""
         ...
 
 

@@ -19,7 +19,7 @@ by the broker). So the offset to commit for a partition is simply the minimum
 of those positions over the agents that consume its topic; the Faust
 consumer's ``_filter_committable_offsets`` is replaced by that. The committed
 offset is then only where a restarted consumer starts reading: a position
-recovered lower than it is healed by :func:`processors.worker.batch.in_order`, and a
+recovered lower than it is healed by :func:`agentlog.worker.batch.in_order`, and a
 commit never runs ahead of any agent.
 """
 
@@ -33,14 +33,14 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from processors.metrics import METRICS, Sample
-from processors.worker.ports import Membership, Partition, Source
-from schemas.errors import InfraError
-from streams import internals
-from streams.reader import fetch_range
-from streams.reader import first_offset as reader_first_offset
-from streams.security import client_kwargs
-from streams.settings import Settings
+from agentlog.metrics import METRICS, Sample
+from agentlog.schemas.errors import InfraError
+from agentlog.streams import internals
+from agentlog.streams.reader import fetch_range
+from agentlog.streams.reader import first_offset as reader_first_offset
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.worker.ports import Membership, Partition, Source
 
 log = logging.getLogger("agentlog.positions")
 
@@ -113,7 +113,7 @@ class DurablePositions:
         return min(offsets)
 
     def series(self) -> Iterator[Sample]:
-        """``agentlog_durable_position`` gauge samples, for :meth:`processors.metrics.Metrics.add_collector`."""
+        """``agentlog_durable_position`` gauge samples, for :meth:`agentlog.metrics.Metrics.add_collector`."""
         for (table, topic, partition), (position, _) in list(self._positions.items()):
             yield "agentlog_durable_position", {"topic": topic, "partition": str(partition), "table": table}, position
 
@@ -155,7 +155,7 @@ def install(app: Any, positions: DurablePositions, source: Source, membership: M
 def _reread_dropped(source: Source, positions: DurablePositions, first: dict[Partition, int]) -> None:
     """Seek the agents' partitions back to the first record Faust dropped when it resumed flow.
 
-    See :func:`streams.internals.on_flow_queues_cleared`. The records from there on are delivered
+    See :func:`agentlog.streams.internals.on_flow_queues_cleared`. The records from there on are delivered
     again; any the agent had already taken are redeliveries, which it treats as done.
     """
     topics = positions.topics()
@@ -188,7 +188,7 @@ class PartitionStarts:
     """Log start offsets of source partitions, from one group-less consumer started with the worker.
 
     An agent asks where a partition starts when it holds no position for it and the group has
-    committed nothing (:func:`processors.worker.batch.in_order`). Starting a consumer per look-up
+    committed nothing (:func:`agentlog.worker.batch.in_order`). Starting a consumer per look-up
     cost a connection, a bootstrap and an all-topics metadata response each time (on a broker with
     thousands of topics, seconds); this one is started once, tracks only the topics asked about
     (so its metadata refreshes name them), and is asked one ListOffsets request per look-up.
@@ -248,7 +248,7 @@ class PartitionStarts:
 
 
 class BrokerBackfill:
-    """The ``Backfill`` port on Kafka: plain consumers of :mod:`streams.reader`, outside the group.
+    """The ``Backfill`` port on Kafka: plain consumers of :mod:`agentlog.streams.reader`, outside the group.
 
     ``starts``: the worker's :class:`PartitionStarts` once it runs (a look-up otherwise starts a consumer
     of its own, whose bootstrap asks the broker for *every* topic's metadata: on a broker holding thousands

@@ -1,6 +1,6 @@
 """Run state around the one-pass sequencer: host-replay verdicts, the live log check.
 
-The fold itself happens in the sequencer's pass (:mod:`processors.worker.sequencer`); what
+The fold itself happens in the sequencer's pass (:mod:`agentlog.worker.sequencer`); what
 is left here needs no Faust table, so none of it consumes through a Faust stream:
 
 * :class:`Verdicts` computes the verdict of every host replay that reached a terminal status,
@@ -10,7 +10,7 @@ is left here needs no Faust table, so none of it consumes through a Faust stream
   aiokafka consumer (its own group), so a record appended or rewritten behind the
   sequencer's back is flagged as ``hash_chain_broken`` where it lands, not only when
   someone thinks to replay. A record at an offset the broker acknowledged to this process's
-  sequencer is its own (:class:`processors.worker.wiring.OwnLogRecords`) and is not re-hashed.
+  sequencer is its own (:class:`agentlog.worker.wiring.OwnLogRecords`) and is not re-hashed.
 """
 
 from __future__ import annotations
@@ -23,13 +23,13 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer
 from aiokafka.errors import KafkaError
 
-from processors.core.runstate import chain_problem
-from processors.metrics import METRICS
-from processors.replay.host import host_replay_verdict
-from processors.worker.wiring import Wiring
-from streams.codec import decode_record, encode_record
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.core.runstate import chain_problem
+from agentlog.metrics import METRICS
+from agentlog.replay.host import host_replay_verdict
+from agentlog.streams.codec import decode_record, encode_record
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.runstate")
 

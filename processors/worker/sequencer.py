@@ -1,13 +1,13 @@
 """The sequencer agent, one pass: ingest → committed log (with its state hash) + fold outputs | rejections.
 
 The single writer of the committed log per partition (SPEC §4). What to do with a
-record is :func:`processors.core.sequencing.sequence` (decode, validate, decide); an
-accepted event is folded into its run right here (:func:`processors.core.runstate.advance`),
+record is :func:`agentlog.core.sequencing.sequence` (decode, validate, decide); an
+accepted event is folded into its run right here (:func:`agentlog.core.runstate.advance`),
 so the committed record carries the state hash at its index (log format 2) and no event
 goes through a second Faust stream (ingest → log → run state) to be folded: Faust's
 per-record delivery is the worker's ceiling, and every extra hop halves what is left.
 
-Tables, in the stages :mod:`processors.worker.batch` makes them durable: ``index``
+Tables, in the stages :mod:`agentlog.worker.batch` makes them durable: ``index``
 (eventId → position), then ``runs`` (per run: its chain head and its folded state, one
 record, so the two are always durable together). Every output of a batch (log records,
 transitions, violations, handoff links, snapshots) is acknowledged before the first of them
@@ -16,10 +16,10 @@ the redelivered record is then ``Redelivered`` and is folded again silently (its
 already durable), which restores the record byte for byte. Every committed record carries
 its state hash, so an accepted event whose fold fails (a bug) is not committed without one:
 it goes to ``rejections`` with reason ``run_state_unavailable``
-(:func:`processors.core.runstate.fold_next`).
+(:func:`agentlog.core.runstate.fold_next`).
 
 Signed checkpoints: where a run is due one (every ``checkpoint_every`` events
-and at every terminal event, :func:`processors.core.checkpoint.is_due`), the sequencer —
+and at every terminal event, :func:`agentlog.core.checkpoint.is_due`), the sequencer —
 the one place that knows an event's chain hash and state hash together — signs
 ``(runId, sequence, headHash, stateHash)`` and sends it to ``checkpoints`` with the log
 record. Ed25519 signatures are deterministic, so a redelivered batch re-sends the same bytes.
@@ -31,9 +31,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
-from processors.core.checkpoint import is_due, sign_checkpoint
-from processors.core.lifetimes import CLOSE_PREFIX, CloseRequest, closed_marker, read_close_request
-from processors.core.runstate import (
+from agentlog.core.checkpoint import is_due, sign_checkpoint
+from agentlog.core.lifetimes import CLOSE_PREFIX, CloseRequest, closed_marker, read_close_request
+from agentlog.core.runstate import (
     RUN_STATE_UNAVAILABLE,
     TERMINAL_TYPES,
     RunRecord,
@@ -42,7 +42,7 @@ from processors.core.runstate import (
     fold_next,
     refold_due,
 )
-from processors.core.sequencing import (
+from agentlog.core.sequencing import (
     Accepted,
     Handled,
     IndexLookup,
@@ -52,15 +52,15 @@ from processors.core.sequencing import (
     rejection_record,
     sequence,
 )
-from processors.metrics import METRICS
-from processors.worker import runstate
-from processors.worker.batch import GROUP_SEP, Batch, SourceRecord, batched_agent
-from processors.worker.lifetimes import Lifetimes
-from processors.worker.lifetimes import install as install_lifetimes
-from processors.worker.signing import load_or_create_signing_key
-from processors.worker.wiring import Wiring
-from schemas.records import run_snapshot
-from streams.codec import encode_committed, encode_record
+from agentlog.metrics import METRICS
+from agentlog.schemas.records import run_snapshot
+from agentlog.streams.codec import encode_committed, encode_record
+from agentlog.worker import runstate
+from agentlog.worker.batch import GROUP_SEP, Batch, SourceRecord, batched_agent
+from agentlog.worker.lifetimes import Lifetimes
+from agentlog.worker.lifetimes import install as install_lifetimes
+from agentlog.worker.signing import load_or_create_signing_key
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.sequencer")
 

@@ -1,6 +1,6 @@
 """The worker's checkpoint signing key on disk: read it, or make it on first start.
 
-The key signs checkpoints (:mod:`processors.core.checkpoint`); whoever holds it can vouch for a
+The key signs checkpoints (:mod:`agentlog.core.checkpoint`); whoever holds it can vouch for a
 forged history, so it is created with mode 0600 (in a 0700 directory) and never logged. The
 public half is written beside it as ``ed25519.pub.pem`` for ``agentlog verify --public-key``.
 Rotation: point ``AGENTLOG_SIGNING_KEY_FILE`` at a new key (or move the old one away and
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from processors.core.checkpoint import (
+from agentlog.core.checkpoint import (
     CheckpointKeyError,
     generate_private_key,
     key_id,
@@ -26,7 +26,7 @@ from processors.core.checkpoint import (
     public_key_path,
     public_key_pem,
 )
-from streams.settings import Settings
+from agentlog.streams.settings import Settings
 
 __all__ = ["SigningKey", "load_or_create_signing_key", "public_key_path"]
 

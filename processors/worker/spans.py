@@ -4,16 +4,16 @@
 not by run, because whether an ``invoke_agent`` span starts a child run depends on its
 parent span's conversation, and the parent span usually arrives later (spans are
 exported when they end). A record holds a request's spans of one trace
-(:func:`processors.worker.otlp.trace_records`). One writer per trace holds its spans
+(:func:`agentlog.worker.otlp.trace_records`). One writer per trace holds its spans
 (``otel-held``: one key per record, the trace's entry listing them), then plans each
-run's events in start-time order (:func:`processors.core.otel.plan_trace`) and sends
+run's events in start-time order (:func:`agentlog.core.otel.plan_trace`) and sends
 them, **without sequences**, to ``otel-events`` keyed by run: one record per
 (published trace, run), so a record's events keep their order.
 
 **Stage 2, the run sequencer** (topic ``otel-events``, keyed by run): one writer per run,
 whatever traces its events came from (a conversation usually spans several). It gives
 each record's events the run's next sequences and makes causation name earlier events of
-the run (:func:`processors.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
+the run (:func:`agentlog.core.otel.sequence_run`). Its table ``otel-seq`` holds per run
 the cursor ``{"next", "last", "kept"}`` and an index of what it sequenced, one entry per
 record: sequence of its first event → ``{"trace", "ids"}``, and per trace the first
 sequences of its records. A record's events all come from one trace, and an event
@@ -50,22 +50,22 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from processors.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace, sequence_run
-from processors.metrics import METRICS
-from processors.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
-from processors.worker.otlp import Receiver
-from processors.worker.tables import Table
-from processors.worker.wiring import Wiring
-from schemas.canonical import jcs
-from schemas.errors import EventRejected
-from schemas.records import record_source, rejection
-from streams.topics import topic_name
+from agentlog.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace, sequence_run
+from agentlog.metrics import METRICS
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.records import record_source, rejection
+from agentlog.streams.topics import topic_name
+from agentlog.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
+from agentlog.worker.otlp import Receiver
+from agentlog.worker.tables import Table
+from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.otel")
-#: The receivers' own logger (processors.worker.otlp's).
+#: The receivers' own logger (agentlog.worker.otlp's).
 otlp_log = logging.getLogger("agentlog.otlp")
 
-# When a held trace is published (processors.core.otel.due): SETTLE_MS after its last span once its root
+# When a held trace is published (agentlog.core.otel.due): SETTLE_MS after its last span once its root
 # span has arrived, GRACE_MS after its first span at the latest, or at once when MAX_HELD_SPANS are held.
 #: 1 s: a trace's child spans exported just after its root still join it; its runs reach the log about
 #: 1.5-2.5 s after the root span is exported (README "Sending OpenTelemetry traces").
@@ -426,7 +426,7 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
 def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
     """A ``spans`` record's trace id, its readable spans and ``(bytes, reason)`` of the others.
 
-    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`processors.worker.otlp.trace_records`).
+    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`agentlog.worker.otlp.trace_records`).
     Raises ValueError, KeyError or TypeError for a record that is not.
     """
     msg = orjson.loads(value)  # a ValueError, as json.loads's, for what is not JSON
@@ -478,7 +478,7 @@ async def serve_otlp(receiver: Receiver, host: str, port: int) -> None:
 
 async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
     try:
-        from processors.worker import otlp_grpc
+        from agentlog.worker import otlp_grpc
     except ImportError as e:  # grpcio is the optional `grpc` extra
         otlp_log.warning("OTLP/gRPC is off: %s (pip install 'agentlog[grpc]'); OTLP/HTTP is on", e)
         return None

@@ -1,7 +1,7 @@
 """The worker's tables: per-partition key → value maps with a changelog, on local disk.
 
 Every agent keeps its state in tables partitioned like its source topic (a run's keys live in
-the partition of the records that wrote them). The runtime (:mod:`processors.worker.batch`)
+the partition of the records that wrote them). The runtime (:mod:`agentlog.worker.batch`)
 reads and writes them through the small :class:`Table` port below, always naming the
 partition, and sends every write's changelog record itself, after the batch's outputs are
 acknowledged.
@@ -11,7 +11,7 @@ worker's state directory, opened and recovered by Faust's RocksDB store: the dat
 beside the data, the changelog offset it reflects, so a restart on the same disk reads only
 the changelog's tail; a worker on a new disk reads the compacted changelog. Memory is RocksDB's
 write buffers and block cache, one budget shared by every table (``state_cache_mb``), not the
-number of keys: the tables hold only runs in flight (:mod:`processors.worker.lifetimes`), and
+number of keys: the tables hold only runs in flight (:mod:`agentlog.worker.lifetimes`), and
 what they hold lives on disk.
 
 :class:`MemoryTable` is the same port over a dict, for unit tests of the runtime and agents
@@ -30,8 +30,8 @@ from typing import Any, Protocol
 
 import orjson
 
-from schemas.errors import ConfigError
-from streams import internals
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams import internals
 
 
 class Table(Protocol):

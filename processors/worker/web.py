@@ -1,5 +1,5 @@
 """The worker's HTTP server (aiohttp): Prometheus metrics, audit queries, recorded replay results,
-and the web console (:mod:`processors.worker.console`, which also guards every endpoint with the token).
+and the web console (:mod:`agentlog.worker.console`, which also guards every endpoint with the token).
 
 One aiohttp application (:func:`application`) served on ``web_host:web_port`` by an app task
 (:func:`install`); Faust's own web server stays off.
@@ -20,16 +20,16 @@ from typing import Any
 
 from aiohttp import web as aioweb
 
-from processors.audit.server import handle_query_request
-from processors.core.result_cache import ResultCache
-from processors.metrics import METRICS, Sample
-from processors.replay.compare import REPLAY_COUNTERS
-from processors.replay.served import TERMINAL_TYPES, results_answer
-from processors.worker import console
-from processors.worker.wiring import Wiring
-from schemas.errors import ConfigError
-from streams.reader import read_run
-from streams.settings import Settings
+from agentlog.audit.server import handle_query_request
+from agentlog.core.result_cache import ResultCache
+from agentlog.metrics import METRICS, Sample
+from agentlog.replay.compare import REPLAY_COUNTERS
+from agentlog.replay.served import TERMINAL_TYPES, results_answer
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams.reader import read_run
+from agentlog.streams.settings import Settings
+from agentlog.worker import console
+from agentlog.worker.wiring import Wiring
 
 #: Finished source runs whose result caches the results endpoint keeps in memory: a host mock-replaying a
 #: run asks for its results once per call, so a handful of runs replayed at once fit; a run dropped from
@@ -97,7 +97,7 @@ def application(wiring: Wiring) -> aioweb.Application:
     async def health(request: aioweb.Request) -> aioweb.Response:
         return aioweb.json_response({"ok": True, "worker": wiring.settings.worker_id})
 
-    # Recorded results for mock replay from any language (processors.replay.served).
+    # Recorded results for mock replay from any language (agentlog.replay.served).
     results_cache = ResultCaches(wiring.settings)
 
     async def replay_results(request: aioweb.Request) -> aioweb.Response:

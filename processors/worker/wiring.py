@@ -7,12 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from processors.audit.store import Store
-from processors.worker.fence import Fence
-from processors.worker.ports import Backfill, Membership, Producer, Runner, Source, Topic
-from processors.worker.positions import DurablePositions
-from processors.worker.tables import Table
-from streams.settings import Settings
+from agentlog.audit.store import Store
+from agentlog.streams.settings import Settings
+from agentlog.worker.fence import Fence
+from agentlog.worker.ports import Backfill, Membership, Producer, Runner, Source, Topic
+from agentlog.worker.positions import DurablePositions
+from agentlog.worker.tables import Table
 
 
 class OwnLogRecords:
@@ -65,8 +65,8 @@ class OwnLogRecords:
 class Wiring:
     """The worker's parts, built once and handed to each agent.
 
-    :func:`processors.worker.app.build_app` builds them on Faust and Kafka,
-    :func:`processors.worker.memory.memory_wiring` in memory.
+    :func:`agentlog.worker.app.build_app` builds them on Faust and Kafka,
+    :func:`agentlog.worker.memory.memory_wiring` in memory.
     """
 
     settings: Settings
@@ -88,15 +88,15 @@ class Wiring:
     topic_names: dict[str, str] = field(default_factory=dict)
     #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
     fence: Fence = field(default_factory=Fence)
-    #: The assignment the tables' caches were last valid in (:meth:`processors.worker.tables.LocalTable.forget_cached`).
+    #: The assignment the tables' caches were last valid in (:meth:`agentlog.worker.tables.LocalTable.forget_cached`).
     tables_read_in: int = -1
     #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
     make_table: Callable[[str], Table] | None = None
     #: The worker's HTTP application and the (host, port) it listens on, when it serves one
-    #: (:func:`processors.worker.web.install`).
+    #: (:func:`agentlog.worker.web.install`).
     web_app: Any = None
     web_address: tuple[str, int] | None = None
-    #: The Faust app the ports above are built on, for :mod:`processors.worker.app` (which runs it) and the
+    #: The Faust app the ports above are built on, for :mod:`agentlog.worker.app` (which runs it) and the
     #: tests of what it builds; nothing else reads it (None in memory).
     app: Any = None
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.settings import Settings
+from agentlog.streams.settings import Settings
 
 #: How a bench starts Faust's pass-through agent (:mod:`tests.bench.passthrough_faust`). Faust's ``worker``
 #: command turns its web server on (port 6066) unless told otherwise, so two benches on one

@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.table import Table
 
 import tests.bench as bench
-from infra.kafka.local import KAFKA_VERSION
-from schemas.errors import AgentlogError
-from streams.settings import Settings, load_settings
+from agentlog.infra.kafka.local import KAFKA_VERSION
+from agentlog.schemas.errors import AgentlogError
+from agentlog.streams.settings import Settings, load_settings
 from tests.bench import BenchContext
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,7 +45,7 @@ def _broker(console: Console) -> tuple[Settings, Settings | None]:
     if _answers(configured.kafka_bootstrap):
         console.print(f"using the broker at {configured.kafka_bootstrap}")
         return configured, None
-    from infra.kafka import local
+    from agentlog.infra.kafka import local
 
     own = load_settings(home=BENCH_HOME, kafka_bootstrap=f"127.0.0.1:{BENCH_PORT}")
     console.print(f"no broker at {configured.kafka_bootstrap}; starting one under {BENCH_HOME} …")
@@ -89,7 +89,7 @@ def _discover(only: str | None) -> list[str]:
 def _topics(settings: Settings) -> set[str]:
     import asyncio
 
-    from streams.admin import list_topic_names
+    from agentlog.streams.admin import list_topic_names
 
     return asyncio.run(list_topic_names(settings))
 
@@ -102,7 +102,7 @@ def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> 
     """
     import asyncio
 
-    from streams.admin import delete_topics
+    from agentlog.streams.admin import delete_topics
     from tests.bench import OWN_PREFIXES
 
     during = _topics(settings)
@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = result
     finally:
         if started is not None:
-            from infra.kafka import local
+            from agentlog.infra.kafka import local
 
             local.stop(started)
 

@@ -21,10 +21,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from processors.audit.migrations import migrate
-from processors.audit.queries import run_named
-from processors.audit.store import open_store
-from processors.console import run_view, runs_view
+from agentlog.audit.migrations import migrate
+from agentlog.audit.queries import run_named
+from agentlog.audit.store import open_store
+from agentlog.console import run_view, runs_view
 from tests.bench import store_main
 from tests.bench.bench_query import _generate, _timed
 

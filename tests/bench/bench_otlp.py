@@ -10,7 +10,7 @@ exporter's default batch), protobuf, uncompressed.
   requests are POSTed by :data:`CLIENTS` concurrent clients, each one request at a time as a
   ``BatchSpanProcessor`` exports (a 503 is retried, as exporters do). Events committed per second.
 - ``baseline``: the same runs' RunEventDocs, made by mapping the same requests once, offline, with the
-  project's mapping (:func:`processors.core.otel.map_trace`, one emission per trace, as the worker
+  project's mapping (:func:`agentlog.core.otel.map_trace`, one emission per trace, as the worker
   makes them when a trace arrives whole), published as JSON to ``ingest`` (one idempotent acks=all
   producer, keyed by run) and committed by the same kind of worker.
 
@@ -62,13 +62,13 @@ from aiokafka import AIOKafkaProducer
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
-from processors.core.otel import Cursor, map_trace
-from processors.worker.otlp import decode_request, span_dicts
-from streams.admin import ensure_topics
-from streams.codec import decode_record, encode_json
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.core.otel import Cursor, map_trace
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import decode_record, encode_json
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
+from agentlog.worker.otlp import decode_request, span_dicts
 from tests.bench import BenchContext
 from tests.bench.bench_process import REPO, CpuSampler, _start, _stop, read_with_ts, topic_stamps
 from tests.otel_corpus import script as s
@@ -81,7 +81,7 @@ CONVERSATIONS = (s.GRAPH_THREAD, s.AGENTS_GROUP)
 SPANS_PER_REQUEST = 512
 #: Concurrent exporter-like clients, one request in flight each.
 CLIENTS = 4
-WORKER = ["-m", "processors", "worker", "--role", "process", "--no-web"]
+WORKER = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
 
 
 def _templates() -> list[ExportTraceServiceRequest]:

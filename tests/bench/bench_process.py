@@ -40,13 +40,13 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from streams.admin import ensure_topics
-from streams.codec import decode_ingest, decode_record
-from streams.publisher import Publisher
-from streams.reader import _partitions
-from streams.security import client_kwargs
-from streams.settings import Settings, settings_env
-from streams.topics import topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import decode_ingest, decode_record
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import _partitions
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings, settings_env
+from agentlog.streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext, own, workload
 
 RUNS = 200
@@ -227,11 +227,11 @@ async def _bare(settings: Settings, n: int) -> float:
 
 async def _raw(settings: Settings, n: int) -> float:
     """The bare loop doing the worker's per-event work (decide, fold, state hash, format-2 record)."""
-    from processors.core.runstate import advance
-    from processors.core.sequencing import Accepted, Source, decide
-    from schemas.records import committed_event
-    from schemas.validate import validate_doc
-    from streams.codec import decode_ingest, encode_record
+    from agentlog.core.runstate import advance
+    from agentlog.core.sequencing import Accepted, Source, decide
+    from agentlog.schemas.records import committed_event
+    from agentlog.schemas.validate import validate_doc
+    from agentlog.streams.codec import decode_ingest, encode_record
 
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
                                 auto_offset_reset="earliest", isolation_level="read_committed")
@@ -391,7 +391,7 @@ def run(ctx: BenchContext) -> dict:
             asyncio.run(_publish(s, events))
         return s
 
-    worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
+    worker = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
     real_pass_cpu: dict = {}
     real_cpu: dict = {}
     real_pass = n / _run_subprocess(variant("passreal", realistic=True), PASSTHROUGH_ARGS, n,

@@ -20,13 +20,13 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from schemas.avro import encode_avro
-from streams.admin import ensure_topics
-from streams.publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_BYTES, Publisher
-from streams.reader import partition_for
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.schemas.avro import encode_avro
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_BYTES, Publisher
+from agentlog.streams.reader import partition_for
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 from tests.bench import BenchContext, own
 
 _avg_value_bytes = 0.0
@@ -130,8 +130,8 @@ async def _round(base: Settings, n: int) -> tuple[_Clock, _Clock, _Clock]:
 
 def _breakdown(n: int = 3000) -> dict[str, float]:
     """CPU µs per event of each SDK stage, measured without Kafka: where the gap to raw comes from."""
-    from schemas.validate import validate_doc, validate_minted
-    from streams.publisher import Run
+    from agentlog.schemas.validate import validate_doc, validate_minted
+    from agentlog.streams.publisher import Run
 
     run = Run(None, "bench-run-0")  # type: ignore[arg-type]  # build() needs no publisher
     payloads = [_payload(i) for i in range(n)]

@@ -29,11 +29,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from processors.audit.migrations import migrate
-from processors.audit.queries import NAMED_QUERIES, _bind, run_named
-from processors.audit.rows import committed_rows
-from processors.audit.store import Store, open_store
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.audit.migrations import migrate
+from agentlog.audit.queries import NAMED_QUERIES, _bind, run_named
+from agentlog.audit.rows import committed_rows
+from agentlog.audit.store import Store, open_store
+from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.bench import store_main
 
 PER_RUN = 1_000
@@ -125,7 +125,7 @@ def _generate(store: Store, n: int) -> dict[str, float]:
 
 def _committed_records(n: int) -> list[dict[str, Any]]:
     """``n`` CommittedEvents in runs of PER_RUN, hash-chained like the sequencer does."""
-    from processors.core.runstate import advance
+    from agentlog.core.runstate import advance
 
     out, prev, record = [], GENESIS, None
     for i in range(n):

@@ -33,10 +33,10 @@ from collections.abc import Callable
 
 import orjson
 
-from processors.audit.server import query_via_worker
-from streams.admin import ensure_topics
-from streams.publisher import Publisher
-from streams.settings import Settings
+from agentlog.audit.server import query_via_worker
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.settings import Settings
 from tests.bench import PASSTHROUGH_ARGS, BenchContext, own, workload
 from tests.bench.bench_process import (
     REPO,
@@ -88,7 +88,7 @@ async def _until_count(settings: Settings, url: str, n: int, procs: list, timeou
 #: ``--role process`` worker beside a ``--role sink`` worker, the layout for more than one core
 #: (README "Running the worker"; the sink worker owns the embedded store and answers the queries), or
 #: (``sinkprocess``) one ``--role all --sink-process`` worker, which is that split behind one command
-#: (the sink in the process started, the agents in its supervised child: :mod:`processors.worker.halves`).
+#: (the sink in the process started, the agents in its supervised child: :mod:`agentlog.worker.halves`).
 DEPLOYMENTS = ("all", "split", "sinkprocess")
 
 
@@ -98,12 +98,12 @@ def _workers(settings: Settings, log_name: str, deployment: str = "all") -> tupl
     web = ["--web", "--web-port", str(port)]
     if deployment in ("all", "sinkprocess"):
         half = ["--sink-process"] if deployment == "sinkprocess" else []
-        procs = [_start(s, ["-m", "processors", "worker", "--role", "all", *half, *web], settings.home / log_name)]
+        procs = [_start(s, ["-m", "agentlog", "worker", "--role", "all", *half, *web], settings.home / log_name)]
     else:
-        procs = [_start(s, ["-m", "processors", "worker", "--role", "sink", *web], settings.home / f"sink-{log_name}")]
+        procs = [_start(s, ["-m", "agentlog", "worker", "--role", "sink", *web], settings.home / f"sink-{log_name}")]
         asyncio.run(_until_count(s, f"http://127.0.0.1:{port}", 0, procs))  # the store is open
         procs.append(_start(s.replace(home=settings.home / "process"),
-                            ["-m", "processors", "worker", "--role", "process", "--no-web"],
+                            ["-m", "agentlog", "worker", "--role", "process", "--no-web"],
                             settings.home / f"process-{log_name}"))
     return s, procs, f"http://127.0.0.1:{port}"
 

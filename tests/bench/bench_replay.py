@@ -1,4 +1,4 @@
-"""Replay-verify throughput: ``processors.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
+"""Replay-verify throughput: ``agentlog.replay.rederive.replay_run`` from an offset vs a raw aiokafka read.
 
 Setup (not timed): one run of N events is published through the SDK and a real ``agentlog
 worker`` process builds its committed log (each record carries its stateHash) and
@@ -28,16 +28,16 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processors.replay.rederive import replay_run
-from processors.worker.sequencer import SNAPSHOT_EVERY
-from schemas.errors import InfraError
-from streams.admin import ensure_topics
-from streams.codec import decode_record
-from streams.publisher import Publisher
-from streams.reader import READER_FETCH_MAX_WAIT_MS, read_topic
-from streams.security import client_kwargs
-from streams.settings import Settings, settings_env
-from streams.topics import topic_name
+from agentlog.replay.rederive import replay_run
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import decode_record
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import READER_FETCH_MAX_WAIT_MS, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings, settings_env
+from agentlog.streams.topics import topic_name
+from agentlog.worker.sequencer import SNAPSHOT_EVERY
 from tests.bench import BenchContext, own
 
 REPO = Path(__file__).resolve().parents[2]
@@ -76,7 +76,7 @@ def _worker(settings: Settings) -> subprocess.Popen:
     settings.home.mkdir(parents=True, exist_ok=True)
     log = open(settings.home / "bench-replay-worker.log", "a")  # noqa: SIM115 - owned by the child
     env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
+    return subprocess.Popen([sys.executable, "-m", "agentlog", "worker", "--loglevel", "warning",
                              "--role", "process", "--no-web"], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
 

@@ -22,9 +22,9 @@ import uuid
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.admin import ensure_topics
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
 from tests.bench.bench_process import REPO, _start, _stop, topic_stamps
 from tests.bench.workload import TREE_EVENTS, publish
@@ -73,7 +73,7 @@ def run(ctx: BenchContext) -> dict:
     s = ctx.on_own_topics(f"benchrestart{tag}", home, run_grace_s=GRACE_S)
     asyncio.run(ensure_topics(s))
     asyncio.run(publish(s, f"hist-{tag}", history, concurrent=1000))
-    worker = ["-m", "processors", "worker", "--role", "process", "--no-web"]
+    worker = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
     proc = _start(s, worker, home / "first.log")
     try:
         t0 = time.time()

@@ -16,9 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from streams.admin import ensure_topics
-from streams.publisher import Publisher
-from streams.settings import Settings
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.settings import Settings
 from tests.bench import BenchContext, own, workload
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.bench_queryable import log_stamps
@@ -86,7 +86,7 @@ def throughput(base: Settings, workers: int, n: int, tag: str) -> tuple[float, b
     s = base.replace(topic_prefix=own(f"benchscale{tag}{uuid.uuid4().hex[:6]}"), home=home, partitions=PARTITIONS,
                      replication_factor=1, otlp_port=0)
     asyncio.run(ensure_topics(s))
-    args = ["-m", "processors", "worker", "--role", "process", "--no-web"]
+    args = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
     logs = [home / f"worker-{i}.log" for i in range(workers)]
     procs = [_start(s.replace(worker_id=f"scale-{i}", state_dir=str(home / f"state-{i}")), args, logs[i])
              for i in range(workers)]

@@ -1,6 +1,6 @@
 """Audit sink end to end: committed log topic → ClickHouse (chdb), vs a direct chdb insert.
 
-``ours`` runs the real sink (:class:`processors.audit.sink.AuditSink`: consumer group,
+``ours`` runs the real sink (:class:`agentlog.audit.sink.AuditSink`: consumer group,
 range ledger, natural-key check, insert with its deduplication token, rollup views) over
 N CommittedEvent records already on a real ``log`` topic, timed from the moment its first fetch
 arrives (``AuditSink.first_fetch_at``) until ``SELECT count() FROM events`` = N. The consumer-group
@@ -12,7 +12,7 @@ ours ≥ 0.5× baseline, measured in the same run.
 
 ``python -m tests.bench.bench_sink [--events N]`` runs it alone (broker from
 ``AGENTLOG_KAFKA_BOOTSTRAP``); the harness calls ``run(ctx)``. The sink stores two partitions'
-batches at once (``processors.audit.sink.LANES``).
+batches at once (``agentlog.audit.sink.LANES``).
 """
 
 from __future__ import annotations
@@ -25,13 +25,13 @@ import uuid
 
 from aiokafka import AIOKafkaProducer
 
-from processors.audit import sink as audit_sink
-from schemas.canonical import GENESIS, chain_hash
-from streams.admin import ensure_topics
-from streams.codec import encode_record
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.audit import sink as audit_sink
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import encode_record
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 from tests.bench import BenchContext, own
 
 RUNS = 100
@@ -42,7 +42,7 @@ BASELINE_BATCH = 20_000
 
 
 def _committed(n: int) -> list[dict]:
-    from processors.core.runstate import advance
+    from agentlog.core.runstate import advance
 
     heads = [GENESIS] * RUNS
     seqs = [0] * RUNS
@@ -76,9 +76,9 @@ async def _produce(settings: Settings, records: list[dict]) -> None:
 
 
 def run(ctx: BenchContext) -> dict:
-    from processors.audit.migrations import migrate
-    from processors.audit.rows import rows_for
-    from processors.audit.store import open_store
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.rows import rows_for
+    from agentlog.audit.store import open_store
 
     n = _N or (20_000 if ctx.quick else 200_000)
     settings = ctx.settings.replace(topic_prefix=own(f"benchsink{uuid.uuid4().hex[:6]}"), partitions=4, replication_factor=1)
@@ -92,8 +92,8 @@ def run(ctx: BenchContext) -> dict:
         migrate(store)
 
         async def ours() -> float:
-            from processors.audit.sink import AuditSink
-            from processors.metrics import METRICS
+            from agentlog.audit.sink import AuditSink
+            from agentlog.metrics import METRICS
 
             sink = AuditSink(settings, store, topics={"log": "committed"})
             t0 = time.perf_counter()
@@ -144,7 +144,7 @@ def run(ctx: BenchContext) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     import argparse
 
-    from streams.settings import load_settings
+    from agentlog.streams.settings import load_settings
 
     parser = argparse.ArgumentParser(prog="python -m tests.bench.bench_sink", description=__doc__.split("\n\n")[0])
     parser.add_argument("--events", type=int, default=200_000)

@@ -25,9 +25,9 @@ from pathlib import Path
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from streams.admin import ensure_topics
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.workload import publish
@@ -125,7 +125,7 @@ def run(ctx: BenchContext) -> dict:
     s = ctx.on_own_topics(f"benchsoak{tag}", home, run_grace_s=GRACE_S)
     p = ctx.on_own_topics(f"benchsoakpass{tag}", home / "pass")
     role = os.environ.get("AGENTLOG_BENCH_SOAK_ROLE", "all")
-    worker = _Soak(s, ["-m", "processors", "worker", "--role", role, "--no-web"], home / "worker.log", seconds, tag)
+    worker = _Soak(s, ["-m", "agentlog", "worker", "--role", role, "--no-web"], home / "worker.log", seconds, tag)
     passthrough = _Soak(p, PASSTHROUGH_ARGS, home / "passthrough.log", seconds, tag)
     _soak_both([worker, passthrough])
     ours = worker.samples

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import faust
 
-from processors.worker.app import FETCH_MAX_WAIT_MS, faust_broker_kwargs
-from processors.worker.batch import BATCH_MAX, BATCH_WITHIN_S
-from streams import internals
-from streams.settings import load_settings
-from streams.topics import topic_name
+from agentlog.streams import internals
+from agentlog.streams.settings import load_settings
+from agentlog.streams.topics import topic_name
+from agentlog.worker.app import FETCH_MAX_WAIT_MS, faust_broker_kwargs
+from agentlog.worker.batch import BATCH_MAX, BATCH_WITHIN_S
 
 settings = load_settings()
 (settings.home / "passthrough-faust").mkdir(parents=True, exist_ok=True)

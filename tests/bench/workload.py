@@ -18,10 +18,10 @@ from collections.abc import Iterator
 
 from aiokafka import AIOKafkaProducer
 
-from streams.codec import encode_json
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.streams.codec import encode_json
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 from tests.unit.core.runs import child_runs
 from tests.unit.replay.runs import llm_run
 

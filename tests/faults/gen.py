@@ -11,7 +11,7 @@ import uuid
 from datetime import UTC
 from typing import Any
 
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.unit.core.runs import child_runs, realistic_run
 
 _BASE_MS = 1_736_935_200_000  # 2025-01-15T10:00:00Z

@@ -13,9 +13,9 @@ from __future__ import annotations
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 
 #: What the worker's Faust group reads: ingest (sequencing and the fold in one pass) and handoff-links.
 #: The log is read by the worker's log check and the audit sink, each in a group of its own.
@@ -68,7 +68,7 @@ class Offsets:
         The sink resumes from its ledger in ClickHouse and commits only after an insert returned, so
         zero here means ClickHouse holds every record.
         """
-        from processors.audit.sink import SINK_TOPICS
+        from agentlog.audit.sink import SINK_TOPICS
 
         return await self.lag(tuple(SINK_TOPICS), group=f"{self.settings.topic_prefix}.audit-sink")
 

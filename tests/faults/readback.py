@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from processors.core.fold import fold_all, state_hash
-from streams.reader import read_topic
-from streams.settings import Settings
+from agentlog.core.fold import fold_all, state_hash
+from agentlog.streams.reader import read_topic
+from agentlog.streams.settings import Settings
 from tests.faults.gen import chain_of
 
 

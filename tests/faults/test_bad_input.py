@@ -34,12 +34,12 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from schemas.avro import encode_avro
-from schemas.canonical import jcs
-from streams.admin import ensure_topics
-from streams.reader import read_run, read_topic
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.schemas.avro import encode_avro
+from agentlog.schemas.canonical import jcs
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
 from tests.faults.accounting import Landing, landing
 from tests.faults.gen import synthetic_run
 from tests.integration.replay.helpers import HandLog

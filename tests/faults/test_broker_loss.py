@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka import local
-from streams.admin import ensure_topics
-from streams.publisher import Publisher, PublishError
-from streams.reader import read_topic
-from streams.security import client_kwargs
-from streams.settings import load_settings
+from agentlog.infra.kafka import local
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher, PublishError
+from agentlog.streams.reader import read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import load_settings
 from tests.faults.gen import chain_of
 from tests.faults.kafka_util import Offsets
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -141,8 +141,8 @@ def test_worker_started_while_a_broker_is_down_waits_for_it_then_processes(tmp_p
     """A worker started on a fresh prefix while one broker of three is down waits for it; no manual restart."""
     from aiokafka.admin import AIOKafkaAdminClient
 
-    from streams.publisher import publish_docs
-    from streams.topics import topic_name
+    from agentlog.streams.publisher import publish_docs
+    from agentlog.streams.topics import topic_name
     from tests.faults.gen import synthetic_run
 
     base = free_port_range(6)

@@ -32,12 +32,12 @@ from collections import Counter
 
 import pytest
 
-from processors.audit.exactly_once import ledger_gaps
-from processors.audit.sink import SINK_TOPICS
-from processors.audit.store import open_store
-from streams.admin import ensure_topics
-from streams.publisher import Publisher
-from streams.reader import read_topic
+from agentlog.audit.exactly_once import ledger_gaps
+from agentlog.audit.sink import SINK_TOPICS
+from agentlog.audit.store import open_store
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_topic
 from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
 from tests.faults.readback import check_runs, read_outputs
@@ -70,7 +70,7 @@ async def _lags(offsets: Offsets) -> dict[str, int]:
 def test_three_workers_one_group_random_sigkills(settings, ledger):
     rng = random.Random(int(os.environ.get("AGENTLOG_FAULT_SEED", "18")))
     settings = settings.replace(partitions=PARTITIONS, session_timeout_s=6.0, otlp_port=0)
-    snapshots = {"processors.worker.sequencer:SNAPSHOT_EVERY": 25}
+    snapshots = {"agentlog.worker.sequencer:SNAPSHOT_EVERY": 25}
     asyncio.run(ensure_topics(settings))
     runs, stream = mixed_stream(rng, events=EVENTS, families=FAMILIES, per_run=PER_RUN, name="many")
     total = len(stream)

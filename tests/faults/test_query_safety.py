@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import pytest
 
-from processors.audit.migrations import migrate
-from processors.audit.queries import run_named, run_sql
-from processors.audit.store import open_store
-from schemas.errors import StoreError
+from agentlog.audit.migrations import migrate
+from agentlog.audit.queries import run_named, run_sql
+from agentlog.audit.store import open_store
+from agentlog.schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 
 pytestmark = [pytest.mark.faults]

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.fold import fold
-from processors.core.runstate import advance, refold_due
-from processors.core.sequencing import Accepted, Redelivered, Source, decide
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.core.fold import fold
+from agentlog.core.runstate import advance, refold_due
+from agentlog.core.sequencing import Accepted, Redelivered, Source, decide
+from agentlog.schemas.canonical import GENESIS, chain_hash
 
 pytestmark = [pytest.mark.faults]
 
@@ -73,8 +73,8 @@ def test_redelivery_of_a_record_already_folded_changes_nothing():
 
 
 def test_a_rejection_of_an_unsafe_sequence_is_itself_encodable():
-    from processors.core.sequencing import rejection_record
-    from streams.codec import encode_record
+    from agentlog.core.sequencing import rejection_record
+    from agentlog.streams.codec import encode_record
 
     doc = {**_doc(0), "sequence": 2 ** 60}
     record = rejection_record("unsafe_integer", "sequence too large", b"{}", Source("in", 0, 1, 0), doc)
@@ -86,8 +86,8 @@ def test_a_rejection_of_an_oversize_value_stays_small_and_says_what_it_dropped()
     import base64
     import hashlib
 
-    from processors.core.sequencing import RAW_MAX_BYTES, rejection_record
-    from streams.codec import encode_record
+    from agentlog.core.sequencing import RAW_MAX_BYTES, rejection_record
+    from agentlog.streams.codec import encode_record
 
     raw = b"{" + b"x" * (3 * RAW_MAX_BYTES)
     record = rejection_record("oversize", "too big", raw, Source("in", 0, 1, 0), {"runId": "r" * 10_000})

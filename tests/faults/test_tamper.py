@@ -24,12 +24,12 @@ import uuid
 
 import pytest
 
-from processors.core.checkpoint import key_id, load_public_key
-from processors.replay.rederive import replay_run
-from processors.replay.verify import load_from_log, verify_run
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_run, read_topic
+from agentlog.core.checkpoint import key_id, load_public_key
+from agentlog.replay.rederive import replay_run
+from agentlog.replay.verify import load_from_log, verify_run
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run, read_topic
 from tests.faults.gen import synthetic_run
 from tests.integration.replay.helpers import HandLog, committed, records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -45,7 +45,7 @@ def test_rewritten_log_record_is_flagged_live_and_by_replay(settings, ledger):
     docs = synthetic_run(run_id, 30, random.Random(11))
     k = next(i for i, d in enumerate(docs) if d["type"] == "variable.changed" and i > 3)
     worker = WorkerProcess(settings, sink=False, log_name="tamper-worker",
-                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
+                           constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
 
     async def scenario():
         assert (await publish_docs(settings, docs, wire="avro")).accepted == len(docs)

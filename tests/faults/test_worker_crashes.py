@@ -28,13 +28,13 @@ from collections import Counter
 
 import pytest
 
-from processors.audit.exactly_once import ledger_gaps
-from processors.audit.store import open_store
-from processors.core.checkpoint import key_id, load_public_key, verify_history
-from streams.admin import ensure_topics
-from streams.codec import encode_record
-from streams.publisher import Publisher
-from streams.reader import read_run, read_topic
+from agentlog.audit.exactly_once import ledger_gaps
+from agentlog.audit.store import open_store
+from agentlog.core.checkpoint import key_id, load_public_key, verify_history
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import encode_record
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_run, read_topic
 from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
 from tests.faults.readback import check_runs, read_outputs
@@ -65,7 +65,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     total = len(stream)
     assert total >= EVENTS
     worker = WorkerProcess(settings, sink=True, log_name="crash-worker",
-                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
+                           constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
     t0 = time.monotonic()
     kills: list[int] = []
 

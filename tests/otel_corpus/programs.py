@@ -1,7 +1,7 @@
 """The corpus programs as replay tests run them: the same agents and scripted models (:mod:`.script`),
-with each model wrapped in its framework's replay adapter (:mod:`processors.replay.frameworks`).
+with each model wrapped in its framework's replay adapter (:mod:`agentlog.replay.frameworks`).
 
-Each ``*_program(...)`` returns a program for :func:`processors.replay.regression.replay_test`:
+Each ``*_program(...)`` returns a program for :func:`agentlog.replay.regression.replay_test`:
 ``program(recorder)`` builds the agents around the scripted models and runs them. Two knobs make
 the known changes a replay test must catch: ``lookup_result`` (a tool that now returns something
 else) and ``refuse`` (a model whose first call now refuses). Each program's tools go through its
@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from processors.replay.recorder import Recorder
+from agentlog.replay.recorder import Recorder
 from tests.otel_corpus import script as s
 
 # --- OpenAI Agents SDK: triage → lookup_order → handoff → refund specialist ------------------------------------
@@ -35,7 +35,7 @@ def openai_agents_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool 
             ResponseOutputRefusal,
         )
 
-        from processors.replay.frameworks.openai_agents import ReplayModel, replay_tools
+        from agentlog.replay.frameworks.openai_agents import ReplayModel, replay_tools
 
         asked = [0]
 
@@ -100,7 +100,7 @@ def langgraph_program(*, search_result: str = s.SEARCH_RESULT, refuse: bool = Fa
         from langchain_core.outputs import ChatGeneration, ChatResult
         from langchain_core.tools import tool
 
-        from processors.replay.frameworks.langchain import ReplayChatModel, replay_tool_node
+        from agentlog.replay.frameworks.langchain import ReplayChatModel, replay_tool_node
 
         asked = [0]
 
@@ -170,7 +170,7 @@ def pydantic_ai_program(*, lookup_result: str = s.LOOKUP_RESULT, refuse: bool = 
         from pydantic_ai.models.function import AgentInfo, FunctionModel
         from pydantic_ai.usage import RequestUsage
 
-        from processors.replay.frameworks.pydantic_ai import ReplayModel, ReplayTools
+        from agentlog.replay.frameworks.pydantic_ai import ReplayModel, ReplayTools
 
         asked = [0]
 

@@ -21,7 +21,7 @@ body; ``.1.pb.gz``, ``.2.pb.gz`` … if the exporter sent several).
 
 Why gzipped binary protobuf and not OTLP/JSON: it is the exact byte string an exporter sends
 (``http/protobuf`` with ``OTEL_EXPORTER_OTLP_COMPRESSION=gzip``), so the tests decode it
-with the receiver's own :func:`processors.worker.otlp.decode_request`; JSON through
+with the receiver's own :func:`agentlog.worker.otlp.decode_request`; JSON through
 protobuf's ``json_format`` would be a re-encoding we made (bytes ids as base64, unlike
 OTLP/JSON's hex). Gzip keeps the fixtures to a few KB: LangChain instrumentations repeat the
 whole graph state on every span. ``--show`` prints a fixture as JSON for review.
@@ -430,7 +430,7 @@ def export_live(program: str, instrumentation: str, save: Path | None = None) ->
 def show(name: str) -> str:
     from google.protobuf import json_format
 
-    from processors.worker.otlp import decode_request
+    from agentlog.worker.otlp import decode_request
 
     return "\n".join(json_format.MessageToJson(decode_request(p.read_bytes(), "application/x-protobuf", "gzip"))
                      for p in sorted(HERE.glob(f"{name}*.pb.gz")))

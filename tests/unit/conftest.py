@@ -23,7 +23,7 @@ import pytest
 
 from tests.conftest import TEST_STACK_PORT
 
-_LOCAL_STACK_PORT = 19092  # streams.settings' default bootstrap (`agentlog infra up`)
+_LOCAL_STACK_PORT = 19092  # agentlog.streams.settings' default bootstrap (`agentlog infra up`)
 
 
 class BrokerContact(RuntimeError):
@@ -76,7 +76,7 @@ def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
     # pytest's own setup creates any fixture: the session broker is never started for a unit test.
     if "kafka_bootstrap" in getattr(item, "fixturenames", ()):
         pytest.fail(f"{item.nodeid} requests the kafka_bootstrap fixture (directly or via `settings`): "
-                    "unit tests are broker-free - build settings with streams.settings.load_settings, "
+                    "unit tests are broker-free - build settings with agentlog.streams.settings.load_settings, "
                     "or move the test to tests/integration and mark it kafka", pytrace=False)
     for name in ("kafka", "cluster"):
         if item.get_closest_marker(name):

@@ -1,10 +1,10 @@
 """The layout's promises, checked over the AST of every module (imports inside functions included).
 
 * no import cycle among the project's modules;
-* ``processors.core`` imports nothing that does Kafka, ClickHouse or Faust I/O, directly or through
+* ``agentlog.core`` imports nothing that does Kafka, ClickHouse or Faust I/O, directly or through
   the project modules it imports;
-* only ``processors.worker`` imports Faust, and of it only the app module reads the Faust app off a ``Wiring``;
-* ``processors.audit`` (the store and its sink) reaches nothing of ``processors.worker``: the worker starts the sink;
+* only ``agentlog.worker`` imports Faust, and of it only the app module reads the Faust app off a ``Wiring``;
+* ``agentlog.audit`` (the store and its sink) reaches nothing of ``agentlog.worker``: the worker starts the sink;
 * a Faust or aiokafka private attribute is touched in exactly one module (``streams/internals.py``);
 * the top level holds what the design card names, and ``processors/`` only a handful of modules;
 * nothing reads ``../shared`` (the tests and ``capabilities`` run from a clone alone).
@@ -23,16 +23,21 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("schemas", "streams", "processors", "infra")
 ENGINE_LIBRARIES = {"faust", "mode", "aiokafka", "kafka", "clickhouse_connect", "chdb", "confluent_kafka"}
-INTERNALS_MODULE = "streams.internals"
+INTERNALS_MODULE = "agentlog.streams.internals"
 #: Private names of the standard library's public API (namedtuple), not internals.
 PUBLIC_UNDERSCORED = {"_replace", "_asdict", "_fields", "_make"}
 
 
+#: The import package each repository folder installs as (pyproject.toml's package-dir).
+INSTALLED_AS = {"processors": ["agentlog"], "schemas": ["agentlog", "schemas"], "streams": ["agentlog", "streams"],
+                "infra": ["agentlog", "infra"], "tests": ["tests"]}
+
+
 def _module_name(path: Path) -> str:
-    parts = list(path.relative_to(REPO).with_suffix("").parts)
-    if parts[-1] == "__init__":
+    folder, *parts = path.relative_to(REPO).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join(INSTALLED_AS[folder] + parts)
 
 
 def _modules(roots: tuple[str, ...] = PACKAGES) -> dict[str, Path]:
@@ -76,7 +81,7 @@ def import_graph(roots: tuple[str, ...] = PACKAGES) -> tuple[dict[str, set[str]]
         for target in _imports(name, path, known):
             if target in known:
                 internal[name].add(target)
-            elif target.split(".")[0] in roots:
+            elif target.split(".")[0] in {INSTALLED_AS[r][0] for r in roots}:
                 parent = target
                 while parent and parent not in known:
                     parent = parent.rpartition(".")[0]
@@ -153,41 +158,41 @@ def test_the_tests_import_no_cycle_either():
 
 
 def test_core_reaches_no_engine_library():
-    core = {m for m in GRAPH if m == "processors.core" or m.startswith("processors.core.")}
+    core = {m for m in GRAPH if m == "agentlog.core" or m.startswith("agentlog.core.")}
     reached = _reachable(GRAPH, core)
     offenders = {m: EXTERNAL[m] & ENGINE_LIBRARIES for m in reached if EXTERNAL[m] & ENGINE_LIBRARIES}
-    assert offenders == {}, f"processors.core reaches I/O libraries through {offenders}"
-    assert not {m for m in reached if m.startswith(("processors.worker", "processors.audit", "processors.replay"))}
+    assert offenders == {}, f"agentlog.core reaches I/O libraries through {offenders}"
+    assert not {m for m in reached if m.startswith(("agentlog.worker", "agentlog.audit", "agentlog.replay"))}
 
 
 def test_importing_core_loads_no_engine_library():
-    code = ("import sys, processors.core; "
+    code = ("import sys, agentlog.core; "
             f"print(sorted(m for m in sys.modules if m.split('.')[0] in {sorted(ENGINE_LIBRARIES)!r}))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
 
 def test_the_audit_package_reaches_nothing_of_the_worker():
-    audit = {m for m in GRAPH if m == "processors.audit" or m.startswith("processors.audit.")}
-    reached = {m for m in _reachable(GRAPH, audit) if m.startswith("processors.worker")}
-    assert reached == set(), f"processors.audit reaches the worker: {reached}"
+    audit = {m for m in GRAPH if m == "agentlog.audit" or m.startswith("agentlog.audit.")}
+    reached = {m for m in _reachable(GRAPH, audit) if m.startswith("agentlog.worker")}
+    assert reached == set(), f"agentlog.audit reaches the worker: {reached}"
 
 
 def test_one_module_imports_faust():
     """Faust is behind one seam: the app's construction; everything else gets the app handed to it."""
     importers = {m for m, ext in EXTERNAL.items() if ext & {"faust", "mode"}}
-    assert importers == {"processors.worker.app"}, importers
+    assert importers == {"agentlog.worker.app"}, importers
 
 
 def test_the_worker_reaches_faust_through_its_ports():
     """Only the app module reads the Faust app off a ``Wiring``; the runtime and agents use the ports.
 
-    The ports (``processors.worker.ports``) name no engine library, so the in-memory twin
-    (``processors.worker.memory``) runs everything typed against them.
+    The ports (``agentlog.worker.ports``) name no engine library, so the in-memory twin
+    (``agentlog.worker.memory``) runs everything typed against them.
     """
     readers = {}
     for name, path in _modules(("processors",)).items():
-        if name == "processors.worker.app":
+        if name == "agentlog.worker.app":
             continue
         found = [node.lineno for node in ast.walk(ast.parse(path.read_text("utf-8")))
                  if isinstance(node, ast.Attribute) and node.attr == "app"
@@ -196,7 +201,7 @@ def test_the_worker_reaches_faust_through_its_ports():
         if found:
             readers[name] = found
     assert readers == {}, f"modules reading wiring.app instead of the ports: {readers}"
-    assert not EXTERNAL["processors.worker.ports"] & ENGINE_LIBRARIES
+    assert not EXTERNAL["agentlog.worker.ports"] & ENGINE_LIBRARIES
 
 
 def _private_accesses(path: Path) -> Iterator[tuple[int, str]]:

@@ -8,7 +8,7 @@
   ``ReplayToolCalls`` / ``replay_tool_node``, a LangGraph ``ToolNode``'s ``wrap_tool_call`` interceptor.
 
 Each wraps the model the program would use (``inner``) and sends every call through a
-:class:`processors.replay.recorder.Recorder`, which answers it live, from the recording, or both
+:class:`agentlog.replay.recorder.Recorder`, which answers it live, from the recording, or both
 (what-if) and records it as run events; the tool wrappers send every tool call through it too, to
 run the tool or answer it from the recording (``tools="run"`` / ``"recorded"``). Each module holds
 its framework's one conversion between the framework's request/response and the cache-key shape

@@ -27,7 +27,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from processors.replay.recorder import Recorder, refusal_of
+from agentlog.replay.recorder import Recorder, refusal_of
 
 __all__ = ["ReplayChatModel", "ReplayToolCalls", "envelope_of", "replay_tool_node", "request_of", "response_of"]
 

@@ -32,7 +32,7 @@ from openai.types.responses import (
     ResponseOutputText,
 )
 
-from processors.replay.recorder import Recorder, answer_of
+from agentlog.replay.recorder import Recorder, answer_of
 
 __all__ = ["ReplayModel", "ReplayModelProvider", "envelope_of", "replay_tools", "request_of", "response_of"]
 

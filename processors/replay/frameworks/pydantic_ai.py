@@ -30,7 +30,7 @@ from pydantic_ai.settings import ModelSettings
 from pydantic_ai.tools import RunContext, ToolDefinition
 from pydantic_ai.usage import RequestUsage
 
-from processors.replay.recorder import Recorder, answer_of
+from agentlog.replay.recorder import Recorder, answer_of
 
 __all__ = ["ReplayModel", "ReplayTools", "envelope_of", "request_of", "response_of"]
 

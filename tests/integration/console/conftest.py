@@ -1,6 +1,6 @@
 """One demo per module for the console's browser tests: the real broker, a real worker process, the demo run.
 
-The demo (:func:`processors.demo.tour.run_demo`, what ``tests/integration/demo`` checks end to end) leaves
+The demo (:func:`agentlog.demo.tour.run_demo`, what ``tests/integration/demo`` checks end to end) leaves
 its worker running, and that worker serves the console; the fixture stops it afterwards.
 Expected values are read from the audit history the demo queried (its run-timeline rows), never
 from the console itself.
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from processors.demo.tour import DemoSummary, run_demo, stop_worker
-from streams.settings import Settings, load_settings
+from agentlog.demo.tour import DemoSummary, run_demo, stop_worker
+from agentlog.streams.settings import Settings, load_settings
 from tests.tools import free_port
 
 

@@ -23,8 +23,8 @@ from urllib.parse import quote
 
 import pytest
 
-from processors.demo.tour import play_run
-from streams.publisher import Publisher
+from agentlog.demo.tour import play_run
+from agentlog.streams.publisher import Publisher
 from tests.integration.console.conftest import DemoConsole
 from tests.tools import require_tool
 from tests.unit.audit.pngcheck import distinct_colours

@@ -4,7 +4,7 @@ Expected indexes are read from the audit history (the run-timeline rows ClickHou
 not from the demo's own bookkeeping, so a demo that misplaces a divergence fails here.
 
 The host-replay verdicts must be the worker's: the tour falls back to ``compare_runs`` on the
-exported runs when no worker verdict arrives in time (``processors.demo.tour._host_replay``), which
+exported runs when no worker verdict arrives in time (``agentlog.demo.tour._host_replay``), which
 would hide a broken verdict path. So the test requires the tour to say "worker verdict" and reads
 each verdict back from the verdicts topic itself.
 """
@@ -16,8 +16,8 @@ import asyncio
 import pytest
 from rich.console import Console
 
-from processors.demo.tour import run_demo, stop_worker
-from streams.reader import read_topic
+from agentlog.demo.tour import run_demo, stop_worker
+from agentlog.streams.reader import read_topic
 from tests.tools import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka import local
-from streams.settings import load_settings
+from agentlog.infra.kafka import local
+from agentlog.streams.settings import load_settings
 from tests.tools import free_port_range
 
 pytestmark = [pytest.mark.kafka, pytest.mark.cluster, pytest.mark.slow]

@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-from infra.kafka import local
-from schemas.errors import InfraError
-from streams.settings import load_settings
+from agentlog.infra.kafka import local
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.settings import load_settings
 from tests.tools import free_port_range
 
 # Every test here runs the local-stack machinery (java, the Maven jars, a broker of its own on free
 # ports, or a start that must fail): never part of the broker-free selection.
 pytestmark = pytest.mark.kafka
 
-AGENTLOG = [sys.executable, "-m", "processors"]
+AGENTLOG = [sys.executable, "-m", "agentlog"]
 
 
 def _cli(home: Path, port: int, *args: str, **env: str) -> subprocess.CompletedProcess[str]:

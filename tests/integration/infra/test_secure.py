@@ -24,13 +24,13 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
-from infra.kafka import local
-from schemas.canonical import jcs
-from streams.publisher import Publisher
-from streams.reader import read_run
-from streams.security import client_kwargs, load_security
-from streams.settings import Settings, load_settings, settings_env
-from streams.topics import topic_name
+from agentlog.infra.kafka import local
+from agentlog.schemas.canonical import jcs
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_run
+from agentlog.streams.security import client_kwargs, load_security
+from agentlog.streams.settings import Settings, load_settings, settings_env
+from agentlog.streams.topics import topic_name
 from tests.integration.streams.test_sdk import emit_a_run
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import require_tool
@@ -66,7 +66,7 @@ def _free_port_pair() -> int:
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **settings_env(settings)}
     env.pop("AGENTLOG_KAFKA_BOOTSTRAP", None)  # the properties file names the broker
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True, text=True,
                           timeout=300, cwd=REPO)
 
 
@@ -79,7 +79,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
     env.update(AGENTLOG_HOME=str(home), AGENTLOG_TOPIC_PREFIX=prefix, AGENTLOG_PARTITIONS="2")
     settings = load_settings(home=home, topic_prefix=prefix, kafka_bootstrap=f"127.0.0.1:{port}", kafka_config="")
     try:
-        up = subprocess.run([sys.executable, "-m", "processors", "infra", "up", "--secure", "--port", str(port),
+        up = subprocess.run([sys.executable, "-m", "agentlog", "infra", "up", "--secure", "--port", str(port),
                              "--no-migrate"], env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
         assert up.returncode == 0, up.stdout + up.stderr
         files = local.secure_properties(settings)
@@ -250,7 +250,7 @@ def test_the_demo_runs_with_the_worker_properties(stack, tmp_path):
     """`agentlog demo` with AGENTLOG_KAFKA_CONFIG=worker.properties: the whole tour on the secure broker."""
     from rich.console import Console
 
-    from processors.demo.tour import run_demo, stop_worker
+    from agentlog.demo.tour import run_demo, stop_worker
     from tests.tools import free_port
 
     settings = stack.settings("worker", tmp_path).replace(web_port=free_port())

@@ -50,7 +50,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 REPO = Path(__file__).resolve().parents[3]
 TOKEN = "live-otlp-t0ken"
 #: The span mapper's timing, quicker: a trace is due 0.5 s after its last span, checked every 0.2 s.
-QUICK = {"processors.worker.spans:SETTLE_MS": 500, "processors.worker.spans:TICK_S": 0.2}
+QUICK = {"agentlog.worker.spans:SETTLE_MS": 500, "agentlog.worker.spans:TICK_S": 0.2}
 #: (program, instrumentation, protocol): each program once over gRPC and once over HTTP.
 CASES = [
     ("openai_agents", "openllmetry", "grpc"),

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
-from schemas.upstream import upstream_file
+from agentlog.schemas.upstream import upstream_file
 from tests.integration.otel.test_otlp_ingest import _export, _metric, _safe_post, _wait_for
 from tests.integration.worker.test_metrics_scrape import parse_exposition, readme_series
 from tests.integration.worker.worker_proc import WorkerProcess
@@ -37,7 +37,7 @@ SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)
 PARTITIONS = 2
 #: The span mapper's timing, quicker: a trace is due 0.5 s after its last span, checked every 0.2 s.
-QUICK = {"processors.worker.spans:SETTLE_MS": 500, "processors.worker.spans:TICK_S": 0.2}
+QUICK = {"agentlog.worker.spans:SETTLE_MS": 500, "agentlog.worker.spans:TICK_S": 0.2}
 
 
 class _SpreadTraces(RandomIdGenerator):
@@ -127,7 +127,7 @@ def test_forgotten_traces_re_sent_are_recognised_by_the_run_sequencer(settings):
     settings = settings.replace(otlp_port=port, web_port=free_port())
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
     worker = WorkerProcess(settings, sink=False, web=True, log_name="otel-ttl-worker",
-                           constants={**QUICK, "processors.worker.spans:PUBLISHED_TTL_MS": 2000}).start()
+                           constants={**QUICK, "agentlog.worker.spans:PUBLISHED_TTL_MS": 2000}).start()
     try:
         _wait_for("the OTLP receiver", lambda: _safe_post(port, b"\x00garbage") == 400)
         memory = InMemorySpanExporter()

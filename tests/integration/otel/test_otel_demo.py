@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.demo.tour import stop_worker
-from streams.settings import settings_env
+from agentlog.demo.tour import stop_worker
+from agentlog.streams.settings import settings_env
 from tests.tools import free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -28,7 +28,7 @@ def test_demo_otelagentlog_cli(settings):
     demo = settings.replace(web_port=free_port(), otlp_port=free_port(), web_token="demo-t0ken")
     env = {**os.environ, **settings_env(demo), "PYTHONPATH": str(REPO)}
     try:
-        out = subprocess.run([sys.executable, "-m", "processors", "demo", "--otel", "--json"], env=env, cwd=REPO,
+        out = subprocess.run([sys.executable, "-m", "agentlog", "demo", "--otel", "--json"], env=env, cwd=REPO,
                              capture_output=True, text=True, timeout=500)
     finally:
         stop_worker(demo)

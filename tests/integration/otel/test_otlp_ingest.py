@@ -23,8 +23,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.demo.otel import run_planner
-from schemas.upstream import upstream_file
+from agentlog.demo.otel import run_planner
+from agentlog.schemas.upstream import upstream_file
 from tests.integration.worker.worker_proc import WorkerProcess
 from tests.tools import agentlog_cli, free_port
 
@@ -65,7 +65,7 @@ def test_pydantic_ai_runs_arrive_as_hash_chained_runs_with_a_handoff(settings):
     port = free_port()
     settings = settings.replace(otlp_port=port, web_port=free_port())
     worker = WorkerProcess(settings, sink=True, web=True, log_name="otel-worker", constants={
-        "processors.worker.spans:SETTLE_MS": 500, "processors.worker.spans:TICK_S": 0.2}).start()
+        "agentlog.worker.spans:SETTLE_MS": 500, "agentlog.worker.spans:TICK_S": 0.2}).start()
     try:
         # Garbage first: a 400 also says the receiver is up.
         _wait_for("the OTLP receiver", lambda: _safe_post(port, b"\x00garbage") == 400)

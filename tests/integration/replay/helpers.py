@@ -13,14 +13,14 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-from processors.core.fold import states_by_index
-from schemas.canonical import GENESIS, chain_hash
-from streams.admin import ensure_topics
-from streams.codec import encode_record
-from streams.reader import read_run, read_topic
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.core.fold import states_by_index
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import encode_record
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 
 
 async def records_of(settings: Settings, short: str, run_id: str, field: str = "runId") -> list[dict]:

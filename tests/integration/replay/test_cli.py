@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.settings import Settings, settings_env
+from agentlog.streams.settings import Settings, settings_env
 from tests.integration.replay.helpers import HandLog, chained
 from tests.unit.replay.runs import llm_run
 
@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[3]
 
 def cli(settings: Settings, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, **settings_env(settings)}
-    return subprocess.run([sys.executable, "-m", "processors", *args], env=env, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "agentlog", *args], env=env, capture_output=True, text=True,
                           timeout=120, cwd=REPO)
 
 

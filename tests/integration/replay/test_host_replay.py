@@ -12,10 +12,10 @@ import uuid
 
 import pytest
 
-from processors.replay.host import host_verdicts
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import partition_for
+from agentlog.replay.host import host_verdicts
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import partition_for
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import as_replay, index_of, llm_run

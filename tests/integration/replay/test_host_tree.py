@@ -13,8 +13,8 @@ from collections import defaultdict
 
 import pytest
 
-from processors.replay import host
-from processors.replay.host import host_replay_verdict
+from agentlog.replay import host
+from agentlog.replay.host import host_replay_verdict
 from tests.integration.replay.helpers import HandLog, chained
 from tests.unit.replay.make_golden import tree_pairs
 

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from processors.replay.host import host_verdicts
-from processors.replay.mock import MockReplaySession, open_mock_session
-from schemas.errors import ReplayError
-from streams.admin import ensure_topics
-from streams.publisher import Publisher
-from streams.replay_client import start_replay
+from agentlog.replay.host import host_verdicts
+from agentlog.replay.mock import MockReplaySession, open_mock_session
+from agentlog.schemas.errors import ReplayError
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.replay_client import start_replay
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 

@@ -13,12 +13,12 @@ import uuid
 
 import pytest
 
-from processors.metrics import METRICS
-from processors.replay import Divergence, replay_run
-from schemas.canonical import chain_hash
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_run
+from agentlog.metrics import METRICS
+from agentlog.replay import Divergence, replay_run
+from agentlog.schemas.canonical import chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run
 from tests.integration.replay.helpers import HandLog, chained, committed, logged, terminal_snapshot
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
@@ -31,7 +31,7 @@ SNAPSHOT_EVERY = 5
 @pytest.fixture
 def worker(settings):
     asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings, constants={"processors.worker.sequencer:SNAPSHOT_EVERY": SNAPSHOT_EVERY}).start()
+    proc = WorkerProcess(settings, constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": SNAPSHOT_EVERY}).start()
     yield proc
     proc.stop()
 

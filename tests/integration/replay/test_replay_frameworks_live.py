@@ -18,10 +18,10 @@ import uuid
 
 import pytest
 
-from processors.replay.host import host_verdicts
-from processors.replay.regression import record
-from processors.replay.served import ServedResults
-from streams.admin import ensure_topics
+from agentlog.replay.host import host_verdicts
+from agentlog.replay.regression import record
+from agentlog.replay.served import ServedResults
+from agentlog.streams.admin import ensure_topics
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.otel_corpus.programs import PROGRAMS
@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 @pytest.fixture(scope="module")
 def stack(kafka_bootstrap, tmp_path_factory):
-    from streams.settings import load_settings
+    from agentlog.streams.settings import load_settings
 
     home = tmp_path_factory.mktemp("replay-frameworks")
     settings = load_settings(kafka_bootstrap=kafka_bootstrap, topic_prefix=f"t{uuid.uuid4().hex[:8]}", home=home,

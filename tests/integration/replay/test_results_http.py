@@ -18,8 +18,8 @@ import uuid
 
 import pytest
 
-from processors.core.result_cache import args_digest
-from schemas.canonical import jcs, sha256_hex
+from agentlog.core.result_cache import args_digest
+from agentlog.schemas.canonical import jcs, sha256_hex
 from tests.integration.replay.helpers import HandLog, chained
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import free_port

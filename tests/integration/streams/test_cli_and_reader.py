@@ -13,21 +13,21 @@ import jsonschema
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from schemas.avro import encode_avro
-from schemas.upstream import upstream_file
-from streams.admin import ensure_topics
-from streams.codec import encode_record
-from streams.publisher import Publisher
-from streams.reader import read_run
-from streams.security import client_kwargs, kcat_args
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.schemas.avro import encode_avro
+from agentlog.schemas.upstream import upstream_file
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.codec import encode_record
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_run
+from agentlog.streams.security import client_kwargs, kcat_args
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.kafka
 
 UPSTREAM_SCHEMA = upstream_file("openwop/schemas/run-event.schema.json")
-AGENTLOG = [sys.executable, "-c", "from processors.cli import main; main()"]
+AGENTLOG = [sys.executable, "-c", "from agentlog.cli import main; main()"]
 
 
 def doc(run_id: str, seq: int, type_: str = "variable.changed", payload: object = None, **extra: object) -> dict:
@@ -179,7 +179,7 @@ def test_reader_dedups_by_run_and_sequence(settings: Settings) -> None:
 
 
 def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> None:
-    from streams.reader import offset_for_time, partition_for
+    from agentlog.streams.reader import offset_for_time, partition_for
 
     async def scenario() -> tuple[list[int], int, int, int]:
         await ensure_topics(settings)
@@ -211,7 +211,7 @@ def test_one_topic_reader_reads_several_topics_in_turn(settings: Settings) -> No
     """One consumer, reads one after another (what a replay does): each read is what a fresh
     ``read_topic`` yields, a read stopped early leaves the next one whole, and an empty partition
     is known from its offsets."""
-    from streams.reader import TopicReader, read_topic
+    from agentlog.streams.reader import TopicReader, read_topic
 
     async def scenario() -> None:
         await ensure_topics(settings)

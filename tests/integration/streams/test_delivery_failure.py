@@ -6,11 +6,11 @@ import asyncio
 
 import pytest
 
-from streams.admin import ensure_topics
-from streams.publisher import Publisher, PublishError
-from streams.reader import read_run
-from streams.settings import Settings
-from streams.topics import TopicSpec, topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher, PublishError
+from agentlog.streams.reader import read_run
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import TopicSpec, topic_name
 
 pytestmark = pytest.mark.kafka
 

@@ -9,16 +9,16 @@ import jsonschema
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from schemas.cachekey import RECIPE_IDS, cache_key
-from schemas.errors import ContractError, EventRejected
-from schemas.upstream import upstream_file
-from streams.codec import decode_ingest
-from streams.internals import load_topic_metadata
-from streams.publisher import Publisher, SyncPublisher
-from streams.reader import partition_for, read_run, read_topic
-from streams.security import client_kwargs
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
+from agentlog.schemas.errors import ContractError, EventRejected
+from agentlog.schemas.upstream import upstream_file
+from agentlog.streams.codec import decode_ingest
+from agentlog.streams.internals import load_topic_metadata
+from agentlog.streams.publisher import Publisher, SyncPublisher
+from agentlog.streams.reader import partition_for, read_run, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 
 pytestmark = pytest.mark.kafka
 

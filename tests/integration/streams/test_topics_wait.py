@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from schemas.errors import InfraError
-from streams.admin import ensure_topics, ensure_topics_patiently
-from streams.topics import TopicSpec
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.admin import ensure_topics, ensure_topics_patiently
+from agentlog.streams.topics import TopicSpec
 
 pytestmark = [pytest.mark.kafka]
 

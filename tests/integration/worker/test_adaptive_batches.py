@@ -13,10 +13,10 @@ import uuid
 
 import pytest
 
-from schemas.canonical import GENESIS, chain_hash
-from streams.admin import ensure_topics
-from streams.publisher import Publisher
-from streams.reader import read_run, read_topic
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import Publisher
+from agentlog.streams.reader import read_run, read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -28,8 +28,8 @@ RUNS = 8
 def adaptive_worker(settings):
     asyncio.run(ensure_topics(settings))
     proc = WorkerProcess(settings, constants={
-        "processors.worker.batch:BATCH_IDLE_EVENTS": 8, "processors.worker.batch:BATCH_TICK_S": 0.005,
-        "processors.worker.batch:BATCH_WITHIN_S": 0.3, "processors.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
+        "agentlog.worker.batch:BATCH_IDLE_EVENTS": 8, "agentlog.worker.batch:BATCH_TICK_S": 0.005,
+        "agentlog.worker.batch:BATCH_WITHIN_S": 0.3, "agentlog.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
     yield proc
     proc.stop()
 

@@ -14,11 +14,11 @@ import uuid
 
 import pytest
 
-from processors.core.fold import fold_all, state_hash
-from schemas.canonical import GENESIS, chain_hash
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_run, read_topic
+from agentlog.core.fold import fold_all, state_hash
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run, read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.core.runs import realistic_run
 
@@ -45,7 +45,7 @@ def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
         if cursors[run_id] == len(runs[run_id]):
             del cursors[run_id]
     chunks = [stream[i:i + 40] for i in range(0, len(stream), 40)]
-    worker = WorkerProcess(settings, constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 7}).start()
+    worker = WorkerProcess(settings, constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 7}).start()
 
     async def scenario():
         kill_at = sorted(rng.sample(range(2, len(chunks) - 1), KILLS))

@@ -1,6 +1,6 @@
 """``agentlog worker --role all --sink-process``: the sink here, the Faust agents in a supervised child.
 
-One real worker on real Kafka with the embedded store (:mod:`processors.worker.halves`):
+One real worker on real Kafka with the embedded store (:mod:`agentlog.worker.halves`):
 
 * every event is in the log and in ClickHouse exactly once (``count()`` without FINAL), and the
   parent's ``/metrics`` carries the child's series (events accepted: the sequencer's, in the child)
@@ -22,12 +22,12 @@ import uuid
 
 import pytest
 
-from processors.audit import query_via_worker
-from processors.metrics import parse_exposition
-from schemas.errors import StoreError
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_topic
+from agentlog.audit import query_via_worker
+from agentlog.metrics import parse_exposition
+from agentlog.schemas.errors import StoreError
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import free_port
 from tests.unit.replay.runs import llm_run

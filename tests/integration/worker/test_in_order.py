@@ -1,6 +1,6 @@
 """``in_order``: a record beyond the expected offset makes the agent read the skipped hole first.
 
-The hole is read from a real broker (:class:`processors.worker.positions.BrokerBackfill`); the
+The hole is read from a real broker (:class:`agentlog.worker.positions.BrokerBackfill`); the
 consumer's view and the rest of the wiring are the in-memory ports (a consumer that has committed nothing).
 """
 
@@ -11,12 +11,12 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors.worker.batch import in_order
-from processors.worker.memory import MemoryMessage, memory_wiring
-from processors.worker.positions import BrokerBackfill, PartitionStarts
-from streams.admin import ensure_topics
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
+from agentlog.worker.batch import in_order
+from agentlog.worker.memory import MemoryMessage, memory_wiring
+from agentlog.worker.positions import BrokerBackfill, PartitionStarts
 
 pytestmark = [pytest.mark.kafka]
 

@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaProducer
 
-from processors import metrics
-from schemas.canonical import jcs
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_run, read_topic
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog import metrics
+from agentlog.schemas.canonical import jcs
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import free_port
 from tests.unit.core.runs import realistic_run

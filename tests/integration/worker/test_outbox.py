@@ -1,6 +1,6 @@
 """``Outbox``: a batch's records go out as whole producer batches and land where ``Delivered`` says.
 
-Snapshots name their log record's offset from :class:`processors.worker.batch.Delivered`, so the
+Snapshots name their log record's offset from :class:`agentlog.worker.batch.Delivered`, so the
 offset (base offset + index in the batch) must be the record's real one, also when a batch fills
 up and a second one is started; and a keyed record must land on the partition ``producer.send``
 would have chosen, or a run's outputs would leave its partition.
@@ -13,10 +13,10 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from processors.worker.batch import Outbox
-from streams.admin import ensure_topics
-from streams.security import client_kwargs
-from streams.topics import topic_name
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
+from agentlog.worker.batch import Outbox
 
 pytestmark = [pytest.mark.kafka]
 

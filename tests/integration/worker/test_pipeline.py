@@ -13,11 +13,11 @@ import uuid
 
 import pytest
 
-from schemas.canonical import GENESIS, chain_hash
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_run, read_topic
-from streams.security import kcat_args
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.security import kcat_args
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import require_tool
 from tests.unit.core.runs import child_runs, realistic_run
@@ -51,7 +51,7 @@ def _chains(transitions: list[dict]) -> dict[str, list[dict]]:
 def worker(settings):
     asyncio.run(ensure_topics(settings))
     proc = WorkerProcess(settings.replace(handoff_mode="auto"),
-                         constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 5}).start()
+                         constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 5}).start()
     yield proc
     proc.stop()
 
@@ -178,7 +178,7 @@ def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worke
     import json
     import subprocess
 
-    from streams.topics import topic_name
+    from agentlog.streams.topics import topic_name
 
     require_tool("kcat")
     run_id = f"kcat-{uuid.uuid4().hex[:8]}"

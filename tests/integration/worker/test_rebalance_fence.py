@@ -2,7 +2,7 @@
 
 Worker A (with ``slow_commit/sitecustomize.py`` on its path) handles the whole backlog as one batch,
 sends its outputs, and holds that batch's commit until worker B joins the group and a rebalance
-starts. Faust does not wait for our batches, so before ``processors.worker.fence`` A's table writes
+starts. Faust does not wait for our batches, so before ``agentlog.worker.fence`` A's table writes
 landed whenever the batch finished — while B recovered the same tables — and a head could be
 recovered ahead of its index (``test_many_workers``: hundreds of redelivered records refused as
 ``sequence_conflict``).
@@ -35,9 +35,9 @@ from pathlib import Path
 import orjson
 import pytest
 
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_topic
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import describe_group
 from tests.unit.replay.runs import llm_run
@@ -65,7 +65,7 @@ async def _count(settings, short: str) -> int:
 def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_move_or_fenced(settings,
                                                                                             revoke_wait_s):
     settings = settings.replace(partitions=4, session_timeout_s=10.0)
-    revoke_wait = {"processors.worker.fence:REVOKE_WAIT_S": revoke_wait_s}
+    revoke_wait = {"agentlog.worker.fence:REVOKE_WAIT_S": revoke_wait_s}
     prefix = f"fence-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

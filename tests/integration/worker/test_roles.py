@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.settings import settings_env
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.settings import settings_env
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import describe_group, free_port
 from tests.unit.core.runs import realistic_run
@@ -41,7 +41,7 @@ def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
     sink = WorkerProcess(sink_settings, role="sink", web=True, log_name="roles-sink").start()
     try:
         async def scenario():
-            from processors.audit.store import read_owner
+            from agentlog.audit.store import read_owner
 
             async def owned():
                 owner = read_owner(settings)
@@ -54,7 +54,7 @@ def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
             env = {**os.environ, **settings_env(settings)}
 
             async def timeline():
-                done = subprocess.run([sys.executable, "-m", "processors", "query", "run-timeline", "--param",
+                done = subprocess.run([sys.executable, "-m", "agentlog", "query", "run-timeline", "--param",
                                        f"run_id={run_id}", "--json"], env=env, capture_output=True, text=True,
                                       timeout=120)
                 rows = json.loads(done.stdout)["rows"] if done.returncode == 0 else []
@@ -70,7 +70,7 @@ def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
 
         # A second sink on the same home: refused at start, at once, naming the owner.
         t0 = time.monotonic()
-        second = subprocess.run([sys.executable, "-m", "processors", "worker", "--role", "sink", "--no-web"],
+        second = subprocess.run([sys.executable, "-m", "agentlog", "worker", "--role", "sink", "--no-web"],
                                 env={**os.environ, **settings_env(settings)}, capture_output=True, text=True,
                                 timeout=120)
         assert second.returncode == 2, second.stderr[-2000:]

@@ -19,13 +19,13 @@ import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from processors.core.runstate import TERMINAL_TYPES
-from processors.worker.sequencer import INDEX_SEP
-from processors.worker.tables import RocksBudget, sequencer_tables
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
-from streams.reader import read_topic
-from streams.security import client_kwargs
+from agentlog.core.runstate import TERMINAL_TYPES
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.worker.sequencer import INDEX_SEP
+from agentlog.worker.tables import RocksBudget, sequencer_tables
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.core.runs import realistic_run
 
@@ -170,7 +170,7 @@ def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplic
     async def publish_chunk(chunk: list[tuple[str, bytes]]) -> None:
         from aiokafka import AIOKafkaProducer
 
-        from streams.topics import topic_name
+        from agentlog.streams.topics import topic_name
 
         producer = AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True)
         await producer.start()

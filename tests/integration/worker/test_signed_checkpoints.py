@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from processors.core.fold import states_by_index
-from processors.core.runstate import chain_problem
-from schemas.canonical import jcs
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
+from agentlog.core.fold import states_by_index
+from agentlog.core.runstate import chain_problem
+from agentlog.schemas.canonical import jcs
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
 from tests.faults.gen import synthetic_run
 from tests.integration.replay.helpers import records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -41,7 +41,7 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
     run_id = f"signed-{uuid.uuid4().hex[:8]}"
     docs = synthetic_run(run_id, 23, random.Random(5))  # checkpoints at 4, 9, 14, 19 and the terminal 22
     worker = WorkerProcess(settings, sink=True, web=True, log_name="signed-worker",
-                           constants={"processors.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
+                           constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 10}).start()
     pub = settings.home / "keys" / "ed25519.pub.pem"
     try:
         async def scenario() -> list[dict]:
@@ -85,7 +85,7 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
         worker.stop()
 
     # The forger rewrites event 7 of the export as full log records and recomputes every hash after it.
-    from streams.reader import read_run
+    from agentlog.streams.reader import read_run
 
     records = list(asyncio.run(read_run(settings, run_id)))
     forged = forge(records, 7, lambda d: d["payload"].update(forged=True) if isinstance(d["payload"], dict) else None)
@@ -103,7 +103,7 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
     # Another key than the worker's: nothing verifies.
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from processors.core.checkpoint import public_key_pem
+    from agentlog.core.checkpoint import public_key_pem
 
     stranger = tmp_path / "stranger.pub.pem"
     stranger.write_bytes(public_key_pem(Ed25519PrivateKey.generate().public_key()))

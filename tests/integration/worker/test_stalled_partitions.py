@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.publisher import publish_docs
+from agentlog.streams.publisher import publish_docs
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.replay.runs import llm_run
@@ -30,7 +30,7 @@ _INJECT = Path(__file__).resolve().parent / "drop_fetched"
 def _dropping_worker(settings, *, stall_check_s: float) -> WorkerProcess:
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return WorkerProcess(settings, env={"PYTHONPATH": path, "AGENTLOG_TEST_DROP_INGEST_BELOW": "1000"},
-                         constants={"processors.worker.batch:STALL_CHECK_S": stall_check_s})
+                         constants={"agentlog.worker.batch:STALL_CHECK_S": stall_check_s})
 
 
 @pytest.mark.parametrize("stall_check_s", [1.0, 0.0], ids=["check_on", "check_off"])

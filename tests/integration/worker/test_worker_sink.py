@@ -15,9 +15,9 @@ import uuid
 
 import pytest
 
-from processors.audit import sink as audit_sink
-from streams.admin import ensure_topics
-from streams.publisher import publish_docs
+from agentlog.audit import sink as audit_sink
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import agentlog_cli, free_port
 from tests.unit.core.runs import realistic_run
@@ -41,7 +41,7 @@ def test_sink_fills_clickhouse_and_the_worker_answers_queries(settings):
     worker = WorkerProcess(settings, sink=True, web=True).start()
     try:
         async def scenario():
-            from processors.audit.store import read_owner
+            from agentlog.audit.store import read_owner
 
             async def owned():
                 owner = read_owner(settings)
@@ -87,7 +87,7 @@ class _Killed(BaseException):
 
 
 def _crashing_sink(settings, store, *, after_batches: int, mode: str):
-    from processors.audit.sink import AuditSink
+    from agentlog.audit.sink import AuditSink
 
     class Crashing(AuditSink):
         done = 0
@@ -108,7 +108,7 @@ def _crashing_sink(settings, store, *, after_batches: int, mode: str):
 async def _produce(settings, short: str, values: list[bytes], keys: list[str]) -> None:
     from aiokafka import AIOKafkaProducer
 
-    from streams.topics import topic_name
+    from agentlog.streams.topics import topic_name
 
     producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all")
     await producer.start()
@@ -137,9 +137,9 @@ async def _run_until(sink, predicate, timeout: float = 120.0) -> None:
 
 @pytest.mark.parametrize("mode", ["before_insert", "after_insert"])
 def test_sink_is_exactly_once_across_crashes(settings, mode, monkeypatch):
-    from processors.audit.migrations import migrate
-    from processors.audit.store import open_store
-    from streams.codec import encode_record
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.store import open_store
+    from agentlog.streams.codec import encode_record
     from tests.unit.audit.data import audit_batches
 
     _tune_sink(monkeypatch, rows=7, flush_s=0.2)
@@ -165,7 +165,7 @@ def test_sink_is_exactly_once_across_crashes(settings, mode, monkeypatch):
             with pytest.raises(_Killed):
                 await _run_until(crashed, lambda: False)
             assert count("events") < len(committed)  # it did crash mid-way
-            from processors.audit.sink import AuditSink
+            from agentlog.audit.sink import AuditSink
 
             await _run_until(AuditSink(settings, store),
                              lambda: count("events") >= len(committed) and count("replay_verdicts") >= len(verdicts)
@@ -191,7 +191,7 @@ def test_sink_is_exactly_once_across_crashes(settings, mode, monkeypatch):
 
 def _gapping_sink(settings, store, *, how: str):
     """A sink that is shown a gap once: a fetch missing its first records, or a seek forward behind its back."""
-    from processors.audit.sink import AuditSink
+    from agentlog.audit.sink import AuditSink
 
     class Gapping(AuditSink):
         gapped = False
@@ -214,12 +214,12 @@ def _gapping_sink(settings, store, *, how: str):
 
 @pytest.mark.parametrize("how", ["stale_fetch", "seek_forward"])
 def test_sink_heals_an_offset_gap_with_zero_loss(settings, how, monkeypatch):
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.store import open_store
-    from processors.metrics import METRICS
-    from streams.codec import encode_record
-    from streams.topics import topic_name
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.store import open_store
+    from agentlog.metrics import METRICS
+    from agentlog.streams.codec import encode_record
+    from agentlog.streams.topics import topic_name
     from tests.unit.audit.data import audit_batches
 
     _tune_sink(monkeypatch, rows=4, flush_s=0.2)
@@ -263,9 +263,9 @@ def _failing_sink(settings, store, *, mode: str):
     recorded / after its rows landed, so the sink must drop what it fetched ahead and resume the
     partition from the ledger.
     """
-    from processors.audit.exactly_once import BlockingSink
-    from processors.audit.sink import AuditSink
-    from schemas.errors import StoreError
+    from agentlog.audit.exactly_once import BlockingSink
+    from agentlog.audit.sink import AuditSink
+    from agentlog.schemas.errors import StoreError
 
     class Flaky(BlockingSink):
         calls = 0
@@ -307,11 +307,11 @@ def _failing_sink(settings, store, *, mode: str):
 
 @pytest.mark.parametrize("mode", ["retried_after_insert", "resumed_before_insert", "resumed_after_insert"])
 def test_a_failed_batch_while_the_next_was_fetched_loses_and_duplicates_nothing(settings, mode, monkeypatch):
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.store import open_store
-    from processors.metrics import METRICS
-    from streams.codec import encode_record
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.store import open_store
+    from agentlog.metrics import METRICS
+    from agentlog.streams.codec import encode_record
     from tests.unit.audit.data import audit_batches
 
     _tune_sink(monkeypatch, rows=4, flush_s=0.2)
@@ -354,11 +354,11 @@ def test_two_lanes_store_two_partitions_at_once_exactly_once(settings, monkeypat
     """With two lanes (``LANES``) two partitions' batches are stored at the same time (each on its own
     connection and staging tables), a partition never has two at once, and the log's at-least-once
     repeats are still stored once: count() without FINAL, no ledger gap, exact rollups."""
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.sink import AuditSink
-    from processors.audit.store import open_store
-    from streams.codec import encode_record
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.sink import AuditSink
+    from agentlog.audit.store import open_store
+    from agentlog.streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
     _tune_sink(monkeypatch, rows=60, flush_s=0.2, lanes=2)
@@ -416,12 +416,12 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
     """While every lane is busy the sink keeps fetching (the buffers fill to the end of every
     partition instead of the loop waiting for the lane), and the lane that frees takes the partition
     with the most rows left, all its buffer in one batch (up to 3 x ``BATCH_ROWS``). Exactly once throughout."""
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.sink import AuditSink
-    from processors.audit.store import open_store
-    from streams.codec import encode_record
-    from streams.topics import topic_name
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.sink import AuditSink
+    from agentlog.audit.store import open_store
+    from agentlog.streams.codec import encode_record
+    from agentlog.streams.topics import topic_name
     from tests.bench.bench_sink import RUNS, _committed
 
     # 270 records: with one lane the sink buffers up to (1 + 2) x 100 (the memory bound), so all of them
@@ -485,11 +485,11 @@ def test_a_busy_lane_lets_the_fetch_go_on_and_the_largest_backlog_is_stored_next
 def test_the_buffers_stay_bounded_while_a_partition_is_far_ahead_of_its_batch(settings, monkeypatch):
     """The loop fetches on while a batch is stored, but not without bound: with one partition far
     ahead of its batch in flight it buffers at most (lanes + 2) batches (and one fetch), then waits."""
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.sink import AuditSink
-    from processors.audit.store import open_store
-    from streams.codec import encode_record
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.sink import AuditSink
+    from agentlog.audit.store import open_store
+    from agentlog.streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
     _tune_sink(monkeypatch, rows=50, flush_s=30.0, lanes=1)
@@ -534,11 +534,11 @@ def test_two_batches_failing_at_once_still_stop_the_consumer_and_close_the_lanes
     It also needs the second lane to get a batch while the first partition's buffer is full: that
     partition is paused and the fetch goes on for the others (without it the buffer bound stopped the
     fetch and the free lane idled until the first batch was stored)."""
-    from processors.audit.migrations import migrate
-    from processors.audit.sink import AuditSink
-    from processors.audit.store import open_store
-    from schemas.errors import StoreError
-    from streams.codec import encode_record
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.sink import AuditSink
+    from agentlog.audit.store import open_store
+    from agentlog.schemas.errors import StoreError
+    from agentlog.streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
     _tune_sink(monkeypatch, rows=20, flush_s=0.2, lanes=2)
@@ -587,11 +587,11 @@ def test_a_trickle_goes_in_batches_of_several_partitions_exactly_once_across_a_c
     partitions' buffers along (one set of statements instead of four). A crash after
     such a batch's ranges are recorded (rows in or not) loses and duplicates nothing: the next sink
     re-forms each partition's last range on its own."""
-    from processors.audit.exactly_once import ledger_gaps
-    from processors.audit.migrations import migrate
-    from processors.audit.sink import AuditSink, batch_ranges
-    from processors.audit.store import open_store
-    from streams.codec import encode_record
+    from agentlog.audit.exactly_once import ledger_gaps
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.sink import AuditSink, batch_ranges
+    from agentlog.audit.store import open_store
+    from agentlog.streams.codec import encode_record
     from tests.bench.bench_sink import _committed
 
     _tune_sink(monkeypatch, rows=2000, flush_s=0.3, lanes=2)

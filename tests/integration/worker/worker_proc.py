@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from streams.settings import Settings, settings_env
+from agentlog.streams.settings import Settings, settings_env
 
 #: Module constants a worker child runs with, as JSON ``{"package.module:NAME": value}``.
 CONSTANTS_ENV = "AGENTLOG_TEST_CONSTANTS"
@@ -66,7 +66,7 @@ class WorkerProcess:
             if "PYTHONPATH" not in self.env:  # a fault-injecting sitecustomize applies them itself
                 env["PYTHONPATH"] = os.pathsep.join(
                     [str(_REPO), str(_CONSTANTS_SITE), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        args = [sys.executable, "-m", "processors", "worker", "--loglevel", "warning",
+        args = [sys.executable, "-m", "agentlog", "worker", "--loglevel", "warning",
                 "--role", self.role, "--web" if self.web else "--no-web"]
         self.starts += 1
         with open(self.log_path, "a") as log:  # the child keeps its own copy of the descriptor

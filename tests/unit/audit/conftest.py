@@ -41,8 +41,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path) -> Iterator[str]:
 @pytest.fixture
 def store(store_url: str):
     """A migrated, empty store (closed after the test so the next test may open another chdb dir)."""
-    from processors.audit.migrations import migrate
-    from processors.audit.store import open_store
+    from agentlog.audit.migrations import migrate
+    from agentlog.audit.store import open_store
 
     s = open_store(store_url)
     try:

@@ -10,8 +10,8 @@ import base64
 from datetime import datetime
 from typing import Any
 
-from processors.core.fold import states_by_index
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.core.fold import states_by_index
+from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.unit.core.runs import child_runs, event_id, realistic_run
 
 INGEST_TOPIC = "t.ingest"

@@ -6,7 +6,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.audit.rows import _payload_and_doc
+from agentlog.audit.rows import _payload_and_doc
 from tests.unit.schemas.test_fast_paths import _keys, _values
 
 _tricky = st.sampled_from(['"payload":0', 'x"payload":0', '\\"payload\\":0', "payload", '"payload":'])

@@ -6,11 +6,11 @@ are already taken by a part that no longer exists, and the ledger query finds ga
 
 from __future__ import annotations
 
-from processors.audit.exactly_once import BlockingSink, ledger_gaps, token_for
-from processors.audit.migrations import migrate
-from processors.audit.rows import rows_for
-from processors.audit.store import open_store
-from processors.metrics import METRICS
+from agentlog.audit.exactly_once import BlockingSink, ledger_gaps, token_for
+from agentlog.audit.migrations import migrate
+from agentlog.audit.rows import rows_for
+from agentlog.audit.store import open_store
+from agentlog.metrics import METRICS
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.audit.data import audit_batches
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit.queries import NAMED_QUERIES, AuditQueries, run_named, run_sql
-from schemas.errors import StoreError
+from agentlog.audit.queries import NAMED_QUERIES, AuditQueries, run_named, run_sql
+from agentlog.schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 from tests.unit.core.runs import realistic_run
 
@@ -173,10 +173,10 @@ def test_a_batch_without_its_token_is_stored_twice(loaded_store):
 
 
 def test_no_named_query_or_reader_uses_final():
-    import processors.audit.queries as q
-    import processors.audit.report as report
-    import processors.audit.server as server
-    import processors.console.views as console_views
+    import agentlog.audit.queries as q
+    import agentlog.audit.report as report
+    import agentlog.audit.server as server
+    import agentlog.console.views as console_views
 
     for name, query in NAMED_QUERIES.items():
         assert not re.search(r"\bFINAL\b", query.sql, re.I), name

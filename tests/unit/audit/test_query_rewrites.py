@@ -14,8 +14,8 @@ import random
 
 import pytest
 
-from processors.audit.queries import run_named
-from processors.audit.rollups import repair
+from agentlog.audit.queries import run_named
+from agentlog.audit.rollups import repair
 
 pytestmark = pytest.mark.timeout(300)
 

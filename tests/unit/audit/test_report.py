@@ -12,8 +12,8 @@ import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
-from processors.audit.report import render_report
-from processors.core.fold import fold_all
+from agentlog.audit.report import render_report
+from agentlog.core.fold import fold_all
 from tests.tools import require_tool
 from tests.unit.audit.pngcheck import distinct_colours
 from tests.unit.core.runs import realistic_run

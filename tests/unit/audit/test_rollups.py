@@ -10,9 +10,9 @@ import re
 
 import pytest
 
-from processors.audit.migrations import migrate
-from processors.audit.rollups import repair
-from processors.audit.store import open_store
+from agentlog.audit.migrations import migrate
+from agentlog.audit.rollups import repair
+from agentlog.audit.store import open_store
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.audit.data import audit_batches
 
@@ -95,7 +95,7 @@ def test_every_rollup_emptied_is_rebuilt_exactly_by_its_views_own_select(loaded_
 
 
 def test_a_view_whose_rollup_the_repair_cannot_follow_is_refused():
-    from processors.audit.rollups import _repair_of
+    from agentlog.audit.rollups import _repair_of
 
     def create(kind: str) -> str:
         return f"CREATE TABLE IF NOT EXISTS r\n(\n    run_id String,\n    n {kind}\n)\nENGINE = AggregatingMergeTree\nORDER BY run_id"

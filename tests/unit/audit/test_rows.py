@@ -11,9 +11,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.audit.rows import rows_for
-from schemas.canonical import GENESIS, chain_hash, loads_strict
-from streams.codec import encode_record
+from agentlog.audit.rows import rows_for
+from agentlog.schemas.canonical import GENESIS, chain_hash, loads_strict
+from agentlog.streams.codec import encode_record
 from tests.unit.schemas.strategies import valid_docs
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from processors.audit.queries import NAMED_QUERIES, run_named
-from schemas.errors import StoreError
+from agentlog.audit.queries import NAMED_QUERIES, run_named
+from agentlog.schemas.errors import StoreError
 from tests.unit.audit.data import LLM_RUN, committed
 from tests.unit.core.runs import child_runs
 

@@ -17,16 +17,16 @@ import rfc8785
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.audit.exactly_once import BlockingSink, SequenceTops, token_for
-from processors.audit.migrations import migrate
-from processors.audit.rows import rows_for
-from processors.audit.sink import AuditSink, split_batch
-from processors.audit.store import Store, open_store
-from processors.metrics import METRICS
-from schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
-from streams.codec import encode_committed, encode_record
-from streams.settings import Settings
-from streams.topics import topic_name
+from agentlog.audit.exactly_once import BlockingSink, SequenceTops, token_for
+from agentlog.audit.migrations import migrate
+from agentlog.audit.rows import rows_for
+from agentlog.audit.sink import AuditSink, split_batch
+from agentlog.audit.store import Store, open_store
+from agentlog.metrics import METRICS
+from agentlog.schemas.canonical import GENESIS, chain_hash, jcs, loads_strict
+from agentlog.streams.codec import encode_committed, encode_record
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.audit.records import Partition, Record
 from tests.unit.schemas.strategies import valid_docs
@@ -240,7 +240,7 @@ def test_generated_docs_are_stored_as_the_python_mapping_stores_them(tmp_path):
 
 def _lookups(monkeypatch) -> list[bool]:
     """Spy on which ``events`` insert the sink runs: ``filtered`` per ``raw.insert_sql`` call."""
-    from processors.audit import raw
+    from agentlog.audit import raw
 
     calls: list[bool] = []
     real = raw.insert_sql

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 
-from processors.audit import sink as sink_module
-from processors.audit.exactly_once import ledger_gaps, token_for
-from processors.audit.migrations import migrate
-from processors.audit.sink import AuditSink, Rider, _Partition
-from processors.audit.store import open_store
-from schemas.canonical import GENESIS, chain_hash, jcs
-from streams.codec import encode_committed
-from streams.settings import Settings
+from agentlog.audit import sink as sink_module
+from agentlog.audit.exactly_once import ledger_gaps, token_for
+from agentlog.audit.migrations import migrate
+from agentlog.audit.sink import AuditSink, Rider, _Partition
+from agentlog.audit.store import open_store
+from agentlog.schemas.canonical import GENESIS, chain_hash, jcs
+from agentlog.streams.codec import encode_committed
+from agentlog.streams.settings import Settings
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
 from tests.unit.audit.records import Partition, Record
 

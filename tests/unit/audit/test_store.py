@@ -14,21 +14,21 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit.migrations import migrate
-from processors.audit.rows import COLUMNS, committed_rows, rows_for
-from processors.audit.server import handle_query_request, query_via_worker
-from processors.audit.store import Store, open_store, owner_file, read_owner
-from schemas.errors import StoreError
+from agentlog.audit.migrations import migrate
+from agentlog.audit.rows import COLUMNS, committed_rows, rows_for
+from agentlog.audit.server import handle_query_request, query_via_worker
+from agentlog.audit.store import Store, open_store, owner_file, read_owner
+from agentlog.schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 
 pytestmark = pytest.mark.timeout(180)
 REPO = Path(__file__).resolve().parents[3]
-CLI = [sys.executable, "-c", "from processors.cli import main; main()"]
+CLI = [sys.executable, "-c", "from agentlog.cli import main; main()"]
 
 HOLDER = """
 import sys, time
-from processors.audit.store import open_store
-from processors.audit.migrations import migrate
+from agentlog.audit.store import open_store
+from agentlog.audit.migrations import migrate
 s = open_store(sys.argv[1]); migrate(s)
 print("ready", flush=True)
 sys.stdin.readline()
@@ -50,7 +50,7 @@ def test_migrate_is_idempotent_and_recorded(store_url):
     with open_store(store_url) as s:
         ledger = s.query("SELECT version, name FROM schema_migrations ORDER BY version").rows
         tables = {r[0] for r in s.query("SHOW TABLES").rows}
-    from processors.audit.migrations import MIGRATIONS_DIR
+    from agentlog.audit.migrations import MIGRATIONS_DIR
 
     assert ledger == [(int(p.name[:4]), p.stem) for p in sorted(MIGRATIONS_DIR.glob("[0-9]*.sql"))]
     assert set(COLUMNS) <= tables
@@ -283,7 +283,7 @@ def test_cli_opens_the_directory_when_no_worker_owns_it(tmp_path):
 
 def test_stored_doc_and_payload_are_exactly_the_jcs_bytes():
     """The doc column is the hash-chain preimage: an auditor re-hashes it, so it must be RFC 8785 to the byte."""
-    from schemas.canonical import chain_hash, jcs
+    from agentlog.schemas.canonical import chain_hash, jcs
 
     odd = {"eventId": 'e"\\\n\x01\x7f€😀', "runId": "r\u2028", "type": "t", "sequence": 2**53 - 1,
            "timestamp": "2025-01-01T00:00:00Z", "nodeId": "ü", "causationId": "a\\b",
@@ -308,7 +308,7 @@ def test_cluster_ddl_is_the_single_node_ddl_rewritten_statement_by_statement(sto
     """
     import hashlib
 
-    from processors.audit.migrations import _CLUSTER_FILE_CHECKSUMS, MIGRATIONS_DIR, _statements, cluster_migration
+    from agentlog.audit.migrations import _CLUSTER_FILE_CHECKSUMS, MIGRATIONS_DIR, _statements, cluster_migration
 
     expected = sorted(p.name for p in CLUSTER_DDL.glob("*.sql"))
     assert len(expected) == 7 and set(expected) <= {p.name for p in MIGRATIONS_DIR.glob("*.sql")}  # 0001-0006, ledger
@@ -327,7 +327,7 @@ def test_cluster_ddl_is_the_single_node_ddl_rewritten_statement_by_statement(sto
 
 
 def test_cluster_statements_refuse_what_they_cannot_rewrite():
-    from processors.audit.migrations import cluster_statements
+    from agentlog.audit.migrations import cluster_statements
 
     for stmt in ("ALTER TABLE events ADD COLUMN x UInt8", "CREATE TABLE IF NOT EXISTS t (a UInt8) ENGINE = Memory",
                  "CREATE MATERIALIZED VIEW IF NOT EXISTS v TO nowhere AS\nSELECT 1 AS a FROM events"):
@@ -384,7 +384,7 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
 
 
 def test_retention_is_a_ttl_on_events_and_off_by_default(tmp_path):
-    from processors.audit.migrations import apply_retention
+    from agentlog.audit.migrations import apply_retention
 
     with open_store(f"chdb://{tmp_path / 'ch'}") as s:
         migrate(s)
@@ -465,7 +465,7 @@ def test_checkpoints_land_in_their_table_and_verify_from_it(store):
     """A checkpoint row keeps the exact record, so an auditor can re-check it from the table."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    from processors.core.checkpoint import key_id, sign_checkpoint, verify_checkpoint
+    from agentlog.core.checkpoint import key_id, sign_checkpoint, verify_checkpoint
 
     key = Ed25519PrivateKey.generate()
     cps = [sign_checkpoint(key, run_id="r1", sequence=s, head_hash=f"{s:064x}", state_hash="b" * 64) for s in (9, 19)]
@@ -481,7 +481,7 @@ def test_checkpoints_land_in_their_table_and_verify_from_it(store):
 
 SINK_HOLDER = """
 import sys
-from processors.audit.store import open_store
+from agentlog.audit.store import open_store
 s = open_store(sys.argv[1], role=sys.argv[2])
 print("ready", flush=True)
 sys.stdin.readline()
@@ -524,9 +524,9 @@ def test_an_owner_file_naming_a_live_stranger_does_not_lock(tmp_path):
 
 
 def test_a_second_sink_worker_refuses_at_once_naming_the_owner(tmp_path):
-    from processors.audit.migrations import open_owned
-    from schemas.errors import StoreLockedError
-    from streams.settings import Settings
+    from agentlog.audit.migrations import open_owned
+    from agentlog.schemas.errors import StoreLockedError
+    from agentlog.streams.settings import Settings
 
     settings = Settings(home=tmp_path, clickhouse_url=f"chdb://{tmp_path / 'ch'}")
     holder = _holder(settings.store_url)

@@ -1,4 +1,4 @@
-"""``agentlog capabilities`` (:mod:`processors.capabilities`): the block matches the upstream excerpt's schema,
+"""``agentlog capabilities`` (:mod:`agentlog.capabilities`): the block matches the upstream excerpt's schema,
 and each claim follows its check."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-import processors.capabilities as caps
-from processors.capabilities import Check, capability_document, run_checks
-from processors.cli import app
-from schemas.upstream import upstream_file
+import agentlog.capabilities as caps
+from agentlog.capabilities import Check, capability_document, run_checks
+from agentlog.cli import app
+from agentlog.schemas.upstream import upstream_file
 
 REFERENCE = upstream_file("openwop/schemas/run-event.schema.json").parents[1]
 EXCERPT = REFERENCE / "schemas" / "capabilities.multiAgent.EXCERPT.json"
@@ -72,7 +72,7 @@ def test_missing_vectors_withdraw_the_recipe(tmp_path, monkeypatch):
 
 @needs_reference
 def test_the_vector_file_is_not_read_from_the_environment(tmp_path, monkeypatch):
-    # Settings are read only through streams.settings.Settings; the vectors come from --vectors or the bundle.
+    # Settings are read only through agentlog.streams.settings.Settings; the vectors come from --vectors or the bundle.
     monkeypatch.setenv("AGENTLOG_CACHE_KEY_VECTORS", str(VECTORS))
     monkeypatch.setattr(caps, "_VECTOR_CANDIDATES", (tmp_path / "nope.json",))
     assert caps.find_vectors() is None

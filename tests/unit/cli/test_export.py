@@ -18,12 +18,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from jsonschema import Draft202012Validator
 from typer.testing import CliRunner
 
-import streams.reader
-from processors.cli import app
-from processors.core.checkpoint import public_key_pem
-from schemas.canonical import jcs
-from schemas.errors import LogFormatError
-from schemas.upstream import upstream_file
+import agentlog.streams.reader
+from agentlog.cli import app
+from agentlog.core.checkpoint import public_key_pem
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import LogFormatError
+from agentlog.schemas.upstream import upstream_file
 from tests.faults.gen import synthetic_run
 from tests.unit.core.forgery import signed_history
 
@@ -46,7 +46,7 @@ def topics(monkeypatch) -> dict[str, list[dict[str, Any]]]:
         for offset, value in enumerate(topics[short_name]):
             yield 0, offset, key.encode() if key else None, value
 
-    monkeypatch.setattr(streams.reader, "read_topic", read_topic)
+    monkeypatch.setattr(agentlog.streams.reader, "read_topic", read_topic)
     return topics
 
 

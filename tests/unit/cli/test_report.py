@@ -6,10 +6,10 @@ import json
 
 from typer.testing import CliRunner
 
-from processors.audit.migrations import migrate
-from processors.audit.store import open_store
-from processors.cli import app
-from schemas.errors import StoreError
+from agentlog.audit.migrations import migrate
+from agentlog.audit.store import open_store
+from agentlog.cli import app
+from agentlog.schemas.errors import StoreError
 from tests.unit.audit.data import audit_batches
 
 
@@ -42,5 +42,5 @@ def test_report_of_an_unknown_run_is_an_unknown_run_error(tmp_path):
         migrate(store)
     result = CliRunner().invoke(app, ["report", "--run", "nope", "--out", str(tmp_path / "x.html")],
                                 env={"AGENTLOG_CLICKHOUSE_URL": url, "AGENTLOG_HOME": str(tmp_path / "home")})
-    # processors.cli.main prints an AgentlogError as one line and exits 2; CliRunner sees the error itself.
+    # agentlog.cli.main prints an AgentlogError as one line and exits 2; CliRunner sees the error itself.
     assert isinstance(result.exception, StoreError) and result.exception.code == "unknown_run"

@@ -9,11 +9,11 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from typer.testing import CliRunner
 
-from processors.cli import app
-from processors.core.checkpoint import public_key_pem
-from processors.replay.exported import read_jsonl
-from schemas.canonical import jcs
-from schemas.errors import ReplayError
+from agentlog.cli import app
+from agentlog.core.checkpoint import public_key_pem
+from agentlog.replay.exported import read_jsonl
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import ReplayError
 from tests.faults.gen import synthetic_run
 from tests.unit.core.forgery import forge, signed_history
 

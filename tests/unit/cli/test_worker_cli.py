@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from processors.cli import app
+from agentlog.cli import app
 
 
 @pytest.mark.parametrize("args", [["--role", "process", "--sink-process"], ["--role", "sink", "--sink-process"]])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from processors.audit.queries import run_named
-from processors.console import (
+from agentlog.audit.queries import run_named
+from agentlog.console import (
     analytics_view,
     chain_problem,
     compare_view,
@@ -23,8 +23,8 @@ from processors.console import (
     runs_view,
     state_fragment,
 )
-from processors.console.pages import render_runs_page
-from processors.replay.compare import compare_runs
+from agentlog.console.pages import render_runs_page
+from agentlog.replay.compare import compare_runs
 from tests.unit.audit.data import LLM_RUN, committed
 from tests.unit.core.runs import realistic_run
 
@@ -153,7 +153,7 @@ def test_compare_page_picks_any_two_runs_and_judges_them_as_agentlog_compare(sto
     indexes are those ``agentlog compare A.jsonl B.jsonl --all`` prints for the same runs."""
     from typer.testing import CliRunner
 
-    from processors.cli import app
+    from agentlog.cli import app
 
     runs = {name: _golden(name) for name in ("interleaved.original", "interleaved-result.original",
                                              "match.original")}

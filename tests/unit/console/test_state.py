@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from processors.console.state import state_at
-from processors.core.fold import FoldError, fold_all
+from agentlog.console.state import state_at
+from agentlog.core.fold import FoldError, fold_all
 from tests.unit.core.runs import realistic_run
 
 

@@ -14,7 +14,7 @@ import argparse
 import time
 from typing import Any
 
-from processors.core.fold import fold, state_hash
+from agentlog.core.fold import fold, state_hash
 
 from .runs import RunLog
 

@@ -14,10 +14,10 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from processors.core.checkpoint import is_due, sign_checkpoint
-from processors.core.fold import states_by_index
-from schemas.canonical import GENESIS, chain_hash
-from schemas.records import committed_event, record_source
+from agentlog.core.checkpoint import is_due, sign_checkpoint
+from agentlog.core.fold import states_by_index
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.schemas.records import committed_event, record_source
 
 __all__ = ["forge", "rechain", "signed_history"]
 

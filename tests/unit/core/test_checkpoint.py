@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from processors.core.checkpoint import (
+from agentlog.core.checkpoint import (
     CheckpointKeyError,
     is_due,
     key_id,
@@ -24,9 +24,9 @@ from processors.core.checkpoint import (
     verify_checkpoint,
     verify_history,
 )
-from processors.core.fold import states_by_index
-from processors.core.runstate import chain_problem
-from schemas.errors import LogFormatError
+from agentlog.core.fold import states_by_index
+from agentlog.core.runstate import chain_problem
+from agentlog.schemas.errors import LogFormatError
 from tests.faults.gen import synthetic_run
 from tests.unit.core.forgery import forge, signed_history
 from tests.unit.core.runs import realistic_run

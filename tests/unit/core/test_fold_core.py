@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from processors.core.fold import (
+from agentlog.core.fold import (
     FoldError,
     fold,
     fold_all,
@@ -17,7 +17,7 @@ from processors.core.fold import (
     state_hash,
     states_by_index,
 )
-from processors.core.handoff import HandoffError
+from agentlog.core.handoff import HandoffError
 
 from .runs import BINDINGS, RunLog, realistic_run
 

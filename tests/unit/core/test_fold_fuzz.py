@@ -7,8 +7,8 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from processors.core.fold import fold, state_hash
-from processors.core.handoff import PHASES, derive_child_outcome
+from agentlog.core.fold import fold, state_hash
+from agentlog.core.handoff import PHASES, derive_child_outcome
 
 from .runs import realistic_run
 

@@ -19,11 +19,11 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from processors.core.fold import fold, fold_noting, state_hash
-from processors.core.statehash import ExactStateHash, ResumableStateHash
-from processors.replay import rederive
-from processors.replay.rederive import _Walk
-from schemas.canonical import canonical_leaf, sha256_hex, utf16_key
+from agentlog.core.fold import fold, fold_noting, state_hash
+from agentlog.core.statehash import ExactStateHash, ResumableStateHash
+from agentlog.replay import rederive
+from agentlog.replay.rederive import _Walk
+from agentlog.schemas.canonical import canonical_leaf, sha256_hex, utf16_key
 from tests.unit.core.forgery import rechain
 from tests.unit.replay.walks import walk_records, walk_summary
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.fold import fold, fold_all
+from agentlog.core.fold import fold, fold_all
 
 from .runs import RunLog, child_run_id, event_id, realistic_run
 

@@ -6,8 +6,8 @@ import uuid
 
 import pytest
 
-from processors.core.fold import fold_all
-from processors.core.handoff import HandoffError, derive_child_outcome
+from agentlog.core.fold import fold_all
+from agentlog.core.handoff import HandoffError, derive_child_outcome
 
 from .runs import RunLog, child_run_id, child_runs, event_id, realistic_run
 

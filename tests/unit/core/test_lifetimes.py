@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.lifetimes import CLOSE_PREFIX, after_close, close_request, closed_marker, due, read_close_request
-from streams.codec import decode_ingest
+from agentlog.core.lifetimes import CLOSE_PREFIX, after_close, close_request, closed_marker, due, read_close_request
+from agentlog.streams.codec import decode_ingest
 
 
 def test_a_finished_run_is_due_its_grace_after_its_last_event_an_unfinished_one_its_idle_retention():

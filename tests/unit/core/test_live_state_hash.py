@@ -9,12 +9,12 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import processors.core.runstate as runstate
-from processors.core.fold import fold
-from processors.core.statehash import ExactStateHash
-from schemas.canonical import GENESIS, chain_hash, sha256_hex
-from schemas.canonical import jcs_parsed as runstate_jcs
-from schemas.errors import EventRejected
+import agentlog.core.runstate as runstate
+from agentlog.core.fold import fold
+from agentlog.core.statehash import ExactStateHash
+from agentlog.schemas.canonical import GENESIS, chain_hash, sha256_hex
+from agentlog.schemas.canonical import jcs_parsed as runstate_jcs
+from agentlog.schemas.errors import EventRejected
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
 from tests.unit.schemas.test_fast_paths import _keys, _values

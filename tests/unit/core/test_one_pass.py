@@ -1,16 +1,16 @@
 """The one-pass fold (``runstate.advance``) and the stateless log check (``runstate.chain_problem``).
 
 Expected state hashes come from the reference path (``states_by_index``: fold + full JCS
-hash), chains from :func:`schemas.canonical.chain_hash`; neither is the code under test.
+hash), chains from :func:`agentlog.schemas.canonical.chain_hash`; neither is the code under test.
 """
 
 from __future__ import annotations
 
 import copy
 
-from processors.core.fold import states_by_index
-from processors.core.runstate import TERMINAL_TYPES, advance, chain_problem
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.core.fold import states_by_index
+from agentlog.core.runstate import TERMINAL_TYPES, advance, chain_problem
+from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.unit.replay.runs import llm_run
 
 

@@ -18,12 +18,12 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.core.fold import fold_all
-from processors.core.otel import Cursor, due, event_id, map_trace, plan_trace, sequence_run, timestamp
-from processors.demo.otel import run_planner
-from processors.worker.otlp import OtlpError, decode_request, span_dicts
-from schemas.canonical import jcs
-from schemas.upstream import upstream_file
+from agentlog.core.fold import fold_all
+from agentlog.core.otel import Cursor, due, event_id, map_trace, plan_trace, sequence_run, timestamp
+from agentlog.demo.otel import run_planner
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.upstream import upstream_file
+from agentlog.worker.otlp import OtlpError, decode_request, span_dicts
 from tests.unit.core.test_otel_corpus import check_log
 
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))

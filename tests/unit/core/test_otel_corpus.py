@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from processors.core.fold import fold_all
-from processors.core.otel import map_trace, plan_trace
-from processors.worker.otlp import decode_request, span_dicts
-from schemas.cachekey import cache_key
-from schemas.upstream import upstream_file
-from schemas.validate import validate_doc
+from agentlog.core.fold import fold_all
+from agentlog.core.otel import map_trace, plan_trace
+from agentlog.schemas.cachekey import cache_key
+from agentlog.schemas.upstream import upstream_file
+from agentlog.schemas.validate import validate_doc
+from agentlog.worker.otlp import decode_request, span_dicts
 from tests.otel_corpus import script as s
 
 CORPUS = Path(__file__).parents[2] / "otel_corpus"

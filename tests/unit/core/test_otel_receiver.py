@@ -23,8 +23,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from processors.worker.otlp import Receiver
-from processors.worker.spans import serve_otlp
+from agentlog.worker.otlp import Receiver
+from agentlog.worker.spans import serve_otlp
 from tests.tools import free_port
 
 
@@ -154,7 +154,7 @@ def _grpc_export(kafka: _Kafka, request: ExportTraceServiceRequest | bytes, *, t
     grpc = pytest.importorskip("grpc")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
-    from processors.worker import otlp_grpc
+    from agentlog.worker import otlp_grpc
 
     async def go():
         receiver = Receiver(kafka.send, kafka.reject, ack_timeout_s=0.3, max_body_bytes=1 << 20, token=token)
@@ -199,7 +199,7 @@ def _unavailable_trailers() -> tuple[str, list[tuple[str, bytes]]]:
     grpc = pytest.importorskip("grpc")
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2_grpc import TraceServiceStub
 
-    from processors.worker import otlp_grpc
+    from agentlog.worker import otlp_grpc
 
     async def go():
         kafka = _Kafka(acks=False)
@@ -223,7 +223,7 @@ def test_grpc_unavailable_carries_a_retry_info_with_the_retry_after_delay():
     pytest.importorskip("grpc_status")
     from google.rpc import error_details_pb2, status_pb2
 
-    from processors.worker.otlp import RETRY_AFTER_S
+    from agentlog.worker.otlp import RETRY_AFTER_S
 
     code, trailers = _unavailable_trailers()
     assert code == "UNAVAILABLE"
@@ -248,7 +248,7 @@ def test_the_python_otlp_exporter_waits_the_retry_info_delay_then_delivers(monke
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from processors.worker import otlp_grpc
+    from agentlog.worker import otlp_grpc
 
     # 2 s: beyond the exporter's own first backoff (1 s ± 20 %), so the log shows whose delay it waited.
     monkeypatch.setattr(otlp_grpc, "RETRY_AFTER_S", 2)
@@ -308,11 +308,11 @@ def test_grpc_without_the_token_is_unauthenticated_and_writes_nothing():
 
 
 def test_without_grpcio_the_receiver_says_so_once_and_serves_http(monkeypatch, caplog):
-    import processors.worker
+    import agentlog.worker
 
     monkeypatch.setitem(sys.modules, "grpc", None)  # import grpc raises ImportError, as without grpcio
-    monkeypatch.delitem(sys.modules, "processors.worker.otlp_grpc", raising=False)
-    monkeypatch.delattr(processors.worker, "otlp_grpc", raising=False)
+    monkeypatch.delitem(sys.modules, "agentlog.worker.otlp_grpc", raising=False)
+    monkeypatch.delattr(agentlog.worker, "otlp_grpc", raising=False)
     kafka = _Kafka(acks=True)
     port = free_port()
 

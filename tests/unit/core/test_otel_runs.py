@@ -19,10 +19,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from processors.core.otel import Cursor, plan_trace, sequence_run
-from processors.worker.otlp import decode_request, span_dicts
-from schemas.upstream import upstream_file
-from schemas.validate import validate_doc
+from agentlog.core.otel import Cursor, plan_trace, sequence_run
+from agentlog.schemas.upstream import upstream_file
+from agentlog.schemas.validate import validate_doc
+from agentlog.worker.otlp import decode_request, span_dicts
 
 SCHEMA = json.loads(upstream_file("openwop/schemas/run-event.schema.json").read_text(encoding="utf-8"))
 VALIDATOR = Draft202012Validator(SCHEMA, format_checker=Draft202012Validator.FORMAT_CHECKER)

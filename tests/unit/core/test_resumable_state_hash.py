@@ -16,10 +16,10 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from processors.core.fold import fold, state_hash, states_by_index
-from processors.core.statehash import ResumableStateHash
-from processors.replay.rederive import _Walk
-from schemas.canonical import GENESIS, canonical_leaf, sha256_hex, utf16_key
+from agentlog.core.fold import fold, state_hash, states_by_index
+from agentlog.core.statehash import ResumableStateHash
+from agentlog.replay.rederive import _Walk
+from agentlog.schemas.canonical import GENESIS, canonical_leaf, sha256_hex, utf16_key
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
 

@@ -1,9 +1,9 @@
-"""The run-state step (``processors.core.runstate.advance`` / ``fold_next``) without a broker.
+"""The run-state step (``agentlog.core.runstate.advance`` / ``fold_next``) without a broker.
 
 One accepted event in, the run's new table record, its state hash and the records to send out:
 snapshots due every N events and at a terminal status, fold violations, and the refusal of an event
 the run's state is not just before (``run_state_unavailable``). Hashes are computed here with
-``schemas.canonical.chain_hash`` and with ``hashlib`` over ``rfc8785`` (the JCS reference
+``agentlog.schemas.canonical.chain_hash`` and with ``hashlib`` over ``rfc8785`` (the JCS reference
 implementation), and states are written by hand from CONTRACT.md's ``initial_state``, never taken
 from the step itself.
 """
@@ -16,9 +16,9 @@ import uuid
 
 import rfc8785
 
-import processors.core.runstate as runstate
-from processors.core.runstate import Advanced, Unfoldable, advance, fold_next, refold_due
-from schemas.canonical import GENESIS, chain_hash
+import agentlog.core.runstate as runstate
+from agentlog.core.runstate import Advanced, Unfoldable, advance, fold_next, refold_due
+from agentlog.schemas.canonical import GENESIS, chain_hash
 
 T = "2025-01-15T10:00:00.000Z"
 
@@ -174,7 +174,7 @@ def test_fold_next_folds_the_event_its_run_state_stops_before():
 
 
 def test_a_run_record_carries_its_last_ingest_timestamp_and_whether_it_ended():
-    # What the worker's run lifetimes read (processors.core.lifetimes.due): the record is the run's head.
+    # What the worker's run lifetimes read (agentlog.core.lifetimes.due): the record is the run's head.
     run_id = _run_id()
     log = _committed(_docs(run_id, 2, end="run.completed"))  # sequences 0..3, run.completed at 3
     record = None

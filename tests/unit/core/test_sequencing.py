@@ -1,10 +1,10 @@
 """The sequencer's whole decision for one ingest record, without a broker.
 
-``processors.core.sequencing.sequence`` decodes, validates and decides; the worker's agent only
+``agentlog.core.sequencing.sequence`` decodes, validates and decides; the worker's agent only
 feeds it records and writes what it returns. So every rejection reason the contract lists
-(CONTRACT.md "Rejection", ``schemas.validate.REJECTION_CODES``) is pinned here by one test with a
+(CONTRACT.md "Rejection", ``agentlog.schemas.validate.REJECTION_CODES``) is pinned here by one test with a
 hand-made raw value, plus the accepted / redelivered / head-repair outcomes and the rejection
-record. Expected hashes come from ``schemas.canonical.chain_hash`` (the primitive the contract
+record. Expected hashes come from ``agentlog.schemas.canonical.chain_hash`` (the primitive the contract
 defines the chain with), never from the function under test.
 """
 
@@ -18,7 +18,7 @@ import struct
 import pytest
 import rfc8785
 
-from processors.core.sequencing import (
+from agentlog.core.sequencing import (
     RAW_MAX_BYTES,
     Accepted,
     Decoded,
@@ -29,9 +29,9 @@ from processors.core.sequencing import (
     rejection_record,
     sequence,
 )
-from schemas.avro import encode_avro
-from schemas.canonical import GENESIS, chain_hash
-from schemas.validate import REJECTION_CODES
+from agentlog.schemas.avro import encode_avro
+from agentlog.schemas.canonical import GENESIS, chain_hash
+from agentlog.schemas.validate import REJECTION_CODES
 
 SRC = Source("t.ingest", 1, 41, 1_700_000_000_000)
 MAX = 1_048_576
@@ -253,7 +253,7 @@ def test_redelivered_record_appends_nothing_whether_its_head_is_past_it_or_behin
     run = _Run({"next": 2, "hash": h1}, {"r1:1": [1, h1, 1, 41]})  # the same source: partition 1, offset 41
     assert _run(_json(_doc(1)), run).decision == Redelivered(sequence=1)
     # A crash made the index entry of sequence 1 durable but not the run record after it: the sequencer
-    # folds it again (processors.worker.sequencer), the decision is the same.
+    # folds it again (agentlog.worker.sequencer), the decision is the same.
     behind = _Run({"next": 1, "hash": "b" * 64}, {"r1:1": [1, h1, 1, 41]})
     assert _run(_json(_doc(1)), behind).decision == Redelivered(sequence=1)
     assert _run(_json(_doc(1)), _Run(None, {"r1:1": [1, h1, 1, 41]})).decision == Redelivered(sequence=1)

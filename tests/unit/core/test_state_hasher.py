@@ -8,8 +8,8 @@ from hypothesis import given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from processors.core.fold import fold, state_hash, states_by_index
-from processors.core.statehash import StateHasher as _StateHasher
+from agentlog.core.fold import fold, state_hash, states_by_index
+from agentlog.core.statehash import StateHasher as _StateHasher
 from tests.unit.core.runs import child_runs, realistic_run
 from tests.unit.replay.runs import llm_run
 
@@ -49,15 +49,15 @@ def test_equals_reference_for_arbitrary_values_and_keys(steps):
 @given(st.one_of(st.text(), st.integers(-(2**53) + 1, 2**53 - 1), st.booleans(), st.none(),
                  st.floats(allow_nan=False, allow_infinity=False)))
 def test_leaf_bytes_are_jcs_bytes(value):
-    from schemas.canonical import canonical_leaf as _leaf
-    from schemas.canonical import jcs
+    from agentlog.schemas.canonical import canonical_leaf as _leaf
+    from agentlog.schemas.canonical import jcs
 
     assert _leaf(value) == jcs(value)
 
 
 def test_leaf_bytes_for_escapes_and_non_bmp():
-    from schemas.canonical import canonical_leaf as _leaf
-    from schemas.canonical import jcs
+    from agentlog.schemas.canonical import canonical_leaf as _leaf
+    from agentlog.schemas.canonical import jcs
 
     for text in ["\x00\x01\x1f\x7f", "\b\t\n\f\r", '"\\/', "\u2028\u2029", "é€😀", "\ue000"]:
         assert _leaf(text) == jcs(text)
@@ -66,8 +66,8 @@ def test_leaf_bytes_for_escapes_and_non_bmp():
 @hsettings(max_examples=100, deadline=None)
 @given(st.dictionaries(_keys, _values, max_size=6))
 def test_fast_chain_hash_equals_reference(payload):
-    from schemas.canonical import GENESIS, chain_hash
-    from schemas.canonical import chain_hash as _chain_hash
+    from agentlog.schemas.canonical import GENESIS, chain_hash
+    from agentlog.schemas.canonical import chain_hash as _chain_hash
 
     doc = {"eventId": "e", "runId": "r", "type": "variable.changed", "payload": payload, "sequence": 0}
     assert _chain_hash(GENESIS, doc) == chain_hash(GENESIS, doc)

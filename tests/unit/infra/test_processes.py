@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from infra.kafka import local
+from agentlog.infra.kafka import local
 
 
 def test_a_running_child_of_ours_is_alive_whatever_its_cmdline_says(tmp_path: Path) -> None:

@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from infra.kafka import local, secure
-from schemas.errors import InfraError
-from streams.security import client_kwargs, load_security
-from streams.settings import load_settings
+from agentlog.infra.kafka import local, secure
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.security import client_kwargs, load_security
+from agentlog.streams.settings import load_settings
 
 
 def test_material_is_private_reused_and_names_each_principal(tmp_path):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from processors.replay.regression import record
+from agentlog.replay.regression import record
 from tests.otel_corpus.programs import PROGRAMS
 
 HERE = Path(__file__).parent / "recorded"

@@ -12,8 +12,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from schemas.canonical import jcs, sha256_hex
-from schemas.stability import parse_path
+from agentlog.schemas.canonical import jcs, sha256_hex
+from agentlog.schemas.stability import parse_path
 from tests.unit.core.runs import realistic_run
 
 REQUEST = {

@@ -11,10 +11,10 @@ import copy
 
 import pytest
 
-from processors.core.result_cache import ReplayCacheMiss, ResultCache, args_digest, tool_cache_key
-from processors.replay.mock import MockReplaySession
-from schemas.cachekey import cache_key
-from schemas.canonical import jcs, sha256_hex
+from agentlog.core.result_cache import ReplayCacheMiss, ResultCache, args_digest, tool_cache_key
+from agentlog.replay.mock import MockReplaySession
+from agentlog.schemas.cachekey import cache_key
+from agentlog.schemas.canonical import jcs, sha256_hex
 from tests.unit.replay.runs import REQUEST, TOOL_ARGS, llm_run
 
 RECORDED_KEY = sha256_hex(jcs(REQUEST))  # the key llm_run records (not the recipe's)
@@ -144,7 +144,7 @@ def test_fewer_differing_fields_beat_the_position() -> None:
 
 
 def test_the_session_and_the_results_endpoint_hold_a_miss_against_the_call_at_its_position() -> None:
-    from processors.replay.served import results_answer
+    from agentlog.replay.served import results_answer
 
     session = MockReplaySession(ResultCache.from_events(TIED), "run-t")
     assert session.recorded_tool("clerk", 0, "lookup_order", {"order_id": "42"}) == "kettle"

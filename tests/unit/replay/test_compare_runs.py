@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from processors.replay.compare import (
+from agentlog.replay.compare import (
     ASPECTS,
     ComparisonResult,
     ReplayCounters,
@@ -14,9 +14,9 @@ from processors.replay.compare import (
     first_difference,
     record,
 )
-from schemas.errors import ReplayError
-from schemas.stability import is_volatile, iter_paths
-from schemas.validate import validate_payload
+from agentlog.schemas.errors import ReplayError
+from agentlog.schemas.stability import is_volatile, iter_paths
+from agentlog.schemas.validate import validate_payload
 from tests.unit.core.runs import realistic_run
 from tests.unit.replay.runs import (
     TOOL_RESULT,
@@ -40,7 +40,7 @@ def replay(original: list[dict]) -> list[dict]:
 
 
 def assert_event_payloads_valid(result: ComparisonResult) -> None:
-    """Every replay.* event the engine emits is a valid payload of its type (schemas.payloads)."""
+    """Every replay.* event the engine emits is a valid payload of its type (agentlog.schemas.payloads)."""
     for event in result.events:
         assert event["type"] in ("replay.diverged", "replay.divergedAtRefusal")
         validate_payload(event["type"], event["payload"])
@@ -69,7 +69,7 @@ def test_volatile_only_changes_match(original: list[dict], replay: list[dict]) -
 
 def test_every_volatile_path_of_the_table_is_ignored(original: list[dict]) -> None:
     # Drive from the stability table: setting any non-wildcard volatile payload path changes nothing.
-    from schemas.stability import volatile_paths
+    from agentlog.schemas.stability import volatile_paths
 
     replay = as_replay(original)
     touched = 0

@@ -11,14 +11,14 @@ from typing import get_args
 
 import pytest
 
-from processors.core.fold import states_by_index
-from processors.replay import ComparisonResult, Divergence, DivergenceKind, RederivationResult, compare_runs
-from processors.replay.exported import read_jsonl
+from agentlog.core.fold import states_by_index
+from agentlog.replay import ComparisonResult, Divergence, DivergenceKind, RederivationResult, compare_runs
+from agentlog.replay.exported import read_jsonl
 
 # The walk over the committed log is re-derivation without its Kafka reads (unit tests have no
 # broker; tests/integration/replay/test_rederive.py runs the whole of replay_run on one).
-from processors.replay.rederive import _Walk
-from schemas.canonical import GENESIS, chain_hash
+from agentlog.replay.rederive import _Walk
+from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.unit.replay.runs import llm_run
 
 GOLDEN = Path(__file__).with_name("golden")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from processors.cli import app
+from agentlog.cli import app
 
 GOLDEN = Path(__file__).with_name("golden")
 runner = CliRunner()

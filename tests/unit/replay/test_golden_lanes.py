@@ -12,7 +12,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from processors.cli import app
+from agentlog.cli import app
 from tests.unit.replay.make_golden import GOLDEN
 
 runner = CliRunner()

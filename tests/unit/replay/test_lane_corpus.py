@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from processors.replay.compare import compare_runs
+from agentlog.replay.compare import compare_runs
 from tests.unit.replay.corpus import Case, concurrent_cases, sequential_cases
 
 SEQUENTIAL = sequential_cases()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import copy
 
-from processors.replay.compare import compare_runs
-from processors.replay.lanes import align, lane_of
+from agentlog.replay.compare import compare_runs
+from agentlog.replay.lanes import align, lane_of
 from tests.unit.core.runs import RunLog
 from tests.unit.replay.make_golden import WB_FIRST
 from tests.unit.replay.runs import as_replay, concurrent_run, index_of, interleave, llm_run

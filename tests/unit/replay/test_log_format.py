@@ -1,7 +1,7 @@
 """Re-derivation reads log format 2 only: a record without stateHash stops it with ``log_format_unsupported``.
 
-No broker: :func:`processors.replay.rederive._replay` runs on an in-memory twin of the
-:class:`streams.reader.TopicReader` it is given (the run's log partition and snapshots as
+No broker: :func:`agentlog.replay.rederive._replay` runs on an in-memory twin of the
+:class:`agentlog.streams.reader.TopicReader` it is given (the run's log partition and snapshots as
 record bytes), and ``agentlog replay`` on the same twin put in the reader's place.
 """
 
@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from processors.cli import app
-from processors.core.fold import states_by_index
-from processors.replay import rederive
-from schemas.errors import LogFormatError
-from streams.codec import decode_record, encode_record
-from streams.reader import partition_for
-from streams.settings import Settings
+from agentlog.cli import app
+from agentlog.core.fold import states_by_index
+from agentlog.replay import rederive
+from agentlog.schemas.errors import LogFormatError
+from agentlog.streams.codec import decode_record, encode_record
+from agentlog.streams.reader import partition_for
+from agentlog.streams.settings import Settings
 from tests.unit.core.forgery import rechain
 from tests.unit.replay.runs import llm_run
 

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from processors.replay.compare import compare_outcome
-from schemas.errors import ReplayError
-from schemas.stability import WILDCARD, parse_path
-from schemas.upstream import UPSTREAM_DIR
+from agentlog.replay.compare import compare_outcome
+from agentlog.schemas.errors import ReplayError
+from agentlog.schemas.stability import WILDCARD, parse_path
+from agentlog.schemas.upstream import UPSTREAM_DIR
 from tests.unit.replay.runs import changed
 
 REFERENCE = UPSTREAM_DIR

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from processors.cli import app
-from processors.replay.regression import ReplayTestFailed, replay_test
+from agentlog.cli import app
+from agentlog.replay.regression import ReplayTestFailed, replay_test
 from tests.otel_corpus.programs import PROGRAMS
 from tests.unit.replay.make_recorded import CHANGED_TOOL
 

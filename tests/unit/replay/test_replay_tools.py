@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from processors.cli import app
-from processors.replay.recorder import Recorder
-from processors.replay.regression import record, replay_test
-from schemas.errors import ReplayError
+from agentlog.cli import app
+from agentlog.replay.recorder import Recorder
+from agentlog.replay.regression import record, replay_test
+from agentlog.schemas.errors import ReplayError
 from tests.otel_corpus import script as s
 from tests.otel_corpus.programs import PROGRAMS, langgraph_program
 from tests.unit.replay.test_replay_frameworks import CHANGED_NOW, FRAMEWORK_MODULE, RECORDED
@@ -101,7 +101,7 @@ def test_the_same_call_twice_gets_the_recorded_results_in_order():
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-    from processors.replay.frameworks.pydantic_ai import ReplayModel, ReplayTools
+    from agentlog.replay.frameworks.pydantic_ai import ReplayModel, ReplayTools
 
     def program(answers: list[str]) -> Any:
         def run(recorder: Recorder) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 import json
 
-from processors.core.result_cache import ResultCache, tool_cache_key
-from schemas.canonical import jcs, sha256_hex
+from agentlog.core.result_cache import ResultCache, tool_cache_key
+from agentlog.schemas.canonical import jcs, sha256_hex
 from tests.unit.replay.runs import ENVELOPE, REQUEST, TOOL_ARGS, TOOL_RESULT, index_of, llm_run
 
 LLM_KEY = sha256_hex(jcs(REQUEST))
@@ -87,7 +87,7 @@ def test_lookups_return_copies() -> None:
 def test_bad_serialisation_is_a_replay_error() -> None:
     import pytest
 
-    from schemas.errors import ReplayError
+    from agentlog.schemas.errors import ReplayError
 
     with pytest.raises(ReplayError):
         ResultCache.from_json({"version": 99, "entries": []})

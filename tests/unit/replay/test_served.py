@@ -9,10 +9,10 @@ import copy
 
 import pytest
 
-from processors.core.result_cache import ResultCache, args_digest
-from processors.replay.served import results_answer
-from schemas.cachekey import cache_key
-from schemas.canonical import jcs, sha256_hex
+from agentlog.core.result_cache import ResultCache, args_digest
+from agentlog.replay.served import results_answer
+from agentlog.schemas.cachekey import cache_key
+from agentlog.schemas.canonical import jcs, sha256_hex
 from tests.unit.replay.runs import ENVELOPE, REQUEST, TOOL_ARGS, TOOL_RESULT, llm_run
 
 RECORDED_KEY = sha256_hex(jcs(REQUEST))  # the key llm_run records

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from processors.core.fold import state_hash, states_by_index
-from processors.replay.rederive import _index_snapshot, _pick_snapshot, _snapshot_before, _Snapshots
-from schemas.canonical import canonical_leaf
-from schemas.errors import EventRejected
-from streams.codec import decode_record, encode_record
+from agentlog.core.fold import state_hash, states_by_index
+from agentlog.replay.rederive import _index_snapshot, _pick_snapshot, _snapshot_before, _Snapshots
+from agentlog.schemas.canonical import canonical_leaf
+from agentlog.schemas.errors import EventRejected
+from agentlog.streams.codec import decode_record, encode_record
 from tests.unit.core.runs import realistic_run
 
 
@@ -147,7 +147,7 @@ def test_a_record_that_is_no_snapshot_still_fails_when_read_and_a_broken_one_whe
 
 
 def test_worker_written_snapshots_are_indexed_without_decoding(monkeypatch):
-    from processors.replay import rederive
+    from agentlog.replay import rederive
 
     decoded = []
     monkeypatch.setattr(rederive, "decode_record", lambda raw: decoded.append(raw) or decode_record(raw))

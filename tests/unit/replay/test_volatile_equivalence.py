@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from processors.replay.compare import first_difference
-from schemas.canonical import jcs
-from schemas.stability import is_volatile, strip_volatile
+from agentlog.replay.compare import first_difference
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.stability import is_volatile, strip_volatile
 
 TYPES = ["agent.invocation.completed", "agent.toolReturned", "node.retried", "log.appended", "provider.usage"]
 KEYS = ["latencyMs", "traceId", "message", "error", "code", "usage", "envelope", "rawResponse", "result",

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from processors.replay.rederive import _Walk
+from agentlog.replay.rederive import _Walk
 from tests.unit.core.forgery import forge, rechain
 from tests.unit.core.runs import realistic_run
 from tests.unit.replay.walks import new_walk, walk_records, walk_summary
@@ -93,7 +93,7 @@ def test_an_altered_log_walks_the_same_with_the_usual_index(name: str, collect_a
 
 def _batched_walk(records: list[dict[str, Any]], *, collect_all: bool, size: int) -> tuple[_Walk, list[int]]:
     """The replay's loop: ``usual_run`` over each batch of undecoded records, the general way for the rest."""
-    from streams.codec import decode_record, encode_record
+    from agentlog.streams.codec import decode_record, encode_record
 
     other = {"doc": {"runId": "someone-else", "sequence": 0}, "hash": "x"}
     raw = []
@@ -147,7 +147,7 @@ def test_usual_runs_of_a_batch_walk_as_record_by_record(collect_all: bool, size:
 
 
 def test_usual_runs_report_progress_as_the_loop_did(monkeypatch) -> None:
-    from processors.replay import rederive
+    from agentlog.replay import rederive
 
     monkeypatch.setattr(rederive, "PROGRESS_EVERY", 3)
     walk, progressed = _batched_walk(_clean(), collect_all=False, size=1000)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from processors.replay.rederive import _Walk
-from schemas.canonical import GENESIS
+from agentlog.replay.rederive import _Walk
+from agentlog.schemas.canonical import GENESIS
 
 
 def new_walk(*, collect_all: bool = True) -> _Walk:

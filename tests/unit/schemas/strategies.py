@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import MAX_SAFE_INTEGER
-from schemas.events import RUN_EVENT_TYPE_LIST
-from schemas.payloads import PAYLOAD_MODELS
+from agentlog.schemas.canonical import MAX_SAFE_INTEGER
+from agentlog.schemas.events import RUN_EVENT_TYPE_LIST
+from agentlog.schemas.payloads import PAYLOAD_MODELS
 
 #: No wall-clock limits: the suite shares the machine with a Kafka broker and other sessions.
 contract_settings = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])

@@ -8,10 +8,10 @@ import fastavro
 import pytest
 from hypothesis import given
 
-from schemas.avro import PARSED_SCHEMA, SCHEMA_ID, decode_avro, encode_avro
-from schemas.canonical import jcs
-from schemas.errors import EventRejected
-from schemas.validate import validate_doc
+from agentlog.schemas.avro import PARSED_SCHEMA, SCHEMA_ID, decode_avro, encode_avro
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.validate import validate_doc
 from tests.unit.schemas.strategies import contract_settings, valid_docs
 
 DOC = {"eventId": "e1", "runId": "r1", "type": "variable.changed", "payload": {"name": "x", "value": [1, 2.5, "é"]},

@@ -8,8 +8,8 @@ import fastavro
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.avro import _FRAME, PARSED_SCHEMA, _read_body, _record_body, decode_avro, encode_avro
-from schemas.canonical import jcs
+from agentlog.schemas.avro import _FRAME, PARSED_SCHEMA, _read_body, _record_body, decode_avro, encode_avro
+from agentlog.schemas.canonical import jcs
 
 _text = st.text(alphabet=st.characters(max_codepoint=0x10FFFF, exclude_categories=["Cs"]), max_size=70)
 _long = st.integers(-(2**63), 2**63 - 1) | st.sampled_from([0, -1, 1, 63, 64, -64, -65, 127, 128, 2**31, 2**63 - 1, -(2**63)])

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request
-from schemas.errors import CacheKeyError, ContractError
-from schemas.upstream import upstream_file
+from agentlog.schemas.cachekey import RECIPE_IDS, TRANSPORT_FIELDS, cache_key, canonical_request, project_request
+from agentlog.schemas.errors import CacheKeyError, ContractError
+from agentlog.schemas.upstream import upstream_file
 from tests.unit.schemas.strategies import contract_settings
 
 VECTORS_FILE = upstream_file("openwop/conformance/vectors/semantic-request-digest-v2.json")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import (
+from agentlog.schemas.canonical import (
     GENESIS,
     MAX_SAFE_INTEGER,
     chain_hash,
@@ -20,7 +20,7 @@ from schemas.canonical import (
     loads_strict,
     sha256_hex,
 )
-from schemas.errors import ContractError, EventRejected
+from agentlog.schemas.errors import ContractError, EventRejected
 from tests.unit.schemas.strategies import contract_settings, json_values, valid_docs
 
 
@@ -138,14 +138,14 @@ def test_integral_doubles_beyond_2_53_read_back_as_doubles():
 @contract_settings
 @given(json_values | st.text(alphabet=st.characters(max_codepoint=0x1FFFF, exclude_categories=["Cs"])))
 def test_size_bound_is_an_upper_bound(value):
-    from schemas.canonical import jcs_size_bound
+    from agentlog.schemas.canonical import jcs_size_bound
 
     bound = jcs_size_bound(value)
     assert bound is not None and bound >= len(jcs(value))
 
 
 def test_size_bound_worst_cases():
-    from schemas.canonical import jcs_size_bound
+    from agentlog.schemas.canonical import jcs_size_bound
 
     for value in ["\x1f" * 10, "\U0001F600" * 10, -2.2250738585072014e-308, 5e-324, -MAX_SAFE_INTEGER, [[]], {"": {}}]:
         assert jcs_size_bound(value) >= len(jcs(value)), value
@@ -195,7 +195,7 @@ _fast_path_json = st.recursive(
 def test_fast_path_values_match_reference(value):
     import rfc8785
 
-    from schemas.canonical import _plain_json
+    from agentlog.schemas.canonical import _plain_json
 
     assert _plain_json(value)
     assert jcs(value) == rfc8785.dumps(value)

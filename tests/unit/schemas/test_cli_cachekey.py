@@ -6,9 +6,9 @@ import json
 
 from typer.testing import CliRunner
 
-from processors.cli import app
-from schemas.errors import CacheKeyError
-from schemas.upstream import upstream_file
+from agentlog.cli import app
+from agentlog.schemas.errors import CacheKeyError
+from agentlog.schemas.upstream import upstream_file
 
 VECTORS = json.loads(upstream_file("openwop/conformance/vectors/semantic-request-digest-v2.json").read_text())
 MINIMAL = next(v for v in VECTORS["vectors"] if v["id"] == "minimal")

@@ -18,7 +18,7 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import (
+from agentlog.schemas.canonical import (
     _NO_VALUE,
     GENESIS,
     MAX_SAFE_INTEGER,
@@ -35,7 +35,7 @@ from schemas.canonical import (
     reference_jcs,
     sha256_hex,
 )
-from schemas.errors import EventRejected
+from agentlog.schemas.errors import EventRejected
 
 _settings = settings(max_examples=400, deadline=None)
 
@@ -230,7 +230,7 @@ def test_compact_duplicate_keys_are_refused_on_the_fast_path_too(data):
     (b'{"id":"0196f0c9e-7000"}', False), (b'{"a":"x:1.0]"}', True),  # the last: a string, a false alarm only
 ])
 def test_float_screen_finds_number_tokens_only(data, unlike):
-    from schemas.canonical import _float_unlike_jcs
+    from agentlog.schemas.canonical import _float_unlike_jcs
 
     assert _float_unlike_jcs(data) is unlike
 
@@ -238,7 +238,7 @@ def test_float_screen_finds_number_tokens_only(data, unlike):
 @_settings
 @given(st.dictionaries(_keys, _values, max_size=5), st.sampled_from([b"", GENESIS.encode()]))
 def test_hashes_to_agrees_with_the_reference_hash(value, prefix):
-    from schemas.canonical import hashes_to
+    from agentlog.schemas.canonical import hashes_to
 
     reference = sha256_hex(prefix + rfc8785.dumps(value))
     assert not hashes_to(None, value, prefix)

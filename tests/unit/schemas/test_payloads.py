@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.errors import EventRejected
-from schemas.payloads import PAYLOAD_MODELS
-from schemas.validate import validate_doc, validate_payload
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.payloads import PAYLOAD_MODELS
+from agentlog.schemas.validate import validate_doc, validate_payload
 
 GOOD: dict[str, dict] = {
     "run.started": {"bindings": {"engineVersion": "1.2.0", "policyVersion": "p7"},

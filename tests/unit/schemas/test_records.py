@@ -1,4 +1,4 @@
-"""The topic record shapes (schemas.records): each builder gives the contract's bytes, and the producers use them.
+"""The topic record shapes (agentlog.schemas.records): each builder gives the contract's bytes, and the producers use them.
 
 The expected records are written out by hand from CONTRACT.md: a redelivered record is
 deduplicated by byte identity and stores of the same log format must stay readable, so a
@@ -12,15 +12,15 @@ from typing import Any
 
 import pytest
 
-from processors.core.fold import fold_all
-from processors.core.handoff import derive_child_outcome, join
-from processors.core.runstate import TERMINAL_TYPES, advance, chain_problem
-from processors.core.sequencing import RAW_MAX_BYTES, Source, decide, rejection_record
-from processors.replay.compare import compare_runs
-from processors.replay.host import error_record, verdict_record
-from schemas.canonical import GENESIS, chain_hash, jcs
-from schemas.errors import LogFormatError
-from schemas.records import (
+from agentlog.core.fold import fold_all
+from agentlog.core.handoff import derive_child_outcome, join
+from agentlog.core.runstate import TERMINAL_TYPES, advance, chain_problem
+from agentlog.core.sequencing import RAW_MAX_BYTES, Source, decide, rejection_record
+from agentlog.replay.compare import compare_runs
+from agentlog.replay.host import error_record, verdict_record
+from agentlog.schemas.canonical import GENESIS, chain_hash, jcs
+from agentlog.schemas.errors import LogFormatError
+from agentlog.schemas.records import (
     CommittedEvent,
     RecordSource,
     Rejection,

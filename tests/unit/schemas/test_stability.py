@@ -8,8 +8,8 @@ import json
 import pytest
 from hypothesis import given
 
-from schemas.canonical import jcs
-from schemas.stability import (
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.stability import (
     MISSING,
     VOLATILE_ENVELOPE_FIELDS,
     WILDCARD,
@@ -22,7 +22,7 @@ from schemas.stability import (
     strip_volatile,
     volatile_paths,
 )
-from schemas.upstream import upstream_file
+from agentlog.schemas.upstream import upstream_file
 from tests.unit.schemas.strategies import contract_settings, json_values, valid_docs
 
 AOS = upstream_file("aos/backend/app/schemas/examples/structured_outcome_replayable.json")

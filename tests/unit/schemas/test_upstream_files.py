@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.upstream import UPSTREAM_DIR, recorded_sha256, sha256_of
+from agentlog.schemas.upstream import UPSTREAM_DIR, recorded_sha256, sha256_of
 
 
 def test_every_vendored_file_is_recorded_with_its_hash():

@@ -9,10 +9,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
-from schemas.errors import EventRejected
-from schemas.events import RUN_EVENT_TYPE_LIST
-from schemas.upstream import upstream_file
-from schemas.validate import validate_doc
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.events import RUN_EVENT_TYPE_LIST
+from agentlog.schemas.upstream import upstream_file
+from agentlog.schemas.validate import validate_doc
 from tests.unit.schemas.strategies import contract_settings, valid_docs
 
 UPSTREAM = upstream_file("openwop/schemas/run-event.schema.json")

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.canonical import MAX_SAFE_INTEGER, jcs
-from schemas.errors import EventRejected
-from schemas.events import RUN_EVENT_TYPES
-from schemas.validate import REJECTION_CODES, is_rfc3339, validate_doc
+from agentlog.schemas.canonical import MAX_SAFE_INTEGER, jcs
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.events import RUN_EVENT_TYPES
+from agentlog.schemas.validate import REJECTION_CODES, is_rfc3339, validate_doc
 from tests.unit.schemas.strategies import contract_settings, valid_docs
 
 BASE = {
@@ -182,7 +182,7 @@ def test_reason_precedence_envelope_before_payload():
 @contract_settings
 @given(valid_docs())
 def test_typed_envelope_model_round_trips(doc):
-    from schemas.events import RunEventDoc
+    from agentlog.schemas.events import RunEventDoc
 
     assert RunEventDoc.model_validate(doc).to_doc() == doc
 

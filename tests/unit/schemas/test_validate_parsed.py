@@ -13,9 +13,9 @@ import rfc8785
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.canonical import MAX_SAFE_INTEGER, loads_strict
-from schemas.errors import EventRejected
-from schemas.validate import validate_doc, validate_parsed
+from agentlog.schemas.canonical import MAX_SAFE_INTEGER, loads_strict
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.validate import validate_doc, validate_parsed
 from tests.unit.schemas.test_fast_paths import _keys, _values
 
 _types = st.sampled_from(["variable.changed", "channel.written", "run.started", "node.started", "custom.opaque",

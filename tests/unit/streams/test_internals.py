@@ -1,4 +1,4 @@
-"""Every Faust/aiokafka internal that ``streams.internals`` touches still exists on the installed versions.
+"""Every Faust/aiokafka internal that ``agentlog.streams.internals`` touches still exists on the installed versions.
 
 Fails loudly on an upgrade that renames or removes one (raise the upper bounds in
 pyproject.toml only once this passes on the new version). No broker: objects are built, never started.
@@ -14,7 +14,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from faust.transport.consumer import Consumer
 
-from streams import internals
+from agentlog.streams import internals
 
 
 def _app() -> faust.App:
@@ -351,7 +351,7 @@ def test_the_consumer_loop_we_replace_is_the_one_it_was_written_against():
         assert hasattr(consumer, name), f"Faust's consumer has no {name}"
     source = inspect.getsource(Consumer._drain_messages)
     assert hashlib.sha256(source.encode()).hexdigest() == internals.FAUST_DRAIN_SOURCE_SHA256, (
-        "Faust's Consumer._drain_messages changed: compare it with streams.internals._drain_in_line, then re-pin")
+        "Faust's Consumer._drain_messages changed: compare it with agentlog.streams.internals._drain_in_line, then re-pin")
     assert "self.wait_first(\n" in source and "callback(message), self.suspend_flow.wait()" in source
     from faust.transport.consumer import CONSUMER_FETCHING
     assert CONSUMER_FETCHING == "FETCHING"  # the diag flag the replacement sets by its value

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.canonical import jcs
-from schemas.errors import EventRejected
-from schemas.events import RUN_EVENT_TYPE_LIST
-from schemas.validate import validate_doc, validate_minted
-from streams.publisher import Run
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import EventRejected
+from agentlog.schemas.events import RUN_EVENT_TYPE_LIST
+from agentlog.schemas.validate import validate_doc, validate_minted
+from agentlog.streams.publisher import Run
 from tests.unit.schemas.strategies import contract_settings, json_values, payloads
 
 _RUN = Run(None, "run-v", engine_version="1.0")  # type: ignore[arg-type]  # build() needs no publisher

@@ -8,12 +8,12 @@ from datetime import datetime
 import pytest
 from aiokafka.partitioner import DefaultPartitioner
 
-from schemas.errors import EventRejected
-from streams.codec import decode_ingest, decode_record, encode_json, encode_record
-from streams.publisher import _UUIDv7, rfc3339_ms, uuid7, uuid7_time_ms
-from streams.reader import partition_for
-from streams.settings import Settings
-from streams.topics import catalogue, topic_name
+from agentlog.schemas.errors import EventRejected
+from agentlog.streams.codec import decode_ingest, decode_record, encode_json, encode_record
+from agentlog.streams.publisher import _UUIDv7, rfc3339_ms, uuid7, uuid7_time_ms
+from agentlog.streams.reader import partition_for
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import catalogue, topic_name
 
 DOC = {
     "eventId": "e-1",
@@ -147,9 +147,9 @@ class TestCodec:
 def test_encode_committed_equals_the_reference_encoding_of_the_whole_record():
     import rfc8785
 
-    from processors.core.sequencing import Accepted, Source, decide
-    from schemas.records import committed_event
-    from streams.codec import encode_committed
+    from agentlog.core.sequencing import Accepted, Source, decide
+    from agentlog.schemas.records import committed_event
+    from agentlog.streams.codec import encode_committed
     from tests.unit.replay.runs import llm_run
 
     hard = {"eventId": "e-hard", "runId": "r-hard", "type": "variable.changed", "sequence": 0,
@@ -174,7 +174,7 @@ def test_encode_committed_equals_the_reference_encoding_of_the_whole_record():
 def test_encode_committed_refuses_what_would_need_escaping():
     import pytest
 
-    from streams.codec import encode_committed
+    from agentlog.streams.codec import encode_committed
 
     with pytest.raises(ValueError):
         encode_committed(b"{}", "0" * 64, 'x"' * 32, {"topic": "t"}, "0" * 64)
@@ -188,7 +188,7 @@ def test_a_record_source_is_written_as_the_reference_writes_it():
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from streams.codec import _source_bytes
+    from agentlog.streams.codec import _source_bytes
 
     ints = st.integers(-(2**53) - 5, 2**53 + 5) | st.sampled_from([0, 1, 2**53 - 1, -1])
     sources = st.fixed_dictionaries(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from processors.worker.app import faust_broker_kwargs
-from schemas.errors import ConfigError
-from streams.security import SUPPORTED_KEYS, client_kwargs, kcat_args, load_security, parse_properties
-from streams.settings import load_settings
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams.security import SUPPORTED_KEYS, client_kwargs, kcat_args, load_security, parse_properties
+from agentlog.streams.settings import load_settings
+from agentlog.worker.app import faust_broker_kwargs
 
 PASSWORD = "s3cr3t-Pa55word-xyz"
 REPO = Path(__file__).resolve().parents[3]
@@ -150,7 +150,7 @@ def test_the_cli_never_prints_the_password_even_when_kafka_is_unreachable(tmp_pa
     events.write_text("")
     env = {"AGENTLOG_KAFKA_CONFIG": str(path), "AGENTLOG_HOME": str(tmp_path), "PATH": "/usr/bin:/bin",
            "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "processors", "publish", str(events)], env=env, cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "agentlog", "publish", str(events)], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "127.0.0.1:1" in proc.stdout + proc.stderr

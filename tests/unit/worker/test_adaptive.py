@@ -1,7 +1,7 @@
 """Adaptive batches: a pile of busy ticks is handled once the stream falls quiet.
 
-The streams are in-memory ones (:class:`processors.worker.memory.MemoryStream`: only ``take_events``
-ticks matter to :func:`processors.worker.batch._adaptive`); the real worker's batches are covered by
+The streams are in-memory ones (:class:`agentlog.worker.memory.MemoryStream`: only ``take_events``
+ticks matter to :func:`agentlog.worker.batch._adaptive`); the real worker's batches are covered by
 ``tests/integration/worker/test_adaptive_batches.py``.
 """
 
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 
-from processors.worker.batch import _adaptive
-from processors.worker.memory import MemoryStream
+from agentlog.worker.batch import _adaptive
+from agentlog.worker.memory import MemoryStream
 
 WINDOW_S = 1.0
 
@@ -85,8 +85,8 @@ def test_with_idle_events_zero_no_tick_is_quiet_small_ticks_pile_up_until_the_st
 
 
 def test_the_broker_is_ahead_when_a_partition_of_the_tick_has_enough_records_beyond_its_last():
-    from processors.worker.batch import broker_ahead
-    from processors.worker.memory import MemorySource, TopicPartition, event
+    from agentlog.worker.batch import broker_ahead
+    from agentlog.worker.memory import MemorySource, TopicPartition, event
 
     p0, p1 = TopicPartition("t", 0), TopicPartition("t", 1)
     source = MemorySource(highwaters={p0: 10, p1: 120})

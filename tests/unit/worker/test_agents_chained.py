@@ -3,7 +3,7 @@
 A parent run dispatches children (derive mode: no host-emitted transitions); the sequencer re-keys each
 dispatch and each child's outcome by childRunId onto ``handoff-links``; the handoff agent reads them
 from the in-memory broker, joins them and writes the derived transitions. Both agents run as the worker
-runs them (:func:`processors.worker.batch.batched_agent`, :meth:`Batch.commit`).
+runs them (:func:`agentlog.worker.batch.batched_agent`, :meth:`Batch.commit`).
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from processors.worker import handoff, sequencer
-from processors.worker.batch import position_key
-from processors.worker.memory import MemoryStream, event, memory_wiring, parts
-from processors.worker.wiring import Wiring
-from streams.codec import decode_record, encode_json
-from streams.settings import Settings
+from agentlog.streams.codec import decode_record, encode_json
+from agentlog.streams.settings import Settings
+from agentlog.worker import handoff, sequencer
+from agentlog.worker.batch import position_key
+from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
+from agentlog.worker.wiring import Wiring
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 

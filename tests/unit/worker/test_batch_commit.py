@@ -1,6 +1,6 @@
 """A batch's commit: outputs, then tables in stages, then positions, before the agent takes its next batch.
 
-:meth:`Batch.commit` and :func:`batched_agent` run on the in-memory ports (:mod:`processors.worker.memory`:
+:meth:`Batch.commit` and :func:`batched_agent` run on the in-memory ports (:mod:`agentlog.worker.memory`:
 a producer that acknowledges on the next turn of the event loop, a stream of ticks, a runner that
 keeps the agent), to see the order of sends and acknowledgements, the hooks, failures and the fence's
 wait around each batch. The real worker's batches (real Kafka, SIGKILLs) are covered by
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from processors.worker import batch as batch_module
-from processors.worker.batch import Batch, SourceRecord, _commit, _stages, batched_agent, position_key
-from processors.worker.fence import Fence
-from processors.worker.memory import MemoryStream, Refused, TopicPartition, event, memory_wiring, parts
-from processors.worker.wiring import Wiring
+from agentlog.worker import batch as batch_module
+from agentlog.worker.batch import Batch, SourceRecord, _commit, _stages, batched_agent, position_key
+from agentlog.worker.fence import Fence
+from agentlog.worker.memory import MemoryStream, Refused, TopicPartition, event, memory_wiring, parts
+from agentlog.worker.wiring import Wiring
 
 
 def _wiring(*tables: str) -> Wiring:
@@ -250,7 +250,7 @@ def test_a_failed_commit_crashes_the_agent_and_no_later_batch_is_handled(monkeyp
 
 def _stall_wiring(handled: int, high: int, read: int | None, fetched: int | None) -> tuple[Wiring, Any]:
     """One partition of ``ingest``: the agent's position, the broker's high watermark, Faust's and aiokafka's."""
-    from processors.worker.batch import position_key
+    from agentlog.worker.batch import position_key
 
     wiring = memory_wiring(tables=("heads",))
     wiring.positions.consumes("ingest", "heads")

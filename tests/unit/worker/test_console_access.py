@@ -12,9 +12,9 @@ import pytest
 from aiohttp import ClientSession, CookieJar, web
 from aiohttp.test_utils import TestServer
 
-from processors.worker.console import TOKEN_COOKIE, token_middleware
-from schemas.errors import ConfigError
-from streams.settings import Settings, check_web_access, load_settings
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams.settings import Settings, check_web_access, load_settings
+from agentlog.worker.console import TOKEN_COOKIE, token_middleware
 
 TOKEN = "s3cret-token"
 
@@ -33,7 +33,7 @@ def test_beyond_loopback_a_token_is_required(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_the_worker_refuses_to_start_without_one(tmp_path):
-    from processors.worker.app import build_app
+    from agentlog.worker.app import build_app
 
     with pytest.raises(ConfigError, match="AGENTLOG_WEB_TOKEN"):
         build_app(Settings(home=tmp_path, web_host="0.0.0.0", worker_role="process"), web=True)

@@ -1,7 +1,7 @@
-"""A batch that outlives its partitions writes no table (:mod:`processors.worker.fence`).
+"""A batch that outlives its partitions writes no table (:mod:`agentlog.worker.fence`).
 
 The fence is driven directly (its revocation wait, its assignment) and through
-:meth:`Batch.commit` / ``batch._commit`` on the in-memory ports (:mod:`processors.worker.memory`),
+:meth:`Batch.commit` / ``batch._commit`` on the in-memory ports (:mod:`agentlog.worker.memory`),
 as in ``test_batch_commit``. The real rebalance (two worker processes, real Kafka) is
 ``tests/integration/worker/test_rebalance_fence.py``.
 """
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from processors.metrics import METRICS
-from processors.worker.batch import Batch, _commit
-from processors.worker.fence import Fence, Fenced, wait_bound
-from processors.worker.memory import MemoryEvent, TopicPartition, event, memory_wiring, parts
-from processors.worker.positions import DurablePositions
+from agentlog.metrics import METRICS
+from agentlog.worker.batch import Batch, _commit
+from agentlog.worker.fence import Fence, Fenced, wait_bound
+from agentlog.worker.memory import MemoryEvent, TopicPartition, event, memory_wiring, parts
+from agentlog.worker.positions import DurablePositions
 
 _tp = TopicPartition
 

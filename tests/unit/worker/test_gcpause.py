@@ -7,7 +7,7 @@ import weakref
 
 import pytest
 
-from processors.worker.gcpause import GEN2_THRESHOLD, GcPacer
+from agentlog.worker.gcpause import GEN2_THRESHOLD, GcPacer
 
 
 class _Clock:
@@ -98,7 +98,7 @@ def test_the_freeze_tick_does_not_count_the_frozen_objects(pacer_clock, monkeypa
 
 def test_collections_are_counted_by_the_tick_not_one_metric_update_each(pacer_clock) -> None:
     """Generation-0 collections run hundreds of times a second: the callback only adds them up."""
-    from processors.metrics import METRICS
+    from agentlog.metrics import METRICS
 
     pacer, clock = pacer_clock
     before = METRICS.get("agentlog_gc_collections_total", generation="0")
@@ -112,7 +112,7 @@ def test_collections_are_counted_by_the_tick_not_one_metric_update_each(pacer_cl
 
 
 def test_collections_are_counted_at_once_when_the_pacer_is_off() -> None:
-    from processors.metrics import METRICS
+    from agentlog.metrics import METRICS
 
     pacer = GcPacer(freeze_every_s=0, full_every_s=0)
     pacer.start()

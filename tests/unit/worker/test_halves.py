@@ -1,6 +1,6 @@
-"""The parent's view of its process half (:mod:`processors.worker.halves`), without a broker.
+"""The parent's view of its process half (:mod:`agentlog.worker.halves`), without a broker.
 
-Its metrics are read back with :func:`processors.metrics.parse_exposition`, the inverse of ``render``.
+Its metrics are read back with :func:`agentlog.metrics.parse_exposition`, the inverse of ``render``.
 """
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 
-from processors.metrics import Metrics, parse_exposition
-from processors.worker.halves import PARENT_FD_ENV, ProcessHalf
-from streams.settings import load_settings
+from agentlog.metrics import Metrics, parse_exposition
+from agentlog.streams.settings import load_settings
+from agentlog.worker.halves import PARENT_FD_ENV, ProcessHalf
 
 
 def test_what_the_child_exposes_is_read_back_as_the_same_series():
@@ -41,7 +41,7 @@ def test_the_child_runs_the_process_role_on_loopback_beside_the_public_port(tmp_
     # The child's OTLP receivers listen where the worker's endpoints do; its web server, a half's, on loopback.
     assert (env["AGENTLOG_WEB_HOST"], env["AGENTLOG_WEB_TOKEN"]) == ("0.0.0.0", "t0ken")
     assert env[PARENT_FD_ENV] == "9"
-    from processors.worker.app import build_app
+    from agentlog.worker.app import build_app
 
     child = load_settings(home=tmp_path, worker_role="process", web_host="0.0.0.0", web_token="t0ken")
     wiring = build_app(child, web=True, web_loopback=True)
@@ -53,7 +53,7 @@ def test_a_child_stops_when_its_parents_pipe_closes():
     r, w = os.pipe()
     code = (
         "import signal, sys, time\n"
-        "from processors.worker import halves\n"
+        "from agentlog.worker import halves\n"
         "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\n"
         "halves.watch_parent()\n"
         "print('watching', flush=True)\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from processors.worker.lagprobe import LoopLagProbe
+from agentlog.worker.lagprobe import LoopLagProbe
 
 
 def blocking_the_loop_on_purpose(probe: LoopLagProbe) -> None:
@@ -40,7 +40,7 @@ def test_a_stall_is_reported_with_its_length_and_the_blocking_function():
 
 
 def test_off_by_default():
-    from processors.worker import lagprobe
+    from agentlog.worker import lagprobe
 
     assert lagprobe.STALL_LOG_MS == 0
     assert lagprobe.install(object()) is None

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
-from processors.worker.lifetimes import Lifetimes
-from processors.worker.memory import memory_wiring
-from processors.worker.tables import MemoryTable
-from streams.settings import Settings
+from agentlog.streams.settings import Settings
+from agentlog.worker.lifetimes import Lifetimes
+from agentlog.worker.memory import memory_wiring
+from agentlog.worker.tables import MemoryTable
 
 
 def _lifetimes() -> Lifetimes:
@@ -48,8 +48,8 @@ def test_the_runs_in_flight_are_read_back_from_the_runs_table_positions_aside():
 
 
 def test_a_sweep_asks_on_the_runs_own_ingest_partition_once_and_not_while_the_group_settles():
-    from processors.core.lifetimes import close_request
-    from processors.worker.memory import TopicPartition, parts
+    from agentlog.core.lifetimes import close_request
+    from agentlog.worker.memory import TopicPartition, parts
 
     wiring = memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0), tables=("runs",), partitions=4)
     ingest = wiring.topics["ingest"].get_topic_name()

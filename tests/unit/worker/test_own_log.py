@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from processors.worker.wiring import OwnLogRecords
+from agentlog.worker.wiring import OwnLogRecords
 
 
 def test_a_run_of_acknowledged_offsets_is_one_range_and_nothing_else_is_ours() -> None:

@@ -1,6 +1,6 @@
 """The Faust adapters of the worker's ports, on a built app that is never started (no broker).
 
-What the runtime reads through them (:mod:`processors.worker.ports`) must be there on the installed
+What the runtime reads through them (:mod:`agentlog.worker.ports`) must be there on the installed
 Faust: an upgrade that renames one breaks here, like ``tests/unit/streams/test_internals.py`` for the
 private attributes under them. The in-memory twin is what every other unit test of the worker runs on.
 """
@@ -12,10 +12,10 @@ import inspect
 
 from aiokafka import TopicPartition
 
-from processors.worker import ports
-from processors.worker.app import FaustMembership, FaustProducer, FaustRunner, FaustSource, build_app
-from processors.worker.memory import MemoryMembership, MemoryProducer, MemoryRunner, MemorySource
-from streams.settings import load_settings
+from agentlog.streams.settings import load_settings
+from agentlog.worker import ports
+from agentlog.worker.app import FaustMembership, FaustProducer, FaustRunner, FaustSource, build_app
+from agentlog.worker.memory import MemoryMembership, MemoryProducer, MemoryRunner, MemorySource
 
 
 def _wiring(tmp_path):

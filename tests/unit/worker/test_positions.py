@@ -1,17 +1,17 @@
 """What the consumer group commits: the minimum of the durable positions of the agents reading a topic.
 
 No broker: ``DurablePositions`` is plain bookkeeping over the consumer's view (here
-:class:`processors.worker.memory.MemorySource`), and ``build_app`` only wires a Faust app (it
+:class:`agentlog.worker.memory.MemorySource`), and ``build_app`` only wires a Faust app (it
 connects when started, which these tests never do).
 """
 
 from __future__ import annotations
 
-from processors.worker.app import build_app
-from processors.worker.memory import MemorySource
-from processors.worker.memory import TopicPartition as _TP
-from processors.worker.positions import DurablePositions
-from streams.settings import load_settings
+from agentlog.streams.settings import load_settings
+from agentlog.worker.app import build_app
+from agentlog.worker.memory import MemorySource
+from agentlog.worker.memory import TopicPartition as _TP
+from agentlog.worker.positions import DurablePositions
 
 
 def _consumer(assigned, committed=None):
@@ -76,7 +76,7 @@ def test_the_worker_app_commits_through_the_positions(tmp_path):
 
 
 def test_positions_are_exported_as_a_gauge():
-    from processors.metrics import Metrics
+    from agentlog.metrics import Metrics
 
     pos = DurablePositions()
     pos.consumes("t.log", "runs")

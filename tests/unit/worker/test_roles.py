@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from processors.worker.app import build_app, worker_role
-from schemas.errors import ConfigError
-from streams.settings import load_settings
+from agentlog.schemas.errors import ConfigError
+from agentlog.streams.settings import load_settings
+from agentlog.worker.app import build_app, worker_role
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,7 +58,7 @@ def test_the_role_is_the_setting_and_nonsense_is_refused(tmp_path):
 
 
 def test_the_cli_says_so_in_one_line(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "processors", "worker", "--role", "nonsense", "--no-web"],
+    out = subprocess.run([sys.executable, "-m", "agentlog", "worker", "--role", "nonsense", "--no-web"],
                          capture_output=True, text=True, cwd=REPO, timeout=120,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "AGENTLOG_HOME": str(tmp_path),
                               "AGENTLOG_KAFKA_BOOTSTRAP": "127.0.0.1:9"})
@@ -66,7 +66,7 @@ def test_the_cli_says_so_in_one_line(tmp_path):
 
 
 def test_every_table_changelog_rolls_a_segment_an_hour_so_compaction_follows_the_runs_in_flight(tmp_path):
-    from processors.worker.app import CHANGELOG_SEGMENT_MS, internal_topic_specs
+    from agentlog.worker.app import CHANGELOG_SEGMENT_MS, internal_topic_specs
 
     wiring = build_app(load_settings(home=tmp_path, worker_role="process", otlp_port=0))
     changelogs = [spec for spec in internal_topic_specs(wiring) if spec.name.endswith("-changelog")]

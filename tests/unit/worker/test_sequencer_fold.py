@@ -1,7 +1,7 @@
 """The sequencer commits an event only with its fold: every log record carries its state hash (no broker).
 
-The sequencer agent runs as the worker runs it (:func:`processors.worker.sequencer.install`, the batch
-loop, :meth:`Batch.commit`) on the in-memory ports of :mod:`processors.worker.memory`: ingest records
+The sequencer agent runs as the worker runs it (:func:`agentlog.worker.sequencer.install`, the batch
+loop, :meth:`Batch.commit`) on the in-memory ports of :mod:`agentlog.worker.memory`: ingest records
 in as a stream's tick, outputs and changelog records out through the in-memory producer, tables as
 dicts. An accepted event whose run state is missing, behind or past the run's head, or whose fold
 raises, is refused (``run_state_unavailable``): to rejections with its bytes, nothing in the log, the
@@ -15,15 +15,15 @@ from typing import Any
 
 import pytest
 
-import processors.core.runstate as core_runstate
-from processors.core.fold import states_by_index
-from processors.metrics import METRICS
-from processors.worker import sequencer
-from processors.worker.batch import position_key
-from processors.worker.memory import MemoryStream, Refused, event, memory_wiring, parts
-from processors.worker.wiring import Wiring
-from streams.codec import decode_record, encode_json
-from streams.settings import Settings
+import agentlog.core.runstate as core_runstate
+from agentlog.core.fold import states_by_index
+from agentlog.metrics import METRICS
+from agentlog.streams.codec import decode_record, encode_json
+from agentlog.streams.settings import Settings
+from agentlog.worker import sequencer
+from agentlog.worker.batch import position_key
+from agentlog.worker.memory import MemoryStream, Refused, event, memory_wiring, parts
+from agentlog.worker.wiring import Wiring
 from tests.unit.replay.runs import llm_run
 
 PREFIX = "agentlog."

@@ -6,9 +6,9 @@ import stat
 
 import pytest
 
-from processors.core.checkpoint import CheckpointKeyError, key_id, load_public_key, public_key_path
-from processors.worker.signing import load_or_create_signing_key
-from streams.settings import Settings
+from agentlog.core.checkpoint import CheckpointKeyError, key_id, load_public_key, public_key_path
+from agentlog.streams.settings import Settings
+from agentlog.worker.signing import load_or_create_signing_key
 
 
 def test_first_start_creates_a_private_key_0600_and_its_public_key_beside_it(tmp_path):

@@ -15,15 +15,15 @@ from typing import Any
 import orjson
 import pytest
 
-from processors.core.otel import map_trace, plan_trace
-from processors.worker import spans as sp
-from processors.worker.batch import position_key
-from processors.worker.memory import MemoryStream, event, memory_wiring, parts
-from processors.worker.otlp import decode_request, span_dicts, trace_records
-from processors.worker.wiring import Wiring
-from schemas.canonical import jcs
-from schemas.errors import EventRejected
-from streams.settings import Settings
+from agentlog.core.otel import map_trace, plan_trace
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import EventRejected
+from agentlog.streams.settings import Settings
+from agentlog.worker import spans as sp
+from agentlog.worker.batch import position_key
+from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
+from agentlog.worker.otlp import decode_request, span_dicts, trace_records
+from agentlog.worker.wiring import Wiring
 
 CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
 T0 = 1_000.0  # the records' Kafka time, seconds

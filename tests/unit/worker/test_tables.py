@@ -14,8 +14,8 @@ import faust
 from faust.stores.rocksdb import Store
 from faust.types import TP
 
-from processors.worker.tables import LocalTable, MemoryTable, RocksBudget, encode, open_table
-from streams import internals
+from agentlog.streams import internals
+from agentlog.worker.tables import LocalTable, MemoryTable, RocksBudget, encode, open_table
 
 
 def _table(tmp_path, name: str = "seq-index") -> LocalTable:

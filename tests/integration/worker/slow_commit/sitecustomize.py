@@ -22,7 +22,7 @@ if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_COMMIT") == "1":
     import sys
     import time
 
-    from processors.worker.batch import Batch
+    from agentlog.worker.batch import Batch
 
     _commit = Batch.commit
     _held: list[bool] = []
@@ -42,7 +42,7 @@ if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_COMMIT") == "1":
     Batch.commit = commit
 
 if os.environ.get("AGENTLOG_TEST_IGNORE_DROPPED") == "1":
-    from processors.worker import fence as _fence
+    from agentlog.worker import fence as _fence
 
     _install = _fence.install
 
