@@ -1,0 +1,137 @@
+"""Content sealed under a data key: the stored form of a RunEventDoc, and reading it back.
+
+Past the sequencer a record's content members (``agentlog.schemas.content``) exist only as sealed tokens::
+
+    {"$sealed": "<keyId>.<base64url(AES-GCM-SIV ciphertext of JCS(value))>"}
+
+* **Deterministic.** The nonce is derived from the associated data (run, event, member path), and AES-GCM-SIV is
+  misuse-resistant: the same value sealed twice at the same place gives the same bytes, so a redelivered record
+  is byte-identical to the first copy (the worker's crash guarantees rest on that), while equal values at two
+  places give unrelated tokens.
+* **Bound to its place.** The associated data names run, event and path, so a token copied to another event or
+  member does not open.
+* **Erasable.** Without the data key a token is noise: reading it gives :data:`ERASED`. The hash chain, the state
+  hash and checkpoint signatures cover the tokens, so verification needs no key and survives erasure.
+
+Pure: no I/O. Where keys come from is the keyring's business; here a key is bytes and an id.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
+
+from agentlog.schemas.canonical import jcs, loads_strict
+from agentlog.schemas.content import SEALED, Tree, clear_tree, content_members, is_sealed
+from agentlog.schemas.errors import ContractError
+
+__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "seal_event", "sealed_paths"]
+
+#: What a member reads as once its key is gone.
+ERASED = "[erased]"
+
+
+class SealError(ContractError):
+    """A sealed token that does not open under its key: the record was altered, or the key is not the one used."""
+
+    code = "sealed_token_invalid"
+
+
+@dataclass(frozen=True, slots=True)
+class DataKey:
+    """A 256-bit data key and the id the tokens name it by."""
+
+    key_id: str
+    secret: bytes
+
+    def __post_init__(self) -> None:
+        if len(self.secret) != 32:
+            raise ValueError("a data key is 32 bytes")
+        if "." in self.key_id or not self.key_id:
+            raise ValueError("a data key id is non-empty and has no '.'")
+
+    def __repr__(self) -> str:  # the secret never reaches a log
+        return f"DataKey({self.key_id!r})"
+
+
+def _aad(run_id: str, event_id: str, path: tuple[str, ...]) -> bytes:
+    return jcs([run_id, event_id, list(path)])
+
+
+def _nonce(aad: bytes) -> bytes:
+    return hashlib.sha256(aad).digest()[:12]
+
+
+def _walk(doc: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
+    payload = doc.get("payload")
+    if payload is None:
+        return
+    yield from content_members(payload, clear_tree(doc["type"]))
+
+
+def _replace(payload: Any, path: tuple[str, ...], value: Any) -> Any:
+    """``payload`` with the member at ``path`` replaced, copying only the objects on the way."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    out = dict(payload)
+    out[head] = _replace(payload[head], rest, value)
+    return out
+
+
+def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
+    """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are."""
+    aead = AESGCMSIV(key.secret)
+    payload = doc.get("payload")
+    changed = False
+    for path, value in list(_walk(doc)):
+        if is_sealed(value):
+            continue
+        aad = _aad(doc["runId"], doc["eventId"], path)
+        token = aead.encrypt(_nonce(aad), jcs(value), aad)
+        payload = _replace(payload, path, {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"})
+        changed = True
+    return {**doc, "payload": payload} if changed else doc
+
+
+def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) -> dict[str, Any]:
+    """``doc`` with its sealed members opened; a member whose key is gone reads :data:`ERASED`.
+
+    ``key_for(key_id)`` returns the data key, or ``None`` once it has been erased. Raises :class:`SealError` when a
+    token does not open under a key that exists (tampering), since a reader must never show a value it cannot prove.
+    """
+    payload = doc.get("payload")
+    changed = False
+    for path, value in list(_walk(doc)):
+        if not is_sealed(value):
+            continue
+        key_id, _, body = value[SEALED].partition(".")
+        key = key_for(key_id)
+        if key is None:
+            plain: Any = ERASED
+        else:
+            aad = _aad(doc["runId"], doc["eventId"], path)
+            try:
+                plain = loads_strict(AESGCMSIV(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
+            except (InvalidTag, ValueError) as e:
+                where = ".".join(("payload", *path))
+                raise SealError(f"{where} of event {doc['eventId']} in run {doc['runId']} does not open under key "
+                                f"{key_id}: the record was altered") from e
+        payload = _replace(payload, path, plain)
+        changed = True
+    return {**doc, "payload": payload} if changed else doc
+
+
+def sealed_paths(doc: dict[str, Any], tree: Tree | None = None) -> list[str]:
+    """The dotted paths of ``doc``'s sealed members (for diagnostics and tests)."""
+    payload = doc.get("payload")
+    if payload is None:
+        return []
+    members = content_members(payload, tree if tree is not None else clear_tree(doc["type"]))
+    return [".".join(("payload", *path)) for path, value in members if is_sealed(value)]
