@@ -28,14 +28,12 @@ def register(app: typer.Typer) -> None:
             typer.echo(json.dumps(document, indent=2))
             return
         from rich.console import Console
-        from rich.table import Table
+        from rich.text import Text
+
+        from agentlog.cli._output import print_records
 
         console = Console()
-        table = Table(title="capability checks (run now)")
-        table.add_column("check")
-        table.add_column("result")
-        table.add_column("what ran")
-        for c in checks:
-            table.add_row(c.name, "[green]ok[/]" if c.ok else "[red]not claimed[/]", c.detail)
-        console.print(table)
+        print_records(console, ["check", "result", "what ran"],
+                      [[c.name, Text("ok", style="green") if c.ok else Text("not claimed", style="red"), c.detail]
+                       for c in checks], title="capability checks (run now)")
         console.print_json(json.dumps(document))

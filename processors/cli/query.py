@@ -2,8 +2,9 @@
 
 When a worker owns the embedded chdb directory (chdb allows one process per
 directory) the request goes to the worker's query endpoint; otherwise the store
-is opened directly (:func:`agentlog.audit.server.answer_query`). Tables for
-humans, ``--json`` / ``--csv`` for machines.
+is opened directly (:func:`agentlog.audit.server.answer_query`). For people a table
+that fits the terminal, else one block per row (:func:`agentlog.cli._output.print_records`);
+``--json`` / ``--csv`` for machines.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def _execute(body: dict[str, Any]) -> dict[str, Any]:
     return answer_query(load_settings(), body)
 
 
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, (list, dict)) else str(value)
+
+
 def _emit(payload: dict[str, Any], *, as_json: bool, as_csv: bool, title: str) -> None:
     columns, rows = payload["columns"], payload["rows"]
     if as_json:
@@ -50,16 +57,11 @@ def _emit(payload: dict[str, Any], *, as_json: bool, as_csv: bool, title: str) -
             writer.writerow([json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict)) else v for v in row])
         return
     from rich.console import Console
-    from rich.table import Table
 
-    table = Table(title=title, title_justify="left")
-    for col in columns:
-        table.add_column(col, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if v is None else json.dumps(v, ensure_ascii=False) if isinstance(v, (list, dict))
-                        else str(v) for v in row))
-    console = Console()
-    console.print(table)
+    from agentlog.cli._output import print_records
+
+    console = Console(highlight=False)
+    print_records(console, columns, ([_cell(v) for v in row] for row in rows), title=title)
     console.print(f"[dim]{len(rows)} row{'s' if len(rows) != 1 else ''}[/dim]")
 
 
