@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+from rich.text import Text
 
+from agentlog.cli._output import Cell, print_records
 from agentlog.schemas.errors import AgentlogError
 from agentlog.streams.settings import load_settings
 
@@ -85,11 +86,9 @@ def _print_human(console: Console, result: RederivationResult, host: Verdict | N
     if result.first_divergence:
         _print_divergence(console, result.first_divergence)
     if result.collect_all and len(result.divergences) > 1:
-        table = Table("seq", "kind", "path", "recorded", "replayed", "offset", title="all divergences")
-        for d in result.divergences:
-            table.add_row(str(d.at_sequence), d.kind, d.path or "-", _fmt(d.expected), _fmt(d.actual),
-                          str(d.log_offset))
-        console.print(table)
+        print_records(console, ["seq", "kind", "path", "recorded", "replayed", "offset"],
+                      [[str(d.at_sequence), d.kind, d.path or "-", _fmt(d.expected), _fmt(d.actual),
+                        str(d.log_offset)] for d in result.divergences], title="all divergences")
     if result.replay_of:
         if host is None:
             console.print(f"this run replays {result.replay_of.get('sourceRunId')}; "
@@ -125,20 +124,19 @@ def replay_command(
                 settings, run, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
                 progress=progress))
     except AgentlogError as e:
-        if as_json:
+        if as_json:  # the error record on stdout for the script, the one line on stderr as always
             typer.echo(json.dumps({"verdict": "error", "runId": run, "error": e.to_dict()}, ensure_ascii=False))
-        else:
-            typer.echo(f"error[{e.code}]: {e}", err=True)
+        typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e
     if as_json:
         body = result.to_json_dict()
         if result.replay_of:
             body["hostVerdict"] = host
         typer.echo(json.dumps(body, ensure_ascii=False, sort_keys=True))
-    elif result.error is not None:  # set exactly when the verdict is "error"
-        typer.echo(f"error[{result.error['code']}]: {result.error['message']}", err=True)
-    else:
+    elif result.error is None:  # set exactly when the verdict is "error"
         _print_human(console, result, host)
+    if result.error is not None:
+        typer.echo(f"error[{result.error['code']}]: {result.error['message']}", err=True)
     raise typer.Exit({"match": EXIT_MATCH, "diverged": EXIT_DIVERGED}.get(result.verdict, EXIT_ERROR))
 
 
@@ -158,15 +156,15 @@ def verdicts_command(
     if not verdicts:
         console.print("no host-replay verdicts" + (f" for {run}" if run else ""))
         return
-    table = Table("replay run", "source run", "mode", "verdict", "errorCode", "first divergence", "compared")
+    rows: list[list[Cell]] = []
     for v in verdicts:
         d = v.get("firstDivergence")
         where = f"{d['atSequence']} {d['kind']} {d.get('path') or ''}".strip() if d else "-"
-        style = _VERDICT_STYLE.get(v.get("verdict"), "red")
-        table.add_row(v.get("replayRunId"), v.get("sourceRunId") or "-", v.get("mode") or "-",
-                      f"[{style}]{v.get('verdict')}[/]", v.get("errorCode") or "-", where,
-                      str(v.get("comparedThrough")))
-    console.print(table)
+        rows.append([v.get("replayRunId"), v.get("sourceRunId") or "-", v.get("mode") or "-",
+                     Text(str(v.get("verdict")), style=_VERDICT_STYLE.get(v.get("verdict"), "red")),
+                     v.get("errorCode") or "-", where, str(v.get("comparedThrough"))])
+    print_records(console, ["replay run", "source run", "mode", "verdict", "errorCode", "first divergence",
+                            "compared"], rows)
 
 
 def register(app: typer.Typer) -> None:

@@ -46,7 +46,8 @@ def replay_test_command(
     expect: str = typer.Option("match", "--expect", help="The verdict that passes (match, diverged, …)."),
     publish: bool = typer.Option(False, "--publish", help="Publish the run to the store (settings from the env)."),
     record: Path | None = typer.Option(None, "--record", help="Run the program live; write its run here."),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report (with "
+                                 "--record: what was recorded)."),
 ) -> None:
     """Replay a recorded run with your agent code: verdict and first divergence."""
     from agentlog.replay.regression import record as record_run
@@ -59,7 +60,11 @@ def replay_test_command(
         if record is not None:
             docs = record_run(_program(program), run_id=source, settings=settings if publish else None)
             record.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
-            typer.echo(f"recorded run {source}: {len(docs)} events → {record}")
+            if as_json:
+                typer.echo(json.dumps({"recorded": source, "events": len(docs), "out": str(record),
+                                       "published": publish}, ensure_ascii=False))
+            else:
+                typer.echo(f"recorded run {source}: {len(docs)} events → {record}")
             raise typer.Exit(EXIT_OK)
         if mode not in ("recorded", "live", "what-if"):
             raise ReplayError(f"--mode must be recorded, live or what-if, not {mode!r}")

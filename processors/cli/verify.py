@@ -59,10 +59,9 @@ def verify_command(
         result = verify_run(history, run, keys, handoff_mode=settings.handoff_mode,
                             allow_unsigned_tail=allow_unsigned_tail)
     except AgentlogError as e:
-        if as_json:
+        if as_json:  # the error record on stdout for the script, the one line on stderr as always
             typer.echo(json.dumps({"runId": run, "verified": False, "error": e.to_dict()}, ensure_ascii=False))
-        else:
-            typer.echo(f"error[{e.code}]: {e}", err=True)
+        typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e
     if as_json:
         typer.echo(json.dumps(result.to_json_dict(), ensure_ascii=False, sort_keys=True))
