@@ -1,25 +1,30 @@
-"""``agentlog compare``: judge a replay against its source run from two exported logs, offline.
+"""``agentlog compare A B``: judge a replay against its source run, each given as an export file or a run id.
 
-The same engine the replay processor runs (:func:`agentlog.replay.compare.compare_runs`), fed from
-JSONL files (:func:`agentlog.replay.exported.read_jsonl`), so an operator can re-check a verdict —
-or a test can pin one — without a broker. Exit codes follow SPEC §7: 0 match, 1 any divergence
-(``diverged``, ``diverged_at_refusal``, ``what-if``), 2 the comparison could not run.
+The same engine the replay processor runs (:func:`agentlog.replay.tree.compare_tree`), fed from
+JSONL files (:func:`agentlog.replay.exported.read_jsonl`) or from the committed log, in any mix: an
+operator can re-check a verdict — or a test can pin one — offline from two exports, or name the two
+runs the store holds as ``replay-test`` and the console do. Exit codes follow SPEC §7: 0 match,
+1 any divergence (``diverged``, ``diverged_at_refusal``, ``what-if``), 2 the comparison could not run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-from agentlog.schemas.errors import AgentlogError
+from agentlog.cli._output import print_records
+from agentlog.schemas.errors import AgentlogError, ReplayError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
     from agentlog.replay import ComparisonResult, Divergence
+    from agentlog.streams.settings import Settings
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
 
@@ -28,12 +33,76 @@ def _fmt(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True)
 
 
-def _divergence_table(divergences: tuple[Divergence, ...]) -> Table:
-    table = Table("seq", "kind", "event", "path", "expected", "actual", title="divergences")
-    for d in divergences:
-        table.add_row(str(d.at_sequence), d.kind, d.event_type or "-", d.path or "-",
-                      _fmt(d.expected), _fmt(d.actual))
-    return table
+def _print_divergences(console: Console, divergences: tuple[Divergence, ...]) -> None:
+    print_records(console, ["seq", "kind", "event", "path", "expected", "actual"],
+                  [[str(d.at_sequence), d.kind, d.event_type or "-", d.path or "-", _fmt(d.expected), _fmt(d.actual)]
+                   for d in divergences], title="divergences")
+
+
+#: File names that say "this is an export": such an argument is never looked up as a run id.
+_EXPORT_SUFFIXES = (".jsonl", ".json")
+
+
+def _child_ids(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The child runs a run's events name (``payload.childRunId``, as the comparison pairs them), in order."""
+    out: list[str] = []
+    for doc in events:
+        payload = doc.get("payload")
+        child = payload.get("childRunId") if isinstance(payload, dict) else None
+        if isinstance(child, str) and child not in out:
+            out.append(child)
+    return out
+
+
+async def _read_tree(settings: Settings, run_id: str) -> list[Mapping[str, Any]]:
+    """A run and its descendants from the committed log, the run first: what an exported run tree holds.
+
+    A child run the log holds no events of is left out; the comparison then reports it (unchecked in the
+    source, missing in the replay) as it does for a file without it.
+    """
+    from agentlog.streams.reader import read_run
+
+    events: list[Mapping[str, Any]] = []
+    todo, seen = [run_id], set()
+    while todo:
+        current = todo.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        docs = [c["doc"] for c in await read_run(settings, current)]
+        events.extend(docs)
+        todo.extend(_child_ids(docs))
+    return events
+
+
+class _Sources:
+    """Resolves each side of the comparison to its events; settings are loaded only when a run id needs them."""
+
+    def __init__(self) -> None:
+        self._settings: Settings | None = None
+
+    def events(self, arg: str) -> list[Mapping[str, Any]]:
+        from agentlog.replay.exported import read_jsonl
+
+        path = Path(arg)
+        if path.is_file():
+            events: list[Mapping[str, Any]] = list(read_jsonl(path))
+            if not events:
+                raise ReplayError(f"{arg} has no events; nothing to compare")
+            return events
+        if path.suffix in _EXPORT_SUFFIXES:
+            raise ReplayError(f"{arg}: no such file; give an `agentlog export` file or a run id")
+        if self._settings is None:
+            from agentlog.streams.settings import load_settings
+
+            self._settings = load_settings()
+        events = asyncio.run(_read_tree(self._settings, arg))
+        if not events:
+            raise ReplayError(
+                f"{arg!r} is neither an existing file nor a run in the committed log "
+                f"({self._settings.topic_prefix}.log at {self._settings.kafka_bootstrap}); give an `agentlog export` "
+                "file or the id of a committed run (check AGENTLOG_TOPIC_PREFIX)", code="run_not_found")
+        return events
 
 
 #: How many reordered events the human report lists before summarising.
@@ -61,8 +130,8 @@ def _print_human(console: Console, result: ComparisonResult, unchecked: tuple[di
         if len(result.reordered) > _REORDERED_SHOWN:
             console.print(f"  … {len(result.reordered) - _REORDERED_SHOWN} more (--json lists all)")
     for hop in unchecked:
-        console.print(f"[yellow]child run {hop['sourceChildRunId']} not compared: its original log is not in "
-                      "the file[/]")
+        console.print(f"[yellow]child run {hop['sourceChildRunId']} not compared: the source side holds none of "
+                      "its events[/]")
     d = result.first_divergence
     if d is None:
         return
@@ -79,12 +148,13 @@ def _print_human(console: Console, result: ComparisonResult, unchecked: tuple[di
     if d.detail:
         console.print(f"  note:     {d.detail}", markup=False)
     if result.collect_all and len(result.divergences) > 1:
-        console.print(_divergence_table(result.divergences))
+        _print_divergences(console, result.divergences)
 
 
 def compare_command(
-    original: Path = typer.Argument(..., help="JSONL of the source run's events."),
-    replay: Path = typer.Argument(..., help="JSONL of the replay run's events."),
+    original: str = typer.Argument(..., help="The source run: an `agentlog export` file (JSONL) or a run id in "
+                                             "the committed log."),
+    replay: str = typer.Argument(..., help="The replay run: an export file or a run id, as for the source."),
     from_seq: int | None = typer.Option(
         None, "--from-seq", min=0, help="First re-executed index (default: the replay's replayOf.fromSeq, else 0)."
     ),
@@ -94,21 +164,19 @@ def compare_command(
         False, "--strict", help="Compare index by index (RFC 0041 conformance) instead of per lane."
     ),
 ) -> None:
-    """Compare a replay run with its source run: verdict and first divergence.
+    """Compare a replay run with its source run (files or run ids): verdict and first divergence.
 
-    Each file may hold a whole run tree (the run first, then its child runs): dispatches are
-    followed into the child runs and the first divergence anywhere is reported with its path.
+    Each side is a whole run tree: a file holds the run first, then its child runs; a run id is read
+    from the committed log with the child runs its events name. Dispatches are followed into the
+    child runs and the first divergence anywhere is reported with its path.
     """
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from agentlog.replay.exported import read_jsonl
     from agentlog.replay.tree import compare_tree, group_runs
 
+    sources = _Sources()
     try:
-        o_root, o_runs = group_runs(read_jsonl(original))
-        r_root, r_runs = group_runs(read_jsonl(replay))
-        if not o_runs or not r_runs:
-            from agentlog.schemas.errors import ReplayError
-            raise ReplayError(f"{original if not o_runs else replay} has no events; nothing to compare")
+        o_root, o_runs = group_runs(sources.events(original))
+        r_root, r_runs = group_runs(sources.events(replay))
         tree = compare_tree(o_runs, r_runs, original_root=o_root, replay_root=r_root, from_seq=from_seq,
                             collect_all=collect_all, strict=strict)
     except AgentlogError as e:
