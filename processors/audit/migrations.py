@@ -286,9 +286,9 @@ def _apply(store: Store, stmt: str, version: int) -> None:
     """Run one migration statement, upgrading what ``IF NOT EXISTS`` alone would silently skip.
 
     * ``CREATE TABLE IF NOT EXISTS t (...) ENGINE = E`` when ``t`` exists with another engine
-      (0001's ReplacingMergeTree tables under 0002's MergeTree): :func:`_rebuild` on one node;
-      on a cluster :func:`_replace_empty` when the table is empty (a fresh cluster runs 0001
-      and 0002 back to back), else ``manual_upgrade``.
+      (0001's ReplacingMergeTree tables under 0002's MergeTree): :func:`_replace_empty` when the
+      table is empty (a fresh store runs 0001 and 0002 back to back), else :func:`_rebuild` on one
+      node and ``manual_upgrade`` on a cluster.
     * ``CREATE MATERIALIZED VIEW IF NOT EXISTS v TO t AS <select>`` when ``v`` does not exist yet:
       the target is emptied and backfilled with ``INSERT INTO t <select>`` before the view is
       created, so rows already in the store count in the rollup. A crash anywhere in between
@@ -301,9 +301,9 @@ def _apply(store: Store, stmt: str, version: int) -> None:
         existing = _table_engine(store, table.group(1))
         if existing is not None and existing != engine.group(1):
             cluster = _ON_CLUSTER.search(stmt)
-            if cluster and _empty(store, table.group(1)):
-                # a fresh cluster: 0001 created these tables a moment ago, nothing to carry over
-                _replace_empty(store, table.group(1), stmt, cluster.group(0))
+            if _empty(store, table.group(1)):
+                # a fresh store: 0001 created this table a moment ago, nothing to carry over or keep
+                _replace_empty(store, table.group(1), stmt, cluster.group(0) if cluster else "")
                 return
             if cluster:
                 raise StoreError(
@@ -335,19 +335,22 @@ def _empty(store: Store, local: str) -> bool:
 
 
 def _replace_empty(store: Store, local: str, create: str, on_cluster: str) -> None:
-    """Drop an EMPTY cluster table whose engine changed and create it as declared.
+    """Drop an EMPTY table whose engine changed and create it as declared, without a word.
 
-    The Distributed table over it is dropped too: it was created ``AS <local>`` and would keep
-    the old columns; the migration's next statement creates it again from the new table.
-    Only for empty tables (a fresh cluster that just ran 0001): a table with rows is moved by
-    hand (infra/clickhouse/README.md, 'Upgrading a cluster').
+    An empty table has nothing to carry over and nothing a kept copy would let anyone check, so
+    it is not rebuilt and kept as ``<table>_<version>`` like a table with rows (:func:`_rebuild`):
+    a fresh store ends with the declared tables only. On a cluster (``on_cluster`` the clause,
+    else ``""``) the Distributed table over ``local`` is dropped too: it was created
+    ``AS <local>`` and would keep the old columns; the migration's next statement creates it
+    again from the new table. A cluster table with rows is moved by hand
+    (infra/clickhouse/README.md, 'Upgrading a cluster').
     """
     dist = local.removesuffix("_local")
     if dist != local:
         store.command(f"DROP TABLE IF EXISTS {dist} {on_cluster} SYNC")
     store.command(f"DROP TABLE IF EXISTS {local} {on_cluster} SYNC")
     store.command(create)
-    log.warning("empty cluster table %s re-created with the engine of the current migration", local)
+    log.debug("empty table %s created again with the engine of the current migration", local)
 
 
 def _rebuild(store: Store, name: str, create: str, version: int) -> None:
