@@ -56,6 +56,8 @@ class Settings:
     # web_port + 1, loopback) supervised by this one, which runs the sink and the HTTP endpoints: two cores
     # instead of one thread (processors/worker/halves.py). Off: one process.
     sink_process: bool = False
+    # The worker's log on stderr: "text" (coloured only on a terminal) or "json" (one object per line).
+    log_format: str = "text"
     # The worker's name in metrics, /health and the audit rows it writes.
     worker_id: str = "agentlog-worker"
     # The worker's tables (RocksDB, one database per table partition) and the changelog offsets they hold;

@@ -20,6 +20,8 @@ def register(app: typer.Typer) -> None:
                                                "AGENTLOG_SINK_PROCESS, else one process)."),
         handoff_mode: str = typer.Option(None, help="auto | check | derive (default: AGENTLOG_HANDOFF_MODE)."),
         loglevel: str = typer.Option("warning", help="Faust log level."),
+        log_format: str = typer.Option(None, help="text | json: the log on stderr (default: AGENTLOG_LOG_FORMAT, "
+                                                  "else text; text is coloured only on a terminal)."),
         wait: float = typer.Option(300.0, help="Seconds to wait for an unreachable broker, or for enough brokers "
                                                 "to create topics at the replication factor, before giving up."),
     ) -> None:
@@ -29,7 +31,7 @@ def register(app: typer.Typer) -> None:
         from agentlog.worker.app import run_worker, worker_role
 
         settings = load_settings(web_port=web_port, handoff_mode=handoff_mode, worker_role=role,
-                                 sink_process=sink_process)
+                                 sink_process=sink_process, log_format=log_format)
         if settings.handoff_mode not in {"auto", "check", "derive"}:
             raise typer.BadParameter("handoff mode must be auto, check or derive")
         runs = worker_role(settings)

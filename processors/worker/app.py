@@ -55,7 +55,7 @@ from agentlog.streams.admin import ensure_topics_patiently
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
-from agentlog.worker import batch, fence, gcpause, halves, handoff, lagprobe, positions, runstate, sequencer
+from agentlog.worker import batch, fence, gcpause, halves, handoff, lagprobe, logs, positions, runstate, sequencer
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
 from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
@@ -372,8 +372,10 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "warning
     Every topic it reads or writes is created first, waiting up to ``wait_s`` for an
     unreachable broker or for enough brokers to honour the replication factor. With
     ``settings.sink_process`` an ``all`` worker is this process (the ``sink`` role) and a supervised
-    child (the ``process`` role): :mod:`agentlog.worker.halves`.
+    child (the ``process`` role): :mod:`agentlog.worker.halves`. It logs to stderr in
+    ``settings.log_format`` (:mod:`agentlog.worker.logs`) from its first line on.
     """
+    logs.setup_logging(settings.log_format, loglevel)
     # A process half started by a parent below stops when that parent ends; its web server is the parent's alone.
     is_half = halves.watch_parent()
     half = None
@@ -389,7 +391,11 @@ def run_worker(settings: Settings, *, web: bool = True, loglevel: str = "warning
             ensure_topics_patiently(settings, catalogue(settings) + internal_topic_specs(wiring), wait_s=wait_s))
     finally:
         loop.close()
-    worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False)
+    worker = Worker(wiring.app, loglevel=loglevel, quiet=True, redirect_stdouts=False,
+                    logging_config=logs.logging_config(settings.log_format, loglevel))
+    # Faust's start-up spinner writes cursor escapes to stdout even when stdout is a file, quiet or not:
+    # the worker's output is its log alone.
+    worker.spinner = None
     if half is not None:
         half.start()
     try:
