@@ -43,9 +43,10 @@ COORDINATOR_LOOKUP_FAILED = "Group Coordinator Request failed: %s"
 #: fresh broker meets them for the few seconds ``__consumer_offsets`` takes to come up.
 COORDINATOR_STARTING = (kafka_errors.GroupCoordinatorNotAvailableError, kafka_errors.GroupLoadInProgressError,
                         kafka_errors.NotCoordinatorForGroupError)
-#: How long coordinator lookups may keep failing before their failures are errors again: a broker that
-#: starts takes seconds, one that has no coordinator for a minute has a problem the operator must see.
-COORDINATOR_GRACE_S = 60.0
+#: How long coordinator lookups may keep failing before their failures are errors again. On a broker just
+#: started (`agentlog infra up`, then the worker) the series lasts a fraction of a second; one with no
+#: coordinator for half a minute (a broker down, a group's offsets not loading) has a problem to see.
+COORDINATOR_GRACE_S = 30.0
 #: A lookup failure after this long without one starts a new series (the coordinator was found meanwhile):
 #: aiokafka retries a failed lookup after its retry backoff, a fraction of a second.
 COORDINATOR_SERIES_GAP_S = 10.0
