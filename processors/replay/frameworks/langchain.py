@@ -1,14 +1,20 @@
 """LangChain / LangGraph: ``ReplayChatModel``, a ``BaseChatModel`` answered through a :class:`Recorder`.
 
-Give it to the graph where the program's chat model goes (``create_react_agent(model, …)``, a
-node's ``model.invoke``). Its node is ``node`` when given, else the LangGraph node the call runs in
-(``langgraph_node`` in the run's metadata), so a recording and its replay name the same nodes.
+The recorder is the one a program is given (``program(recorder)``, run by :func:`agentlog.record` or
+:func:`agentlog.replay_test`). Give ``ReplayChatModel(recorder=recorder, inner=model, model_name=...)`` to
+the graph where the program's chat model goes (``create_react_agent(model, …)``, a node's
+``model.invoke``): ``inner`` is the chat model the graph would use (``ChatOpenAI(...)``, any
+``BaseChatModel``), asked when the run is recorded (:func:`agentlog.record` runs ``live``; without ``inner`` a
+call there fails with "no model to ask") and in ``live`` / ``what-if`` replays, never in a ``recorded`` one;
+``model_name`` and ``provider`` are what each call's cache key names, so give the same ones when recording and
+replaying. Its node is ``node`` when given, else the LangGraph node the call runs in (``langgraph_node`` in the
+run's metadata), so a recording and its replay name the same nodes.
 
 Tools go through LangGraph's ``ToolNode`` tool-call interceptor (``wrap_tool_call`` /
-``awrap_tool_call``): :class:`ReplayToolCalls` runs each call (``execute``) or, with
-``tools="recorded"``, answers it with a ``ToolMessage`` carrying the recorded result without running
-the tool. :func:`replay_tool_node` builds the ``ToolNode`` with it, to give ``create_react_agent``
-(or a graph) in place of the list of tools.
+``awrap_tool_call``), with the wrappers from this module: :class:`ReplayToolCalls` runs each call
+(``execute``) or, with ``tools="recorded"``, answers it with a ``ToolMessage`` carrying the recorded result
+without running the tool. :func:`replay_tool_node` builds the ``ToolNode`` with it, to give
+``create_react_agent`` (or a graph) in place of the list of tools.
 
 The one conversion between LangChain and the cache-key shape is here: :func:`request_of`
 (messages and bound tools → the GenAI parts form the worker records from spans), :func:`envelope_of`

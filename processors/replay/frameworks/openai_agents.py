@@ -1,12 +1,21 @@
 """OpenAI Agents SDK: ``ReplayModel`` (a ``Model``) and ``ReplayModelProvider`` answered through a :class:`Recorder`.
 
-Per agent, ``Agent(..., model=ReplayModel(recorder, inner=model, node=agent_name))``: the node is the
-agent, as in a run the worker records from the SDK's spans. For a program that names its models by
-string, ``RunConfig(model_provider=ReplayModelProvider(recorder, inner=provider))`` answers every
-agent's calls (their node is then the model name: the provider is not told the agent).
-The agent's tools go through :func:`replay_tools` (``Agent(..., tools=replay_tools(recorder, [lookup]))``):
-each ``FunctionTool`` is copied with an ``on_invoke_tool`` (the SDK's own tool interface: the tool
-context and the model's arguments as a JSON string) that runs the tool or, with ``tools="recorded"``,
+The recorder is the one a program is given (``program(recorder)``, run by :func:`agentlog.record` or
+:func:`agentlog.replay_test`). Per agent, ``Agent(..., model=ReplayModel(recorder, inner=model,
+node=agent_name, model_name=...))``: ``inner`` is the SDK ``Model`` the agent would use
+(``OpenAIResponsesModel(...)``, or any ``Model``), asked when the run is recorded (:func:`agentlog.record`
+runs ``live``; without ``inner`` a call there fails with "no model to ask") and in ``live`` / ``what-if``
+replays, never in a ``recorded`` one; ``model_name`` and ``provider`` are what each call's cache key names
+(``inner`` does not tell them), so give the same ones when recording and replaying. The node is the agent,
+as in a run the worker records from the SDK's spans. For a program that names its models by string,
+``RunConfig(model_provider=ReplayModelProvider(recorder, inner=provider))`` answers every agent's calls,
+``inner`` being the ``ModelProvider`` that makes the live models (``OpenAIProvider()``); their node is then
+the model name: the provider is not told the agent. Handoffs need nothing more: the agent handed to has its
+own ``ReplayModel`` over the same recorder.
+
+The agent's tools go through :func:`replay_tools`, from this module (``Agent(..., tools=replay_tools(recorder,
+[lookup]))``): each ``FunctionTool`` is copied with an ``on_invoke_tool`` (the SDK's own tool interface: the
+tool context and the model's arguments as a JSON string) that runs the tool or, with ``tools="recorded"``,
 returns the recorded result without running it. Hosted tools and handoffs are left as they are.
 
 The one conversion between the SDK and the cache-key shape is here: :func:`request_of` (system

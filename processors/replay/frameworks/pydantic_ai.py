@@ -1,11 +1,29 @@
-"""pydantic-ai: ``ReplayModel``, a pydantic-ai ``Model`` answered through a :class:`Recorder`.
+"""pydantic-ai: ``ReplayModel``, a pydantic-ai ``Model``, and ``ReplayTools``, answered through a :class:`Recorder`.
 
-Use it where the program's model goes: ``Agent(ReplayModel(recorder, inner=model, node="planner"))``
-or, without touching the program, ``with agent.override(model=ReplayModel(...)):``. Its tools go
-through ``ReplayTools``, a pydantic-ai capability (``Agent(..., capabilities=[ReplayTools(recorder)])``
-or ``agent.run(..., capabilities=[...])``): its ``wrap_tool_execute`` hook runs each function tool,
-or answers it from the recording without running it (``tools="recorded"``). Output tools are not
-tool calls to pydantic-ai's hooks, nor to the recording.
+The recorder is the one a program is given (``program(recorder)``, run by :func:`agentlog.record` or
+:func:`agentlog.replay_test`). Each agent's model becomes a ``ReplayModel`` over it, ``inner`` being the
+model the agent would use (``OpenAIChatModel("gpt-5")``; offline, a ``FunctionModel`` or ``TestModel``)
+and ``node`` the agent's name::
+
+    planner = Agent(ReplayModel(recorder, inner=OpenAIChatModel("gpt-5"), node="planner"),
+                    capabilities=[ReplayTools(recorder)])
+
+``inner`` is asked when the run is recorded (:func:`agentlog.record` runs ``live``; without ``inner`` a
+call there fails with "no model to ask") and in ``live`` / ``what-if`` replays; a ``recorded`` replay
+never asks it, but keep it in the program: its ``model_name`` and ``system`` are in each call's cache
+key (or give ``model_name=`` and ``provider=``). Without touching the program,
+``with agent.override(model=ReplayModel(...)):`` does the same. An agent that delegates to another
+through a tool records both in one run: each agent its own ``ReplayModel`` over the one recorder, each
+at its node; the sub-agent's calls come after the response that asked for the tool and before that
+call's ``agent.toolCalled`` / ``agent.toolReturned`` (recorded, as every tool call, when its result
+reaches the delegating agent's next request). The README's "Replaying runs as
+regression tests" has the whole program: a planner that looks an order up and delegates the reply to
+a writer agent, recorded with ``FunctionModel`` and replayed.
+
+The tools go through ``ReplayTools``, from this module: a pydantic-ai capability
+(``Agent(..., capabilities=[ReplayTools(recorder)])`` or ``agent.run(..., capabilities=[...])``) whose
+``wrap_tool_execute`` hook runs each function tool, or answers it from the recording without running it
+(``tools="recorded"``). Output tools are not tool calls to pydantic-ai's hooks, nor to the recording.
 
 The one conversion between pydantic-ai and the cache-key shape is here. Messages go through
 pydantic-ai's own OpenTelemetry conversion (``InstrumentationSettings.messages_to_otel_messages``),
