@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import KafkaConnectionError, KafkaError, for_code
@@ -138,10 +139,23 @@ async def _wait_for_leaders(admin: AIOKafkaAdminClient, names: list[str]) -> Non
             for t in described
         )
         if ready:
+            _warn_under_replicated(described)
             return
         if asyncio.get_running_loop().time() > deadline:
             raise InfraError(f"topics {names} were created but have no partition leaders after {_LEADER_WAIT_S}s")
         await asyncio.sleep(0.1)
+
+
+def _warn_under_replicated(described: list[dict[str, Any]]) -> None:
+    """Say so when a new topic's replicas are not all in sync: a broker it was placed on is down.
+
+    Kafka may place a new topic's replicas on a broker that is down but not yet fenced; the topic works,
+    with fewer copies than asked for until that broker is back.
+    """
+    short = sorted({t["topic"] for t in described for p in t["partitions"] if len(p["isr"]) < len(p["replicas"])})
+    if short:
+        log.warning("created %d topic(s) with replicas out of sync (%s); are all brokers up?", len(short),
+                    ", ".join(short[:3]) + (" …" if len(short) > 3 else ""))
 
 
 def ensure_topics_sync(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:
