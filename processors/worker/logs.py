@@ -47,9 +47,8 @@ COORDINATOR_STARTING = (kafka_errors.GroupCoordinatorNotAvailableError, kafka_er
 #: started (`agentlog infra up`, then the worker) the series lasts a fraction of a second; one with no
 #: coordinator for half a minute (a broker down, a group's offsets not loading) has a problem to see.
 COORDINATOR_GRACE_S = 30.0
-#: A lookup failure after this long without one starts a new series (the coordinator was found meanwhile):
-#: aiokafka retries a failed lookup after its retry backoff, a fraction of a second.
-COORDINATOR_SERIES_GAP_S = 10.0
+#: What aiokafka logs (INFO) once a lookup succeeds: it ends a series of failures.
+COORDINATOR_DISCOVERED = "Discovered coordinator %s for group %s"
 
 
 def check_log_format(log_format: str) -> str:
@@ -88,25 +87,28 @@ class CoordinatorLookupFilter(logging.Filter):
     """Demote aiokafka's failed coordinator lookups to INFO while a broker is still starting its coordinator.
 
     Only the lookups that fail with :data:`COORDINATOR_STARTING` are touched, and only for the first
-    :data:`COORDINATOR_GRACE_S` of a series of them (a series ends after :data:`COORDINATOR_SERIES_GAP_S`
-    without one); past that they are logged as aiokafka wrote them, at ERROR, every retry. Any other
-    record of the logger passes unchanged.
+    :data:`COORDINATOR_GRACE_S` of a series of them (a series ends when aiokafka logs that it discovered the
+    coordinator, however far apart its retries are); past that they are logged as aiokafka wrote them, at
+    ERROR, every retry. Any other record of the logger passes unchanged. The logger is set to INFO at least
+    (:func:`logging_config`) so the discovery reaches the filter; the handler's level still decides what is
+    written.
     """
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
         self._clock = clock
         self._first: float | None = None
-        self._last = 0.0
 
     def filter(self, record: logging.LogRecord) -> bool:
+        if record.msg == COORDINATOR_DISCOVERED:
+            self._first = None
+            return True
         if record.msg != COORDINATOR_LOOKUP_FAILED or not isinstance(record.args, tuple) or not (
                 record.args and isinstance(record.args[0], COORDINATOR_STARTING)):
             return True
         now = self._clock()
-        if self._first is None or now - self._last > COORDINATOR_SERIES_GAP_S:
+        if self._first is None:
             self._first = now
-        self._last = now
         if now - self._first < COORDINATOR_GRACE_S:
             record.levelno, record.levelname = logging.INFO, logging.getLevelName(logging.INFO)
         return True
@@ -129,9 +131,14 @@ def logging_config(log_format: str, level: str | int) -> dict[str, Any]:
         # The handler's level too: a record a filter demoted has passed its logger's level check already.
         "handlers": {"stderr": {"class": "logging.StreamHandler", "stream": sys.stderr, "formatter": "agentlog",
                                 "level": level}},
-        "loggers": {COORDINATOR_LOGGER: {"filters": ["coordinator_lookup"]}},
+        "loggers": {COORDINATOR_LOGGER: {"filters": ["coordinator_lookup"], "level": _at_most_info(level)}},
         "root": {"level": level, "handlers": ["stderr"]},
     }
+
+
+def _at_most_info(level: str | int) -> int:
+    number = level if isinstance(level, int) else logging.getLevelName(level)
+    return min(number, logging.INFO) if isinstance(number, int) else logging.INFO
 
 
 def setup_logging(log_format: str, level: str | int) -> None:

@@ -45,6 +45,7 @@ def coordinator_log() -> Iterator[tuple[logging.Logger, list[logging.LogRecord],
     finally:
         logger.removeHandler(handler)
         logger.removeFilter(lookups)
+        logger.setLevel(logging.NOTSET)
 
 
 def _lookup_failed(logger: logging.Logger, error: Exception) -> None:
@@ -74,12 +75,37 @@ def test_coordinator_lookups_failing_past_the_grace_are_errors_again(coordinator
         ("ERROR", "Group Coordinator Request failed: [Error 15] GroupCoordinatorNotAvailableError")] * 2
 
 
+def _discovered(logger: logging.Logger) -> None:
+    logger.info(logs.COORDINATOR_DISCOVERED, 1, "g")  # as aiokafka's ensure_coordinator_known writes it
+
+
 def test_a_new_series_of_failed_lookups_has_its_own_grace(coordinator_log):
     logger, records, clock = coordinator_log
+    logger.setLevel(logging.INFO)
     _lookup_failed(logger, kafka_errors.GroupCoordinatorNotAvailableError())
-    clock.now += logs.COORDINATOR_GRACE_S  # the coordinator was found; it moves an hour later
+    _discovered(logger)
+    clock.now += 3600  # the coordinator moves an hour later
     _lookup_failed(logger, kafka_errors.NotCoordinatorForGroupError())
     assert records == []
+
+
+def test_failed_lookups_far_apart_are_errors_once_the_grace_is_over(coordinator_log):
+    """With a broker down a lookup can take many seconds (aiokafka refreshes metadata between tries)."""
+    logger, records, clock = coordinator_log
+    logger.setLevel(logging.INFO)
+    _lookup_failed(logger, kafka_errors.GroupCoordinatorNotAvailableError())
+    clock.now += logs.COORDINATOR_GRACE_S / 2
+    _lookup_failed(logger, kafka_errors.GroupCoordinatorNotAvailableError())
+    clock.now += logs.COORDINATOR_GRACE_S / 2
+    _lookup_failed(logger, kafka_errors.GroupCoordinatorNotAvailableError())
+    assert [r.levelname for r in records] == ["ERROR"]
+
+
+def test_the_configured_coordinator_logger_passes_the_discovery_to_the_filter():
+    config = logs.logging_config("text", "warning")
+    assert config["loggers"][logs.COORDINATOR_LOGGER]["level"] == logging.INFO
+    assert config["handlers"]["stderr"]["level"] == "WARNING"
+    assert logs.logging_config("text", "debug")["loggers"][logs.COORDINATOR_LOGGER]["level"] == logging.DEBUG
 
 
 def test_other_failures_of_the_coordinator_logger_stay_errors(coordinator_log):
