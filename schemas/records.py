@@ -45,6 +45,7 @@ __all__ = [
     "log_format_error",
     "record_source",
     "rejection",
+    "run_id_of_key",
     "run_snapshot",
     "transition",
     "checkpoint",
@@ -246,6 +247,28 @@ def rejection(
         record["rawBytes"] = raw_bytes
         record["rawSha256"] = raw_sha256
     return record
+
+
+#: The longest run id a rejection takes from a record's key: the bound it applies to ids copied from a doc.
+KEY_RUN_ID_MAX = 256
+
+
+def run_id_of_key(key: bytes | None) -> str | None:
+    """The run id a rejected record's Kafka key names: the key as UTF-8, None when it names none.
+
+    Hosts key ingest records by run id (UTF-8, as the SDK and the murmur2 partitioner encode it),
+    so a record whose value is unreadable still says whose it is. A key that is absent, empty,
+    longer than :data:`KEY_RUN_ID_MAX` characters or not valid UTF-8 gives None: no run id is
+    such a string, and a guess (a lossy decoding) would file the rejection under a run that
+    does not exist: the rejection then has no run id, and its ``raw`` value is all it keeps.
+    """
+    if not key:
+        return None
+    try:
+        run_id = key.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return run_id if len(run_id) <= KEY_RUN_ID_MAX else None
 
 
 def transition(

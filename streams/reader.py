@@ -350,8 +350,8 @@ async def first_offset(settings: Settings, topic: str, partition: int) -> int:
 
 async def fetch_range(
     settings: Settings, topic: str, partition: int, start: int, stop: int
-) -> list[tuple[int, int, bytes]]:
-    """Raw ``(offset, timestamp_ms, value)`` of records ``start <= offset < stop`` of one partition.
+) -> list[tuple[int, int, bytes | None, bytes]]:
+    """Raw ``(offset, timestamp_ms, key, value)`` of records ``start <= offset < stop`` of one partition.
 
     Plain assign + seek, ``read_committed``; offsets that hold no record (transaction
     markers) are simply absent. The processors use it to read a range their own
@@ -360,7 +360,7 @@ async def fetch_range(
     tp = TopicPartition(topic, partition)
     consumer = _consumer(settings, "read_committed")
     await consumer.start()
-    out: list[tuple[int, int, bytes]] = []
+    out: list[tuple[int, int, bytes | None, bytes]] = []
     try:
         consumer.assign([tp])
         consumer.seek(tp, start)
@@ -370,7 +370,7 @@ async def fetch_range(
             for m in batches.get(tp, []):
                 if m.offset >= stop:
                     break
-                out.append((m.offset, m.timestamp, m.value))
+                out.append((m.offset, m.timestamp, m.key, m.value))
     except KafkaError as e:
         raise InfraError(
             f"reading {topic}[{partition}] {start}..{stop} from {settings.kafka_bootstrap} failed: {e}"

@@ -19,7 +19,15 @@ from typing import Any, TypedDict
 from agentlog.core.lifetimes import ClosedMarker, after_close
 from agentlog.schemas.canonical import GENESIS, MAX_SAFE_INTEGER, chain_link
 from agentlog.schemas.errors import ContractError
-from agentlog.schemas.records import CommittedEvent, RecordSource, Rejection, committed_event, record_source, rejection
+from agentlog.schemas.records import (
+    CommittedEvent,
+    RecordSource,
+    Rejection,
+    committed_event,
+    record_source,
+    rejection,
+    run_id_of_key,
+)
 from agentlog.schemas.validate import validate_parsed
 from agentlog.streams.codec import decode_ingest
 
@@ -175,9 +183,14 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
 
 
 def rejection_record(
-    reason: str, detail: str, raw: bytes, source: Source, doc: dict[str, Any] | None = None
+    reason: str, detail: str, raw: bytes, source: Source, doc: dict[str, Any] | None = None,
+    key: bytes | None = None,
 ) -> Rejection:
     """The rejections-topic record (CONTRACT.md): reason, the original bytes and where they came from.
+
+    Its ``runId`` is the doc's; where the doc names none (it did not decode, or its runId is no
+    usable string) it is the record's Kafka ``key``, which hosts set to the run id
+    (:func:`agentlog.schemas.records.run_id_of_key`).
 
     The record must always be writable, whatever it rejects: only a JSON-safe sequence and
     ids of a sane length are copied, and an original value over :data:`RAW_MAX_BYTES` (an
@@ -195,7 +208,7 @@ def rejection_record(
     return rejection(
         reason=reason,
         detail=detail[:2000],
-        run_id=ident("runId"),
+        run_id=ident("runId") or run_id_of_key(key),
         event_id=ident("eventId"),
         sequence=seq if type(seq) is int and -MAX_SAFE_INTEGER <= seq <= MAX_SAFE_INTEGER else None,
         source=source.to_dict(),

@@ -74,13 +74,14 @@ STALL_CHECK_S = 5.0
 
 @dataclass(frozen=True, slots=True)
 class SourceRecord:
-    """One record an agent handles: where it was read and its raw value."""
+    """One record an agent handles: where it was read, its raw value and its raw key."""
 
     topic: str
     partition: int
     offset: int
     timestamp_ms: int
     value: bytes
+    key: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -478,9 +479,11 @@ async def in_order(batch: Batch, table: str, msg: Message, value: bytes, handle:
                     "handling %d records first",
                     msg.topic, msg.partition, expected, msg.offset - 1, table, committed, len(skipped))
         METRICS.inc("agentlog_skipped_records_healed_total", len(skipped), topic=msg.topic)
-        for offset, timestamp_ms, skipped_value in skipped:
-            await handle(batch, SourceRecord(msg.topic, msg.partition, offset, timestamp_ms, skipped_value or b""))
-    await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000), value))
+        for offset, timestamp_ms, skipped_key, skipped_value in skipped:
+            await handle(batch, SourceRecord(msg.topic, msg.partition, offset, timestamp_ms, skipped_value or b"",
+                                             skipped_key))
+    await handle(batch, SourceRecord(msg.topic, msg.partition, msg.offset, int((msg.timestamp or 0) * 1000), value,
+                                     msg.key))
     batch.advanced(table, msg.topic, msg.partition, max(expected, msg.offset + 1))
 
 

@@ -44,6 +44,7 @@ class MemoryMessage:
     partition: int
     offset: int
     timestamp: float | None = 0.0
+    key: bytes | None = None
 
     @property
     def tp(self) -> TopicPartition:
@@ -56,9 +57,10 @@ class MemoryEvent:
     message: MemoryMessage
 
 
-def event(topic: str, partition: int, offset: int, value: Any = b"", timestamp: float | None = 0.0) -> MemoryEvent:
+def event(topic: str, partition: int, offset: int, value: Any = b"", timestamp: float | None = 0.0,
+          key: bytes | None = None) -> MemoryEvent:
     """One delivered record."""
-    return MemoryEvent(value, MemoryMessage(topic, partition, offset, timestamp))
+    return MemoryEvent(value, MemoryMessage(topic, partition, offset, timestamp, key))
 
 
 _END = object()
@@ -134,9 +136,11 @@ class MemoryBroker:
     async def first_offset(self, topic: str, partition: int) -> int:
         return 0
 
-    async def read(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, int, bytes | None]]:
+    async def read(self, topic: str, partition: int, start: int,
+                   end: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
         held = self.records.get((topic, partition), [])
-        return [(offset, held[offset].timestamp_ms, held[offset].value) for offset in range(start, min(end, len(held)))]
+        return [(offset, held[offset].timestamp_ms, held[offset].key, held[offset].value)
+                for offset in range(start, min(end, len(held)))]
 
 
 @dataclass(frozen=True, slots=True)

@@ -313,6 +313,8 @@ class Receiver:
 
 
 def _rejection_bytes(reason: str, detail: str, raw: bytes) -> bytes:
+    """A refused request or span, with no run id: a request names no run, its spans' runs are derived
+    only when they are mapped (:mod:`agentlog.worker.spans`), and a span refused here never is."""
     kept = raw[: 256 * 1024]
     extra: dict[str, Any] = {}
     if len(kept) < len(raw):

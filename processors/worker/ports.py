@@ -45,6 +45,10 @@ class Message(Protocol):
         """Seconds since the epoch."""
 
     @property
+    def key(self) -> bytes | None:
+        """The record's key as the broker holds it (the agents read their topics' keys raw)."""
+
+    @property
     def tp(self) -> Partition: ...
 
 
@@ -114,8 +118,9 @@ class Backfill(Protocol):
         """The offset of the first record ``topic[partition]`` still holds."""
         ...
 
-    async def read(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, int, bytes | None]]:
-        """The records ``start <= offset < end`` of ``topic[partition]``: ``(offset, timestamp_ms, value)``."""
+    async def read(self, topic: str, partition: int, start: int,
+                   end: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
+        """The records ``start <= offset < end`` of ``topic[partition]``: ``(offset, timestamp_ms, key, value)``."""
         ...
 
 

@@ -264,5 +264,6 @@ class BrokerBackfill:
             return await self.starts.first_offset(topic, partition)
         return await reader_first_offset(self.settings, topic, partition)
 
-    async def read(self, topic: str, partition: int, start: int, end: int) -> list[tuple[int, int, bytes | None]]:
+    async def read(self, topic: str, partition: int, start: int,
+                   end: int) -> list[tuple[int, int, bytes | None, bytes | None]]:
         return list(await fetch_range(self.settings, topic, partition, start, end))

@@ -134,7 +134,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")
         else:
-            rejected = rejection_record(decision.reason, decision.detail, record.value, source, doc)
+            rejected = rejection_record(decision.reason, decision.detail, record.value, source, doc, record.key)
             await batch.send("rejections", rejected["runId"], encode_record(rejected))
             METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
             if decision.reason == "duplicate_event_id":
@@ -149,7 +149,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         """
         log.error("run %s: event %s at sequence %d refused: %s", doc["runId"], doc["eventId"], doc["sequence"],
                   why.detail)
-        rejected = rejection_record(RUN_STATE_UNAVAILABLE, why.detail, record.value, source, doc)
+        rejected = rejection_record(RUN_STATE_UNAVAILABLE, why.detail, record.value, source, doc, record.key)
         await batch.send("rejections", rejected["runId"], encode_record(rejected))
         METRICS.inc("agentlog_events_rejected_total", reason=RUN_STATE_UNAVAILABLE)
 

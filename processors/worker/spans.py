@@ -54,7 +54,7 @@ from agentlog.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace
 from agentlog.metrics import METRICS
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import EventRejected
-from agentlog.schemas.records import record_source, rejection
+from agentlog.schemas.records import record_source, rejection, run_id_of_key
 from agentlog.streams.topics import topic_name
 from agentlog.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from agentlog.worker.otlp import Receiver
@@ -139,7 +139,8 @@ async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str,
             plan.published[span_id] = {"run": trace_id, "start": None}
         METRICS.inc("agentlog_otel_unmappable_traces_total")
     for span_id, reason in plan.rejected.items():
-        await batch.send("rejections", None, _span_rejection(pending[span_id], reason))
+        run = plan.published.get(span_id, {}).get("run")  # the run holding the span's opaque event
+        await batch.send("rejections", run, _span_rejection(pending[span_id], reason, run))
     for run, events in plan.runs.items():
         try:
             whole = _json({"run": run, "trace": trace_id, "events": events})
@@ -320,7 +321,8 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
                     and isinstance(event["doc"].get("eventId"), str) and event["doc"].get("runId") == run):
                 raise ValueError("each event must be {doc: RunEventDoc of this run, span}")
     except (ValueError, KeyError, TypeError) as e:
-        await _reject(batch, rec, f"not a record of the otel-events topic ({type(e).__name__}: {e})"[:500])
+        await _reject(batch, rec, f"not a record of the otel-events topic ({type(e).__name__}: {e})"[:500],
+                      run_id=run_id_of_key(rec.key))
         return
     p = rec.partition
     cursors = _cursors(batch)
@@ -350,19 +352,26 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
 
 
-def _span_rejection(span: dict[str, Any], detail: str) -> bytes:
+def _span_rejection(span: dict[str, Any], detail: str, run_id: str | None = None) -> bytes:
+    """A span the mapper refused; ``run_id``: the run its place went to, None where no run was derived."""
     raw = jcs(span)
-    return jcs(rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=None,
+    return jcs(rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=run_id,
                          event_id=None, sequence=None,
                          source=record_source(topic="otel:map", partition=-1, offset=-1, timestamp_ms=0),
                          raw=base64.b64encode(raw[: 256 * 1024]).decode("ascii")))
 
 
-async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None) -> None:
-    """Record ``rec`` (or ``raw``, a part of it) on the rejections topic with ``detail``."""
+async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None, *,
+                  run_id: str | None = None) -> None:
+    """Record ``rec`` (or ``raw``, a part of it) on the rejections topic with ``detail``, under ``run_id``.
+
+    An ``otel-events`` record is keyed by its run, so its rejection keeps that run id; a ``spans``
+    record is keyed by its trace, and which runs a trace's spans belong to is decided only once
+    they are mapped, so its rejection has none.
+    """
     source = record_source(topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp_ms)
-    await batch.send("rejections", None, jcs(rejection(
-        reason="decode_error", detail=detail, run_id=None, event_id=None, sequence=None, source=source,
+    await batch.send("rejections", run_id, jcs(rejection(
+        reason="decode_error", detail=detail, run_id=run_id, event_id=None, sequence=None, source=source,
         raw=base64.b64encode((rec.value if raw is None else raw)[: 256 * 1024]).decode("ascii"))))
 
 
