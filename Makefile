@@ -1,6 +1,7 @@
 # agentlog: everything a newcomer runs. Needs only Python 3.11+, Java 17+, Maven 3.6+ and make.
 #   make test   the whole suite against a real Kafka broker (started from Maven jars) and chdb
 #   make demo   start the local stack and run the demo
+#   make dist   the sdist and the wheel in dist/
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -8,7 +9,7 @@ AGENTLOG := $(VENV)/bin/agentlog
 # Re-install only when the dependency list changes.
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv kafka lint test unit demo down bench clean distclean
+.PHONY: venv kafka lint test unit demo down bench dist clean distclean
 
 venv: $(STAMP)
 
@@ -45,6 +46,11 @@ down: venv
 
 bench: venv kafka
 	$(PY) -m tests.bench
+
+# The sdist and the wheel in dist/ (the wheel built from the sdist; tests/integration/packaging/test_wheel.py
+# installs the same pair in a fresh venv).
+dist: venv
+	$(PY) -m build
 
 # Stops the test broker (if the tests left one) and removes caches; keeps .venv and the jar cache.
 clean:
