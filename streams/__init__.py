@@ -38,6 +38,9 @@ _EXPORTS: dict[str, str] = {
     "PublishSummary": "agentlog.streams.publisher",
     "Reject": "agentlog.streams.publisher",
     "publish_docs": "agentlog.streams.publisher",
+    "Decision": "agentlog.streams.publisher",
+    "DecisionTimeout": "agentlog.streams.publisher",
+    "wait_decisions": "agentlog.streams.publisher",
     "uuid7": "agentlog.streams.publisher",
     # reader
     "read_topic": "agentlog.streams.reader",
@@ -45,6 +48,8 @@ _EXPORTS: dict[str, str] = {
     "RunLog": "agentlog.streams.reader",
     "partition_for": "agentlog.streams.reader",
     "offset_for_time": "agentlog.streams.reader",
+    "end_marks": "agentlog.streams.reader",
+    "TopicTail": "agentlog.streams.reader",
 }
 
 __all__ = sorted(_EXPORTS)

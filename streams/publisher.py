@@ -24,6 +24,14 @@ Delivery guarantee
   carries the failed docs so the host can re-send them unchanged with
   :meth:`Publisher.resend` (same eventId and sequence, so a record that did land
   after all is dropped as a duplicate).
+
+Decisions
+---------
+Acknowledged is not committed: the sequencer decides each record a moment later, and
+writes it to the log or to ``rejections`` (a sequence gap, a dangling causation, …).
+With ``Publisher(track_decisions=True)``, ``await pub.decisions()`` waits for the answer
+on every record sent since the last call (:class:`Decision`); ``publish_docs(wait=True)``
+does the same for a batch of ready-made docs. A worker must be running to decide.
 """
 
 from __future__ import annotations
@@ -34,7 +42,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Coroutine, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any, Literal, TypeVar
 
@@ -47,6 +55,7 @@ from agentlog.schemas.errors import AgentlogError, ConfigError, ContractError, I
 from agentlog.schemas.validate import validate_doc, validate_minted
 from agentlog.streams.admin import ensure_topics
 from agentlog.streams.codec import encode_avro, encode_json
+from agentlog.streams.reader import Marks, TopicTail, end_marks
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, load_settings
 from agentlog.streams.topics import topic_name
@@ -145,6 +154,125 @@ def _causation_id(caused_by: str | dict[str, Any] | None) -> str | None:
         ) from e
 
 
+# --- the sequencer's decisions -------------------------------------------------------------
+
+#: Where the sequencer answers for an ingest record: a committed log record or a rejection, each
+#: naming the record's ingest position in its ``source``.
+DECISION_TOPICS = ("log", "rejections")
+
+#: How long a wait for decisions goes on without a new one before it gives up: a running worker
+#: decides a record in well under a second, and one that is starting takes a few seconds to join.
+DECISION_TIMEOUT_S = 30.0
+
+Outcome = Literal["accepted", "rejected", "already_committed"]
+
+#: The rejection reason of an event whose eventId the run's log holds already (an earlier send of it).
+ALREADY_COMMITTED = "duplicate_event_id"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The sequencer's answer for one record sent to the ingest topic, found by the record's position.
+
+    ``accepted``: committed to the log. ``rejected``: on the rejections topic with ``reason`` and
+    ``detail``. ``already_committed``: refused as ``duplicate_event_id`` — its eventId is in the
+    run's log already, from an earlier send (a re-published file), so nothing new is committed;
+    the store does not compare the two docs, an eventId names one event.
+    ``doc`` is the doc sent, where the caller knows it (:meth:`Publisher.decisions`).
+    """
+
+    partition: int
+    offset: int
+    outcome: Outcome
+    reason: str | None = None
+    detail: str | None = None
+    doc: dict[str, Any] | None = None
+
+
+class DecisionTimeout(AgentlogError):
+    """No decision arrived for some records sent: no worker is running, or it is far behind.
+
+    ``decided`` holds the decisions that did arrive (by ``(partition, offset)``), ``undecided``
+    the positions still without one. The records stay on the ingest topic and a worker decides
+    them when it runs; start one (``agentlog worker``) and read the outcome from the log and
+    the rejections topic, or wait longer.
+    """
+
+    code = "no_decision"
+
+    def __init__(self, message: str, decided: dict[tuple[int, int], Decision],
+                 undecided: list[tuple[int, int]]) -> None:
+        super().__init__(message)
+        self.decided = decided
+        self.undecided = undecided
+
+
+def read_decision(short_name: str, value: dict[str, Any], ingest_topic: str) -> Decision | None:
+    """The decision a ``log`` or ``rejections`` record states for an ``ingest_topic`` record; None: not one."""
+    source = value.get("source")
+    if not isinstance(source, dict) or source.get("topic") != ingest_topic:
+        return None  # e.g. a rejected OTLP span: its source is no ingest record
+    partition, offset = source.get("partition"), source.get("offset")
+    if type(partition) is not int or type(offset) is not int:
+        return None
+    if short_name == "log":
+        return Decision(partition, offset, "accepted")
+    reason = value.get("reason")
+    reason = reason if isinstance(reason, str) else None
+    detail = value.get("detail")
+    return Decision(partition, offset, "already_committed" if reason == ALREADY_COMMITTED else "rejected",
+                    reason, detail if isinstance(detail, str) else None)
+
+
+async def wait_decisions(
+    settings: Settings,
+    sent: Iterable[tuple[int, int]],
+    *,
+    since: Marks,
+    ingest_topic: str,
+    timeout_s: float = DECISION_TIMEOUT_S,
+    on_progress: Callable[[int], None] | None = None,
+) -> dict[tuple[int, int], Decision]:
+    """The sequencer's decision for each ``(partition, offset)`` of ``ingest_topic`` in ``sent``.
+
+    Reads ``log`` and ``rejections`` from ``since`` — their end offsets taken before the records
+    were sent (:func:`agentlog.streams.reader.end_marks`), so no history is scanned — until every
+    position has a decision. A decision seen twice (the worker redelivered its input) counts once:
+    the first is kept. ``on_progress(n)`` is called with the number decided as it grows.
+
+    Raises:
+        DecisionTimeout: ``timeout_s`` passed without a new decision while some were undecided.
+    """
+    wanted = set(sent)
+    decided: dict[tuple[int, int], Decision] = {}
+    if not wanted:
+        return decided
+    loop = asyncio.get_running_loop()
+    async with TopicTail(settings, since) as tail:
+        last_news = loop.time()
+        while len(decided) < len(wanted):
+            quiet = loop.time() - last_news
+            if quiet >= timeout_s:
+                undecided = sorted(wanted - decided.keys())
+                raise DecisionTimeout(
+                    f"no decision arrived for {len(undecided)} of {len(wanted)} events sent to {ingest_topic} "
+                    f"in {timeout_s:g}s; a worker must be running to decide them (`agentlog worker`). They stay "
+                    "on the topic and are decided when one runs", decided, undecided)
+            before = len(decided)
+            for short, _, _, value in await tail.poll(min(timeout_s - quiet, 1.0)):
+                decision = read_decision(short, value, ingest_topic)
+                if decision is None:
+                    continue
+                position = (decision.partition, decision.offset)
+                if position in wanted and position not in decided:
+                    decided[position] = decision
+            if len(decided) > before:
+                last_news = loop.time()
+                if on_progress is not None:
+                    on_progress(len(decided))
+    return decided
+
+
 # --- the async publisher --------------------------------------------------------------------
 
 
@@ -154,7 +282,9 @@ class Publisher:
     Use as ``async with Publisher(settings) as pub:``. Keyword-only options:
     ``bootstrap`` overrides ``settings.kafka_bootstrap``; ``topic`` overrides the full
     topic name (default ``<prefix>.ingest``); ``wire`` picks Avro (default, what the
-    store prefers) or JCS JSON; ``ensure`` creates missing catalogue topics at start.
+    store prefers) or JCS JSON; ``ensure`` creates missing catalogue topics at start;
+    ``track_decisions`` remembers where each record landed, so :meth:`decisions` can wait
+    for the sequencer's answer on every record sent.
     """
 
     def __init__(
@@ -168,6 +298,7 @@ class Publisher:
         max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
         ensure: bool = True,
         client_id: str = "agentlog-publisher",
+        track_decisions: bool = False,
     ) -> None:
         if wire not in ("avro", "json"):
             raise ConfigError(f"wire must be 'avro' or 'json', not {wire!r}")
@@ -199,6 +330,11 @@ class Publisher:
         self._failed: list[tuple[dict[str, Any], BaseException]] = []
         self._background: set[asyncio.Task[None]] = set()
         self._partitions: int | None = None
+        # With track_decisions: each record sent (doc, its batch's future, its offset in the batch)
+        # and the decision topics' end offsets taken before it was sent (see ``decisions``).
+        self._track = track_decisions
+        self._tracked: list[tuple[dict[str, Any], asyncio.Future[Any], int]] = []
+        self._marks: Marks | None = None
         self._started = False
         self._closed = False
 
@@ -213,6 +349,12 @@ class Publisher:
             raise InfraError(
                 f"cannot reach Kafka at {self.settings.kafka_bootstrap} ({e}); run `agentlog infra up`"
             ) from e
+        if self._track:
+            try:
+                self._marks = await end_marks(self.settings, DECISION_TOPICS)
+            except BaseException:
+                await self._producer.stop()
+                raise
         self._started = True
 
     async def __aenter__(self) -> Publisher:
@@ -259,8 +401,11 @@ class Publisher:
             fresh = batch is None
             if batch is None:
                 batch = self._open[partition] = self._new_batch(partition)
-            if batch.builder.append(key=key, value=value, timestamp=None) is not None:
+            appended = batch.builder.append(key=key, value=value, timestamp=None)
+            if appended is not None:
                 batch.docs.append(doc)
+                if self._track:  # the record's offset is the batch's base offset plus this one
+                    self._tracked.append((doc, batch.acked, appended.offset))
                 return batch.acked
             if fresh:  # pragma: no cover - an empty builder takes any first record
                 raise InfraError(f"a record of {len(value)} bytes does not fit an empty producer batch")
@@ -356,6 +501,43 @@ class Publisher:
                 "re-send them with Publisher.resend(e.failed docs)",
                 failed,
             ) from first
+
+    async def decisions(
+        self, *, timeout_s: float = DECISION_TIMEOUT_S, on_progress: Callable[[int], None] | None = None,
+    ) -> list[Decision]:
+        """Flush, then wait for the sequencer's decision on every record sent since the last call.
+
+        Needs ``Publisher(track_decisions=True)``. One :class:`Decision` per record, in the order
+        sent, each with its ``doc``; a record that was not delivered has none (``flush`` raised
+        ``PublishError`` for it). ``on_progress(n)``: the number decided so far, as it grows.
+
+        Raises:
+            DecisionTimeout: ``timeout_s`` passed without a new decision (no worker is running?);
+                it holds the decisions that did arrive.
+            PublishError: a record was not acknowledged by the broker.
+        """
+        if not self._track or self._marks is None:
+            raise ConfigError("Publisher.decisions() needs Publisher(track_decisions=True), started")
+        # The next call's records are sent after these end offsets, so its wait starts at them; the
+        # records tracked until now are waited for from the offsets taken before they were sent.
+        marks = await end_marks(self.settings, DECISION_TOPICS)
+        tracked, self._tracked = self._tracked, []
+        since, self._marks = self._marks, marks
+        await self.flush()
+        await asyncio.gather(*{acked for _, acked, _ in tracked}, return_exceptions=True)
+        sent: dict[tuple[int, int], dict[str, Any]] = {}
+        for doc, acked, offset_in_batch in tracked:
+            if acked.cancelled() or acked.exception() is not None:
+                continue
+            batch = acked.result()  # the batch's RecordMetadata: its partition and base offset
+            sent[(batch.partition, batch.offset + offset_in_batch)] = doc
+        try:
+            decided = await wait_decisions(self.settings, sent, since=since, ingest_topic=self.topic,
+                                           timeout_s=timeout_s, on_progress=on_progress)
+        except DecisionTimeout as e:
+            e.decided = {position: replace(d, doc=sent[position]) for position, d in e.decided.items()}
+            raise
+        return [replace(decided[position], doc=doc) for position, doc in sent.items()]
 
     async def close(self) -> None:
         """Flush, then stop the producer. Raises ``PublishError`` after stopping if delivery failed."""
@@ -574,6 +756,11 @@ class Run:
 # --- pre-built documents (CLI `publish`) -------------------------------------------------------
 
 
+#: Where a doc given to :func:`publish_docs` was refused: the contract check before sending, the
+#: broker's delivery, or the sequencer.
+Stage = Literal["validation", "delivery", "sequencer"]
+
+
 @dataclass(frozen=True)
 class Reject:
     """One document that was not published: its 0-based index, stable reason code and detail."""
@@ -581,18 +768,38 @@ class Reject:
     index: int
     code: str
     detail: str
+    stage: Stage = "validation"
 
 
 @dataclass(frozen=True)
 class PublishSummary:
-    accepted: int
+    """What became of the docs given to :func:`publish_docs`.
+
+    ``sent``: records the broker acknowledged. ``rejected``: docs refused, each at its input index
+    with the stage that refused it. ``decided``: whether the sequencer's decisions were waited for;
+    then ``committed`` counts the docs it committed and ``already_committed`` lists the docs whose
+    eventId its log held already (an earlier send of the same events: not an error).
+    """
+
+    sent: int
     rejected: list[Reject] = field(default_factory=list)
     topic: str = ""
+    decided: bool = False
+    committed: int = 0
+    already_committed: list[Reject] = field(default_factory=list)
+
+    @property
+    def accepted(self) -> int:
+        """Committed by the sequencer when ``decided``; else acknowledged by the broker (``sent``)."""
+        return self.committed if self.decided else self.sent
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "accepted": self.accepted,
+            "sent": self.sent,
+            "decided": self.decided,
             "rejected": [r.__dict__ for r in self.rejected],
+            "alreadyCommitted": [r.__dict__ for r in self.already_committed],
             "topic": self.topic,
         }
 
@@ -603,17 +810,28 @@ async def publish_docs(
     *,
     wire: Wire = "avro",
     on_progress: Callable[[int], None] | None = None,
+    wait: bool = False,
+    timeout_s: float = DECISION_TIMEOUT_S,
+    on_decided: Callable[[int, int], None] | None = None,
 ) -> PublishSummary:
     """Validate and publish ready-made RunEventDocs as they are (no ids or sequences assigned).
 
     An item may be an ``AgentlogError`` (e.g. a line that did not parse); it is
     reported as a reject at its index. Valid docs are sent; everything is flushed
     before returning; delivery failures are rejects with code ``publish_failed``.
+    ``on_progress(n)``: n items handled so far.
+
+    With ``wait``, the sequencer's decision on every doc sent is waited for too
+    (:meth:`Publisher.decisions`): its rejections join ``rejected`` (stage ``sequencer``),
+    and ``on_decided(n, sent)`` is called as the number decided grows.
+
+    Raises:
+        DecisionTimeout: with ``wait``, ``timeout_s`` passed without a new decision.
     """
     rejected: list[Reject] = []
     index_of: dict[int, int] = {}
-    accepted = 0
-    async with Publisher(settings, wire=wire) as pub:
+    sent = 0
+    async with Publisher(settings, wire=wire, track_decisions=wait) as pub:
         for i, item in enumerate(docs):
             if isinstance(item, AgentlogError):
                 rejected.append(Reject(i, item.code, _detail(item)))
@@ -622,7 +840,7 @@ async def publish_docs(
                     doc = validate_doc(item, max_bytes=settings.max_event_bytes)
                     index_of[id(doc)] = i
                     await pub.send_doc(doc)
-                    accepted += 1
+                    sent += 1
                 except AgentlogError as e:
                     rejected.append(Reject(i, e.code, _detail(e)))
             if on_progress is not None:
@@ -631,10 +849,26 @@ async def publish_docs(
             await pub.flush()
         except PublishError as e:
             for doc, exc in e.failed:
-                rejected.append(Reject(index_of.get(id(doc), -1), PublishError.code, repr(exc)))
-                accepted -= 1
+                rejected.append(Reject(index_of.get(id(doc), -1), PublishError.code, repr(exc), "delivery"))
+                sent -= 1
+        if not wait:
+            rejected.sort(key=lambda r: r.index)
+            return PublishSummary(sent=sent, rejected=rejected, topic=pub.topic)
+        progress = None if on_decided is None else (lambda n: on_decided(n, sent))
+        decisions = await pub.decisions(timeout_s=timeout_s, on_progress=progress)
+    committed, already = 0, []
+    for d in decisions:
+        index = index_of.get(id(d.doc), -1)
+        if d.outcome == "accepted":
+            committed += 1
+        elif d.outcome == "already_committed":
+            already.append(Reject(index, d.reason or ALREADY_COMMITTED, d.detail or "", "sequencer"))
+        else:
+            rejected.append(Reject(index, d.reason or "rejected", d.detail or "", "sequencer"))
     rejected.sort(key=lambda r: r.index)
-    return PublishSummary(accepted=accepted, rejected=rejected, topic=pub.topic)
+    already.sort(key=lambda r: r.index)
+    return PublishSummary(sent=sent, rejected=rejected, topic=pub.topic, decided=True, committed=committed,
+                          already_committed=already)
 
 
 def _detail(e: AgentlogError) -> str:

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 Record = tuple[int, int, str | None, dict[str, Any]]
 #: ``(offset, key, value)`` as the broker holds them (these topics hold no tombstones).
 RawRecord = tuple[int, bytes | None, bytes]
+#: A position in several catalogue topics: short name → partition → offset.
+Marks = dict[str, dict[int, int]]
 
 
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
@@ -54,9 +56,13 @@ def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
 #: happens at a partition's end, and aiokafka's 500 ms default then held up the next request on the
 #: same connection by that long. An unbounded read would poll every 10 ms while idle.
 READER_FETCH_MAX_WAIT_MS = 10
+#: The same for :class:`TopicTail`, which waits at its partitions' ends on purpose: the broker holds an
+#: empty fetch this long (aiokafka's default) and answers at once when a record arrives.
+TAIL_FETCH_MAX_WAIT_MS = 500
 
 
-def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
+def _consumer(settings: Settings, isolation_level: str,
+              fetch_max_wait_ms: int = READER_FETCH_MAX_WAIT_MS) -> AIOKafkaConsumer:
     return AIOKafkaConsumer(
         **client_kwargs(settings),
         group_id=None,
@@ -64,7 +70,7 @@ def _consumer(settings: Settings, isolation_level: str) -> AIOKafkaConsumer:
         auto_offset_reset="earliest",
         isolation_level=isolation_level,
         client_id="agentlog-reader",
-        fetch_max_wait_ms=READER_FETCH_MAX_WAIT_MS,
+        fetch_max_wait_ms=fetch_max_wait_ms,
     )
 
 
@@ -151,6 +157,21 @@ class TopicReader:
         if key is not None:
             parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
         return [TopicPartition(topic, p) for p in parts]
+
+    async def end_marks(self, short_names: Iterable[str]) -> Marks:
+        """:func:`end_marks` on this reader's consumer."""
+        shorts = tuple(short_names)
+        try:
+            tps = [tp for short in shorts for tp in await self._topic_partitions(short, None)]
+            ends = await self._consumer.end_offsets(tps)
+        except KafkaError as e:
+            raise InfraError(f"reading the end offsets of {', '.join(shorts)} from "
+                             f"{self.settings.kafka_bootstrap} failed: {e}") from e
+        short_of = {topic_name(self.settings, short): short for short in shorts}
+        marks: Marks = {short: {} for short in shorts}
+        for tp, offset in ends.items():
+            marks[short_of[tp.topic]][tp.partition] = offset
+        return marks
 
     async def read(
         self,
@@ -261,6 +282,71 @@ async def read_topic(
         async for record in reader.read(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
                                         skip_undecodable=skip_undecodable):
             yield record
+
+
+async def end_marks(settings: Settings, short_names: Iterable[str]) -> Marks:
+    """Every partition's end offset of the given catalogue topics, now (``read_committed``: the last stable offset).
+
+    A wait for records yet to be written starts here (:class:`TopicTail`): whatever is written
+    after this call is at or past these offsets, so the wait never reads what the topics held before.
+    """
+    shorts = tuple(short_names)
+    async with TopicReader(settings, topics=shorts) as reader:
+        return await reader.end_marks(shorts)
+
+
+class TopicTail:
+    """Follows catalogue topics from given offsets on, as records arrive: no end, no consumer group.
+
+    For a wait on records others are yet to write (the sequencer's decisions on what a publisher
+    sent): :meth:`poll` hands over what arrived since the last call, decoded. Undecodable
+    records are skipped with a log line (an internal topic holds only what our processors wrote).
+    """
+
+    def __init__(self, settings: Settings, since: Marks, *, isolation_level: str = "read_committed") -> None:
+        self.settings = settings
+        self._since = since
+        self._consumer = _consumer(settings, isolation_level, fetch_max_wait_ms=TAIL_FETCH_MAX_WAIT_MS)
+        self._short_of = {topic_name(settings, short): short for short in since}
+
+    async def __aenter__(self) -> TopicTail:
+        try:
+            await self._consumer.start()
+        except KafkaConnectionError as e:
+            raise InfraError(
+                f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        try:
+            starts = {TopicPartition(topic_name(self.settings, short), partition): offset
+                      for short, offsets in self._since.items() for partition, offset in offsets.items()}
+            self._consumer.assign(list(starts))
+            for tp, offset in starts.items():
+                self._consumer.seek(tp, offset)
+        except BaseException:
+            await self._consumer.stop()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._consumer.stop()
+
+    async def poll(self, timeout_s: float) -> list[tuple[str, int, int, dict[str, Any]]]:
+        """``(short name, partition, offset, value)`` of what arrived, waiting up to ``timeout_s`` for a record."""
+        try:
+            fetched = await self._consumer.getmany(timeout_ms=max(0, int(timeout_s * 1000)))
+        except KafkaError as e:
+            raise InfraError(f"reading {', '.join(self._short_of)} from {self.settings.kafka_bootstrap} "
+                             f"failed: {e}") from e
+        out = []
+        for tp, messages in fetched.items():
+            short = self._short_of[tp.topic]
+            for m in messages:
+                try:
+                    value = decode_record(m.value)
+                except AgentlogError as e:
+                    log.info("skipping undecodable record %s[%d]@%d: %s", short, tp.partition, m.offset, e)
+                    continue
+                out.append((short, tp.partition, m.offset, value))
+        return out
 
 
 class RunLog(list[dict[str, Any]]):

@@ -3,6 +3,9 @@
 ``publish`` is for hosts that write events to a file first (or pipe them); it checks
 every line against the contract before anything is sent, so the answer names the bad
 lines and the reason codes instead of leaving them to surface as rejection records.
+It then waits for the sequencer's decision on every line it sent (found by the
+record's ingest position, which both the log record and the rejection carry), so
+"accepted" means committed to the log and a sequence gap is named with its line.
 ``export`` writes a run back out as RunEventDocs that validate against the upstream
 OpenWOP schema, unchanged, and nothing else: its output is that contract, so any consumer
 of the schema reads it. The run's signed checkpoints go to a file of their own when asked
@@ -16,7 +19,7 @@ import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import IO, TYPE_CHECKING, Any, TypedDict
 
 import typer
 from rich.console import Console
@@ -28,6 +31,13 @@ from agentlog.schemas.canonical import jcs, loads_strict
 from agentlog.schemas.errors import AgentlogError, ConfigError, EventRejected
 from agentlog.schemas.records import log_format_error
 from agentlog.streams.settings import load_settings
+
+if TYPE_CHECKING:
+    from agentlog.streams.publisher import PublishSummary, Reject
+
+#: ``--timeout``'s default: :data:`agentlog.streams.publisher.DECISION_TIMEOUT_S`, written out here so
+#: ``agentlog --help`` does not import the Kafka client (a unit test keeps the two equal).
+DECISION_TIMEOUT_S = 30.0
 
 
 def _parse_lines(lines: list[str]) -> Iterator[dict[str, Any] | AgentlogError]:
@@ -65,14 +75,30 @@ class _RejectedLine(TypedDict):
     line: int | None  # 1-based line number in the input
     code: str
     detail: str
+    stage: str  # validation, delivery or sequencer
+
+
+def _lines(rejects: list[Reject], numbers: list[int]) -> list[_RejectedLine]:
+    return [{"line": numbers[r.index] if 0 <= r.index < len(numbers) else None, "code": r.code,
+             "detail": r.detail, "stage": r.stage} for r in rejects]
 
 
 def publish(
     file: str = typer.Argument(..., help="JSONL file, one RunEventDoc per line, or '-' for stdin"),
     wire: str = typer.Option("avro", "--wire", help="ingest encoding: avro (Confluent-framed) or json"),
     as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+    no_wait: bool = typer.Option(False, "--no-wait", help="only send: do not wait for the sequencer's decisions"),
+    timeout: float = typer.Option(DECISION_TIMEOUT_S, "--timeout", min=0.1, metavar="S",
+                                  help="give up after S seconds without a new decision (exit 2)"),
 ) -> None:
-    """Validate and publish ready-made RunEventDocs to the ingest topic; exit 1 if any line was rejected."""
+    """Validate and publish RunEventDocs, then wait for the sequencer; exit 1 if any line was rejected.
+
+    Each line is checked against the contract before anything is sent; the lines sent are then
+    decided by the sequencer (a running worker): accepted into the log, rejected (a sequence gap, …)
+    or already committed (its eventId is in the log from an earlier send; not an error). With
+    ``--no-wait`` the lines are only sent, and the answer says "sent". Exit 2 when no decision
+    arrives for ``--timeout`` seconds.
+    """
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
     from agentlog.streams.publisher import publish_docs
 
@@ -82,7 +108,7 @@ def publish(
     lines, numbers = _read_input(file)
     console = Console(stderr=True)
     with Progress(
-        TextColumn("publishing"),
+        TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
@@ -90,31 +116,63 @@ def publish(
         disable=as_json or not console.is_terminal,
         transient=True,
     ) as progress:
-        task = progress.add_task("publish", total=len(lines))
+        sending = progress.add_task("publishing", total=len(lines))
+        deciding = progress.add_task("deciding", total=None, visible=False)
         summary = asyncio.run(
             publish_docs(
                 settings,
                 _parse_lines(lines),
                 wire=wire,  # type: ignore[arg-type]  # str, checked to be "avro" or "json" above
-                on_progress=lambda done: progress.update(task, completed=done),
+                on_progress=lambda done: progress.update(sending, completed=done),
+                wait=not no_wait,
+                timeout_s=timeout,
+                on_decided=lambda done, sent: progress.update(deciding, completed=done, total=sent, visible=True),
             )
         )
-    rejected: list[_RejectedLine] = [
-        {"line": numbers[r.index] if 0 <= r.index < len(numbers) else None, "code": r.code, "detail": r.detail}
-        for r in summary.rejected
-    ]
+    rejected = _lines(summary.rejected, numbers)
+    already = _lines(summary.already_committed, numbers)
     if as_json:
-        typer.echo(json.dumps({"topic": summary.topic, "accepted": summary.accepted, "rejected": rejected}))
+        out: dict[str, Any] = {"topic": summary.topic, "decided": summary.decided, "sent": summary.sent}
+        if summary.decided:
+            out.update(accepted=summary.committed, alreadyCommitted=already)
+        out["rejected"] = rejected
+        typer.echo(json.dumps(out))
     else:
-        out = Console()
-        out.print(f"[bold]{summary.accepted}[/] accepted, [bold]{len(rejected)}[/] rejected → {summary.topic}")
-        if rejected:
-            table = Table("line", "code", "detail")
-            for r in rejected:
-                table.add_row(str(r["line"]), r["code"], r["detail"])
-            out.print(table)
+        _print_summary(summary, rejected, already)
     if rejected:
         raise typer.Exit(1)
+
+
+def _print_summary(summary: PublishSummary, rejected: list[_RejectedLine], already: list[_RejectedLine]) -> None:
+    out = Console()
+    topic = escape(summary.topic)
+    if not summary.decided:
+        out.print(f"[bold]{summary.sent}[/] sent, [bold]{len(rejected)}[/] rejected → {topic} "
+                  "(not waiting for the sequencer's decisions)", soft_wrap=True)
+    else:
+        also = f", [bold]{len(already)}[/] already committed" if already else ""
+        out.print(f"[bold]{summary.committed}[/] accepted, [bold]{len(rejected)}[/] rejected{also} → {topic}",
+                  soft_wrap=True)
+    if rejected:
+        table = Table("line", "code", "detail")
+        for r in rejected:
+            table.add_row(str(r["line"]), r["code"], escape(r["detail"]))
+        out.print(table)
+    if already:
+        lines = _ranges([r["line"] for r in already if r["line"] is not None])
+        out.print(f"already committed (in the log from an earlier send): lines {lines}",
+                  markup=False, highlight=False, soft_wrap=True)
+
+
+def _ranges(numbers: list[int]) -> str:
+    """``1-3, 7, 9-10`` for 1, 2, 3, 7, 9, 10 (ascending)."""
+    spans: list[list[int]] = []
+    for n in numbers:
+        if spans and n == spans[-1][1] + 1:
+            spans[-1][1] = n
+        else:
+            spans.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
 
 
 def export(

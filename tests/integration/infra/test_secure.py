@@ -200,7 +200,7 @@ def test_pipeline_end_to_end_on_the_secure_broker(stack, tmp_path):
     events = tmp_path / "run.jsonl"
     cli_docs = realistic_run(cli_run, mode="check")
     events.write_text("".join(json.dumps(d) + "\n" for d in cli_docs))
-    published = cli(host, "publish", str(events), "--json")
+    published = cli(host, "publish", str(events), "--json", "--no-wait")  # the worker starts below
     assert published.returncode == 0, published.stdout + published.stderr
 
     async def sdk() -> list[dict]:

@@ -22,6 +22,7 @@ from agentlog.streams.reader import read_run
 from agentlog.streams.security import client_kwargs, kcat_args
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
+from tests.integration.worker.worker_proc import WorkerProcess
 from tests.tools import require_tool
 
 pytestmark = pytest.mark.kafka
@@ -54,7 +55,17 @@ def cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.
     return subprocess.run([*AGENTLOG, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
 
 
-def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, tmp_path: Path) -> None:
+@pytest.fixture
+def deciding_worker(settings: Settings):
+    """A worker whose sequencer decides what `publish` sends (it waits for the decisions)."""
+    asyncio.run(ensure_topics(settings))
+    worker = WorkerProcess(settings).start()
+    yield worker
+    worker.stop()
+
+
+def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, tmp_path: Path,
+                                                           deciding_worker: WorkerProcess) -> None:
     good = [doc("run-p", 0, "run.started", {"bindings": {}}), doc("run-p", 1), doc("run-p", 2)]
     lines = [
         json.dumps(good[0]),                                    # 1
@@ -71,7 +82,7 @@ def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, t
     path = tmp_path / "events.jsonl"
     path.write_text("\n".join(lines) + "\n")
 
-    result = cli(settings, "publish", str(path), "--json")
+    result = cli(settings, "publish", str(path), "--json", "--timeout", "100")
     assert result.returncode == 1, result.stderr
     summary = json.loads(result.stdout)
     assert summary["accepted"] == 3
@@ -86,7 +97,7 @@ def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, t
     on_topic = [item["doc"] for item in asyncio.run(read_run(settings, "run-p", short_name="ingest"))]
     assert on_topic == good
 
-    human = cli(settings, "publish", "-", "--wire", "json", stdin=json.dumps(doc("run-q", 0)) + "\n")
+    human = cli(settings, "publish", "-", "--wire", "json", "--timeout", "100", stdin=json.dumps(doc("run-q", 0)) + "\n")
     assert human.returncode == 0, human.stderr
     assert "1 accepted, 0 rejected" in human.stdout
 
