@@ -921,6 +921,10 @@ class SyncPublisher:
     def resend(self, docs: Iterable[dict[str, Any]]) -> None:
         self._call(self._pub.resend(list(docs)))
 
+    def decisions(self, *, timeout_s: float = DECISION_TIMEOUT_S) -> list[Decision]:
+        """:meth:`Publisher.decisions`, blocking (needs ``SyncPublisher(track_decisions=True)``)."""
+        return self._call(self._pub.decisions(timeout_s=timeout_s))
+
     def close(self) -> None:
         """Flush and stop; the loop thread ends even if delivery failed (the error is re-raised)."""
         if not self._loop.is_running():

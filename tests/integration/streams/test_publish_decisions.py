@@ -17,7 +17,7 @@ import pytest
 from aiokafka import AIOKafkaProducer
 
 from agentlog.streams.admin import ensure_topics
-from agentlog.streams.publisher import Publisher
+from agentlog.streams.publisher import Publisher, SyncPublisher
 from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
@@ -91,6 +91,11 @@ def test_the_sdk_waits_for_decisions_of_what_a_run_handle_emitted(settings: Sett
     assert [(d.doc, d.outcome, d.reason) for d in first] == [
         (started, "accepted", None), (changed, "accepted", None), (skipped, "rejected", "sequence_gap")]
     assert [(d.doc, d.outcome) for d in second] == [(then, "accepted")]
+
+    with SyncPublisher(settings, track_decisions=True) as pub:  # a host without asyncio
+        again = pub.run(run_id, start_sequence=3).emit("variable.changed", {"name": "v", "value": 3})
+        [decision] = pub.decisions(timeout_s=float(WAIT))
+    assert (decision.doc, decision.outcome) == (again, "accepted")
 
 
 def test_no_wait_only_sends_and_says_so(settings: Settings, tmp_path: Path) -> None:
