@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from agentlog.schemas.events import RUN_EVENT_TYPES, RunEventDoc
     from agentlog.schemas.validate import validate_doc
     from agentlog.streams.publisher import (
+        Decision,
+        DecisionTimeout,
         Publisher,
         PublishError,
         PublishSummary,
@@ -71,7 +73,9 @@ if TYPE_CHECKING:
     from agentlog.streams.settings import Settings, load_settings
 
 __all__ = [
-    # publishing a run's events
+    # publishing a run's events, and the sequencer's decision on each
+    "Decision",
+    "DecisionTimeout",
     "PublishError",
     "PublishSummary",
     "Publisher",
@@ -123,8 +127,8 @@ __all__ = [
 
 #: The module each public name lives in, imported when the name is first read.
 _MODULE_OF = {
-    **dict.fromkeys(["PublishError", "PublishSummary", "Publisher", "Reject", "Run", "SyncPublisher", "SyncRun",
-                     "publish_docs"], "agentlog.streams.publisher"),
+    **dict.fromkeys(["Decision", "DecisionTimeout", "PublishError", "PublishSummary", "Publisher", "Reject", "Run",
+                     "SyncPublisher", "SyncRun", "publish_docs"], "agentlog.streams.publisher"),
     **dict.fromkeys(["Settings", "load_settings"], "agentlog.streams.settings"),
     **dict.fromkeys(["RUN_EVENT_TYPES", "RunEventDoc"], "agentlog.schemas.events"),
     "cache_key": "agentlog.schemas.cachekey",
