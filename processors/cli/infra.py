@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
+from agentlog.cli._output import print_records
 from agentlog.schemas.errors import InfraError
 
 if TYPE_CHECKING:
@@ -39,16 +40,10 @@ def _settings(port: int | None = None) -> Settings:
     return settings
 
 
-def _nodes_table(nodes: list[NodeInfo], title: str) -> Table:
-    table = Table(title=title)
-    for col in ("node", "bootstrap", "controller", "pid", "alive", "log"):
-        table.add_column(col)
-    for n in nodes:
-        table.add_row(
-            str(n.node_id), n.bootstrap, str(n.controller_port), str(n.pid or "-"),
-            "[green]yes[/green]" if n.alive else "[red]no[/red]", str(n.log_file),
-        )
-    return table
+def _print_nodes(console: Console, nodes: list[NodeInfo], title: str) -> None:
+    rows = [[str(n.node_id), n.bootstrap, str(n.controller_port), str(n.pid or "-"),
+             Text("yes", style="green") if n.alive else Text("no", style="red"), str(n.log_file)] for n in nodes]
+    print_records(console, ["node", "bootstrap", "controller", "pid", "alive", "log"], rows, title=title)
 
 
 def _migrate(settings: Settings) -> tuple[str, list[str]]:
@@ -164,7 +159,7 @@ def status(as_json: bool = typer.Option(False, "--json", help="Print the nodes a
     elif not nodes:
         typer.echo(f"no local Kafka stack in {local.kafka_home(settings)}; run `agentlog infra up`")
     else:
-        Console().print(_nodes_table(nodes, f"Kafka {local.KAFKA_VERSION} at {local.kafka_home(settings)}"))
+        _print_nodes(Console(), nodes, f"Kafka {local.KAFKA_VERSION} at {local.kafka_home(settings)}")
     if not running:
         raise typer.Exit(1)
 

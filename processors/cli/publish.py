@@ -25,8 +25,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
+from agentlog.cli._output import print_records
 from agentlog.schemas.canonical import jcs, loads_strict
 from agentlog.schemas.errors import AgentlogError, ConfigError, EventRejected
 from agentlog.schemas.records import log_format_error
@@ -154,10 +154,7 @@ def _print_summary(summary: PublishSummary, rejected: list[_RejectedLine], alrea
         out.print(f"[bold]{summary.committed}[/] accepted, [bold]{len(rejected)}[/] rejected{also} → {topic}",
                   soft_wrap=True)
     if rejected:
-        table = Table("line", "code", "detail")
-        for r in rejected:
-            table.add_row(str(r["line"]), r["code"], escape(r["detail"]))
-        out.print(table)
+        print_records(out, ["line", "code", "detail"], [[str(r["line"]), r["code"], r["detail"]] for r in rejected])
     if already:
         lines = _ranges([r["line"] for r in already if r["line"] is not None])
         out.print(f"already committed (in the log from an earlier send): lines {lines}",
