@@ -103,7 +103,7 @@ def dist(tmp_path_factory: pytest.TempPathFactory) -> Dist:
 
 
 @pytest.fixture(scope="module")
-def venv(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Venv:
+def venv(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
     root = tmp_path_factory.mktemp("venv")
     outside = tmp_path_factory.mktemp("elsewhere")
     assert not root.is_relative_to(REPO) and not outside.is_relative_to(REPO)
@@ -121,7 +121,8 @@ def venv(dist: Dist, tmp_path_factory: pytest.TempPathFactory) -> Venv:
     purelib = _ok(subprocess.run([str(root / "bin" / "python"), "-c",
                                   "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                  cwd=outside, env=env, capture_output=True, text=True)).stdout.strip()
-    return Venv(root=root, site_packages=Path(purelib), env=env, outside=outside)
+    yield Venv(root=root, site_packages=Path(purelib), env=env, outside=outside)
+    shutil.rmtree(root)  # a gigabyte (chdb, RocksDB); pytest keeps the last runs' tmp folders
 
 
 def test_the_sdist_holds_the_sources_and_data_files(dist: Dist):
