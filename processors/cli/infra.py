@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from agentlog.cli._output import print_records
+from agentlog.cli._output import Cell, print_records
 from agentlog.schemas.errors import InfraError
 
 if TYPE_CHECKING:
@@ -41,8 +41,9 @@ def _settings(port: int | None = None) -> Settings:
 
 
 def _print_nodes(console: Console, nodes: list[NodeInfo], title: str) -> None:
-    rows = [[str(n.node_id), n.bootstrap, str(n.controller_port), str(n.pid or "-"),
-             Text("yes", style="green") if n.alive else Text("no", style="red"), str(n.log_file)] for n in nodes]
+    rows: list[list[Cell]] = [
+        [str(n.node_id), n.bootstrap, str(n.controller_port), str(n.pid or "-"),
+         Text("yes", style="green") if n.alive else Text("no", style="red"), str(n.log_file)] for n in nodes]
     print_records(console, ["node", "bootstrap", "controller", "pid", "alive", "log"], rows, title=title)
 
 
