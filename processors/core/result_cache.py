@@ -37,7 +37,7 @@ from agentlog.schemas.canonical import jcs, sha256_hex
 from agentlog.schemas.errors import AgentlogError, ReplayError
 from agentlog.schemas.stability import Segment, format_path
 
-__all__ = ["CacheKey", "ReplayCacheMiss", "ResultCache", "args_digest", "tool_cache_key"]
+__all__ = ["CacheKey", "ReplayCacheMiss", "ResultCache", "args_digest", "request_diff", "tool_cache_key"]
 
 #: At most this many differing fields are listed in a miss diagnosis (the first, in JCS key order).
 MAX_DIFF_FIELDS = 20
@@ -292,12 +292,19 @@ def _request_diff(call: Mapping[str, Any], asked: Any) -> list[dict[str, Any]]:
     """The fields in which a recorded call's request and the asked one differ (what changes the key)."""
     if call["kind"] == "tool":
         return _field_diff({"tool": call["tool"], "args": call["args"]}, asked)
-    recorded: Any = call.get("request")
-    recipe: str = call.get("recipe") or "v2"
+    return request_diff(call.get("request"), asked, call.get("recipe") or "v2")
+
+
+def request_diff(recorded: Any, asked: Any, recipe: str = "v2") -> list[dict[str, Any]]:
+    """The fields in which two LLM requests differ where their cache key sees them, first :data:`MAX_DIFF_FIELDS`.
+
+    Each is ``{path, recorded, requested, note?}``, the path into the ``recipe``'s projection (RFC 0041 §A:
+    ``request.messages[0].parts[0].content`` under v2), so transport fields never count. A request the recipe
+    cannot project has no key to compare: the two are diffed whole.
+    """
     try:
         return _field_diff(project_request(recorded, recipe), project_request(asked, recipe))
     except (AgentlogError, TypeError, AttributeError):
-        # A request the recipe cannot project has no key to compare: diff what was sent.
         return _field_diff(recorded, asked)
 
 

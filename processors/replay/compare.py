@@ -11,7 +11,7 @@ How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults 
 the first that fails is that index's divergence:
 
 1. presence — an index only the original has is ``missing``; only the replay, ``extra`` (per lane,
-   also an event the replay inserted into a lane, at the index where the lane departs);
+   also an event the replay inserted into a lane, at the index of the lane event it displaced);
 2. envelope kind — ``agent.invocation.completed`` on one side and ``envelope.refusal`` on the
    other (either direction) is a ``refusal`` divergence: RFC 0041 §B makes it its own verdict
    (``diverged_at_refusal``, error ``replay_diverged_at_refusal``, event
@@ -19,17 +19,31 @@ the first that fails is that index's divergence:
 3. event type — otherwise different types are a ``type-mismatch``;
 4. observable state — ``status``, ``variables``, ``channels`` after the event must be
    byte-equivalent (JCS); the first differing path inside the state is reported (``variables.x``);
-5. event fields — the event with volatile fields removed (``agentlog.schemas.stability``) must be
+5. request — an ``agent.invocation.started`` must ask what the original asked, as its cache key
+   sees it: the projection of the original's recipe (RFC 0041 §A) of both requests, so transport
+   fields never count (without a request on either side, the recorded ``cacheKey`` strings). A
+   difference is a ``request`` divergence, the differing fields named in its ``detail`` (the
+   miss diagnosis's diff, :func:`agentlog.core.result_cache.request_diff`). It is the cause, so it
+   is reported at its own index, before its consequences (a missing answer in a recorded replay,
+   another result in a live one); where the model answers the same anyway, it still diverges;
+6. event fields — the event with volatile fields removed (``agentlog.schemas.stability``) must be
    byte-equivalent. Before ``fromSeq`` that is the whole rest of the event (RFC 0041 §C: the
-   prefix is copied, so it must be identical). From ``fromSeq`` on, the call *bytes* may differ
-   (RFC 0041 §C): ``agent.toolCalled.args`` and the LLM request with its ``cacheKey``/``recipe``
-   are not compared, while the observable results (``agent.toolReturned.result``, the
+   prefix is copied, so it must be identical, request bytes included). From ``fromSeq`` on, the
+   call *bytes* may differ (RFC 0041 §C): ``agent.toolCalled.args`` and the LLM request as sent
+   with its ``cacheKey``/``recipe`` are not compared field by field — what the request asks is
+   check 5 — while the observable results (``agent.toolReturned.result``, the
    ``agent.invocation.completed`` envelope) and the AOS PIN-009 deterministic aspects (retry
    attempts, error codes, cost and tokens, side-effect type+target order) are;
-6. references — the replay's ``causationId`` must be the replay eventId at the sequence the
+7. references — the replay's ``causationId`` must be the replay eventId at the sequence the
    original's ``causationId`` points at (eventIds themselves are freshly minted, hence volatile);
    ids a replay mints afresh inside payloads (``parentRunId`` = its own run, ``childRunId``,
    tool ``callId``) must pair consistently with the original's (:data:`MINTED_ID_FIELDS`).
+
+Minted ids never count anywhere in a payload: the pairs of ids the two runs minted (the
+:data:`MINTED_ID_FIELDS`, and the tool-call ids of a model's response) are learned up front, and
+every string of a replay payload equal to one of its minted ids is read as the original's id before
+checks 5 and 6 — so a tool-call id a framework mints at random is the same id in the response
+envelope, the tool events and every later request's messages.
 
 Fields never compared per event: ``eventId``, ``runId``, ``timestamp`` and other volatile fields,
 ``sequence`` (the alignment key), ``causationId`` and minted ids (check 6), ``engineVersion`` and
@@ -41,7 +55,13 @@ verdict is ``what-if`` — never ``match``, whatever else happened. Decision: wh
 verdict; divergences found under other bindings are still listed (and still emit their replay.*
 events) because they are the answer a what-if analysis asks for, and ``errorCode`` still says
 ``replay_diverged_at_refusal`` / ``replay_diverged`` when they exist (RFC 0041 §B requires the
-refusal failure to be visible). A what-if whose behaviour is identical has no error code.
+refusal failure to be visible). A what-if whose behaviour is identical has no error code. A
+changed request is the usual answer there (a new prompt version): it is listed first, at its
+index, and the verdict stays ``what-if``.
+
+A ``request`` divergence is published as ``replay.diverged`` with ``divergenceKind: output`` and
+``divergencePoint: agent.invocation.started``: SPEC §7's event names four kinds, and a changed
+request is an output of the host's step in its terms.
 
 Lanes (default; ``strict=True`` turns them off): the indices above are the original's. Each lane
 of the replay is aligned with the original's as a sequence diff (:mod:`agentlog.replay.lanes`;
@@ -72,8 +92,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from agentlog.core.fold import fold, observable
+from agentlog.core.result_cache import request_diff
 from agentlog.replay.divergence import Divergence, DivergenceEngine
 from agentlog.replay.lanes import JOIN_TYPES, Alignment, align
+from agentlog.schemas.cachekey import RECIPE_IDS
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import ReplayError
 from agentlog.schemas.stability import (
@@ -106,14 +128,16 @@ Verdict = Literal["match", "diverged", "diverged_at_refusal", "what-if"]
 
 #: What a replay is judged on; one label value each of the match/mismatch metrics.
 #: ``result`` is a compared event field from ``fromSeq`` on (tool result, envelope, retry
-#: attempt, error code, cost); ``prefix`` the same before ``fromSeq``.
-ASPECTS = ("prefix", "result", "state", "type", "refusal", "causation", "bindings")
+#: attempt, error code, cost); ``prefix`` the same before ``fromSeq``; ``request`` what an LLM
+#: request asks, as its cache key sees it.
+ASPECTS = ("prefix", "result", "request", "state", "type", "refusal", "causation", "bindings")
 
 #: The versions a run binds at ``run.started`` (MACP §3).
 BINDING_KEYS = ("engineVersion", "modeVersion", "configVersion", "policyVersion")
 
 VALID = "agent.invocation.completed"
 REFUSAL = "envelope.refusal"
+STARTED = "agent.invocation.started"
 _ENVELOPE_KIND = {VALID: "valid", REFUSAL: "refusal"}
 
 #: Envelope fields that are either volatile or judged by a dedicated check.
@@ -125,10 +149,16 @@ _NOT_FIELD_COMPARED = ("eventId", "runId", "timestamp", "sequence", "causationId
 #: with the same replay id, and no replay id may stand for two original ids.
 MINTED_ID_FIELDS = ("parentRunId", "childRunId", "callId")
 
+#: Where else a run's minted ids are learned from, by event type: the ids a model gives the tool
+#: calls of its response (pydantic-ai mints a random one per call, carried again as the tool
+#: events' ``callId`` and in later requests' ``tool_call_response`` parts; an output tool's call has
+#: no tool events, so its id is learned here only).
+_MINTED_ID_PATHS: dict[str, tuple[str, ...]] = {VALID: ("payload.envelope[*].parts[*].id",)}
+
 #: RFC 0041 §C: bytes of the call itself, allowed to differ from ``fromSeq`` on.
 _CALL_BYTES: dict[str, tuple[tuple[str, ...], ...]] = {
     "agent.toolCalled": (("payload", "args"),),
-    "agent.invocation.started": (("payload", "request"), ("payload", "cacheKey"), ("payload", "recipe")),
+    STARTED: (("payload", "request"), ("payload", "cacheKey"), ("payload", "recipe")),
     VALID: (("payload", "cacheKey"), ("payload", "recipe")),
     REFUSAL: (("payload", "cacheKey"), ("payload", "recipe")),
 }
@@ -373,6 +403,7 @@ def compare_runs(
     divergences: list[Divergence] = []
     previous_state_diff: tuple[str, bytes, bytes] | None = None
     ids = _IdMap(source_run_id, _run_id(rep))
+    minted = _MintedIds.learned(orig, rep, source_run_id, _run_id(rep))
     compared_through = -1
     for i in range(max(max(orig), max(rep)) + 1):
         o, r = orig.get(i), rep.get(i)
@@ -388,7 +419,7 @@ def compare_runs(
         if o is not None and r is not None:
             state_diff = first_difference(obs_orig[i], obs_rep[i], memo=state_memo)
         id_issue = ids.observe(o, r) if o is not None and r is not None else None
-        found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep)
+        found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep, minted)
         previous_state_diff = _diff_identity(state_diff)
         if found is not None:
             divergences.append(found)
@@ -514,6 +545,7 @@ def _divergence_at(
     from_seq: int,
     orig: Mapping[int, Mapping[str, Any]],
     rep: Mapping[int, Mapping[str, Any]],
+    minted: _MintedIds,
 ) -> Divergence | None:
     if r is None:
         assert o is not None
@@ -547,6 +579,11 @@ def _divergence_at(
             aspect="state", detail=_absence_note(expected, actual) or "observable state differs",
             **common,
         )
+    r = minted.translated(r)
+    if o_type == STARTED:
+        changed_request = _request_divergence(o, r, common)
+        if changed_request is not None:
+            return changed_request
     in_suffix = i >= from_seq
     field_diff = first_difference(
         _compared_view(o, in_suffix), _compared_view(r, in_suffix), ignore=_volatile_for(o_type)
@@ -611,6 +648,132 @@ class _IdMap:
         self._forward[o_id] = r_id
         self._backward[r_id] = o_id
         return None
+
+
+class _MintedIds:
+    """Each id the replay minted, with the original's id it stands for, to read the replay's payloads with.
+
+    Learned before the comparison from every index where both runs have an event of one type: the
+    :data:`MINTED_ID_FIELDS` and :data:`_MINTED_ID_PATHS` of the two, paired in sequence order (the
+    first pairing of an id holds). A model's tool-call id is minted in its response, before any tool
+    event names it, so it cannot be learned as the comparison walks. Every string of a replay payload
+    equal to a minted id is then read as the original's id, wherever it is (an envelope, a later
+    request's messages), so ids never count. Whether the pairing is consistent is :class:`_IdMap`'s check.
+    """
+
+    def __init__(self, original_run: Any, replay_run: Any) -> None:
+        self._original_of: dict[str, str] = {}
+        self._taken: set[str] = set()
+        self._pair(original_run, replay_run)
+
+    @classmethod
+    def learned(cls, orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]],
+                original_run: Any, replay_run: Any) -> _MintedIds:
+        ids = cls(original_run, replay_run)
+        for seq, o in orig.items():
+            r = rep.get(seq)
+            if r is None or r.get("type") != o.get("type"):
+                continue
+            o_payload, r_payload = o.get("payload"), r.get("payload")
+            if not isinstance(o_payload, Mapping) or not isinstance(r_payload, Mapping):
+                continue
+            for name in MINTED_ID_FIELDS:
+                ids._pair(o_payload.get(name), r_payload.get(name))
+            for path in _MINTED_ID_PATHS.get(str(o.get("type")), ()):
+                o_found, r_found = get_path(o, path), get_path(r, path)
+                if len(o_found) == len(r_found):
+                    for o_id, r_id in zip(o_found, r_found, strict=True):
+                        ids._pair(o_id, r_id)
+        ids._original_of = {r_id: o_id for r_id, o_id in ids._original_of.items() if r_id != o_id}
+        return ids
+
+    def _pair(self, o_id: Any, r_id: Any) -> None:
+        if not isinstance(o_id, str) or not isinstance(r_id, str):
+            return
+        if r_id in self._original_of or o_id in self._taken:
+            return
+        self._original_of[r_id] = o_id
+        self._taken.add(o_id)
+
+    def translated(self, doc: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``doc`` with every minted id in its payload read as the original's (``doc`` itself when none is)."""
+        if not self._original_of or "payload" not in doc:
+            return doc
+        payload = _replaced(doc["payload"], self._original_of)
+        return doc if payload is doc["payload"] else {**doc, "payload": payload}
+
+
+def _replaced(value: Any, table: Mapping[str, str]) -> Any:
+    """``value`` with each string that is a key of ``table`` replaced; untouched branches are shared."""
+    if isinstance(value, str):
+        return table.get(value, value)
+    if isinstance(value, dict):
+        changed: dict[str, Any] | None = None
+        for key, item in value.items():
+            new = _replaced(item, table)
+            if new is not item:
+                changed = changed if changed is not None else dict(value)
+                changed[key] = new
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items: list[Any] | None = None
+        for n, item in enumerate(value):
+            new = _replaced(item, table)
+            if new is not item:
+                items = items if items is not None else list(value)
+                items[n] = new
+        return value if items is None else items
+    return value
+
+
+#: At most this many differing request fields are named in a ``request`` divergence's detail.
+_REQUEST_FIELDS_NAMED = 5
+
+
+def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], common: _Common) -> Divergence | None:
+    """A changed LLM request, judged by what its cache key sees (the original's recipe's projection).
+
+    Both requests are read through the minted-id pairing (``r`` is translated). Without a request on
+    either side the recorded cache keys are all there is to compare.
+    """
+    o_payload, r_payload = o.get("payload"), r.get("payload")
+    if not isinstance(o_payload, Mapping) or not isinstance(r_payload, Mapping):
+        return None
+    o_request, r_request = o_payload.get("request"), r_payload.get("request")
+    recipe = o_payload.get("recipe") if isinstance(o_payload.get("recipe"), str) else "v2"
+    if not isinstance(o_request, dict) or not isinstance(r_request, dict):
+        o_key, r_key = o_payload.get("cacheKey"), r_payload.get("cacheKey")
+        if not isinstance(o_key, str) or not isinstance(r_key, str) or o_key == r_key:
+            return None
+        return Divergence(kind="request", path="payload.cacheKey", expected=o_key, actual=r_key, aspect="request",
+                          detail="another request: the cache keys differ (no request recorded to say where)",
+                          **common)
+    diff = request_diff(_without_volatile_request(o_request), _without_volatile_request(r_request), recipe)
+    if not diff:
+        return None
+    named = [_request_path(d["path"], recipe) for d in diff[:_REQUEST_FIELDS_NAMED]]
+    more = f" and {len(diff) - len(named)} more" if len(diff) > len(named) else ""
+    first = diff[0]
+    return Divergence(
+        kind="request", path=named[0], expected=first.get("recorded"), actual=first.get("requested"),
+        aspect="request", detail=f"another request: its cache key ({recipe}) differs at {', '.join(named)}{more}",
+        **common,
+    )
+
+
+def _without_volatile_request(request: dict[str, Any]) -> Any:
+    return strip_volatile({"type": STARTED, "payload": {"request": request}})["payload"]["request"]
+
+
+def _request_path(projected: str, recipe: str) -> str:
+    """A path into the recipe's projection (``request.messages[0]`` under v2) as a path into the event."""
+    try:
+        segments = parse_path(projected)
+    except ValueError:  # "(whole request)"
+        return "payload.request"
+    if recipe in ("v2", RECIPE_IDS["v2"]) and segments[:1] == ("request",):
+        segments = segments[1:]
+    return format_path(("payload", "request", *segments))
 
 
 def _diff_identity(diff: tuple[str, Any, Any] | None) -> tuple[str, bytes, bytes] | None:
@@ -804,7 +967,9 @@ def _replay_event(
         return {"type": "replay.divergedAtRefusal", "payload": payload}
     if d.original_event_id is not None:
         payload["originalEventId"] = d.original_event_id
-    payload["divergenceKind"] = d.kind
+    # SPEC §7's replay.diverged names four kinds; a changed request is an output of the host's step
+    # there, and divergencePoint (agent.invocation.started) says which.
+    payload["divergenceKind"] = "output" if d.kind == "request" else d.kind
     if d.kind == "extra":  # the inserted event, not the source event it departs before
         payload["divergencePoint"] = d.actual
     else:

@@ -5,6 +5,8 @@ Host-replay comparison (:mod:`agentlog.replay.compare`) and re-derivation from a
 as the same frozen :class:`Divergence`. Its ``kind`` is one :data:`DivergenceKind`:
 
 * ``output`` — a compared field or the observable state differs (comparison);
+* ``request`` — an LLM request asks something else, as its cache key sees it (comparison): the
+  cause, reported at its own index before what it changes;
 * ``missing`` / ``extra`` — an index only the reference / only the other side has
   (comparison: original vs replay); re-derivation reports ``missing`` where the committed log
   skips a sequence;
@@ -30,7 +32,7 @@ from typing import Any, Literal
 
 __all__ = ["Divergence", "DivergenceEngine", "DivergenceKind"]
 
-DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal", "state", "tampered"]
+DivergenceKind = Literal["output", "request", "missing", "extra", "type-mismatch", "refusal", "state", "tampered"]
 
 #: Which job found the divergence; it decides the JSON shape (see the module docstring).
 DivergenceEngine = Literal["comparison", "rederivation"]
