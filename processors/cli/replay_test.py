@@ -6,6 +6,8 @@ Exit codes follow SPEC §7: 0 the expected verdict (``match`` unless ``--expect`
 1 another verdict, 2 the replay could not run. ``--record FILE`` runs the program live and writes
 the recording instead (``--publish`` also sends it to the store). ``--tools recorded`` answers
 each tool call with its recorded result instead of running the tool (default ``run``).
+``--bindings '{"configVersion": "prompt-v2"}'`` (a JSON object, or ``@file.json``) lays versions over
+the recording's, as ``bindings=`` does in Python: other versions make the verdict ``what-if``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,35 @@ def _program(ref: str) -> Any:
     return target
 
 
+def _bindings(text: str | None) -> dict[str, Any] | None:
+    """The ``--bindings`` object: JSON, or ``@path`` to a file holding it; only the versions a run binds."""
+    if text is None:
+        return None
+    from agentlog.replay.compare import BINDING_KEYS
+
+    where = "--bindings"
+    if text.startswith("@"):
+        where = text[1:]
+        try:
+            text = Path(where).read_text(encoding="utf-8")
+        except OSError as e:
+            raise ReplayError(f"--bindings {text}: cannot read {where}: {e.strerror or e}",
+                              code="invalid_bindings") from e
+    try:
+        value = json.loads(text)
+    except ValueError as e:
+        raise ReplayError(f"{where} is not JSON ({e}); give an object such as "
+                          '\'{"configVersion": "prompt-v2"}\' or @file.json', code="invalid_bindings") from e
+    if not isinstance(value, dict):
+        raise ReplayError(f"{where} must be a JSON object of versions, not {type(value).__name__}",
+                          code="invalid_bindings")
+    unknown = sorted(set(value) - set(BINDING_KEYS))
+    if unknown:
+        raise ReplayError(f"{where}: {', '.join(unknown)} is not a version a run binds; use "
+                          f"{', '.join(BINDING_KEYS)}", code="invalid_bindings")
+    return value
+
+
 def replay_test_command(
     source: str = typer.Argument(..., help="The recorded run: a JSONL export, or a run id in the store."),
     program: str = typer.Option(..., "--program", help="module:attribute of the program (takes the recorder)."),
@@ -44,6 +75,9 @@ def replay_test_command(
     tools: str = typer.Option("run", "--tools", help="run (the tools run again) | recorded (tool calls answered "
                                                       "from the recording, the tools not run)"),
     expect: str = typer.Option("match", "--expect", help="The verdict that passes (match, diverged, …)."),
+    bindings: str | None = typer.Option(None, "--bindings", help='Versions laid over the recording\'s, as a JSON '
+                                        'object or @file.json (\'{"configVersion": "prompt-v2"}\'): other '
+                                        "versions make the verdict what-if."),
     publish: bool = typer.Option(False, "--publish", help="Publish the run to the store (settings from the env)."),
     record: Path | None = typer.Option(None, "--record", help="Run the program live; write its run here."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of the report (with "
@@ -58,7 +92,8 @@ def replay_test_command(
         settings = load_settings() if publish or not (source.endswith((".jsonl", ".json")) or Path(source).exists()) \
             else None
         if record is not None:
-            docs = record_run(_program(program), run_id=source, settings=settings if publish else None)
+            docs = record_run(_program(program), run_id=source, bindings=_bindings(bindings),
+                              settings=settings if publish else None)
             record.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), encoding="utf-8")
             if as_json:
                 typer.echo(json.dumps({"recorded": source, "events": len(docs), "out": str(record),
@@ -70,8 +105,9 @@ def replay_test_command(
             raise ReplayError(f"--mode must be recorded, live or what-if, not {mode!r}")
         if tools not in ("run", "recorded"):
             raise ReplayError(f"--tools must be run or recorded, not {tools!r}")
+        overlay = _bindings(bindings)
         result = replay_test(source, _program(program), mode=mode, tools=tools,  # type: ignore[arg-type]
-                             expect=None, settings=settings, publish=publish)
+                             expect=None, settings=settings, publish=publish, bindings=overlay)
     except AgentlogError as e:
         typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e
