@@ -251,6 +251,7 @@ def first_difference(
     *,
     ignore: Callable[[str], bool] | None = None,
     memo: dict[tuple[int, int], tuple[Any, Any]] | None = None,
+    ids: Mapping[str, str] | None = None,
 ) -> tuple[str, Any, Any] | None:
     """The first path (JCS key order) where two JSON values differ, with both values there.
 
@@ -262,10 +263,13 @@ def first_difference(
     ``memo`` remembers container pairs already proven equal (holding references, so their ids
     cannot be reused). The fold's states share every unchanged sub-object with their
     predecessor, so with one memo per run pair each index costs what changed, not the whole state.
+
+    ``ids`` maps ids minted on the ``actual`` side to the ``expected`` side's: a string of ``actual``
+    that maps to the string of ``expected`` at the same place is no difference.
     """
     start = parse_path(path) if path else ()
     skip = (lambda at: ignore(format_path(at))) if ignore is not None else None
-    found = _first_difference(expected, actual, start, skip, memo)
+    found = _first_difference(expected, actual, start, skip, memo, ids or None)
     if found is None:
         return None
     segments, e, a = found
@@ -278,6 +282,7 @@ def _first_difference(
     at: tuple[Segment, ...],
     skip: Callable[[tuple[Segment, ...]], bool] | None,
     memo: dict[tuple[int, int], tuple[Any, Any]] | None,
+    ids: Mapping[str, str] | None = None,
 ) -> tuple[tuple[Segment, ...], Any, Any] | None:
     if expected is actual:
         return None
@@ -291,7 +296,7 @@ def _first_difference(
                 if skip is None or not skip(sub):
                     return sub, expected.get(key, ABSENT), actual.get(key, ABSENT)
                 continue
-            found = _first_difference(expected[key], actual[key], sub, skip, memo)
+            found = _first_difference(expected[key], actual[key], sub, skip, memo, ids)
             if found:
                 return found
     elif isinstance(expected, list) and isinstance(actual, list):
@@ -299,7 +304,7 @@ def _first_difference(
             return None
         # The lengths may differ: the common elements first, then the length below.
         for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
-            found = _first_difference(e, a, at + (i,), skip, memo)
+            found = _first_difference(e, a, at + (i,), skip, memo, ids)
             if found:
                 return found
         if len(expected) != len(actual):
@@ -307,13 +312,18 @@ def _first_difference(
             # A list whose every element is volatile (``x[*]``) has a volatile length too.
             if skip is None or not (skip(sub) or skip(at + (WILDCARD,))):
                 return sub, len(expected), len(actual)
-    elif _same(expected, actual) or (skip is not None and skip(at)):
+    elif _same(expected, actual) or (skip is not None and skip(at)) or _same_id(expected, actual, ids):
         return None
     else:
         return at, expected, actual
     if memo is not None:
         memo[pair] = (expected, actual)
     return None
+
+
+def _same_id(expected: Any, actual: Any, ids: Mapping[str, str] | None) -> bool:
+    """True when ``actual`` is an id the replay minted for the original's ``expected``."""
+    return ids is not None and isinstance(actual, str) and ids.get(actual) == expected
 
 
 def _ordered_keys(keys: Iterable[str]) -> list[str]:
@@ -579,21 +589,22 @@ def _divergence_at(
             aspect="state", detail=_absence_note(expected, actual) or "observable state differs",
             **common,
         )
-    r = minted.translated(r)
     if o_type == STARTED:
-        changed_request = _request_divergence(o, r, common)
+        changed_request = _request_divergence(o, r, minted, common)
         if changed_request is not None:
             return changed_request
     in_suffix = i >= from_seq
     field_diff = first_difference(
-        _compared_view(o, in_suffix), _compared_view(r, in_suffix), ignore=_volatile_for(o_type)
+        _compared_view(o, in_suffix), _compared_view(r, in_suffix), ignore=_volatile_for(o_type), ids=minted.ids
     )
     if field_diff is not None:
         path, expected, actual = field_diff
+        detail = _absence_note(expected, actual)
+        if isinstance(actual, str) and actual in minted.ids:
+            detail = f"the replay's minted id {actual} stands for the original's {minted.ids[actual]}"
         return Divergence(
             kind="output", path=path, expected=_plain(expected), actual=_plain(actual),
-            aspect="result" if in_suffix else "prefix", detail=_absence_note(expected, actual),
-            **common,
+            aspect="result" if in_suffix else "prefix", detail=detail, **common,
         )
     causation = _causation_mismatch(o, r, orig, rep)
     if causation is not None:
@@ -651,18 +662,18 @@ class _IdMap:
 
 
 class _MintedIds:
-    """Each id the replay minted, with the original's id it stands for, to read the replay's payloads with.
+    """Each id the replay minted, with the original's id it stands for (:attr:`ids`, replay id → original id).
 
     Learned before the comparison from every index where both runs have an event of one type: the
     :data:`MINTED_ID_FIELDS` and :data:`_MINTED_ID_PATHS` of the two, paired in sequence order (the
     first pairing of an id holds). A model's tool-call id is minted in its response, before any tool
     event names it, so it cannot be learned as the comparison walks. Every string of a replay payload
-    equal to a minted id is then read as the original's id, wherever it is (an envelope, a later
+    equal to a minted id then stands for the original's id, wherever it is (an envelope, a later
     request's messages), so ids never count. Whether the pairing is consistent is :class:`_IdMap`'s check.
     """
 
     def __init__(self, original_run: Any, replay_run: Any) -> None:
-        self._original_of: dict[str, str] = {}
+        self.ids: dict[str, str] = {}
         self._taken: set[str] = set()
         self._pair(original_run, replay_run)
 
@@ -684,23 +695,20 @@ class _MintedIds:
                 if len(o_found) == len(r_found):
                     for o_id, r_id in zip(o_found, r_found, strict=True):
                         ids._pair(o_id, r_id)
-        ids._original_of = {r_id: o_id for r_id, o_id in ids._original_of.items() if r_id != o_id}
+        ids.ids = {r_id: o_id for r_id, o_id in ids.ids.items() if r_id != o_id}
         return ids
 
     def _pair(self, o_id: Any, r_id: Any) -> None:
         if not isinstance(o_id, str) or not isinstance(r_id, str):
             return
-        if r_id in self._original_of or o_id in self._taken:
+        if r_id in self.ids or o_id in self._taken:
             return
-        self._original_of[r_id] = o_id
+        self.ids[r_id] = o_id
         self._taken.add(o_id)
 
-    def translated(self, doc: Mapping[str, Any]) -> Mapping[str, Any]:
-        """``doc`` with every minted id in its payload read as the original's (``doc`` itself when none is)."""
-        if not self._original_of or "payload" not in doc:
-            return doc
-        payload = _replaced(doc["payload"], self._original_of)
-        return doc if payload is doc["payload"] else {**doc, "payload": payload}
+    def translated(self, value: Any) -> Any:
+        """``value`` with every minted id in it replaced by the original's (``value`` itself when none is)."""
+        return _replaced(value, self.ids) if self.ids else value
 
 
 def _replaced(value: Any, table: Mapping[str, str]) -> Any:
@@ -730,10 +738,13 @@ def _replaced(value: Any, table: Mapping[str, str]) -> Any:
 _REQUEST_FIELDS_NAMED = 5
 
 
-def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], common: _Common) -> Divergence | None:
+def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], minted: _MintedIds,
+                        common: _Common) -> Divergence | None:
     """A changed LLM request, judged by what its cache key sees (the original's recipe's projection).
 
-    Both requests are read through the minted-id pairing (``r`` is translated). Without a request on
+    The replay's request is read through the minted-id pairing. Requests equal but for volatile
+    fields are the same request, found without projecting them; only requests that differ are
+    projected and diffed (naming the fields costs a JCS text per value). Without a request on
     either side the recorded cache keys are all there is to compare.
     """
     o_payload, r_payload = o.get("payload"), r.get("payload")
@@ -748,7 +759,11 @@ def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], common: _Com
         return Divergence(kind="request", path="payload.cacheKey", expected=o_key, actual=r_key, aspect="request",
                           detail="another request: the cache keys differ (no request recorded to say where)",
                           **common)
-    diff = request_diff(_without_volatile_request(o_request), _without_volatile_request(r_request), recipe)
+    if _same(o_request, r_request) or first_difference(
+            o_request, r_request, "payload.request", ignore=_volatile_for(STARTED), ids=minted.ids) is None:
+        return None
+    diff = request_diff(_without_volatile_request(o_request),
+                        _without_volatile_request(minted.translated(r_request)), recipe)
     if not diff:
         return None
     named = [_request_path(d["path"], recipe) for d in diff[:_REQUEST_FIELDS_NAMED]]

@@ -76,4 +76,5 @@ def test_an_id_that_stands_for_another_call_still_diverges(two_live_runs) -> Non
     d = compare_runs(a, b).first_divergence
     assert d is not None and (d.at_sequence, d.kind, d.path) == (delegating, "output",
                                                                  "payload.envelope[0].parts[0].id")
-    assert d.expected == _envelope_ids(a)[1] and d.actual == _envelope_ids(a)[0]
+    assert (d.expected, d.actual) == (_envelope_ids(a)[1], lookup_id)
+    assert d.detail == f"the replay's minted id {lookup_id} stands for the original's {_envelope_ids(a)[0]}"
