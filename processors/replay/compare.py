@@ -751,7 +751,7 @@ def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], minted: _Min
     if not isinstance(o_payload, Mapping) or not isinstance(r_payload, Mapping):
         return None
     o_request, r_request = o_payload.get("request"), r_payload.get("request")
-    recipe = o_payload.get("recipe") if isinstance(o_payload.get("recipe"), str) else "v2"
+    recipe: str = o_payload["recipe"] if isinstance(o_payload.get("recipe"), str) else "v2"
     if not isinstance(o_request, dict) or not isinstance(r_request, dict):
         o_key, r_key = o_payload.get("cacheKey"), r_payload.get("cacheKey")
         if not isinstance(o_key, str) or not isinstance(r_key, str) or o_key == r_key:
