@@ -26,16 +26,14 @@ The comparison engine then compares the replay *re-laid in the original's order*
 replay event at its source sequence), so every existing check — event fields, refusals, causation
 through the id pairing, volatile fields, bindings — runs unchanged and a divergence is reported at
 the source run's sequence of the first differing event within its lane. An inserted event is
-reported where its lane departs from the source (:attr:`Alignment.departs`): at the source
-sequence of the lane event it displaced, its lane successor — an event of its own lane, never
-another lane's that the source happens to interleave between the two. An inserted event after
-its lane's last event displaced none: it departs at the first source sequence after its lane
-predecessor that the replay had not yet reached when it wrote the event. The run's terminal
-status does not count as not yet reached: every lane ends before it in any interleaving, so an
-inserted event at the end of its lane that only the terminal status follows departs after the
-lane's end and is laid after the original's end. What the re-laying could hide is checked on the
-replay's own order: the whole observable state at every lane join (:data:`JOIN_TYPES`, where
-lanes meet again) and at the end must equal the original's there.
+reported where its lane departs from the source (:attr:`Alignment.departs`): at the first source
+sequence after its lane predecessor that the replay had not yet reached when it wrote the event —
+in a sequential replay, exactly the index it was inserted at — and never after its lane's next
+source event. The run's terminal status does not count as not yet reached: every lane ends before
+it in any interleaving, so an inserted event at the end of its lane that only the terminal status
+follows departs after the lane's end and is laid after the original's end. What the re-laying
+could hide is checked on the replay's own order: the whole observable state at every lane join
+(:data:`JOIN_TYPES`, where lanes meet again) and at the end must equal the original's there.
 
 Cross-lane order constrained by causation needs no check of its own: an event's cause is
 compared through the pairing (the replay event must be caused by the partner of the
@@ -249,17 +247,11 @@ def _departures(original: Mapping[int, Mapping[str, Any]], pairs: Mapping[int, i
                 inserts: list[tuple[int, int, int | None]]) -> dict[int, int]:
     """Extra replay sequence → the source sequence where its lane departs (module docstring).
 
-    That is the source sequence of the lane event the extra displaced: its lane successor's. An
-    extra after the lane's last event departs at the smallest source sequence after its lane
-    predecessor whose partner the replay writes after the extra and that is not a terminal status;
-    without one it has no departure (it is laid after the original's end). The smallest such
-    sequence over the whole replay suffix answers almost every extra at once; only when the replay
-    delayed an event from before the predecessor does the search walk the source forward.
+    That is the smallest source sequence after the extra's lane predecessor whose partner the replay
+    writes after the extra, not a terminal status, and at most the lane successor's. The smallest
+    such sequence over the whole replay suffix answers almost every extra at once; only when the
+    replay delayed an event from before the predecessor does the search walk the source forward.
     """
-    out = {x: following for x, _, following in inserts if following is not None}
-    at_lane_end = [(x, previous) for x, previous, following in inserts if following is None]
-    if not at_lane_end:
-        return out
     anchors = sorted((r_seq, o_seq) for o_seq, r_seq in pairs.items()
                      if original[o_seq].get("type") not in TERMINAL_TYPES)
     anchor_r = [r_seq for r_seq, _ in anchors]
@@ -269,12 +261,16 @@ def _departures(original: Mapping[int, Mapping[str, Any]], pairs: Mapping[int, i
     for i in range(len(anchors) - 1, -1, -1):
         smallest = min(smallest, anchors[i][1])
         suffix_min[i] = smallest
-    for x, previous in at_lane_end:
+    out: dict[int, int] = {}
+    for x, previous, following in inserts:
         i = bisect_right(anchor_r, x)
         first: int | None = suffix_min[i] if i < len(anchors) else None
         if first is not None and first <= previous:
-            first = next((s for s in range(previous + 1, after_end) if s in pairs and pairs[s] > x
+            end = following if following is not None else after_end
+            first = next((s for s in range(previous + 1, end) if s in pairs and pairs[s] > x
                           and original[s].get("type") not in TERMINAL_TYPES), None)
-        if first is not None:
+        if following is not None:
+            out[x] = following if first is None else min(first, following)
+        elif first is not None:
             out[x] = first
     return out
