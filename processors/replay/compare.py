@@ -11,7 +11,7 @@ How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults 
 the first that fails is that index's divergence:
 
 1. presence — an index only the original has is ``missing``; only the replay, ``extra`` (per lane,
-   also an event the replay inserted into a lane, at the index of the lane event it displaced);
+   also an event the replay inserted into a lane, at the index where the lane departs);
 2. envelope kind — ``agent.invocation.completed`` on one side and ``envelope.refusal`` on the
    other (either direction) is a ``refusal`` divergence: RFC 0041 §B makes it its own verdict
    (``diverged_at_refusal``, error ``replay_diverged_at_refusal``, event
@@ -19,13 +19,15 @@ the first that fails is that index's divergence:
 3. event type — otherwise different types are a ``type-mismatch``;
 4. observable state — ``status``, ``variables``, ``channels`` after the event must be
    byte-equivalent (JCS); the first differing path inside the state is reported (``variables.x``);
-5. request — an ``agent.invocation.started`` must ask what the original asked, as its cache key
-   sees it: the projection of the original's recipe (RFC 0041 §A) of both requests, so transport
-   fields never count (without a request on either side, the recorded ``cacheKey`` strings). A
-   difference is a ``request`` divergence, the differing fields named in its ``detail`` (the
-   miss diagnosis's diff, :func:`agentlog.core.result_cache.request_diff`). It is the cause, so it
-   is reported at its own index, before its consequences (a missing answer in a recorded replay,
-   another result in a live one); where the model answers the same anyway, it still diverges;
+5. request — an ``agent.invocation.started`` that asks something else than the original, as its
+   cache key sees it: the projection of the original's recipe (RFC 0041 §A) of both requests, so
+   transport fields never count (without a request on either side, the recorded ``cacheKey``
+   strings). Call bytes may differ as long as the observable result is the same (SPEC §7), so a
+   changed request alone is no divergence; when the runs diverge, it is their cause and reported
+   first, at its own index, before its consequences (a missing answer in a recorded replay, another
+   result in a live one), as an ``output`` divergence with ``aspect`` ``request``, the differing
+   fields named in its ``detail`` (the miss diagnosis's diff,
+   :func:`agentlog.core.result_cache.request_diff`);
 6. event fields — the event with volatile fields removed (``agentlog.schemas.stability``) must be
    byte-equivalent. Before ``fromSeq`` that is the whole rest of the event (RFC 0041 §C: the
    prefix is copied, so it must be identical, request bytes included). From ``fromSeq`` on, the
@@ -58,10 +60,6 @@ events) because they are the answer a what-if analysis asks for, and ``errorCode
 refusal failure to be visible). A what-if whose behaviour is identical has no error code. A
 changed request is the usual answer there (a new prompt version): it is listed first, at its
 index, and the verdict stays ``what-if``.
-
-A ``request`` divergence is published as ``replay.diverged`` with ``divergenceKind: output`` and
-``divergencePoint: agent.invocation.started``: SPEC §7's event names four kinds, and a changed
-request is an output of the host's step in its terms.
 
 Lanes (default; ``strict=True`` turns them off): the indices above are the original's. Each lane
 of the replay is aligned with the original's as a sequence diff (:mod:`agentlog.replay.lanes`;
@@ -389,6 +387,23 @@ def compare_runs(
     Raises:
         ReplayError: a side is empty, or holds two events with the same sequence.
     """
+    without = _compare(original, replay, from_seq=from_seq, collect_all=collect_all, strict=strict,
+                       requests=False)
+    if not without.divergences and not without.binding_diff:
+        return without  # call bytes may differ as long as the observable result is the same (SPEC §7)
+    return _compare(original, replay, from_seq=from_seq, collect_all=collect_all, strict=strict, requests=True)
+
+
+def _compare(
+    original: Sequence[Mapping[str, Any]],
+    replay: Sequence[Mapping[str, Any]],
+    *,
+    from_seq: int | None,
+    collect_all: bool,
+    strict: bool,
+    requests: bool,
+) -> ComparisonResult:
+    """:func:`compare_runs`, with changed requests reported (``requests``) or not."""
     orig = _by_sequence(original, "original")
     rep = _by_sequence(replay, "replay")
     if from_seq is None:
@@ -429,7 +444,8 @@ def compare_runs(
         if o is not None and r is not None:
             state_diff = first_difference(obs_orig[i], obs_rep[i], memo=state_memo)
         id_issue = ids.observe(o, r) if o is not None and r is not None else None
-        found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep, minted)
+        found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep, minted,
+                               requests)
         previous_state_diff = _diff_identity(state_diff)
         if found is not None:
             divergences.append(found)
@@ -556,6 +572,7 @@ def _divergence_at(
     orig: Mapping[int, Mapping[str, Any]],
     rep: Mapping[int, Mapping[str, Any]],
     minted: _MintedIds,
+    requests: bool,
 ) -> Divergence | None:
     if r is None:
         assert o is not None
@@ -589,7 +606,7 @@ def _divergence_at(
             aspect="state", detail=_absence_note(expected, actual) or "observable state differs",
             **common,
         )
-    if o_type == STARTED:
+    if o_type == STARTED and requests:
         changed_request = _request_divergence(o, r, minted, common)
         if changed_request is not None:
             return changed_request
@@ -756,7 +773,7 @@ def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], minted: _Min
         o_key, r_key = o_payload.get("cacheKey"), r_payload.get("cacheKey")
         if not isinstance(o_key, str) or not isinstance(r_key, str) or o_key == r_key:
             return None
-        return Divergence(kind="request", path="payload.cacheKey", expected=o_key, actual=r_key, aspect="request",
+        return Divergence(kind="output", path="payload.cacheKey", expected=o_key, actual=r_key, aspect="request",
                           detail="another request: the cache keys differ (no request recorded to say where)",
                           **common)
     if _same(o_request, r_request) or first_difference(
@@ -770,7 +787,7 @@ def _request_divergence(o: Mapping[str, Any], r: Mapping[str, Any], minted: _Min
     more = f" and {len(diff) - len(named)} more" if len(diff) > len(named) else ""
     first = diff[0]
     return Divergence(
-        kind="request", path=named[0], expected=first.get("recorded"), actual=first.get("requested"),
+        kind="output", path=named[0], expected=first.get("recorded"), actual=first.get("requested"),
         aspect="request", detail=f"another request: its cache key ({recipe}) differs at {', '.join(named)}{more}",
         **common,
     )
@@ -982,9 +999,7 @@ def _replay_event(
         return {"type": "replay.divergedAtRefusal", "payload": payload}
     if d.original_event_id is not None:
         payload["originalEventId"] = d.original_event_id
-    # SPEC §7's replay.diverged names four kinds; a changed request is an output of the host's step
-    # there, and divergencePoint (agent.invocation.started) says which.
-    payload["divergenceKind"] = "output" if d.kind == "request" else d.kind
+    payload["divergenceKind"] = d.kind
     if d.kind == "extra":  # the inserted event, not the source event it departs before
         payload["divergencePoint"] = d.actual
     else:

@@ -4,9 +4,8 @@ Host-replay comparison (:mod:`agentlog.replay.compare`) and re-derivation from a
 (:mod:`agentlog.replay.rederive`) each report where a run stops reproducing what it should,
 as the same frozen :class:`Divergence`. Its ``kind`` is one :data:`DivergenceKind`:
 
-* ``output`` — a compared field or the observable state differs (comparison);
-* ``request`` — an LLM request asks something else, as its cache key sees it (comparison): the
-  cause, reported at its own index before what it changes;
+* ``output`` — a compared field, the observable state or (as the cause of a divergence) an LLM request
+  differs (comparison);
 * ``missing`` / ``extra`` — an index only the reference / only the other side has
   (comparison: original vs replay); re-derivation reports ``missing`` where the committed log
   skips a sequence;
@@ -32,7 +31,7 @@ from typing import Any, Literal
 
 __all__ = ["Divergence", "DivergenceEngine", "DivergenceKind"]
 
-DivergenceKind = Literal["output", "request", "missing", "extra", "type-mismatch", "refusal", "state", "tampered"]
+DivergenceKind = Literal["output", "missing", "extra", "type-mismatch", "refusal", "state", "tampered"]
 
 #: Which job found the divergence; it decides the JSON shape (see the module docstring).
 DivergenceEngine = Literal["comparison", "rederivation"]
