@@ -198,13 +198,22 @@ def _iban_check(text: str, m: re.Match[str]) -> Span | None:
     return m.span() if stdnum_iban.is_valid(m.group(), check_country=False) else None
 
 
-# ISO/IEC 7812 issuer prefixes of the card schemes in use: Visa 4; Mastercard 51-55, 2221-2720; American Express
-# 34, 37; Diners 300-305, 36, 38, 39; JCB 3528-3589; Discover, UnionPay, Maestro 6, 50, 56-58.
-_CARD_PREFIX = re.compile(r"4|5[0-8]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)|3[4-9]|30[0-5]|6")
+# ISO/IEC 7812 issuer prefixes of the card schemes in use, with the lengths each issues: Visa 4; Mastercard 51-55,
+# 2221-2720; American Express 34, 37; Diners 300-305, 36, 38, 39; JCB 3528-3589; Maestro 50, 56-58;
+# Discover, UnionPay and Maestro 6.
+_CARD_SCHEMES = (
+    (re.compile(r"4"), frozenset({13, 16, 19})),
+    (re.compile(r"5[1-5]|2(?:22[1-9]|2[3-9]\d|[3-6]\d\d|7[01]\d|720)"), frozenset({16})),
+    (re.compile(r"3[47]"), frozenset({15})),
+    (re.compile(r"30[0-5]|3[689]"), frozenset(range(14, 20))),
+    (re.compile(r"35(?:2[89]|[3-8]\d)"), frozenset(range(16, 20))),
+    (re.compile(r"5[0678]|6"), frozenset(range(13, 20))),
+)
 
 
 def _card_number(digits: str) -> bool:
-    return 13 <= len(digits) <= 19 and _CARD_PREFIX.match(digits) is not None and luhn.is_valid(digits)
+    return any(prefix.match(digits) and len(digits) in lengths for prefix, lengths in _CARD_SCHEMES) and \
+        luhn.is_valid(digits)
 
 
 def _card_check(text: str, m: re.Match[str]) -> Span | None:
