@@ -130,6 +130,8 @@ class PolicyError(AgentlogError):
 # --- detectors ------------------------------------------------------------------------------------------------
 
 Span = tuple[int, int]
+#: The spans earlier detectors claimed in a text, with the detector and its action.
+Claimed = list[tuple[int, int, str, str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +143,7 @@ class _Regex:
     needle: str | None = None
     check: Callable[[str, re.Match[str]], Span | None] | None = None
 
-    def spans(self, text: str) -> Iterator[Span]:
+    def spans(self, text: str, claimed: Claimed) -> Iterator[Span]:
         if self.needle is not None and self.needle not in text:
             return
         for m in self.pattern.finditer(text):
@@ -184,6 +186,7 @@ _IPV6 = re.compile(r"(?<![\w:.])[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?:(?<
 # A run of at least seven digits that a phone number may be: an optional + or 00, digits grouped by spaces, dots,
 # dashes, slashes or brackets. ``phonenumbers`` decides.
 _PHONE = re.compile(r"(?<![\w+.,/-])(?:\+|\(\+?)?\d[\d ().\-/\u00a0]{5,20}\d(?![\w/]|[.,]\d)", re.ASCII)
+_DATE = re.compile(r"\d{4}([-/.])\d{1,2}\1\d{1,2}|\d{1,2}([-/.])\d{1,2}\2\d{4}", re.ASCII)
 _TOKEN = re.compile(r"(?<![\w+/=-])[A-Za-z0-9+/_-]{24,256}={0,2}(?![\w+/=-])", re.ASCII)
 
 
@@ -244,11 +247,11 @@ def _ipv6_check(text: str, m: re.Match[str]) -> Span | None:
     return None if address.is_loopback or address.is_unspecified else m.span()
 
 
-def _ip_spans(text: str) -> Iterator[Span]:
+def _ip_spans(text: str, claimed: Claimed) -> Iterator[Span]:
     if "." in text:
-        yield from _IP4_DETECTOR.spans(text)
+        yield from _IP4_DETECTOR.spans(text, claimed)
     if "::" in text or text.count(":") >= 5:
-        yield from _IP6_DETECTOR.spans(text)
+        yield from _IP6_DETECTOR.spans(text, claimed)
 
 
 _IP4_DETECTOR = _Regex(_IPV4, check=_ipv4_check)
@@ -311,10 +314,12 @@ class _Phone:
     def __init__(self, regions: tuple[str, ...]) -> None:
         self.regions = regions
 
-    def spans(self, text: str) -> Iterator[Span]:
+    def spans(self, text: str, claimed: Claimed) -> Iterator[Span]:
         for m in _PHONE.finditer(text):
             candidate = m.group()
-            if sum(c.isdigit() for c in candidate) < 7:
+            start, end = m.span()
+            if (sum(c.isdigit() for c in candidate) < 7 or _DATE.fullmatch(candidate)
+                    or any(start < e and s < end for s, e, _, _ in claimed)):  # a card's or an IBAN's digits
                 continue
             for region in self._parsing_regions(candidate):
                 found = [(m.start() + n.start, m.start() + n.end) for n in phonenumbers.PhoneNumberMatcher(
@@ -337,7 +342,12 @@ class _Phone:
 #: The built-in detectors, in the order that decides which claims overlapping text.
 BUILTIN_DETECTORS: Final = ("private_key", "jwt", "api_key", "email", "iban", "card", "ip", "phone", "high_entropy")
 
-_Spans = Callable[[str], Iterator[Span]]
+_Spans = Callable[[str, Claimed], Iterator[Span]]
+#: What every match of a built-in detector contains one of: a text without any is not scanned further.
+_CANDIDATE = re.compile(r"[0-9@]|::|eyJ|PRIVATE KEY|AKIA|ASIA|AIza|xox[bpas]-|gh[pousr]_|github_pat_|[sr]k_|glpat-|hf_"
+                        r"|npm_|pypi-", re.ASCII)
+#: The shortest match of a built-in detector (an address ``a@b.cd``).
+_SHORTEST = 6
 _BUILTIN: Final[Mapping[str, _Spans]] = {
     "private_key": _Regex(_PRIVATE_KEY, needle="PRIVATE KEY-----").spans,
     "jwt": _Regex(_JWT, needle="eyJ").spans,
@@ -592,10 +602,11 @@ class Redactor:
             spans[name] = _Regex(pattern).spans
         for name in BUILTIN_DETECTORS:
             spans[name] = _Phone(policy.phone_regions).spans if name == "phone" else _BUILTIN[name]
-        self._detectors = tuple((name, find, policy.action(name)) for name, find in spans.items()
-                                if policy.action(name) != "off")
+        detectors = [(name, find, policy.action(name)) for name, find in spans.items() if policy.action(name) != "off"]
+        self._own = tuple(d for d in detectors if d[0] in policy.patterns)
+        self._builtin = tuple(d for d in detectors if d[0] not in policy.patterns)
         self._field_rules: dict[str, tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None] = {}
-        hashes = any(a == "hash" for _, _, a in self._detectors) or any(
+        hashes = any(a == "hash" for _, _, a in detectors) or any(
             a == "hash" for rules in policy.fields.values() for a in rules.values())
         if hashes and not salt:
             raise PolicyError("the policy hashes values, and no salt is configured for it",
@@ -612,26 +623,26 @@ class Redactor:
         payload = doc.get("payload")
         if payload is None:
             return Redacted(doc, ())
-        notes: dict[tuple[str, str, str], int] = {}
+        summary: list[dict[str, Any]] = []
         rules = self._rules_for(doc["type"])
-        changed = False
-        for path, value in list(content_members(payload, clear_tree(doc["type"]))):
+        metrics_only = self.policy.metrics_only
+        stored = payload
+        # content_members walks the payload as published; each change copies the objects on its way only.
+        for path, value in content_members(payload, clear_tree(doc["type"])):
             if is_sealed(value):
                 continue
-            where = ".".join(("payload", *path))
-            counts: Counter[tuple[str, str]] = Counter()
-            if self.policy.metrics_only:
+            counts: dict[tuple[str, str], int] = {}
+            if metrics_only:
                 new: Any = _DROP
-                counts["metrics-only", "drop"] += 1
+                counts["metrics-only", "drop"] = 1
             else:
-                new = self._value(value, where, rules, counts)
-            for (rule, action), count in counts.items():
-                notes[where, rule, action] = notes.get((where, rule, action), 0) + count
+                new = self._value(value, ".".join(("payload", *path)) if rules is not None else "", rules, counts)
+            if counts:
+                where = ".".join(("payload", *path))
+                summary += ({"path": where, "rule": r, "action": a, "count": n} for (r, a), n in counts.items())
             if new is not value:
-                payload = _replace(payload, path, new)
-                changed = True
-        summary = tuple({"path": p, "rule": r, "action": a, "count": n} for (p, r, a), n in notes.items())
-        return Redacted({**doc, "payload": payload} if changed else doc, summary)
+                stored = _replace(stored, path, new)
+        return Redacted(doc if stored is payload else {**doc, "payload": stored}, tuple(summary))
 
     def _rules_for(self, event_type: str) -> tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None:
         """One regex over every glob of ``event_type``'s rules and ``"*"``'s, each glob a named group in order."""
@@ -646,7 +657,7 @@ class Redactor:
         return self._field_rules[event_type]
 
     def _value(self, value: Any, where: str, rules: tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None,
-               counts: Counter[tuple[str, str]]) -> Any:
+               counts: dict[tuple[str, str], int]) -> Any:
         """``value`` redacted, the same object when nothing changes, :data:`_DROP` when it goes."""
         if rules is not None:
             m = rules[0].match(where)
@@ -654,7 +665,7 @@ class Redactor:
                 glob, action = rules[1][int(m.lastgroup[1:])] if m.lastgroup else rules[1][0]
                 if action == "keep":
                     return value
-                counts[f"field:{glob}", action] += 1
+                counts[f"field:{glob}", action] = counts.get((f"field:{glob}", action), 0) + 1
                 return self._replacement("field", value, action)
         if isinstance(value, str):
             return self._text(value, counts)
@@ -688,10 +699,11 @@ class Redactor:
             return value if new is text else new
         return value
 
-    def _text(self, text: str, counts: Counter[tuple[str, str]]) -> Any:
-        claimed: list[tuple[int, int, str, str]] = []
-        for name, find, action in self._detectors:
-            for start, end in find(text):
+    def _text(self, text: str, counts: dict[tuple[str, str], int]) -> Any:
+        claimed: Claimed = []
+        detectors = self._builtin if len(text) >= _SHORTEST and _CANDIDATE.search(text) else ()
+        for name, find, action in (*self._own, *detectors):
+            for start, end in find(text, claimed):
                 if start < end and all(end <= s or start >= e for s, e, _, _ in claimed):
                     claimed.append((start, end, name, action))
         if not claimed:
@@ -700,7 +712,7 @@ class Redactor:
         out, at = [], 0
         dropped = False
         for start, end, name, action in claimed:
-            counts[name, action] += 1
+            counts[name, action] = counts.get((name, action), 0) + 1
             dropped = dropped or action == "drop"
             out.append(text[at:start])
             out.append(self._replacement(name, text[start:end], action))

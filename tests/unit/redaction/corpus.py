@@ -305,7 +305,7 @@ def _in_error(rng: random.Random, i: int, text: str, value: str) -> tuple[str, d
 
 
 def _in_upstream(rng: random.Random, i: int, text: str, value: str) -> tuple[str, dict[str, Any]]:
-    return "payload.message", _doc(rng, i, "human.message", {"agentId": "support", "message": text})
+    return "payload.message", _doc(rng, i, "conversation.exchanged", {"agentId": "support", "message": text})
 
 
 PLACEMENTS: list[Placement] = [_in_messages, _in_system, _in_output, _in_tool_args, _in_tool_result, _in_variable,

@@ -15,6 +15,7 @@ import pytest
 
 from agentlog.core.redaction import Redactor
 from agentlog.schemas.content import clear_tree, content_members
+from agentlog.schemas.validate import validate_doc
 from tests.unit.redaction import corpus
 
 #: The kinds the goal asks 100% of: structured values with a format or a checksum.
@@ -67,6 +68,11 @@ def test_the_corpus_is_large_and_varied():
     assert {e["lang"] for e in PLANTED} == {"en", "de", "fr", "es", "ja"}
     assert len({(e["doc"]["type"], e["where"]) for e in PLANTED}) == len(corpus.PLACEMENTS)
     assert len({e["value"][:2] for e in PLANTED if e["kind"] == "iban"}) >= 10  # countries
+
+
+def test_the_corpus_events_are_valid_run_event_docs():
+    for entry in PLANTED + CLEAN:
+        validate_doc(entry["doc"])
 
 
 def test_the_planted_checksums_hold_by_the_standards():
