@@ -266,6 +266,8 @@ _DIGEST_PREFIX = re.compile(r"(?:sha|SHA)(?:1|224|256|384|512)[-:_]")
 _ID_PREFIX = re.compile(r"(?:chatcmpl|call|msg|msgbatch|toolu|srvtoolu|req|resp|run|step|asst|thread|file|batch|"
                         r"cus|pi|ch|txn|evt|in|sub|price|prod|seti|pm|tok|ft|ftjob|org|proj|user)[_-]")
 _MIN_ENTROPY: Final = 3.5
+#: Phone candidates whose verdict a :class:`Redactor` keeps.
+_PHONE_MEMO: Final = 4096
 _MIN_CLASS_CHANGES: Final = 0.4
 
 
@@ -307,12 +309,17 @@ def _token_check(text: str, m: re.Match[str]) -> Span | None:
 class _Phone:
     """Phone numbers: candidates by regex, then ``phonenumbers``: parsed in each region (cheap), and confirmed by
     its matcher at ``STRICT_GROUPING`` in the first region that parses it (the digits grouped as that country
-    groups them), which keeps dates, order numbers and amounts out."""
+    groups them), which keeps dates, order numbers and amounts out.
 
-    __slots__ = ("regions",)
+    The verdicts on the last :data:`_PHONE_MEMO` candidates are kept: an LLM request repeats the conversation so far,
+    so the numbers in it come back at every call, and the library's check is the costliest step of redaction.
+    """
+
+    __slots__ = ("memo", "regions")
 
     def __init__(self, regions: tuple[str, ...]) -> None:
         self.regions = regions
+        self.memo: dict[str, tuple[Span, ...]] = {}
 
     def spans(self, text: str, claimed: Claimed) -> Iterator[Span]:
         for m in _PHONE.finditer(text):
@@ -321,22 +328,32 @@ class _Phone:
             if (sum(c.isdigit() for c in candidate) < 7 or _DATE.fullmatch(candidate)
                     or any(start < e and s < end for s, e, _, _ in claimed)):  # a card's or an IBAN's digits
                 continue
-            for region in self._parsing_regions(candidate):
-                found = [(m.start() + n.start, m.start() + n.end) for n in phonenumbers.PhoneNumberMatcher(
-                    candidate, region, leniency=phonenumbers.Leniency.STRICT_GROUPING)]
-                if found:
-                    yield from found
-                    break
+            found = self.memo.get(candidate)
+            if found is None:
+                if len(self.memo) >= _PHONE_MEMO:
+                    self.memo.clear()
+                found = self.memo[candidate] = tuple(self._numbers(candidate))
+            for s, e in found:
+                yield start + s, start + e
 
-    def _parsing_regions(self, candidate: str) -> Iterator[str]:
-        international = candidate.lstrip("(").startswith(("+", "00"))
+    def _numbers(self, candidate: str) -> Iterator[Span]:
+        """The spans of the phone numbers in ``candidate``, relative to it."""
+        international = candidate.startswith(("+", "(+"))
         for region in self.regions[:1] if international else self.regions:
             try:
-                number = phonenumbers.parse(candidate, region)
+                valid = phonenumbers.is_valid_number(phonenumbers.parse(candidate, region))
             except phonenumbers.NumberParseException:
                 continue
-            if phonenumbers.is_valid_number(number):
-                yield region
+            if not valid:
+                continue
+            if international:  # a valid number with its country code: no date or amount starts with "+"
+                yield 0, len(candidate)
+                return
+            found = [(n.start, n.end) for n in phonenumbers.PhoneNumberMatcher(
+                candidate, region, leniency=phonenumbers.Leniency.STRICT_GROUPING)]
+            if found:
+                yield from found
+                return
 
 
 #: The built-in detectors, in the order that decides which claims overlapping text.
