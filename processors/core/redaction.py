@@ -7,27 +7,26 @@ published as); object keys are left as they are.
 
 Detectors, in the order that decides which one claims overlapping text:
 
-==============  ==========================================================================================
-``private_key`` a PEM private key block (``-----BEGIN … PRIVATE KEY-----`` to its end line)
-``jwt``         a JSON Web Token: base64url ``eyJ…`` header and payload, and a signature
-``api_key``     a well-known key prefix: ``sk-`` (OpenAI ``sk-proj-``, Anthropic ``sk-ant-``), ``AKIA``/``ASIA``
-                (AWS), ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_`` (GitHub), ``xox[bpas]-``
-                (Slack), ``AIza`` (Google), ``sk_live_``/``rk_live_`` and their ``_test_`` forms (Stripe),
-                ``hf_`` (Hugging Face), ``glpat-`` (GitLab), ``npm_``, ``pypi-``
-``email``       an address, with plus-addressing and internationalised (IDN) local parts and domains
-``iban``        an IBAN, grouped or not, whose country format and mod-97 checksum hold (``python-stdnum``)
-``card``        13 to 19 digits, grouped or not, with a card issuer's prefix and a valid Luhn digit
-``ip``          an IPv4 or IPv6 address (loopback and unspecified addresses excepted)
-``phone``       a number valid in international form, or in national form in one of the policy's regions,
-                with its digits grouped as that country writes them (``phonenumbers``)
-``high_entropy`` a token of 24 to 256 characters that looks random (:func:`looks_random` says how)
-==============  ==========================================================================================
+* ``private_key``: a PEM private key block (``-----BEGIN … PRIVATE KEY-----`` to its end line);
+* ``jwt``: a JSON Web Token (base64url ``eyJ…`` header and payload, and a signature);
+* ``api_key``: a well-known key prefix: ``sk-`` (OpenAI ``sk-proj-``, Anthropic ``sk-ant-``), ``AKIA``/``ASIA``
+  (AWS), ``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``/``github_pat_`` (GitHub), ``xox[bpas]-`` (Slack), ``AIza``
+  (Google), ``sk_live_``/``rk_live_`` and their ``_test_`` forms (Stripe), ``hf_`` (Hugging Face), ``glpat-``
+  (GitLab), ``npm_``, ``pypi-``;
+* ``email``: an address, with plus-addressing and internationalised (IDN) local parts and domains;
+* ``iban``: an IBAN, grouped or not, whose country format and mod-97 check digits hold (``python-stdnum``);
+* ``card``: 13 to 19 digits, grouped or not, with a card scheme's prefix and length and a valid Luhn digit;
+* ``ip``: an IPv4 or IPv6 address (loopback and unspecified addresses excepted);
+* ``phone``: a number valid in international form, or in national form in one of the policy's regions with its
+  digits grouped as that country writes them (``phonenumbers``);
+* ``high_entropy``: a token of 24 to 256 characters that looks random (:func:`looks_random` says how).
 
 A policy's own regex detectors (``patterns``) come before all of these.
 
 Replacements: ``mask`` writes ``[REDACTED:<detector>]``; ``hash`` writes ``[HASH:<detector>:<hex>]``, the first 16
-hex digits of HMAC-SHA256 under the deployment's salt over the matched text (so equal values stay joinable without
-being readable); ``drop`` removes the member the text stands in (an object's member, a list's element).
+hex digits of HMAC-SHA256 under the deployment's salt over the matched text (a field rule's: over the value's
+canonical JSON, a string's own text), so equal values stay joinable without being readable; ``drop`` removes the
+member the text stands in (an object's member, a list's element; a whole payload reads ``null``).
 
 **The policy** (TOML, read by :func:`parse_policy`). Without one, every built-in detector masks every content
 member (:data:`DEFAULT_POLICY`); a file relaxes or extends that. Every key is optional::
