@@ -74,6 +74,14 @@ def _consumer(settings: Settings, isolation_level: str,
     )
 
 
+async def _start(consumer: AIOKafkaConsumer, settings: Settings) -> None:
+    """Start ``consumer``; an unreachable broker is one clear ``InfraError``."""
+    try:
+        await consumer.start()
+    except KafkaConnectionError as e:
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+
+
 async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings) -> list[int]:
     # A group-less consumer tracks no topics, so its metadata knows no partitions until told.
     await load_topic_metadata(consumer, topic)
@@ -133,11 +141,7 @@ class TopicReader:
         self._plain = False  # whether getmany hands out (offset, key, value) tuples (set once started)
 
     async def __aenter__(self) -> TopicReader:
-        try:
-            await self._consumer.start()
-        except KafkaConnectionError as e:
-            raise InfraError(
-                f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        await _start(self._consumer, self.settings)
         # Plain tuples per record instead of aiokafka's ConsumerRecord: about 1.5–2 µs less CPU per
         # record read; the public records if this aiokafka has no such hook.
         self._plain = plain_fetched_records(self._consumer)
@@ -310,11 +314,7 @@ class TopicTail:
         self._short_of = {topic_name(settings, short): short for short in since}
 
     async def __aenter__(self) -> TopicTail:
-        try:
-            await self._consumer.start()
-        except KafkaConnectionError as e:
-            raise InfraError(
-                f"Kafka at {self.settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+        await _start(self._consumer, self.settings)
         try:
             starts = {TopicPartition(topic_name(self.settings, short), partition): offset
                       for short, offsets in self._since.items() for partition, offset in offsets.items()}
@@ -404,10 +404,7 @@ async def offset_for_time(settings: Settings, short_name: str, partition: int, t
     """The first offset on ``partition`` whose timestamp is ≥ ``ts_ms`` (the end offset if none is)."""
     topic = topic_name(settings, short_name)
     consumer = _consumer(settings, "read_committed")
-    try:
-        await consumer.start()
-    except KafkaConnectionError as e:
-        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+    await _start(consumer, settings)
     try:
         tp = TopicPartition(topic, partition)
         found = (await consumer.offsets_for_times({tp: ts_ms}))[tp]
