@@ -751,7 +751,7 @@ def _replaced(value: Any, table: Mapping[str, str]) -> Any:
     return value
 
 
-#: At most this many differing request fields are named in a ``request`` divergence's detail.
+#: At most this many differing request fields are named in the detail of a divergence with aspect ``request``.
 _REQUEST_FIELDS_NAMED = 5
 
 
