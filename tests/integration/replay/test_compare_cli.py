@@ -15,25 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from tests.integration.replay.helpers import HandLog, chained, committed
 from tests.integration.replay.test_cli import cli
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.integration.worker.worker_proc import wait_until
 from tests.unit.replay.make_golden import tree_pairs
 from tests.unit.replay.runs import TOOL_RESULT, as_replay, index_of, llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
 FROM_SEQ = 4
-
-
-@pytest.fixture
-def worker(settings):
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings).start()
-    yield proc
-    proc.stop()
 
 
 def _commit(settings, worker, *runs: list[dict]) -> None:

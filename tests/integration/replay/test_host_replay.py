@@ -13,22 +13,13 @@ import uuid
 import pytest
 
 from agentlog.replay.host import host_verdicts
-from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import partition_for
 from tests.integration.replay.helpers import committed
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.integration.worker.worker_proc import wait_until
 from tests.unit.replay.runs import as_replay, index_of, llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
-
-
-@pytest.fixture
-def worker(settings):
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings).start()
-    yield proc
-    proc.stop()
 
 
 async def _source(settings, worker) -> list[dict]:

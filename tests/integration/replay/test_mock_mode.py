@@ -18,11 +18,10 @@ import pytest
 from agentlog.replay.host import host_verdicts
 from agentlog.replay.mock import MockReplaySession, open_mock_session
 from agentlog.schemas.errors import ReplayError
-from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import Publisher
 from agentlog.streams.replay_client import start_replay
 from tests.integration.replay.helpers import committed
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.integration.worker.worker_proc import wait_until
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -65,14 +64,6 @@ def recorded_tool(node, attempt, tool, args):
 
 def changed_model(node, attempt, key):
     return {"kind": "valid", "envelope": {"answer": "INC-40 was worst"}, "usage": {"inputTokens": 41, "outputTokens": 9}}
-
-
-@pytest.fixture
-def worker(settings):
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings).start()
-    yield proc
-    proc.stop()
 
 
 async def _verdict(settings, worker, run_id):
