@@ -55,17 +55,8 @@ def cli(settings: Settings, *args: str, stdin: str | None = None) -> subprocess.
     return subprocess.run([*AGENTLOG, *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
 
 
-@pytest.fixture
-def deciding_worker(settings: Settings):
-    """A worker whose sequencer decides what `publish` sends (it waits for the decisions)."""
-    asyncio.run(ensure_topics(settings))
-    worker = WorkerProcess(settings).start()
-    yield worker
-    worker.stop()
-
-
 def test_publish_cli_reports_bad_lines_and_sends_good_ones(settings: Settings, tmp_path: Path,
-                                                           deciding_worker: WorkerProcess) -> None:
+                                                           worker: WorkerProcess) -> None:
     good = [doc("run-p", 0, "run.started", {"bindings": {}}), doc("run-p", 1), doc("run-p", 2)]
     lines = [
         json.dumps(good[0]),                                    # 1

@@ -32,14 +32,6 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 WAIT = "100"
 
 
-@pytest.fixture
-def worker(settings: Settings):
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings).start()
-    yield proc
-    proc.stop()
-
-
 def _write(path: Path, lines: list[str]) -> Path:
     path.write_text("".join(line + "\n" for line in lines))
     return path

@@ -1,4 +1,4 @@
-"""The replay integration tests' worker: one real ``agentlog worker`` process per test, on the test's own topics."""
+"""The integration tests' worker: one real ``agentlog worker`` process per test, on the test's own topics."""
 
 from __future__ import annotations
 
