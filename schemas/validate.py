@@ -60,6 +60,7 @@ REJECTION_CODES: frozenset[str] = frozenset(
         "run_closed",
         "run_expired",
         "run_state_unavailable",
+        "run_erased",
     }
 )
 

@@ -17,9 +17,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import murmur2
 
+from agentlog.core.sealing import sealed_paths
 from agentlog.schemas.errors import AgentlogError, InfraError
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
+from agentlog.streams.keyring import Keyring, load_keyring
 from agentlog.streams.security import acl_hint, client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
@@ -364,6 +366,7 @@ class RunLog(list[dict[str, Any]]):
 
 async def read_run(
     settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None,
+    opened: bool = True, keyring: Keyring | None = None,
 ) -> RunLog:
     """The records of ``run_id`` from its partition, deduplicated by ``(runId, sequence)``.
 
@@ -372,6 +375,11 @@ async def read_run(
     read ``item["doc"]`` either way. The first record of a ``(runId, sequence)`` wins;
     a later identical one is a redelivery and dropped silently; a later *different*
     one is dropped and recorded in ``.conflicts``.
+
+    Log records hold content sealed (SPEC §12). ``opened`` (the default) gives each doc with its
+    content readable through ``keyring`` (by default the run's partition of the keyring topic, read
+    now), ``[erased]`` where the key is gone; ``opened=False`` gives the stored form, which is what
+    the chain hashes and what ``agentlog verify`` checks. Deduplication compares stored forms.
     """
     topic = topic_name(settings, short_name)
     result = RunLog()
@@ -397,6 +405,13 @@ async def read_run(
         elif first["doc"] != doc:
             result.conflicts.append({"runId": run_id, "sequence": ident[1], "kept": first, "dropped": item})
             log.warning("run %s sequence %s: conflicting duplicate at offset %d dropped", run_id, ident[1], offset)
+    if opened and short_name != "ingest":
+        for i, item in enumerate(result):
+            if not sealed_paths(item["doc"]):
+                continue
+            if keyring is None:  # read once, and only for a run that has content to open
+                keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
+            result[i] = {**item, "doc": keyring.open(item["doc"])}
     return result
 
 

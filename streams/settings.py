@@ -78,6 +78,11 @@ class Settings:
     # mode 0600 on the worker's first start, its public key written beside it as ed25519.pub.pem).
     checkpoint_every: int = 100
     signing_key_file: str = ""
+    # Content is sealed under per-run data keys wrapped by a key-encryption key (README "Personal data"): base64 of
+    # 32 random bytes in kek (never printed), or in the files of kek_file (comma-separated, the current one first;
+    # default $AGENTLOG_HOME/keys/kek, made with mode 0600 on first use).
+    kek: str = field(default="", repr=False)
+    kek_file: str = ""
     # The web console (and every HTTP endpoint of the worker) listens on web_host:web_port, the OTLP receivers
     # on web_host too. Beyond loopback they need web_token: every page, API and OTLP export then asks for
     # ``Authorization: Bearer <token>`` (README "Security"). The token is never printed: it is left out of repr.

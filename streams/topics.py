@@ -10,14 +10,18 @@ from dataclasses import dataclass, field
 
 from agentlog.streams.settings import Settings
 
-# Infinite retention: the ingest and committed log are the source of truth a replay re-reads.
+# Infinite retention: the committed log is the source of truth a replay re-reads.
 _FOREVER = {"retention.ms": "-1", "cleanup.policy": "delete"}
+# The ingest topic is the one place a host's content is in plaintext (README "Personal data"): kept three days
+# (time for a stopped worker to catch up over a weekend), in hourly segments so that retention applies by the hour.
+INGEST_RETENTION_MS = 3 * 86_400_000
+_INGEST = {"retention.ms": str(INGEST_RETENTION_MS), "segment.ms": "3600000", "cleanup.policy": "delete"}
 _DELETE = {"cleanup.policy": "delete"}
 _COMPACT = {"cleanup.policy": "compact"}
 
 # short name -> topic config, in CONTRACT.md order.
 _TOPICS: dict[str, dict[str, str]] = {
-    "ingest": _FOREVER,
+    "ingest": _INGEST,
     "log": _FOREVER,
     "transitions": _DELETE,
     "violations": _DELETE,
@@ -27,6 +31,13 @@ _TOPICS: dict[str, dict[str, str]] = {
     "handoff-links": _DELETE,
     # Signed checkpoints of the committed log, keyed by run: kept as long as the log they vouch for.
     "checkpoints": _FOREVER,
+    # Every run's wrapped data key, keyed by run (streams/keyring.py). Compacted, and compacted soon: an erasure
+    # writes a marker over a run's key record, and the record holding the key is gone from disk once its segment
+    # (rolled every ten seconds) is cleaned, within max.compaction.lag.ms.
+    "keyring": {"cleanup.policy": "compact", "segment.ms": "10000", "max.compaction.lag.ms": "10000",
+                "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"},
+    # Signed erasure receipts (agentlog erase), keyed by receipt id: kept as long as the log.
+    "erasures": _FOREVER,
     # OpenTelemetry spans from the OTLP receiver, keyed by trace id.
     "spans": _DELETE,
     # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer.

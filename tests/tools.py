@@ -95,3 +95,10 @@ async def describe_group(settings: Any, group: str) -> tuple[str, list[tuple[str
         return None
     # a member: (member_id, client_id, client_host, metadata, assignment)
     return described[2], [(member[0], bool(member[4])) for member in described[5]]
+
+
+async def stored_docs(settings: Any, run_id: str) -> list[dict[str, Any]]:
+    """``run_id``'s committed docs in their stored form (content sealed): what the hash chain and state hashes cover."""
+    from agentlog.streams.reader import read_run
+
+    return [c["doc"] for c in await read_run(settings, run_id, opened=False)]

@@ -178,10 +178,14 @@ def export(
     source: str = typer.Option("log", "--source", help="log (committed, hash-chained) or ingest (raw)"),
     as_json: bool = typer.Option(False, "--json", help="print a JSON summary to stderr"),
     checkpoints: Path | None = typer.Option(None, "--checkpoints", help="also write the run's signed checkpoints "
-                                            "to this file, one JSON per line (--source log only)"),
+                                            "to this file, one JSON per line (--source log only); the "
+                                            "export is then the stored form, which is what they sign"),
+    stored: bool = typer.Option(False, "--stored", help="Write the stored form: content sealed, as the chain and "
+                                "checkpoints cover it (`agentlog verify --export` checks this form, no key needed)."),
 ) -> None:
     """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), and nothing else.
 
+    Content is opened with the run's data key (``[erased]`` once erased); ``--stored`` writes it sealed, as stored.
     A log record without stateHash (log format 1) stops the export with ``log_format_unsupported``
     before anything is written: that log is exported with the version that wrote it.
     """
@@ -198,7 +202,7 @@ def export(
     if checkpoints is not None and source != "log":
         raise ConfigError("--checkpoints needs --source log: the worker signs the committed log, not the ingest topic")
     settings = load_settings()
-    events = asyncio.run(read_run(settings, run, short_name=source))
+    events = asyncio.run(read_run(settings, run, short_name=source, opened=not (stored or checkpoints is not None)))
     if not events:
         raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
     if source == "log" and (old := next((item for item in events if "stateHash" not in item), None)) is not None:

@@ -11,6 +11,11 @@ Wrapping is behind :class:`KeyWrapper`, so a cloud KMS plugs in where :class:`Lo
 file or the environment) is used. Records name the KEK that wrapped them: during a rotation, records under the old
 and the new KEK are both readable while the old one is kept.
 
+A subject id is personal data too, so a record holds its *tag*, an HMAC of the id under a secret derived from the
+KEK (:meth:`KeyWrapper.tag`): the keyring can be searched for a subject by whoever holds the KEK, and reveals no id
+to whoever does not. An erased run's record keeps its run, key id, tag and parent with ``erasedAtMs`` and no key:
+compaction then drops the record that held the key, and the marker keeps saying that the key existed and is gone.
+
 Pure: no I/O beyond the operating system's random numbers.
 """
 
@@ -18,9 +23,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -53,6 +59,10 @@ class KeyWrapper(Protocol):
 
     def unwrap(self, wrapped: bytes, context: bytes) -> bytes: ...
 
+    def tag(self, subject: str) -> str:
+        """A keyed digest of a subject id: equal ids give equal tags, and the tag does not give the id back."""
+        ...
+
 
 class LocalKek:
     """A 256-bit AES-GCM key-encryption key held by the worker (a file or an environment variable)."""
@@ -62,6 +72,7 @@ class LocalKek:
             raise KeyringError("a key-encryption key is 32 bytes (base64 of 32 random bytes)")
         self._aead = AESGCM(secret)
         self._id = "local-" + hashlib.sha256(b"agentlog kek id\0" + secret).hexdigest()[:16]
+        self._tag_key = hashlib.sha256(b"agentlog subject tag\0" + secret).digest()
 
     @property
     def kek_id(self) -> str:
@@ -77,13 +88,20 @@ class LocalKek:
         except InvalidTag as e:
             raise KeyringError(f"a data key wrapped by {self._id} does not unwrap: the record was altered") from e
 
+    def tag(self, subject: str) -> str:
+        return hmac.new(self._tag_key, subject.encode("utf-8"), hashlib.sha256).hexdigest()[:32]
+
     def __repr__(self) -> str:
         return f"LocalKek({self._id!r})"
 
 
 @dataclass(frozen=True, slots=True)
 class KeyRecord:
-    """One run's entry in the keyring (the value of its record; the record's key is the run id)."""
+    """One run's entry in the keyring (the value of its record; the record's key is the run id).
+
+    ``subject`` is the subject's tag (:meth:`KeyWrapper.tag`), never the id. An erased run's entry has
+    ``erased_at_ms`` and no ``wrapped`` key.
+    """
 
     run_id: str
     key_id: str
@@ -91,10 +109,24 @@ class KeyRecord:
     parent_run_id: str | None
     kek_id: str
     wrapped: bytes
+    erased_at_ms: int | None = None
+
+    @property
+    def erased(self) -> bool:
+        return self.erased_at_ms is not None
+
+    def erase(self, at_ms: int) -> KeyRecord:
+        """This run's erased marker: everything but the key."""
+        return KeyRecord(run_id=self.run_id, key_id=self.key_id, subject=self.subject,
+                         parent_run_id=self.parent_run_id, kek_id=self.kek_id, wrapped=b"", erased_at_ms=at_ms)
 
     def to_value(self) -> bytes:
         doc: dict[str, Any] = {"runId": self.run_id, "keyId": self.key_id, "subject": self.subject,
-                               "kekId": self.kek_id, "wrapped": base64.b64encode(self.wrapped).decode()}
+                               "kekId": self.kek_id}
+        if self.erased_at_ms is None:
+            doc["wrapped"] = base64.b64encode(self.wrapped).decode()
+        else:
+            doc["erasedAtMs"] = self.erased_at_ms
         if self.parent_run_id is not None:
             doc["parentRunId"] = self.parent_run_id
         return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
@@ -103,9 +135,13 @@ class KeyRecord:
     def from_value(cls, value: bytes) -> KeyRecord:
         try:
             doc = json.loads(value)
+            erased = doc.get("erasedAtMs")
+            if erased is not None and type(erased) is not int:
+                raise TypeError("erasedAtMs is not an integer")
             return cls(run_id=doc["runId"], key_id=doc["keyId"], subject=doc["subject"],
                        parent_run_id=doc.get("parentRunId"), kek_id=doc["kekId"],
-                       wrapped=base64.b64decode(doc["wrapped"], validate=True))
+                       wrapped=b"" if erased is not None else base64.b64decode(doc["wrapped"], validate=True),
+                       erased_at_ms=erased)
         except (ValueError, KeyError, TypeError) as e:
             raise KeyringError(f"a keyring record does not parse: {e}") from e
 
@@ -118,7 +154,7 @@ def mint(run_id: str, subject: str | None, parent_run_id: str | None, wrapper: K
     """A new data key for ``run_id`` and its keyring record. Without a subject, the run is its own subject."""
     secret = os.urandom(32)
     key_id = os.urandom(8).hex()
-    record = KeyRecord(run_id=run_id, key_id=key_id, subject=subject if subject else run_id,
+    record = KeyRecord(run_id=run_id, key_id=key_id, subject=wrapper.tag(subject if subject else run_id),
                        parent_run_id=parent_run_id, kek_id=wrapper.kek_id,
                        wrapped=wrapper.wrap(secret, _context(run_id, key_id)))
     return DataKey(key_id, secret), record
@@ -126,6 +162,8 @@ def mint(run_id: str, subject: str | None, parent_run_id: str | None, wrapper: K
 
 def unwrap(record: KeyRecord, wrappers: Mapping[str, KeyWrapper]) -> DataKey:
     """The data key of ``record``, unwrapped by the KEK it names."""
+    if record.erased:
+        raise KeyringError(f"run {record.run_id}'s data key was erased")
     wrapper = wrappers.get(record.kek_id)
     if wrapper is None:
         raise KeyringError(f"run {record.run_id}'s data key is wrapped by {record.kek_id}, which is not configured; "
@@ -133,8 +171,10 @@ def unwrap(record: KeyRecord, wrappers: Mapping[str, KeyWrapper]) -> DataKey:
     return DataKey(record.key_id, wrapper.unwrap(record.wrapped, _context(record.run_id, record.key_id)))
 
 
-def runs_to_erase(records: Iterable[KeyRecord], *, subject: str | None = None, run: str | None = None) -> list[str]:
-    """The runs an erasure of ``subject`` (its runs) or of ``run`` reaches, with every descendant, sorted."""
+def runs_to_erase(records: Iterable[KeyRecord], *, subject: Collection[str] | None = None,
+                  run: str | None = None) -> list[str]:
+    """The runs an erasure reaches, with every descendant, sorted: those tagged with one of ``subject`` (the subject's
+    tags, one per configured KEK), or ``run``."""
     if (subject is None) == (run is None):
         raise ValueError("name a subject or a run")
     children: dict[str, list[str]] = {}
@@ -142,7 +182,7 @@ def runs_to_erase(records: Iterable[KeyRecord], *, subject: str | None = None, r
     for r in records:
         if r.parent_run_id is not None:
             children.setdefault(r.parent_run_id, []).append(r.run_id)
-        if (subject is not None and r.subject == subject) or r.run_id == run:
+        if (subject is not None and r.subject in subject) or r.run_id == run:
             roots.append(r.run_id)
     seen: set[str] = set()
     todo = roots

@@ -31,7 +31,8 @@ from agentlog.schemas.canonical import jcs, loads_strict
 from agentlog.schemas.content import SEALED, Tree, clear_tree, content_members, is_sealed
 from agentlog.schemas.errors import ContractError
 
-__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "seal_event", "sealed_paths"]
+__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "open_value", "seal_event",
+           "seal_value", "sealed_paths"]
 
 #: What a member reads as once its key is gone.
 ERASED = "[erased]"
@@ -85,17 +86,37 @@ def _replace(payload: Any, path: tuple[str, ...], value: Any) -> Any:
     return out
 
 
+def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: tuple[str, ...] = ()) -> dict[str, str]:
+    """``value`` as a sealed token bound to (``run_id``, ``place``, ``path``): an event id, or another record's."""
+    aad = _aad(run_id, place, path)
+    token = AESGCMSIV(key.secret).encrypt(_nonce(aad), jcs(value), aad)
+    return {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"}
+
+
+def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], run_id: str, place: str,
+               path: tuple[str, ...] = (), what: str = "") -> Any:
+    """What :func:`seal_value` sealed; :data:`ERASED` once the key is gone. Raises :class:`SealError` if altered."""
+    key_id, _, body = token[SEALED].partition(".")
+    key = key_for(key_id)
+    if key is None:
+        return ERASED
+    aad = _aad(run_id, place, path)
+    try:
+        return loads_strict(AESGCMSIV(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
+    except (InvalidTag, ValueError) as e:
+        where = ".".join(("payload", *path)) if path else "the sealed value"
+        raise SealError(f"{where} of {what or place} in run {run_id} does not open under key {key_id}: the record was "
+                        "altered") from e
+
+
 def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
     """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are."""
-    aead = AESGCMSIV(key.secret)
     payload = doc.get("payload")
     changed = False
     for path, value in list(_walk(doc)):
         if is_sealed(value):
             continue
-        aad = _aad(doc["runId"], doc["eventId"], path)
-        token = aead.encrypt(_nonce(aad), jcs(value), aad)
-        payload = _replace(payload, path, {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"})
+        payload = _replace(payload, path, seal_value(value, key, doc["runId"], doc["eventId"], path))
         changed = True
     return {**doc, "payload": payload} if changed else doc
 
@@ -111,19 +132,8 @@ def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) ->
     for path, value in list(_walk(doc)):
         if not is_sealed(value):
             continue
-        key_id, _, body = value[SEALED].partition(".")
-        key = key_for(key_id)
-        if key is None:
-            plain: Any = ERASED
-        else:
-            aad = _aad(doc["runId"], doc["eventId"], path)
-            try:
-                plain = loads_strict(AESGCMSIV(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
-            except (InvalidTag, ValueError) as e:
-                where = ".".join(("payload", *path))
-                raise SealError(f"{where} of event {doc['eventId']} in run {doc['runId']} does not open under key "
-                                f"{key_id}: the record was altered") from e
-        payload = _replace(payload, path, plain)
+        payload = _replace(payload, path, open_value(value, key_for, doc["runId"], doc["eventId"], path,
+                                                     f"event {doc['eventId']}"))
         changed = True
     return {**doc, "payload": payload} if changed else doc
 

@@ -89,14 +89,19 @@ class Handled:
 Decision = Accepted | Redelivered | Rejected | Handled
 
 
+#: Turns an accepted doc into its stored form (its content sealed: :func:`agentlog.core.sealing.seal_event`).
+Seal = Callable[[dict[str, Any]], dict[str, Any]]
+
+
 def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], source: Source,
-           doc_bytes: bytes | None = None) -> Decision:
+           doc_bytes: bytes | None = None, seal: Seal | None = None) -> Decision:
     """Decide what to do with a validated RunEventDoc.
 
     ``head`` is ``{"next": int, "hash": str}`` or None for a new run; ``lookup(eventId)``
     returns ``[sequence, hash, partition, offset]`` for an already committed event of
     this run, else None; ``doc_bytes`` is the doc's JCS, when the caller has it (computed
-    otherwise). Checks run before anything changes (STYLE §3).
+    otherwise). Checks run before anything changes (STYLE §3). An accepted doc is chained and
+    committed in the form ``seal`` gives it (SPEC §12: the chain covers what is stored).
     """
     event_id = doc["eventId"]
     seen = lookup(event_id)
@@ -128,6 +133,10 @@ def decide(head: RunHead | None, lookup: IndexLookup, doc: dict[str, Any], sourc
                 "dangling_causation",
                 f"causationId {causation} names no earlier event of run {doc['runId']}",
             )
+    if seal is not None:
+        stored = seal(doc)
+        if stored is not doc:
+            doc, doc_bytes = stored, None
     prev_hash = head["hash"] if head else GENESIS
     digest, doc_bytes = chain_link(prev_hash, doc, doc_bytes)
     return Accepted(
@@ -153,14 +162,16 @@ class Decoded:
 
 def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Callable[[str], IndexLookup],
              source: Source, *, max_bytes: int,
-             closed_of: Callable[[str], ClosedMarker | None] | None = None) -> Decoded:
+             closed_of: Callable[[str], ClosedMarker | None] | None = None,
+             erased_of: Callable[[str], bool] | None = None, seal: Seal | None = None) -> Decoded:
     """Decode, validate and decide one ingest record: every reason a record is refused, in one place.
 
     ``head_of(runId)`` is the run's head, ``lookup_of(runId)`` its eventId index lookup. A
     record that does not decode or breaks the contract is ``Rejected`` with the contract's
     code (``bad_magic``, ``decode_error``, ``invalid_envelope``, ``oversize``, …); a valid doc
     gets :func:`decide`'s decision, unless ``closed_of(runId)`` says its run is closed
-    (:func:`agentlog.core.lifetimes.after_close`). Never raises for a bad record: an unexpected error in
+    (:func:`agentlog.core.lifetimes.after_close`) or ``erased_of(runId)`` that its content was erased
+    (``run_erased``). Never raises for a bad record: an unexpected error in
     decoding is a ``decode_error``, in deciding an ``invalid_envelope``, with its type and message.
     """
     doc = None
@@ -173,11 +184,14 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
         return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}"), e)
     run_id = doc["runId"]
     try:
+        if erased_of is not None and erased_of(run_id):
+            return Decoded(doc, Rejected(RUN_ERASED, f"run {run_id} was erased (agentlog erase): it takes no more "
+                                                     "events"))
         marker = closed_of(run_id) if closed_of is not None else None
         if marker is not None:
             refused = after_close(marker, run_id, source.offset)
             return Decoded(doc, Handled() if refused is None else Rejected(*refused))
-        return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source, doc_bytes))
+        return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source, doc_bytes, seal))
     except Exception as e:
         return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}"), e)
 
@@ -217,6 +231,20 @@ def rejection_record(
         raw_sha256=hashlib.sha256(raw).hexdigest() if truncated else None,
     )
 
+
+#: A rejection's original bytes are sealed under the data key of ``rejections/<runId>`` (a keyring entry whose
+#: parent is the run, so erasing the run reaches them), or of ``rejections/~<topic>/<partition>`` when no run is
+#: named; the associated data names the record by :func:`rejection_place`.
+REJECTIONS_PREFIX = "rejections/"
+
+
+def rejection_place(source: Source) -> str:
+    """What a rejection's sealed bytes are bound to: the position of the record they were."""
+    return f"{source.topic}:{source.partition}:{source.offset}"
+
+
+#: The reason of an event whose run was erased: its key is gone, so nothing of it can be stored any more.
+RUN_ERASED = "run_erased"
 
 #: Largest original value a rejection record carries whole (see :func:`rejection_record`).
 RAW_MAX_BYTES = 256 * 1024

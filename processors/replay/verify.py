@@ -52,7 +52,7 @@ async def load_from_log(settings: Settings, run_id: str) -> RunHistory:
 
     A record without stateHash (log format 1) is read as it is: :func:`verify_run` refuses it.
     """
-    log = await read_run(settings, run_id)
+    log = await read_run(settings, run_id, opened=False)  # the stored form is what the chain covers
     checkpoints = [value async for _, _, _, value in read_topic(settings, "checkpoints", key=run_id)
                    if value.get("runId") == run_id]
     notes: tuple[str, ...] = ()

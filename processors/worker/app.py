@@ -52,6 +52,7 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
 from agentlog.streams import internals
 from agentlog.streams.admin import ensure_topics_patiently
+from agentlog.streams.keyring import Keyring, follow_keyring
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
@@ -260,7 +261,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         short: runner.topic(topic_name(settings, short))
         for short in (
             "ingest", "log", "transitions", "violations", "rejections",
-            "snapshots", "verdicts", "handoff-links", "checkpoints",
+            "snapshots", "verdicts", "handoff-links", "checkpoints", "keyring",
         )
     }
 
@@ -285,6 +286,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
                     app=app)
     fence.install(app, wiring.fence)
     wiring.make_table = table
+    wiring.keyring = Keyring.from_settings(settings)
+    _install_keyring(wiring)
 
     # One pass over ingest: sequencing and the fold in one agent; the log is only re-read
     # by the plain-consumer chain check, never by a Faust stream.
@@ -313,6 +316,17 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
+
+
+def _install_keyring(wiring: Wiring) -> None:
+    """Follow the keyring topic: the sequencer waits for what it held at start, then sees every key and erasure."""
+    keyring = wiring.keyring
+    assert keyring is not None
+
+    async def keyring_follower() -> None:
+        await follow_keyring(keyring, wiring.settings, wiring.keyring_ready)
+
+    wiring.runner.task(keyring_follower)
 
 
 def _install_partition_starts(wiring: Wiring, backfill: positions.BrokerBackfill) -> None:

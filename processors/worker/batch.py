@@ -115,10 +115,16 @@ class Outbox:
 
     Keys go to partitions as the producer's own default partitioner puts them (murmur2 of the key,
     random for no key), so a record lands where ``producer.send`` would have put it.
+
+    Records of the ``first`` topics (the keyring) are acknowledged before any other record of the batch is
+    handed over: a log record sealed under a new data key never becomes durable without that key's record.
     """
 
-    def __init__(self, producer: BatchProducer, partition_counts: dict[str, list[int]]) -> None:
+    def __init__(self, producer: BatchProducer, partition_counts: dict[str, list[int]],
+                 first: frozenset[str] = frozenset()) -> None:
         self._producer = producer
+        self._first = first
+        self._first_sent: list[asyncio.Future[Any]] = []
         self._partitions = partition_counts  # topic -> its partitions (shared: counts never change)
         # Per open topic-partition: its BatchBuilder and the records someone asked about
         # (index in the batch, future or None, value, on_acked or None).
@@ -172,13 +178,19 @@ class Outbox:
     async def flush(self) -> None:
         """Hand every open batch to the producer (each is sent at once: closed batches do not linger)."""
         for tp in list(self._open):
-            await self._send(tp)
+            if tp in self._open:  # a barrier may have handed it over already
+                await self._send(tp)
 
     async def _send(self, tp: tuple[str, int]) -> None:
+        first = tp[0] in self._first
+        if not first and self._first and (self._first_sent or any(t[0] in self._first for t in self._open)):
+            await self._barrier()
         builder, records = self._open.pop(tp)
         builder.close()
         sent = await self._producer.send_batch(builder, tp[0], partition=tp[1])
         self.sent.append(sent)
+        if first:
+            self._first_sent.append(sent)
 
         if not records:
             return  # nobody asked where these records landed
@@ -202,6 +214,15 @@ class Outbox:
 
         sent.add_done_callback(resolve)
         self._resolving.append((sent, resolve))
+
+    async def _barrier(self) -> None:
+        """Hand over the open batches of the ``first`` topics and wait until every one sent is acknowledged."""
+        for tp in [t for t in self._open if t[0] in self._first]:
+            if tp in self._open:
+                await self._send(tp)
+        sent, self._first_sent = self._first_sent, []
+        for fut in sent:
+            await fut
 
     async def wait(self) -> None:
         """Wait until every batch handed over is acknowledged by the broker (acks=all); raise its error if not.
@@ -274,7 +295,7 @@ class Batch:
             METRICS.inc("agentlog_batches_total", agent=agent)
             METRICS.inc("agentlog_batch_events_total", size, agent=agent)
         self.collected: list[Any] = []
-        self._outbox = Outbox(wiring.producer.batches(), wiring.partition_counts)
+        self._outbox = Outbox(wiring.producer.batches(), wiring.partition_counts, _first_topics(wiring))
         self._writes: dict[tuple[str, str], tuple[int, Any]] = {}
         #: The keys written of the form ``<group>\x1f<rest>``, by (table, ``<group>\x1f``): what
         #: :meth:`keys_from` adds for such a prefix without walking every write of the batch (a batch of
@@ -420,6 +441,12 @@ class Batch:
         if positions is not None:
             for (table, topic, partition), position in self._positions.items():
                 positions.advance(table, topic, partition, position, self._generation)
+
+
+def _first_topics(wiring: Wiring) -> frozenset[str]:
+    """The topics whose records a batch makes durable before the rest (:class:`Outbox`): the keyring's."""
+    keyring = wiring.topics.get("keyring")
+    return frozenset({keyring.get_topic_name()}) if keyring is not None else frozenset()
 
 
 def _check_owned(wiring: Wiring, sources: set[tuple[str, int]]) -> None:

@@ -19,12 +19,15 @@ What a unit test drives, and what it reads back:
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from aiokafka.partitioner import murmur2
 
+from agentlog.core.keyring import LocalKek
+from agentlog.streams.keyring import Keyring
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
 from agentlog.worker.ports import AgentFn, BatchBuilder, Delivery, Event, Partition, TaskFn, Topic
@@ -336,7 +339,7 @@ class MemoryRunner:
 
 #: The topics :func:`memory_wiring` declares (the worker's own, as :func:`agentlog.worker.app.build_app` does).
 TOPICS = ("ingest", "log", "transitions", "violations", "rejections", "snapshots", "verdicts", "handoff-links",
-          "checkpoints")
+          "checkpoints", "keyring")
 
 
 def memory_wiring(settings: Settings | None = None, *, tables: Iterable[str] = (), partitions: int = 1,
@@ -350,6 +353,9 @@ def memory_wiring(settings: Settings | None = None, *, tables: Iterable[str] = (
     runner = MemoryRunner()
     broker = MemoryBroker()
     made: dict[str, Table] = {name: MemoryTable(name) for name in tables}
+    kek = LocalKek(os.urandom(32))  # a key-encryption key of this wiring's life only
+    ready = asyncio.Event()
+    ready.set()
     return Wiring(
         settings=settings,
         runner=runner,
@@ -361,6 +367,8 @@ def memory_wiring(settings: Settings | None = None, *, tables: Iterable[str] = (
         tables=made,
         positions=DurablePositions(),
         make_table=MemoryTable,
+        keyring=Keyring(kek, {kek.kek_id: kek}),
+        keyring_ready=ready,
     )
 
 

@@ -18,6 +18,14 @@ its state hash, so an accepted event whose fold fails (a bug) is not committed w
 it goes to ``rejections`` with reason ``run_state_unavailable``
 (:func:`agentlog.core.runstate.fold_next`).
 
+Content is sealed here (SPEC §12): an accepted doc is chained, folded and stored in its sealed form
+(:func:`agentlog.core.sealing.seal_event`, under its run's data key), so nothing past the sequencer holds a
+host's content in plaintext. A run's key is minted at its first accepted event and its keyring record is
+acknowledged before any record sealed under it (:class:`agentlog.worker.batch.Outbox`); a rejection's
+original bytes are sealed under a key of their own, linked to their run (``rejections/<runId>``), so that
+a run that never got a valid first event still has its bytes erasable. The sequencer waits for the keyring
+to be loaded before its first batch: a redelivered record must be sealed again under the key it had.
+
 Signed checkpoints: where a run is due one (every ``checkpoint_every`` events
 and at every terminal event, :func:`agentlog.core.checkpoint.is_due`), the sequencer —
 the one place that knows an event's chain hash and state hash together — signs
@@ -32,6 +40,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 from agentlog.core.checkpoint import is_due, sign_checkpoint
+from agentlog.core.keyring import KeyRecord
 from agentlog.core.lifetimes import CLOSE_PREFIX, CloseRequest, closed_marker, read_close_request
 from agentlog.core.runstate import (
     RUN_STATE_UNAVAILABLE,
@@ -42,13 +51,16 @@ from agentlog.core.runstate import (
     fold_next,
     refold_due,
 )
+from agentlog.core.sealing import ERASED, DataKey, seal_event, seal_value
 from agentlog.core.sequencing import (
+    REJECTIONS_PREFIX,
     Accepted,
     Handled,
     IndexLookup,
     Redelivered,
     RunHead,
     Source,
+    rejection_place,
     rejection_record,
     sequence,
 )
@@ -84,7 +96,48 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
     install_lifetimes(wiring, lifetimes)
     verdicts = runstate.Verdicts(wiring) if replay else None
 
+    keyring, keyring_ready = wiring.keyring, wiring.keyring_ready
+    assert keyring is not None, "the sequencer needs the worker's keyring"
+
+    def key_of(run_id: str, doc: dict[str, Any] | None, minted: list[KeyRecord]) -> DataKey:
+        """``run_id``'s data key, minted (and noted in ``minted``) if it has none yet."""
+        key = keyring.data_key(run_id)
+        if key is None:
+            payload = doc.get("payload") if doc is not None and doc.get("type") == "run.started" else None
+            subject = payload.get("subjectId") if isinstance(payload, dict) else None
+            parent = payload.get("parentRunId") if isinstance(payload, dict) else None
+            if run_id.startswith(REJECTIONS_PREFIX):
+                parent = run_id[len(REJECTIONS_PREFIX):] or None
+            key, rec = keyring.mint(run_id, subject if isinstance(subject, str) and subject else None,
+                                    parent if isinstance(parent, str) and parent else None)
+            minted.append(rec)
+        return key
+
+    async def send_keys(batch: Batch, minted: list[KeyRecord]) -> None:
+        for rec in minted:
+            await batch.send("keyring", rec.run_id, rec.to_value())
+        minted.clear()
+
+    async def reject(batch: Batch, reason: str, detail: str, record: SourceRecord, source: Source,
+                     doc: dict[str, Any] | None) -> None:
+        """A rejection record with the original bytes sealed (or left out, for a run that was erased)."""
+        rejected = rejection_record(reason, detail, record.value, source, doc, record.key)
+        run_id = rejected["runId"]
+        sealed_under = REJECTIONS_PREFIX + (run_id or f"~{source.topic}/{source.partition}")
+        stored: dict[str, Any] = dict(rejected)
+        if run_id is not None and keyring.erased(run_id):
+            stored["raw"] = ERASED
+        else:
+            minted: list[KeyRecord] = []
+            key = key_of(sealed_under, None, minted)
+            await send_keys(batch, minted)
+            stored["raw"] = seal_value(rejected["raw"], key, sealed_under, rejection_place(source))
+        await batch.send("rejections", run_id, encode_record(stored))
+        METRICS.inc("agentlog_events_rejected_total", reason=reason)
+
     async def handle(batch: Batch, record: SourceRecord) -> None:
+        if not keyring_ready.is_set():
+            await keyring_ready.wait()
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
         if record.value[:1] == CLOSE_PREFIX[:1] and (request := read_close_request(record.value)) is not None:
             close(batch, source, request)
@@ -98,8 +151,11 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         def lookup_of(run_id: str) -> IndexLookup:
             return lambda event_id: batch.get("index", run_id + INDEX_SEP + event_id)
 
+        minted: list[KeyRecord] = []
         decoded = sequence(record.value, head_of, lookup_of, source, max_bytes=max_bytes,
-                           closed_of=lambda run_id: batch.get("closed", run_id))
+                           closed_of=lambda run_id: batch.get("closed", run_id), erased_of=keyring.erased,
+                           seal=lambda doc: seal_event(doc, key_of(doc["runId"], doc, minted)))
+        await send_keys(batch, minted)  # before any record sealed under them (the outbox sends them first)
         decision, doc = decoded.decision, decoded.doc
         if decoded.unexpected is not None:
             log.error("unexpected error on %s", source, exc_info=decoded.unexpected)
@@ -129,14 +185,14 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                           logged if adv.snapshot else None, replay=replay)
         elif isinstance(decision, Redelivered):
             assert doc is not None  # a redelivery was decoded
-            await _refold(batch, source, doc, decision.sequence)
+            key = keyring.data_key(doc["runId"])
+            if key is not None:  # what was committed is the sealed form: fold that
+                await _refold(batch, source, seal_event(doc, key), decision.sequence)
             METRICS.inc("agentlog_redelivered_total")
         elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")
         else:
-            rejected = rejection_record(decision.reason, decision.detail, record.value, source, doc, record.key)
-            await batch.send("rejections", rejected["runId"], encode_record(rejected))
-            METRICS.inc("agentlog_events_rejected_total", reason=decision.reason)
+            await reject(batch, decision.reason, decision.detail, record, source, doc)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
@@ -149,9 +205,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         """
         log.error("run %s: event %s at sequence %d refused: %s", doc["runId"], doc["eventId"], doc["sequence"],
                   why.detail)
-        rejected = rejection_record(RUN_STATE_UNAVAILABLE, why.detail, record.value, source, doc, record.key)
-        await batch.send("rejections", rejected["runId"], encode_record(rejected))
-        METRICS.inc("agentlog_events_rejected_total", reason=RUN_STATE_UNAVAILABLE)
+        await reject(batch, RUN_STATE_UNAVAILABLE, why.detail, record, source, doc)
 
     def close(batch: Batch, source: Source, request: CloseRequest) -> None:
         """Close the run of a close request: a marker first, then its index and record deleted.

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentlog.audit.store import Store
+from agentlog.streams.keyring import Keyring
 from agentlog.streams.settings import Settings
 from agentlog.worker.fence import Fence
 from agentlog.worker.ports import Backfill, Membership, Producer, Runner, Source, Topic
@@ -96,6 +98,10 @@ class Wiring:
     #: (:func:`agentlog.worker.web.install`).
     web_app: Any = None
     web_address: tuple[str, int] | None = None
+    #: Every run's data key (:mod:`agentlog.streams.keyring`), kept up to date with the keyring topic;
+    #: ``keyring_ready`` is set once it holds what the topic held when the worker started.
+    keyring: Keyring | None = None
+    keyring_ready: asyncio.Event = field(default_factory=asyncio.Event)
     #: The Faust app the ports above are built on, for :mod:`agentlog.worker.app` (which runs it) and the
     #: tests of what it builds; nothing else reads it (None in memory).
     app: Any = None

@@ -18,6 +18,7 @@ from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import Publisher
 from agentlog.streams.reader import read_run, read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import stored_docs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -75,9 +76,9 @@ def test_trickle_bursts_and_a_burst_before_silence_all_commit_in_order(settings,
             assert [c["doc"] for c in committed] == docs
             assert not committed.conflicts
             head = GENESIS
-            for c in committed:
+            for c, doc in zip(committed, await stored_docs(settings, run_id), strict=True):
                 assert c["prevHash"] == head
-                head = chain_hash(head, c["doc"])
+                head = chain_hash(head, doc)
                 assert c["hash"] == head and isinstance(c.get("stateHash"), str)
             at = {s["atSequence"] for s in snapshots if s["runId"] == run_id}
             assert {s for s in range(len(docs)) if (s + 1) % 25 == 0} <= at

@@ -20,6 +20,7 @@ from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import read_run, read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import stored_docs
 from tests.unit.core.runs import realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -65,12 +66,14 @@ def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
             return True
 
         await wait_until(all_committed, timeout=300, what="every run fully committed", worker=worker)
+        stored: dict[str, list[dict]] = {}  # the committed docs as stored (sealed): what the hashes cover
         for run_id, docs in runs.items():
             committed = await read_run(settings, run_id)
             assert committed.conflicts == [], f"different records at the same (runId, sequence) in {run_id}"
             assert [c["doc"] for c in committed] == docs
+            stored[run_id] = await stored_docs(settings, run_id)
             head = GENESIS
-            for c, doc in zip(committed, docs, strict=False):
+            for c, doc in zip(committed, stored[run_id], strict=True):
                 assert c["prevHash"] == head
                 head = chain_hash(head, doc)
                 assert c["hash"] == head
@@ -84,13 +87,13 @@ def test_sigkill_mid_stream_then_restart_equals_clean_run(settings):
             return latest if done else None
 
         latest = await wait_until(final_snapshots, timeout=180, what="final snapshots", worker=worker)
-        for run_id, docs in runs.items():
-            clean_state, _ = fold_all(docs)
+        for run_id in runs:
+            clean_state, _ = fold_all(stored[run_id])
             snap = latest[run_id]
             assert snap["state"] == clean_state
             assert snap["stateHash"] == state_hash(clean_state)
             head = GENESIS
-            for doc in docs:
+            for doc in stored[run_id]:
                 head = chain_hash(head, doc)
             assert snap["headHash"] == head
 

@@ -19,7 +19,7 @@ from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.security import kcat_args
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import require_tool
+from tests.tools import require_tool, stored_docs
 from tests.unit.core.runs import child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -30,6 +30,7 @@ async def _records(settings, short: str) -> list[dict]:
 
 
 def _expected_head(docs: list[dict]) -> str:
+    """The chain over ``docs`` as stored (``stored_docs``): the log's hashes cover the sealed form."""
     head = GENESIS
     for doc in docs:
         head = chain_hash(head, doc)
@@ -69,7 +70,7 @@ def test_check_mode_run_commits_in_order_with_host_transitions(settings, worker)
         assert [c["doc"] for c in committed] == docs
         for prev, cur in zip([None, *committed], committed, strict=False):
             assert cur["prevHash"] == (prev["hash"] if prev else GENESIS)
-        assert committed[-1]["hash"] == _expected_head(docs)
+        assert committed[-1]["hash"] == _expected_head(await stored_docs(settings, run_id))
 
         transitions = await wait_until(
             lambda: _transitions_for(settings, run_id, len(chain_docs)), what="transitions", worker=worker)
@@ -194,6 +195,6 @@ def test_kcat_json_lines_reach_the_committed_log_like_sdk_events(settings, worke
         committed = await wait_until(
             lambda: _committed_if(settings, run_id, len(docs)), what="committed log", worker=worker)
         assert [c["doc"] for c in committed] == docs
-        assert committed[-1]["hash"] == _expected_head(docs)
+        assert committed[-1]["hash"] == _expected_head(await stored_docs(settings, run_id))
 
     asyncio.run(scenario())

@@ -23,7 +23,7 @@ from agentlog.streams.publisher import publish_docs
 from tests.faults.gen import synthetic_run
 from tests.integration.replay.helpers import records_of
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import agentlog_cli, free_port
+from tests.tools import agentlog_cli, free_port, stored_docs
 from tests.unit.core.forgery import forge
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -61,7 +61,12 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
                             "--json")
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stderr.strip().splitlines()[-1])["checkpoints"] == 5
-        assert [json.loads(line) for line in export.read_text().splitlines()] == docs  # the events, nothing else
+        # with its checkpoints, the export is the stored form (content sealed), which is what they sign
+        assert [json.loads(line) for line in export.read_text().splitlines()] == asyncio.run(
+            stored_docs(settings, run_id))
+        plain = tmp_path / "plain.jsonl"
+        assert agentlog_cli(settings, "export", "--run", run_id, "--out", str(plain)).returncode == 0
+        assert [json.loads(line) for line in plain.read_text().splitlines()] == docs  # the events, nothing else
         assert [json.loads(line)["sequence"] for line in signed.read_text().splitlines()] == [4, 9, 14, 19, 22]
 
         code, offline = _verify(settings, run_id, pub, "--export", str(export), "--checkpoints", str(signed))
@@ -87,7 +92,7 @@ def test_a_worker_run_verifies_and_a_forged_export_does_not(settings, tmp_path):
     # The forger rewrites event 7 of the export as full log records and recomputes every hash after it.
     from agentlog.streams.reader import read_run
 
-    records = list(asyncio.run(read_run(settings, run_id)))
+    records = list(asyncio.run(read_run(settings, run_id, opened=False)))
     forged = forge(records, 7, lambda d: d["payload"].update(forged=True) if isinstance(d["payload"], dict) else None)
     assert forged[7]["doc"] != records[7]["doc"]
     assert all(chain_problem(r) is None for r in forged)  # today's chain check passes ...

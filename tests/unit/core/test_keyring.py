@@ -24,16 +24,30 @@ def test_a_minted_key_unwraps_from_its_record_and_opens_what_it_sealed():
     assert open_event(seal_event(doc, key), {again.key_id: again}.get) == doc
 
 
-def test_the_record_holds_no_key_in_the_clear():
+def test_the_record_holds_neither_the_key_nor_the_subject_in_the_clear():
     kek = LocalKek(os.urandom(32))
-    key, record = mint("run-1", "alice", "parent-0", kek)
+    key, record = mint("run-1", "alice@example.com", "parent-0", kek)
     assert key.secret not in record.to_value()
-    assert b"alice" in record.to_value() and b"parent-0" in record.to_value()
+    assert b"alice" not in record.to_value() and b"parent-0" in record.to_value()
+    assert record.subject == kek.tag("alice@example.com") != LocalKek(os.urandom(32)).tag("alice@example.com")
 
 
 def test_without_a_subject_the_run_is_its_own():
-    _, record = mint("run-9", None, None, LocalKek(os.urandom(32)))
-    assert record.subject == "run-9"
+    kek = LocalKek(os.urandom(32))
+    _, record = mint("run-9", None, None, kek)
+    assert record.subject == kek.tag("run-9")
+
+
+def test_an_erased_marker_keeps_everything_but_the_key():
+    kek = LocalKek(os.urandom(32))
+    _, record = mint("run-1", "alice", "parent-0", kek)
+    marker = KeyRecord.from_value(record.erase(1234).to_value())
+    assert marker.erased and marker.erased_at_ms == 1234 and marker.wrapped == b""
+    assert (marker.run_id, marker.key_id, marker.subject, marker.parent_run_id) == (
+        record.run_id, record.key_id, record.subject, record.parent_run_id)
+    assert record.wrapped not in record.erase(1).to_value()
+    with pytest.raises(KeyringError, match="erased"):
+        unwrap(marker, {kek.kek_id: kek})
 
 
 def test_a_record_under_an_unconfigured_kek_is_a_clear_error():
@@ -72,10 +86,10 @@ def test_erasing_a_subject_reaches_its_runs_and_their_descendants_in_any_order()
         _record("b1", "bob"),
         _record("b1-child", parent="b1"),
     ]
-    assert runs_to_erase(records, subject="alice") == ["child", "grandchild", "r1", "r2"]
-    assert runs_to_erase(records, subject="bob") == ["b1", "b1-child"]
+    assert runs_to_erase(records, subject={"alice"}) == ["child", "grandchild", "r1", "r2"]
+    assert runs_to_erase(records, subject={"bob", "old-kek-tag"}) == ["b1", "b1-child"]
     assert runs_to_erase(records, run="child") == ["child", "grandchild"]
-    assert runs_to_erase(records, subject="nobody") == []
+    assert runs_to_erase(records, subject={"nobody"}) == []
 
 
 def test_an_erasure_names_a_subject_or_a_run():

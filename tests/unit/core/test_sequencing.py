@@ -202,10 +202,37 @@ def test_other_runs_are_decided_as_usual_beside_a_closed_one():
     assert isinstance(decided.decision, Accepted)
 
 
+def test_an_event_of_an_erased_run_is_refused_whatever_else_holds():
+    run = _Run({"next": 5, "hash": "c" * 64})
+    for raw in (_json(_doc(5)), _json(_doc(0, eventId="r1:fresh"))):
+        decided = sequence(raw, run.head_of, run.lookup_of, SRC, max_bytes=MAX, closed_of=_closed("completed", 41),
+                           erased_of=lambda run_id: run_id == "r1")
+        assert isinstance(decided.decision, Rejected)
+        assert decided.decision.reason == "run_erased" and "r1" in decided.decision.detail
+    other = sequence(_json(_doc(0, runId="r2", eventId="r2:0")), _Run().head_of, _Run().lookup_of, SRC,
+                     max_bytes=MAX, erased_of=lambda run_id: run_id == "r1")
+    assert isinstance(other.decision, Accepted)
+
+
+def test_an_accepted_doc_is_chained_in_the_form_the_seal_gives_it():
+    from agentlog.core.sealing import DataKey, open_event, seal_event
+    from agentlog.schemas.canonical import GENESIS, chain_link
+
+    key = DataKey("k1", bytes(range(32)))
+    doc = _doc(0, type="variable.changed", payload={"name": "x", "value": "MARKER-7f3a"})
+    decided = sequence(_json(doc), _Run().head_of, _Run().lookup_of, SRC, max_bytes=MAX,
+                       seal=lambda d: seal_event(d, key))
+    assert isinstance(decided.decision, Accepted)
+    committed = decided.decision.committed
+    assert b"MARKER-7f3a" not in decided.decision.doc_bytes
+    assert committed["hash"] == chain_link(GENESIS, committed["doc"])[0]
+    assert open_event(committed["doc"], {"k1": key}.get)["payload"] == doc["payload"]
+
+
 def test_every_contract_reason_has_a_test_here():
     tested = {"decode_error", "bad_magic", "unknown_schema_id", "invalid_envelope", "unknown_event_type",
               "unsafe_integer", "non_finite_number", "invalid_payload", "oversize", "duplicate_event_id",
-              "sequence_gap", "sequence_conflict", "dangling_causation", "run_closed", "run_expired"}
+              "sequence_gap", "sequence_conflict", "dangling_causation", "run_closed", "run_expired", "run_erased"}
     # The worker's own reason, for an accepted event it cannot fold: tests/unit/core/test_runstate.py.
     assert tested | {"run_state_unavailable"} == REJECTION_CODES
 

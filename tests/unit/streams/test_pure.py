@@ -66,12 +66,14 @@ class TestCatalogue:
     def test_every_contract_topic_once_with_prefix(self) -> None:
         names = [t.name for t in catalogue(Settings(topic_prefix="p"))]
         expected = ["ingest", "log", "transitions", "violations", "rejections", "snapshots",
-                    "verdicts", "handoff-links", "checkpoints", "spans", "otel-events"]
+                    "verdicts", "handoff-links", "checkpoints", "keyring", "erasures", "spans", "otel-events"]
         assert names == [f"p.{n}" for n in expected]
 
     def test_retention_and_compaction(self) -> None:
         specs = {t.short: t for t in catalogue(Settings(partitions=6))}
-        assert specs["ingest"].config["retention.ms"] == "-1"
+        assert specs["ingest"].config["retention.ms"] == str(3 * 86_400_000)  # the one plaintext buffer: short
+        assert specs["keyring"].config["cleanup.policy"] == "compact"
+        assert specs["erasures"].config["retention.ms"] == "-1"
         assert specs["log"].config["retention.ms"] == "-1"
         assert specs["checkpoints"].config["retention.ms"] == "-1"  # as long as the log they vouch for
         assert specs["snapshots"].config["cleanup.policy"] == "compact"

@@ -17,6 +17,7 @@ import pytest
 
 import agentlog.core.runstate as core_runstate
 from agentlog.core.fold import states_by_index
+from agentlog.core.sealing import seal_event
 from agentlog.metrics import METRICS
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
@@ -84,10 +85,21 @@ def _logged(batch: Fed) -> list[dict[str, Any]]:
     return [v for short, _, v in batch.sent if short == "log"]
 
 
+def _stored_states(batch: Fed) -> list[str]:
+    """The state hash at every index of the logged docs, refolded from their stored (sealed) form."""
+    return [h for _, h in states_by_index([r["doc"] for r in _logged(batch)])]
+
+
 def test_every_committed_record_carries_the_state_hash_at_its_index(worker):
+    wiring, _ = worker
     docs = llm_run("seq-fold")
     batch = _feed(worker, docs)
-    assert [r["stateHash"] for r in _logged(batch)] == [h for _, h in states_by_index(docs)]
+    logged = _logged(batch)
+    assert [r["stateHash"] for r in logged] == _stored_states(batch)
+    # the state hash covers the stored form: content sealed, which opens back to what was sent
+    assert [r["doc"] for r in logged] != docs
+    assert [wiring.keyring.open(r["doc"]) for r in logged] == docs
+    assert [s[1] for s in batch.sent if s[0] == "keyring"] == [docs[0]["runId"]]  # one key, minted once
     assert not [s for s in batch.sent if s[0] == "rejections"]
 
 
@@ -102,13 +114,19 @@ def test_an_event_whose_fold_raises_is_refused_and_taken_once_the_fold_works(wor
 
     monkeypatch.setattr(core_runstate, "fold", broken)
     refused = _feed(worker, docs[k:k + 1], first_offset=k)
-    [(short, _, rejection)] = refused.sent
+    [(short, _, rejection)] = [out for out in refused.sent if out[0] != "keyring"]
     assert (short, rejection["reason"]) == ("rejections", "run_state_unavailable")
+    assert rejection["raw"] != docs[k] and "$sealed" in rejection["raw"]  # the original bytes, sealed
     assert "failed (RuntimeError: a fold bug)" in rejection["detail"]
 
     monkeypatch.setattr(core_runstate, "fold", real)
     taken = _feed(worker, docs[k:], first_offset=k + 1)
-    assert [r["stateHash"] for r in _logged(taken)] == [h for _, h in states_by_index(docs)][k:]
+    wiring, _ = worker
+    stored = [wiring.keyring.open(r["doc"]) for r in _logged(taken)]
+    assert stored == docs[k:]
+    assert [r["stateHash"] for r in _logged(taken)] == [h for _, h in states_by_index(
+        [*[seal_event(d, wiring.keyring.data_key(d["runId"])) for d in docs[:k]],
+         *[r["doc"] for r in _logged(taken)]])][k:]
 
 
 def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_a_redelivery_is_identical(worker):
@@ -122,12 +140,15 @@ def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_
     with pytest.raises(Refused):
         _feed(worker, docs)
     crashed = _FED[-1]
-    assert [r["stateHash"] for r in _logged(crashed)] == [h for _, h in states_by_index(docs)]
+    assert [r["stateHash"] for r in _logged(crashed)] == _stored_states(crashed)
     assert tables["index"] == tables["runs"] == {}  # no table write, no position
 
     producer.refuse = set()
     again = _feed(worker, docs)  # the same records, delivered again
-    assert [out for out in again.raw if out[0] != "snapshots"] == [out for out in crashed.raw if out[0] != "snapshots"]
+    # the run's key was acknowledged with the first copy: the second seals under it, byte for byte
+    assert [out[0] for out in crashed.raw].count("keyring") == 1 and "keyring" not in [out[0] for out in again.raw]
+    assert [out for out in again.raw if out[0] != "snapshots"] == \
+           [out for out in crashed.raw if out[0] not in ("snapshots", "keyring")]
     # byte for byte; a snapshot names where its log record landed, which is the second copy's offset now
     assert [{**v, "logOffset": None} for short, _, v in again.sent if short == "snapshots"] == \
            [{**v, "logOffset": None} for short, _, v in crashed.sent if short == "snapshots"] != []
@@ -149,6 +170,7 @@ def test_a_crash_between_the_index_and_the_run_record_is_folded_level_by_the_red
     docs = llm_run("seq-refold")
     run_id = docs[0]["runId"]
     clean = memory_wiring(Settings(home=tmp_path / "clean"), tables=("index", "runs", "closed"))
+    clean.keyring = wiring.keyring  # the same run keys, so the same sealed state
     sequencer.install(clean, replay=False)
     _feed((clean, None), docs)
     expected = clean.tables["runs"].data[run_id]  # type: ignore[attr-defined]

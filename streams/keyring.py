@@ -1,0 +1,245 @@
+"""The keyring topic: every run's wrapped data key, and the key-encryption keys (KEKs) that open them.
+
+The keyring is a compacted topic keyed by run id, co-partitioned with ``ingest`` and the log. The sequencer
+writes a run's key record before the first log record sealed under it (:mod:`agentlog.worker.sequencer`); an
+erasure (``agentlog erase``) writes the run's erased marker over it. Every process that shows content — the worker
+(replay verdicts, served results), the CLI, the console — reads the topic into a :class:`Keyring` and opens
+records through it; ``agentlog verify`` and the re-derivation replay need no key at all.
+
+KEKs come from ``AGENTLOG_KEK`` (base64 of 32 random bytes, never printed) or from the files in
+``AGENTLOG_KEK_FILE`` (comma-separated; default ``$AGENTLOG_HOME/keys/kek``, made with mode 0600 on first use). The
+first KEK wraps new keys; every one listed opens the records that name it, which is how a rotation keeps old runs
+readable (README "Personal data").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import os
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek, mint, unwrap
+from agentlog.core.sealing import DataKey, open_event
+from agentlog.schemas.errors import InfraError
+from agentlog.streams.internals import load_topic_metadata
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
+
+__all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrappers", "read_keyring"]
+
+log = logging.getLogger("agentlog.keyring")
+
+
+def kek_paths(settings: Settings) -> list[Path]:
+    """The KEK files: ``kek_file`` (comma-separated, the current one first) or the home's default."""
+    if settings.kek_file:
+        return [Path(p.strip()).expanduser() for p in settings.kek_file.split(",") if p.strip()]
+    return [settings.home / "keys" / "kek"]
+
+
+def _read_or_create(path: Path, *, create: bool) -> bytes:
+    try:
+        if not path.exists() and create:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            except FileExistsError:
+                pass  # another process made it a moment ago: read that one
+            else:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(base64.b64encode(os.urandom(32)) + b"\n")
+                log.warning("created the key-encryption key %s: back it up; without it no content can be read", path)
+        if stat.S_IMODE(path.stat().st_mode) & 0o077:
+            log.warning("key-encryption key %s is readable by others; chmod 600 it", path)
+        return base64.b64decode(path.read_bytes().strip(), validate=True)
+    except (OSError, binascii.Error) as e:
+        raise KeyringError(f"cannot read the key-encryption key {path}: {e}; set AGENTLOG_KEK_FILE to a file holding "
+                           "base64 of 32 random bytes, or AGENTLOG_KEK") from e
+
+
+def load_wrappers(settings: Settings) -> tuple[KeyWrapper, dict[str, KeyWrapper]]:
+    """The current KEK (wraps new data keys) and every configured KEK by id (open existing ones)."""
+    if settings.kek:
+        try:
+            kek: KeyWrapper = LocalKek(base64.b64decode(settings.kek, validate=True))
+        except binascii.Error as e:
+            raise KeyringError("AGENTLOG_KEK is not base64 of 32 bytes") from e
+        return kek, {kek.kek_id: kek}
+    paths = kek_paths(settings)
+    wrappers: list[KeyWrapper] = [LocalKek(_read_or_create(p, create=i == 0)) for i, p in enumerate(paths)]
+    return wrappers[0], {w.kek_id: w for w in wrappers}
+
+
+class Keyring:
+    """The keyring's latest record per run, and the data keys they unwrap to (unwrapped once, then kept)."""
+
+    def __init__(self, current: KeyWrapper, wrappers: Mapping[str, KeyWrapper]) -> None:
+        self.current = current
+        self.wrappers = dict(wrappers)
+        self._records: dict[str, KeyRecord] = {}
+        self._run_of_key: dict[str, str] = {}
+        self._keys: dict[str, DataKey] = {}
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> Keyring:
+        return cls(*load_wrappers(settings))
+
+    def apply(self, value: bytes | None) -> None:
+        """Take one record of the topic (the latest for its run wins; a tombstone or filler is skipped)."""
+        if not value:
+            return
+        try:
+            record = KeyRecord.from_value(value)
+        except KeyringError as e:
+            log.error("skipping a keyring record: %s", e)
+            return
+        self.put(record)
+
+    def put(self, record: KeyRecord) -> None:
+        old = self._records.get(record.run_id)
+        if old is not None and old.erased and not record.erased:
+            return  # an erased run stays erased, whatever arrives after its marker
+        self._records[record.run_id] = record
+        self._run_of_key[record.key_id] = record.run_id
+        if record.erased:
+            self._keys.pop(record.key_id, None)
+
+    def mint(self, run_id: str, subject: str | None, parent_run_id: str | None) -> tuple[DataKey, KeyRecord]:
+        """A new data key for ``run_id``, kept here; its record goes to the topic before anything sealed with it."""
+        key, record = mint(run_id, subject, parent_run_id, self.current)
+        self.put(record)
+        self._keys[key.key_id] = key
+        return key, record
+
+    def record(self, run_id: str) -> KeyRecord | None:
+        return self._records.get(run_id)
+
+    def records(self) -> list[KeyRecord]:
+        return list(self._records.values())
+
+    def erased(self, run_id: str) -> bool:
+        rec = self._records.get(run_id)
+        return rec is not None and rec.erased
+
+    def data_key(self, run_id: str) -> DataKey | None:
+        """``run_id``'s data key; None when it has none (yet, or any more)."""
+        rec = self._records.get(run_id)
+        return None if rec is None or rec.erased else self.key_for(rec.key_id)
+
+    def key_for(self, key_id: str) -> DataKey | None:
+        """The data key a sealed token names; None once it is erased.
+
+        Raises:
+            KeyringError: the keyring never held this key (its topic is incomplete, or the token was made
+                elsewhere), or its KEK is not configured.
+        """
+        key = self._keys.get(key_id)
+        if key is not None:
+            return key
+        run_id = self._run_of_key.get(key_id)
+        if run_id is None:
+            raise KeyringError(f"no data key {key_id} in the keyring: it was never recorded here (the keyring topic "
+                               "is incomplete, or the record was sealed by another installation)")
+        rec = self._records[run_id]
+        if rec.erased or rec.key_id != key_id:
+            return None
+        key = self._keys[key_id] = unwrap(rec, self.wrappers)
+        return key
+
+    def open(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` with its content readable (``[erased]`` where the key is gone)."""
+        return open_event(doc, self.key_for)
+
+    def tags(self, subject: str) -> set[str]:
+        """``subject``'s tag under every configured KEK (records made before a rotation carry the old one)."""
+        return {w.tag(subject) for w in self.wrappers.values()}
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+
+def _consumer(settings: Settings) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
+                            auto_offset_reset="earliest", isolation_level="read_committed",
+                            client_id="agentlog-keyring", fetch_max_wait_ms=100)
+
+
+async def _assigned(consumer: AIOKafkaConsumer, settings: Settings,
+                    partitions: Iterable[int] | None) -> list[TopicPartition]:
+    """Start ``consumer`` on the keyring's partitions (all by default; none if the topic does not exist yet)."""
+    topic = topic_name(settings, "keyring")
+    try:
+        await consumer.start()
+        await load_topic_metadata(consumer, topic)
+    except KafkaError as e:
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+    known = consumer.partitions_for_topic(topic) or set()
+    wanted = sorted(known if partitions is None else set(partitions) & known)
+    tps = [TopicPartition(topic, p) for p in wanted]
+    consumer.assign(tps)
+    if tps:
+        await consumer.seek_to_beginning(*tps)
+    return tps
+
+
+async def _read_to(consumer: AIOKafkaConsumer, keyring: Keyring, ends: Mapping[TopicPartition, int]) -> None:
+    pending = {tp for tp, end in ends.items() if await consumer.position(tp) < end}
+    while pending:
+        fetched = await consumer.getmany(*pending, timeout_ms=500)
+        for messages in fetched.values():
+            for m in messages:
+                keyring.apply(m.value)
+        pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+
+
+async def read_keyring(keyring: Keyring, settings: Settings, partitions: Iterable[int] | None = None) -> None:
+    """Apply the keyring topic's records (of ``partitions``, default all) to ``keyring``, up to its end now."""
+    consumer = _consumer(settings)
+    try:
+        tps = await _assigned(consumer, settings, partitions)
+        if tps:
+            await _read_to(consumer, keyring, await consumer.end_offsets(tps))
+    except KafkaError as e:
+        raise InfraError(f"reading the keyring from {settings.kafka_bootstrap} failed: {e}") from e
+    finally:
+        await consumer.stop()
+
+
+async def load_keyring(settings: Settings, partitions: Iterable[int] | None = None) -> Keyring:
+    """A :class:`Keyring` holding the topic's records now (of ``partitions``, default all)."""
+    keyring = Keyring.from_settings(settings)
+    await read_keyring(keyring, settings, partitions)
+    return keyring
+
+
+async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Event) -> None:
+    """Keep ``keyring`` up to date with every partition of the topic while the task runs.
+
+    ``ready`` is set once the records that were there at the start are applied: the worker's sequencer waits
+    for it, since a run's key must be known before any of its records is sealed again.
+    """
+    consumer = _consumer(settings)
+    try:
+        tps = await _assigned(consumer, settings, None)
+        if not tps:
+            raise InfraError(f"topic {topic_name(settings, 'keyring')} does not exist; run `agentlog infra up`")
+        await _read_to(consumer, keyring, await consumer.end_offsets(tps))
+        ready.set()
+        log.info("keyring loaded: %d runs", len(keyring))
+        while True:
+            fetched = await consumer.getmany(timeout_ms=1000)
+            for messages in fetched.values():
+                for m in messages:
+                    keyring.apply(m.value)
+    finally:
+        await consumer.stop()
