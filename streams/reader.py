@@ -18,7 +18,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import murmur2
 
 from agentlog.core.sealing import sealed_paths
-from agentlog.schemas.errors import AgentlogError, InfraError
+from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
 from agentlog.streams.keyring import Keyring, load_keyring
@@ -366,7 +366,7 @@ class RunLog(list[dict[str, Any]]):
 
 async def read_run(
     settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None,
-    opened: bool = True, keyring: Keyring | None = None,
+    opened: bool = True, keyring: Keyring | None = None, refuse_erased: bool = False,
 ) -> RunLog:
     """The records of ``run_id`` from its partition, deduplicated by ``(runId, sequence)``.
 
@@ -380,6 +380,7 @@ async def read_run(
     content readable through ``keyring`` (by default the run's partition of the keyring topic, read
     now), ``[erased]`` where the key is gone; ``opened=False`` gives the stored form, which is what
     the chain hashes and what ``agentlog verify`` checks. Deduplication compares stored forms.
+    ``refuse_erased`` (a replay's source) raises ``ReplayError`` (``run_erased``) for a run whose key was erased.
     """
     topic = topic_name(settings, short_name)
     result = RunLog()
@@ -405,6 +406,12 @@ async def read_run(
         elif first["doc"] != doc:
             result.conflicts.append({"runId": run_id, "sequence": ident[1], "kept": first, "dropped": item})
             log.warning("run %s sequence %s: conflicting duplicate at offset %d dropped", run_id, ident[1], offset)
+    if refuse_erased:
+        if keyring is None:
+            keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
+        if keyring.erased(run_id):
+            raise ReplayError(f"run {run_id} was erased (agentlog erase): its content is gone, so it cannot be "
+                              "replayed; its metadata and verification remain", code="run_erased")
     if opened and short_name != "ingest":
         for i, item in enumerate(result):
             if not sealed_paths(item["doc"]):

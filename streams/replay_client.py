@@ -88,7 +88,7 @@ async def start_replay(
         ReplayError: R has no committed events, or fewer than ``from_seq``, or a bad mode.
     """
     marker = replay_of(source_run_id, from_seq, mode)
-    source = [c["doc"] for c in await read_run(publisher.settings, source_run_id)]
+    source = [c["doc"] for c in await read_run(publisher.settings, source_run_id, refuse_erased=True)]
     if not source:
         raise ReplayError(f"run {source_run_id} has no committed events; nothing to replay")
     if len(source) < from_seq or [d["sequence"] for d in source[:from_seq]] != list(range(from_seq)):

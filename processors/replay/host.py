@@ -21,6 +21,7 @@ from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.compare import record as record_counters
 from agentlog.replay.served import TERMINAL_TYPES
 from agentlog.replay.tree import compare_tree
+from agentlog.schemas.errors import ReplayError
 from agentlog.schemas.records import Verdict, verdict
 from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.settings import Settings
@@ -79,7 +80,7 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *,
     """
     source_id = request.get("sourceRunId")
     try:
-        original = [c["doc"] for c in await read_run(settings, source_id)] if source_id else []
+        original = [c["doc"] for c in await read_run(settings, source_id, refuse_erased=True)] if source_id else []
         replayed = [c["doc"] for c in await read_run(settings, request["replayRunId"])]
         if not original:
             record = error_record(request, "replay_source_missing",
@@ -94,6 +95,8 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *,
                       for hop in tree.unchecked]
             record_counters(tree.result)
             record = verdict_record(request, tree.result, "; ".join(notes) or None)
+    except ReplayError as e:
+        record = error_record(request, e.code, str(e))
     except Exception as e:
         log.exception("replay comparison failed for %s", request)
         record = error_record(request, "replay_compare_failed", f"{type(e).__name__}: {e}")

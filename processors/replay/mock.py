@@ -23,7 +23,7 @@ async def load_result_cache(settings: Settings, source_run_id: str) -> ResultCac
     Raises:
         ReplayError: the run has no committed events.
     """
-    committed = await read_run(settings, source_run_id)
+    committed = await read_run(settings, source_run_id, refuse_erased=True)
     if not committed:
         raise ReplayError(f"run {source_run_id} has no committed events in {settings.topic_prefix}.log; "
                           "nothing to replay in mock mode")

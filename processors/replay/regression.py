@@ -144,7 +144,7 @@ def load_recorded(source: str | Path, *, settings: Settings | None = None) -> tu
         root = str(docs[0].get("runId"))
         return root, [d for d in docs if d.get("runId") == root]
     run_id = str(source)
-    committed = asyncio.run(read_run(settings or load_settings(), run_id))
+    committed = asyncio.run(read_run(settings or load_settings(), run_id, refuse_erased=True))
     if not committed:
         raise ReplayError(f"run {run_id} has no committed events; check the run id and the topic prefix "
                           "(AGENTLOG_TOPIC_PREFIX), or give an exported file")

@@ -1,0 +1,212 @@
+"""``agentlog erase``: delete a subject's (or a run's) data keys everywhere, and prove it with a signed receipt.
+
+Content past the sequencer is sealed under per-run data keys (SPEC §12), so erasing is deleting keys:
+
+1. the keyring is read and the runs the erasure reaches are found (a subject's runs by its tag, every descendant
+   through the parent links, and the ``rejections/<run>`` entries that seal their rejected bytes);
+2. an erased marker is written over each run's key record (the worker stops using the key at once, and takes no
+   more events of the run: ``run_erased``);
+3. the ingest topic, the one plaintext buffer, is truncated up to what the worker has committed (``deleteRecords``
+   on every partition, with the OTel topics before the sequencer);
+4. the keyring is compacted: the erase writes to each partition concerned until its segment rolls, and reads the
+   partition back until no record of an erased run holds a key any more;
+5. a receipt signed with the worker's checkpoint key goes to the ``erasures`` topic.
+
+Every step is idempotent, so an erase interrupted anywhere (a SIGKILL of the CLI or of the worker) is repeated
+with the same command; the receipt's id is a digest of what was erased, so it is written once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.errors import KafkaError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from agentlog.core.erasure import receipt_id, sign_receipt
+from agentlog.core.keyring import KeyRecord, runs_to_erase
+from agentlog.core.sequencing import REJECTIONS_PREFIX
+from agentlog.schemas.canonical import jcs
+from agentlog.schemas.errors import AgentlogError, InfraError
+from agentlog.streams.keyring import load_keyring
+from agentlog.streams.reader import partition_for, read_topic
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+from agentlog.streams.topics import topic_name
+
+__all__ = ["EraseResult", "erase", "read_receipts"]
+
+#: The topics that hold a host's plaintext before the sequencer: truncated to the worker's committed offsets.
+PLAINTEXT_TOPICS = ("ingest", "otel-events", "spans")
+#: The key of the records an erase writes to roll a keyring segment (a tombstone: compaction drops it too).
+ROLL_KEY = b"~erase-roll"
+#: How long an erase waits for the keyring's compaction before it says what is left (it can be run again).
+COMPACTION_WAIT_S = 120.0
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class EraseResult:
+    """What an erase did (``--json`` prints it)."""
+
+    receipt_id: str
+    runs: list[str]
+    erased_now: list[str]
+    events: dict[str, int]
+    truncated: dict[str, int] = field(default_factory=dict)  # "topic[partition]" -> records below now deleted
+    already: bool = False  # every run was erased before and its receipt written: nothing changed
+    receipt: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"receiptId": self.receipt_id, "runs": self.runs, "erasedNow": self.erased_now, "events": self.events,
+                "truncated": self.truncated, "alreadyErased": self.already, "seconds": round(self.seconds, 3)}
+
+
+def _producer(settings: Settings) -> AIOKafkaProducer:
+    return AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
+                            client_id="agentlog-erase")
+
+
+async def read_receipts(settings: Settings) -> list[dict[str, Any]]:
+    """Every erasure receipt on the ``erasures`` topic (a missing topic: none)."""
+    try:
+        return [value async for _, _, _, value in read_topic(settings, "erasures")]
+    except InfraError as e:
+        if "does not exist" in str(e):
+            return []
+        raise
+
+
+async def _count_events(settings: Settings, runs: Iterable[str]) -> dict[str, int]:
+    """Each run's committed events (distinct sequences in its log partition)."""
+    wanted = set(runs)
+    seen: dict[str, set[int]] = {r: set() for r in wanted}
+    async for _, _, key, value in read_topic(settings, "log"):
+        run = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+        if run in wanted and isinstance(value.get("doc"), dict):
+            seen[run].add(value["doc"].get("sequence"))
+    return {r: len(s) for r, s in seen.items()}
+
+
+async def _truncate(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str, int]:
+    """Delete what the worker has committed from the plaintext topics; ``topic[partition]`` -> new start offset."""
+    group = f"{settings.topic_prefix}-worker"
+    committed = await admin.list_consumer_group_offsets(group)
+    names = {topic_name(settings, short) for short in PLAINTEXT_TOPICS}
+    todo = {tp: RecordsToDelete(meta.offset) for tp, meta in committed.items()
+            if tp.topic in names and meta.offset > 0}
+    if not todo:
+        return {}
+    done = await admin.delete_records(todo, timeout_ms=30_000)
+    return {f"{tp.topic}[{tp.partition}]": low for tp, low in done.items()}
+
+
+async def _keys_left(settings: Settings, runs: set[str], partitions: set[int]) -> dict[int, int]:
+    """Per keyring partition, how many records still hold a key of one of ``runs``."""
+    topic = topic_name(settings, "keyring")
+    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
+                                auto_offset_reset="earliest", client_id="agentlog-erase")
+    left: dict[int, int] = {}
+    await consumer.start()
+    try:
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        pending = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
+        while pending:
+            for tp, messages in (await consumer.getmany(*pending, timeout_ms=500)).items():
+                for m in messages:
+                    if m.key is not None and m.key.decode("utf-8", "replace") in runs and m.value \
+                            and b'"wrapped"' in m.value:
+                        left[tp.partition] = left.get(tp.partition, 0) + 1
+            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+    finally:
+        await consumer.stop()
+    return left
+
+
+async def _compact(settings: Settings, producer: AIOKafkaProducer, runs: set[str], progress: Progress,
+                   wait_s: float) -> None:
+    """Wait until the keyring holds no key of ``runs`` (rolling segments so that the cleaner can take them)."""
+    topic = topic_name(settings, "keyring")
+    partitions = {partition_for(settings, r, "keyring") for r in runs}
+    deadline = time.monotonic() + wait_s
+    said = -1
+    while left := await _keys_left(settings, runs, partitions):
+        total = sum(left.values())
+        if total != said:
+            progress(f"waiting for the keyring's compaction: {total} key record(s) of erased runs still on the "
+                     f"broker (partitions {sorted(left)})")
+            said = total
+        if time.monotonic() > deadline:
+            raise InfraError(f"after {wait_s:.0f} s the keyring still holds {total} key record(s) of erased runs "
+                             f"(partitions {sorted(left)}): is {topic} compacted (cleanup.policy=compact, "
+                             "segment.ms, max.compaction.lag.ms as `agentlog infra up` creates it)? The keys "
+                             "cannot be used any more; run the same erase again to finish", code="erase_incomplete")
+        for p in left:  # a record after segment.ms rolls the segment, which the cleaner may then compact
+            await producer.send_and_wait(topic, key=ROLL_KEY, value=None, partition=p)
+        await asyncio.sleep(1.0)
+
+
+async def erase(settings: Settings, *, subject: str | None = None, run: str | None = None, by: str,
+                signer: Ed25519PrivateKey, signer_kid: str, progress: Progress = lambda _: None,
+                wait_s: float = COMPACTION_WAIT_S, now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+                ) -> EraseResult:
+    """Erase ``subject``'s runs or ``run`` and its descendants (see the module docstring).
+
+    Raises:
+        AgentlogError: ``unknown_subject`` / ``unknown_run`` when the keyring knows none (nothing changed).
+        InfraError: Kafka is unreachable, or the keyring did not compact in time (``erase_incomplete``).
+    """
+    started = time.monotonic()
+    keyring = await load_keyring(settings)
+    tag = keyring.current.tag(subject) if subject is not None else None
+    runs = runs_to_erase(keyring.records(), subject=keyring.tags(subject) if subject is not None else None,
+                         run=run)
+    if not runs:
+        what = "subject" if subject is not None else "run"
+        raise AgentlogError(f"no run of {what} {subject if subject is not None else run!r} is in the keyring: "
+                            "nothing was erased", code=f"unknown_{what}")
+    rid = receipt_id(subject_tag=tag, run=run, runs=runs)
+    records: Mapping[str, KeyRecord] = {r: rec for r in runs if (rec := keyring.record(r)) is not None}
+    pending = [r for r in runs if not records[r].erased]
+    receipts = {r.get("receiptId"): r for r in await read_receipts(settings)}
+    if not pending and rid in receipts:
+        return EraseResult(rid, runs, [], {}, already=True, receipt=receipts[rid],
+                           seconds=time.monotonic() - started)
+    progress(f"erasing {len(runs)} run(s): {len(pending)} key(s) to delete")
+    producer = _producer(settings)
+    admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=30_000)
+    try:
+        await producer.start()
+        await admin.start()
+        at = now_ms()
+        keyring_topic = topic_name(settings, "keyring")
+        sent = [await producer.send(keyring_topic, key=r.encode(), value=records[r].erase(at).to_value())
+                for r in pending]
+        for fut in sent:
+            await fut
+        truncated = await _truncate(settings, admin)
+        progress(f"ingest truncated to the worker's committed offsets ({len(truncated)} partition(s))")
+        await _compact(settings, producer, set(runs), progress, wait_s)
+        events = await _count_events(settings, [r for r in runs if not r.startswith(REJECTIONS_PREFIX)])
+        receipt = receipts.get(rid)
+        if receipt is None:
+            receipt = sign_receipt(signer, kid=signer_kid, subject_tag=tag, run=run,
+                                   key_ids={r: records[r].key_id for r in runs}, events=events, by=by, at_ms=at)
+            await producer.send_and_wait(topic_name(settings, "erasures"), key=rid.encode(), value=jcs(receipt))
+    except KafkaError as e:
+        raise InfraError(f"erasing on {settings.kafka_bootstrap} failed: {e}; run the same erase again") from e
+    finally:
+        await producer.stop()
+        await admin.close()
+    return EraseResult(rid, runs, pending, events, truncated, receipt=receipt, seconds=time.monotonic() - started)
