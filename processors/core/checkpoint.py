@@ -71,7 +71,7 @@ PURPOSE = "agentlog/checkpoint/v1"
 FailureCode = Literal[
     "empty_history", "log_gap", "wrong_run", "bad_event", "hash_chain_broken", "state_hash_mismatch", "bad_checkpoint",
     "unknown_key", "signature_invalid", "checkpoint_mismatch", "terminal_checkpoint_missing",
-    "checkpoint_beyond_history", "unsigned_tail",
+    "checkpoint_beyond_history", "unsigned_tail", "erasure_receipt_invalid",
 ]
 
 

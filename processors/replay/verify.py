@@ -11,14 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from agentlog.core.checkpoint import VerifyResult, key_id, load_public_key, verify_history
+from agentlog.core.checkpoint import VerifyFailure, VerifyResult, key_id, load_public_key, verify_history
+from agentlog.core.erasure import verify_receipt
 from agentlog.replay.exported import export_lines, json_lines
 from agentlog.schemas.errors import ReplayError
+from agentlog.streams.erasure import read_receipts
 from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.settings import Settings
 
@@ -32,6 +35,8 @@ class RunHistory:
     records: list[dict[str, Any]]
     checkpoints: list[dict[str, Any]]
     notes: tuple[str, ...] = ()
+    #: The erasure receipts that name the run (``agentlog erase``): each must be signed by a trusted key.
+    receipts: tuple[dict[str, Any], ...] = ()
 
 
 def load_keys(pems: Iterable[tuple[str, bytes]]) -> dict[str, Ed25519PublicKey]:
@@ -59,8 +64,10 @@ async def load_from_log(settings: Settings, run_id: str) -> RunHistory:
     if log.conflicts:
         notes = (f"{len(log.conflicts)} later, different copies of committed sequences were ignored (the first "
                  f"copy is the committed one): sequences {sorted({c['sequence'] for c in log.conflicts})}",)
+    receipts = tuple(r for r in await read_receipts(settings)
+                     if any(isinstance(e, dict) and e.get("runId") == run_id for e in r.get("runs", [])))
     return RunHistory(records=sorted(log, key=lambda r: r["doc"].get("sequence", -1)), checkpoints=checkpoints,
-                      notes=notes)
+                      notes=notes, receipts=receipts)
 
 
 def load_export(path: Path, run_id: str, *, checkpoints: Path | None = None) -> RunHistory:
@@ -118,4 +125,13 @@ def verify_run(history: RunHistory, run_id: str, keys: Mapping[str, Ed25519Publi
                             allow_unsigned_tail=allow_unsigned_tail)
     if history.notes:
         result = replace(result, notes=tuple(history.notes) + result.notes)
+    for receipt in history.receipts:
+        problem = verify_receipt(receipt, keys)
+        if problem is not None and result.failure is None:
+            result = replace(result, failure=VerifyFailure(
+                "erasure_receipt_invalid", 0, f"erasure receipt {receipt.get('receiptId')}: {problem}"))
+        elif problem is None:
+            erased_at = datetime.fromtimestamp(receipt["atMs"] / 1000, tz=UTC).isoformat(timespec="seconds")
+            result = replace(result, notes=(*result.notes, f"content erased {erased_at} by {receipt.get('by')} "
+                                                           f"(receipt {receipt['receiptId']}, signature verified)"))
     return result

@@ -104,6 +104,8 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
     for run_id in every:
         check = agentlog_cli(settings, "verify", "--run", run_id, "--public-key", str(pub), "--json")
         assert check.returncode == 0 and json.loads(check.stdout)["verified"], (run_id, check.stdout, check.stderr)
+        receipt_notes = [n for n in json.loads(check.stdout)["notes"] if result["receiptId"] in n]
+        assert len(receipt_notes) == (1 if run_id in alice else 0)
 
     export = agentlog_cli(settings, "export", "--run", alice_run)
     assert export.returncode == 0 and alice_mark not in export.stdout and ERASED in export.stdout
