@@ -8,6 +8,7 @@ Nothing here imports Faust: the worker's routes live in :mod:`agentlog.worker.co
 from agentlog.console.pages import render_state_panel, run_href
 from agentlog.console.state import StateView, state_at
 from agentlog.console.views import (
+    Opener,
     Page,
     analytics_view,
     chain_problem,
@@ -16,11 +17,13 @@ from agentlog.console.views import (
     run_view,
     runs_view,
     state_fragment,
+    unsealed,
 )
 
 __all__ = [
     # views: store + request parameters -> (status, html)
-    "Page", "analytics_view", "compare_view", "replays_view", "run_view", "runs_view", "state_fragment",
+    "Opener", "Page", "analytics_view", "compare_view", "replays_view", "run_view", "runs_view", "state_fragment",
+    "unsealed",
     # pieces
     "StateView", "chain_problem", "render_state_panel", "run_href", "state_at",
 ]

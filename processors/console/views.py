@@ -92,6 +92,20 @@ def chain_problem(docs: Sequence[Mapping[str, Any]], hashes: Sequence[tuple[Any,
     return None
 
 
+#: Opens a stored doc's sealed content (:meth:`agentlog.streams.keyring.Keyring.open`).
+Opener = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def unsealed(doc: dict[str, Any]) -> dict[str, Any]:
+    """The opener of a console without a keyring: docs as stored."""
+    return doc
+
+
+def _opened(events: list[dict[str, Any]], opener: Opener | None) -> list[dict[str, Any]]:
+    """``events`` with their content readable (``[erased]`` where the key is gone), for display and comparison."""
+    return events if opener is None else [opener(e) for e in events]
+
+
 def _records(store: Store, run_id: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]],
                                                   str]:
     events, transitions, violations, head = report_records(store, run_id)
@@ -122,12 +136,14 @@ def _links(store: Store, run_id: str, events: Sequence[Mapping[str, Any]], trans
             "replays": [str(v["replay_run_id"]) for v in verdicts]}
 
 
-def run_view(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
+def run_view(store: Store, run_id: str, query: Mapping[str, str], opener: Opener | None = None) -> Page:
     """``/runs/<runId>``: the run with the state at ``?at=`` (default: its last index)."""
     def build() -> Page:
-        events, transitions, violations, head = _records(store, run_id)
+        stored, transitions, violations, head = _records(store, run_id)
         hashes = store.query("SELECT sequence, prev_hash, hash FROM events WHERE run_id = {run_id:String} "
                              "ORDER BY sequence", {"run_id": run_id}).rows
+        problem = chain_problem(stored, hashes)  # the chain covers the stored form
+        events = _opened(stored, opener)
         last = len(events) - 1
         at = min(_int(query.get("at"), last, "at"), last)
         final = state_at(events, last)
@@ -135,20 +151,20 @@ def run_view(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
         verdicts = _verdicts(store, run_id)
         return 200, render_run_page(
             run_id, events, transitions, violations, status=final.status, state=view, head_hash=head,
-            chain_problem=chain_problem(events, hashes), links=_links(store, run_id, events, transitions, verdicts),
+            chain_problem=problem, links=_links(store, run_id, events, transitions, verdicts),
             verdicts=verdicts)
     return _guarded(f"run {run_id}", build)
 
 
-def state_fragment(store: Store, run_id: str, query: Mapping[str, str]) -> Page:
+def state_fragment(store: Store, run_id: str, query: Mapping[str, str], opener: Opener | None = None) -> Page:
     """``/runs/<runId>/state?at=N``: the slider's HTML fragment."""
     def build() -> Page:
-        events = _records(store, run_id)[0]
+        events = _opened(_records(store, run_id)[0], opener)
         return 200, render_state_panel(state_at(events, _int(query.get("at"), len(events) - 1, "at")))
     return _guarded(f"state of {run_id}", build)
 
 
-def compare_view(store: Store, query: Mapping[str, str]) -> Page:
+def compare_view(store: Store, query: Mapping[str, str], opener: Opener | None = None) -> Page:
     """``/compare?a=<run>&b=<run>``: the comparison engine's result on any two stored runs (B judged as a replay
     of A, as ``agentlog compare A B`` judges them), under the run picker; without both runs, the picker alone
     (recent runs from the ``runs`` named query), and 404 with the picker when a run is not in the store."""
@@ -158,7 +174,7 @@ def compare_view(store: Store, query: Mapping[str, str]) -> Page:
         if not a or not b:
             return 200, render_compare_picker_page(recent, a, b)
         try:
-            original, replay = _records(store, a)[0], _records(store, b)[0]
+            original, replay = _opened(_records(store, a)[0], opener), _opened(_records(store, b)[0], opener)
         except StoreError as e:
             if e.code != "unknown_run":
                 raise

@@ -29,6 +29,7 @@ from aiohttp import web as aioweb
 
 from agentlog.audit.store import Store
 from agentlog.console import (
+    Opener,
     Page,
     analytics_view,
     compare_view,
@@ -36,6 +37,7 @@ from agentlog.console import (
     run_view,
     runs_view,
     state_fragment,
+    unsealed,
 )
 from agentlog.console.pages import render_error_page
 from agentlog.worker.access import bearer as bearer_of
@@ -85,18 +87,21 @@ def _refuse(request: aioweb.Request, why: str) -> aioweb.Response:
     return aioweb.json_response({"error": {"code": "unauthorized", "message": message}}, status=401, headers=headers)
 
 
-#: A page's view call: ``(store, query parameters, path parameters) -> (status, html)``.
-Build = Callable[[Store, dict[str, str], dict[str, str]], Page]
+#: A page's view call: ``(store, opener, query parameters, path parameters) -> (status, html)``; ``opener`` opens a
+#: stored doc's sealed content (the worker's keyring).
+Build = Callable[[Store, Opener, dict[str, str], dict[str, str]], Page]
 
 #: (path, view name, view call) of every console page.
 ROUTES: tuple[tuple[str, str, Build], ...] = (
-    ("/", "console-runs", lambda store, query, match: runs_view(store, query)),
-    ("/runs/{run_id}", "console-run", lambda store, query, match: run_view(store, match["run_id"], query)),
+    ("/", "console-runs", lambda store, opener, query, match: runs_view(store, query)),
+    ("/runs/{run_id}", "console-run",
+     lambda store, opener, query, match: run_view(store, match["run_id"], query, opener)),
     ("/runs/{run_id}/state", "console-state",
-     lambda store, query, match: state_fragment(store, match["run_id"], query)),
-    ("/runs/{run_id}/replays", "console-replays", lambda store, query, match: replays_view(store, match["run_id"])),
-    ("/compare", "console-compare", lambda store, query, match: compare_view(store, query)),
-    ("/analytics", "console-analytics", lambda store, query, match: analytics_view(store, query)),
+     lambda store, opener, query, match: state_fragment(store, match["run_id"], query, opener)),
+    ("/runs/{run_id}/replays", "console-replays",
+     lambda store, opener, query, match: replays_view(store, match["run_id"])),
+    ("/compare", "console-compare", lambda store, opener, query, match: compare_view(store, query, opener)),
+    ("/analytics", "console-analytics", lambda store, opener, query, match: analytics_view(store, query)),
 )
 
 
@@ -111,7 +116,8 @@ def add_routes(router: aioweb.UrlDispatcher, wiring: Wiring) -> None:
                     "No audit store", "this worker runs without the audit sink (--role process); the console "
                     "reads the audit history", code="no_store"), status=503, content_type="text/html")
             query, match = dict(request.query), dict(request.match_info)
-            status, body = await asyncio.get_running_loop().run_in_executor(None, build, store, query, match)
+            opener = wiring.keyring.open if wiring.keyring is not None else unsealed
+            status, body = await asyncio.get_running_loop().run_in_executor(None, build, store, opener, query, match)
             return aioweb.Response(text=body, status=status, content_type="text/html")
 
         router.add_get(path, page, name=name)

@@ -25,7 +25,8 @@ from agentlog.core.result_cache import ResultCache
 from agentlog.metrics import METRICS, Sample
 from agentlog.replay.compare import REPLAY_COUNTERS
 from agentlog.replay.served import TERMINAL_TYPES, results_answer
-from agentlog.schemas.errors import ConfigError
+from agentlog.schemas.errors import ConfigError, ReplayError
+from agentlog.streams.keyring import Keyring
 from agentlog.streams.reader import read_run
 from agentlog.streams.settings import Settings
 from agentlog.worker import console
@@ -40,18 +41,32 @@ RESULTS_CACHED_RUNS = 16
 class ResultCaches:
     """Result caches of finished source runs, read once from the committed log (LRU-bounded).
 
-    A run that has not ended may still record results, so its cache is rebuilt on every request.
+    A run that has not ended may still record results, so its cache is rebuilt on every request. The caches hold
+    opened content, so an erased run's is dropped at its next request, which is refused (``run_erased``).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, keyring: Keyring | None = None) -> None:
         self.settings = settings
+        self.keyring = keyring
         self._finished: OrderedDict[str, ResultCache] = OrderedDict()
 
+    def forget_erased(self) -> None:
+        """Drop the caches of runs erased since they were read."""
+        if self.keyring is not None:
+            for run_id in [r for r in self._finished if self.keyring.erased(r)]:
+                del self._finished[run_id]
+
     async def get(self, run_id: str) -> ResultCache | None:
+        """The run's result cache (None: no events).
+
+        Raises:
+            ReplayError: ``run_erased``.
+        """
+        self.forget_erased()
         if run_id in self._finished:
             self._finished.move_to_end(run_id)
             return self._finished[run_id]
-        docs = [c["doc"] for c in await read_run(self.settings, run_id)]
+        docs = [c["doc"] for c in await read_run(self.settings, run_id, keyring=self.keyring, refuse_erased=True)]
         if not docs:
             return None
         cache = ResultCache.from_events(docs)
@@ -98,7 +113,7 @@ def application(wiring: Wiring) -> aioweb.Application:
         return aioweb.json_response({"ok": True, "worker": wiring.settings.worker_id})
 
     # Recorded results for mock replay from any language (agentlog.replay.served).
-    results_cache = ResultCaches(wiring.settings)
+    results_cache = ResultCaches(wiring.settings, wiring.keyring)
 
     async def replay_results(request: aioweb.Request) -> aioweb.Response:
         params: dict[str, Any] = dict(request.query)
@@ -112,7 +127,10 @@ def application(wiring: Wiring) -> aioweb.Application:
                     {"error": {"code": "bad_request", "message": "body must be a JSON object"}}, status=400)
             params.update(body)
         source_run_id = request.match_info["source_run_id"]
-        cache = await results_cache.get(source_run_id)
+        try:
+            cache = await results_cache.get(source_run_id)
+        except ReplayError as e:
+            return aioweb.json_response({"error": e.to_dict()}, status=410 if e.code == "run_erased" else 400)
         if cache is None:
             return aioweb.json_response(
                 {"error": {"code": "replay_source_missing",

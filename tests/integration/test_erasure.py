@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -17,12 +19,13 @@ import pytest
 from agentlog.core.sealing import ERASED
 from agentlog.replay.regression import load_recorded
 from agentlog.schemas.errors import ReplayError
+from agentlog.streams.admin import ensure_topics
 from agentlog.streams.erasure import _keys_left, read_receipts
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import first_offset, partition_for, read_run, read_topic
 from agentlog.streams.topics import topic_name
-from tests.integration.worker.worker_proc import wait_until
-from tests.tools import agentlog_cli
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import agentlog_cli, free_port
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -48,7 +51,27 @@ def _contains(docs: list[dict], text: str) -> bool:
     return text in json.dumps(docs)
 
 
+@pytest.fixture
+def worker(settings):
+    """A worker with the audit sink and the web server (console, served results)."""
+    settings = settings.replace(web_port=free_port())
+    asyncio.run(ensure_topics(settings))
+    proc = WorkerProcess(settings, sink=True, web=True).start()
+    yield proc
+    proc.stop()
+
+
+def _get(worker, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
 def test_erase_a_subject_then_everything_else_holds(settings, worker):
+    settings = worker.settings
     alice_run, bob_run = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     alice_mark, bob_mark = f"MARK-{uuid.uuid4().hex}", f"MARK-{uuid.uuid4().hex}"
     alice = _subject_runs(alice_run, "alice@example.com", alice_mark)
@@ -69,7 +92,14 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
         for run_id, docs in every.items():
             assert [c["doc"] for c in await read_run(settings, run_id)] == docs  # opened: as published
 
+        async def console_shows_it():
+            return _get(worker, f"/runs/{alice_run}") if alice_mark in _get(worker, f"/runs/{alice_run}")[1] else None
+
+        await wait_until(console_shows_it, timeout=120, what="the console showing alice's run", worker=worker)
+
     asyncio.run(published())
+    status, served = _get(worker, f"/replay/{alice_run}/results")
+    assert status != 410, served
 
     done = agentlog_cli(settings, "erase", "--subject", "alice@example.com", "--json", timeout=300)
     assert done.returncode == 0, done.stderr
@@ -99,6 +129,12 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
         assert [r["receiptId"] for r in await read_receipts(settings)] == [result["receiptId"]]
 
     asyncio.run(after())
+
+    status, page = _get(worker, f"/runs/{alice_run}")
+    assert status == 200 and alice_mark not in page and ERASED in page
+    assert bob_mark in _get(worker, f"/runs/{bob_run}")[1]
+    status, served = _get(worker, f"/replay/{alice_run}/results")
+    assert status == 410 and json.loads(served)["error"]["code"] == "run_erased"
 
     pub = settings.home / "keys" / "ed25519.pub.pem"
     for run_id in every:
