@@ -43,7 +43,7 @@ _REQUEST: Tree = {
 DEFAULT_CLEAR: Tree = {
     "status": True, "errorCode": True, "attempt": True, "agentId": True, "workerId": True, "childRunId": True,
     "parentRunId": True, "model": True, "provider": True, "tool": True, "durationMs": True, "latencyMs": True,
-    "usage": True, "error": _ERROR,
+    "usage": True, "verdict": True, "error": _ERROR,
 }  # fmt: skip
 
 #: Metadata per interpreted event type (``schemas/payloads.py``); everything else in the payload is content.
