@@ -28,7 +28,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek, mint, unwrap
-from agentlog.core.sealing import DataKey, open_event
+from agentlog.core.sealing import DataKey, is_sealed, open_event, open_value
+from agentlog.core.sequencing import REJECTIONS_PREFIX
 from agentlog.schemas.errors import InfraError
 from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.security import client_kwargs
@@ -159,6 +160,16 @@ class Keyring:
     def open(self, doc: dict[str, Any]) -> dict[str, Any]:
         """``doc`` with its content readable (``[erased]`` where the key is gone)."""
         return open_event(doc, self.key_for)
+
+    def open_rejection(self, record: dict[str, Any]) -> dict[str, Any]:
+        """A rejection record with its original bytes readable again (``raw``: base64, or ``[erased]``)."""
+        raw = record.get("raw")
+        if not is_sealed(raw):
+            return record
+        source = record["source"]
+        run = REJECTIONS_PREFIX + (record.get("runId") or f"~{source['topic']}/{source['partition']}")
+        return {**record, "raw": open_value(raw, self.key_for, run, f"{source['topic']}:{source['partition']}:"
+                                                                     f"{source['offset']}")}
 
     def tags(self, subject: str) -> set[str]:
         """``subject``'s tag under every configured KEK (records made before a rotation carry the old one)."""

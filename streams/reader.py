@@ -17,7 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 from aiokafka.partitioner import murmur2
 
-from agentlog.core.sealing import sealed_paths
+from agentlog.core.sealing import is_sealed, sealed_paths
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
@@ -420,6 +420,18 @@ async def read_run(
                 keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
             result[i] = {**item, "doc": keyring.open(item["doc"])}
     return result
+
+
+async def read_rejections(settings: Settings, *, keyring: Keyring | None = None) -> list[dict[str, Any]]:
+    """Every record of the ``rejections`` topic, with the original bytes readable (``raw``: base64, or ``[erased]``).
+
+    The sequencer seals a rejected record's bytes (they are a host's content); they open here through
+    ``keyring`` (by default the keyring topic, read once if any record needs it).
+    """
+    found = [value async for _, _, _, value in read_topic(settings, "rejections")]
+    if keyring is None and any(is_sealed(r.get("raw")) for r in found):
+        keyring = await load_keyring(settings)
+    return found if keyring is None else [keyring.open_rejection(r) for r in found]
 
 
 async def offset_for_time(settings: Settings, short_name: str, partition: int, ts_ms: int) -> int:

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlog.core.fold import fold_all, state_hash
+from agentlog.core.sealing import seal_event
+from agentlog.streams.keyring import Keyring, load_keyring
 from agentlog.streams.reader import read_topic
 from agentlog.streams.settings import Settings
 from tests.faults.gen import chain_of
@@ -26,7 +28,7 @@ class Outputs:
     snaps: dict[str, dict[str, Any]]  # the latest snapshot per run
     rejections: list[dict[str, Any]]
     violations: list[dict[str, Any]]
-
+    keyring: Keyring  # every run's data key: the log holds each doc in its stored (sealed) form
 
 async def read_outputs(settings: Settings) -> Outputs:
     log: dict[str, dict[int, dict[str, Any]]] = {}
@@ -46,11 +48,12 @@ async def read_outputs(settings: Settings) -> Outputs:
             snaps[key] = snap
     rejections = [r async for _, _, _, r in read_topic(settings, "rejections")]
     violations = [v async for _, _, _, v in read_topic(settings, "violations")]
-    return Outputs(log, copies, conflicts, snaps, rejections, violations)
+    return Outputs(log, copies, conflicts, snaps, rejections, violations, await load_keyring(settings))
 
 
 def check_runs(runs: dict[str, list[dict[str, Any]]], out: Outputs) -> int:
-    """Assert every run is committed whole, chained as its docs, its last snapshot its clean fold.
+    """Assert every run is committed whole, chained as its docs (sealed under its key), its last snapshot their
+    clean fold.
 
     Returns the number of events missing from the log (0, or an assertion has failed first).
     """
@@ -58,10 +61,13 @@ def check_runs(runs: dict[str, list[dict[str, Any]]], out: Outputs) -> int:
     assert out.rejections == [], out.rejections[:3]
     assert out.violations == [], out.violations[:3]
     lost = 0
-    for run_id, docs in runs.items():
+    for run_id, sent in runs.items():
         got = out.log.get(run_id, {})
-        lost += sum(1 for d in docs if d["sequence"] not in got)
-        assert len(got) == len(docs), f"{run_id}: {len(got)} of {len(docs)} committed"
+        lost += sum(1 for d in sent if d["sequence"] not in got)
+        assert len(got) == len(sent), f"{run_id}: {len(got)} of {len(sent)} committed"
+        key = out.keyring.data_key(run_id)
+        assert key is not None, f"{run_id} has no data key in the keyring"
+        docs = [seal_event(d, key) for d in sent]  # what the sequencer stores: sealing is deterministic
         chain = chain_of(docs)
         for doc, (prev, h) in zip(docs, chain, strict=True):
             rec = got[doc["sequence"]]

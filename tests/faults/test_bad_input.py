@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from agentlog.schemas.avro import encode_avro
 from agentlog.schemas.canonical import jcs
 from agentlog.streams.admin import ensure_topics
-from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.reader import read_rejections, read_run, read_topic
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.topics import topic_name
 from tests.faults.accounting import Landing, landing
@@ -288,14 +288,14 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
         expected_rejections = sum(1 for i in corpus if i.expect)
 
         async def rejections():
-            found = [r async for _, _, _, r in read_topic(settings, "rejections")]
+            found = await read_rejections(settings)
             return found if len({(r["source"]["partition"], r["source"]["offset"]) for r in found}) \
                 >= expected_rejections else None
 
         try:
             found = await wait_until(rejections, timeout=60, what="every rejection", worker=worker)
         except AssertionError:  # fall through to the per-record comparison, which names what is missing
-            found = [r async for _, _, _, r in read_topic(settings, "rejections")]
+            found = await read_rejections(settings)
         want = {(i.event_id, i.violation) for i in corpus if i.violation}
 
         async def all_violations():
@@ -311,7 +311,7 @@ def test_bad_input_corpus_is_rejected_with_reasons_and_the_worker_survives(setti
 
         async def landed() -> Landing:
             log = [rec async for _, _, _, rec in read_topic(settings, "log")]
-            rejected = [r async for _, _, _, r in read_topic(settings, "rejections")]
+            rejected = await read_rejections(settings)
             return landing(sent, log, rejected, topic_name(settings, "ingest"))
 
         async def nothing_missing() -> Landing | None:
