@@ -65,9 +65,7 @@ def check_runs(runs: dict[str, list[dict[str, Any]]], out: Outputs) -> int:
         got = out.log.get(run_id, {})
         lost += sum(1 for d in sent if d["sequence"] not in got)
         assert len(got) == len(sent), f"{run_id}: {len(got)} of {len(sent)} committed"
-        key = out.keyring.data_key(run_id)
-        assert key is not None, f"{run_id} has no data key in the keyring"
-        docs = [seal_event(d, key) for d in sent]  # what the sequencer stores: sealing is deterministic
+        docs = sealed_runs({run_id: sent}, out.keyring)[run_id]  # what the sequencer stores
         chain = chain_of(docs)
         for doc, (prev, h) in zip(docs, chain, strict=True):
             rec = got[doc["sequence"]]
@@ -78,3 +76,18 @@ def check_runs(runs: dict[str, list[dict[str, Any]]], out: Outputs) -> int:
         assert snap["state"] == clean and snap["stateHash"] == state_hash(clean)
         assert snap["headHash"] == chain[-1][1]
     return lost
+
+
+def sealed_runs(runs: dict[str, list[dict[str, Any]]], keyring: Keyring) -> dict[str, list[dict[str, Any]]]:
+    """``runs`` as the sequencer stores them: each doc sealed under its run's data key (deterministic)."""
+    out = {}
+    for run_id, docs in runs.items():
+        key = keyring.data_key(run_id)
+        assert key is not None, f"{run_id} has no data key in the keyring"
+        out[run_id] = [seal_event(d, key) for d in docs]
+    return out
+
+
+async def stored_runs(settings: Settings, runs: dict[str, list[dict[str, Any]]]) -> dict[str, list[dict[str, Any]]]:
+    """:func:`sealed_runs` with the keyring read from ``settings``' topic."""
+    return sealed_runs(runs, await load_keyring(settings))

@@ -24,6 +24,7 @@ from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import load_settings
 from tests.faults.gen import chain_of
 from tests.faults.kafka_util import Offsets
+from tests.faults.readback import stored_runs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.tools import free_port_range
 
@@ -111,9 +112,9 @@ def test_one_broker_down_mid_publish_loses_no_acknowledged_event(tmp_path: Path,
                 first = seen.setdefault(rec["doc"]["sequence"], rec)
                 conflicts += first != rec
             rejections = [r async for _, _, _, r in read_topic(settings, "rejections")]
-            return log, conflicts, rejections
+            return log, conflicts, rejections, await stored_runs(settings, acked)
 
-        log, conflicts, rejections = asyncio.run(scenario())
+        log, conflicts, rejections, stored = asyncio.run(scenario())
         assert worker.alive(), worker.log_tail()
         assert [n.alive for n in local.status(cluster)] == [True, True, True]
     finally:
@@ -123,7 +124,7 @@ def test_one_broker_down_mid_publish_loses_no_acknowledged_event(tmp_path: Path,
 
     assert conflicts == 0
     lost = 0
-    for run_id, docs in acked.items():
+    for run_id, docs in stored.items():  # as the sequencer stores them (sealed under each run's key)
         got = log.get(run_id, {})
         lost += sum(1 for d in docs if d["sequence"] not in got)
         for doc, (_prev, h) in zip(docs, chain_of(docs), strict=False):

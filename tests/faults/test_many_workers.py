@@ -40,7 +40,7 @@ from agentlog.streams.publisher import Publisher
 from agentlog.streams.reader import read_topic
 from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
-from tests.faults.readback import check_runs, read_outputs
+from tests.faults.readback import check_runs, read_outputs, sealed_runs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -158,7 +158,7 @@ def test_three_workers_one_group_random_sigkills(settings, ledger):
     assert dup_rows == []
     assert events == len(hashes) == total
     assert rollup_events == total
-    for run_id, docs in runs.items():
+    for run_id, docs in sealed_runs(runs, out.keyring).items():
         for doc, (_, h) in zip(docs, chain_of(docs), strict=True):
             assert hashes[(run_id, doc["sequence"])] == h
     ledger.record(

@@ -37,7 +37,7 @@ from agentlog.streams.publisher import Publisher
 from agentlog.streams.reader import read_run, read_topic
 from tests.faults.gen import chain_of, mixed_stream
 from tests.faults.kafka_util import Offsets
-from tests.faults.readback import check_runs, read_outputs
+from tests.faults.readback import check_runs, read_outputs, sealed_runs
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -194,7 +194,7 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
     assert counts["violations"] == len(violations) == 0 and counts["rejections"] == len(rejections) == 0
     for table, distinct_records in sink_keys.items():
         assert counts[table] == len(distinct_records), (table, counts[table], len(distinct_records))
-    for run_id, docs in runs.items():
+    for run_id, docs in sealed_runs(runs, out.keyring).items():
         for doc, (_, h) in zip(docs, chain_of(docs), strict=False):
             assert hashes[(run_id, doc["sequence"])] == h
     ledger.record(
