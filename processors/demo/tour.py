@@ -41,13 +41,15 @@ from agentlog.audit.migrations import migrate
 from agentlog.audit.server import query_via_worker
 from agentlog.audit.store import read_owner
 from agentlog.core.checkpoint import public_key_path
+from agentlog.core.sealing import seal_event
 from agentlog.infra.kafka import local
 from agentlog.replay import compare_runs, replay_run
 from agentlog.schemas.canonical import GENESIS, chain_hash
 from agentlog.schemas.errors import AgentlogError, InfraError
 from agentlog.streams.admin import ensure_topics_sync
+from agentlog.streams.keyring import load_keyring
 from agentlog.streams.publisher import Publisher
-from agentlog.streams.reader import read_topic
+from agentlog.streams.reader import partition_for, read_topic
 from agentlog.streams.settings import Settings, settings_env
 
 __all__ = [
@@ -527,16 +529,20 @@ async def _tour(settings: Settings, worker: WorkerHandle, summary: DemoSummary, 
             n_transitions = sum(1 for d in docs if d["type"] == "core.workflowChain.event")
             transitions = await _until(lambda: _transitions(settings, run_id, n_transitions),
                                        timeout_s=STEP_WAIT_S, what="handoff transitions", log=worker.log)
+        # The log holds each doc with its content sealed under the run's key (deterministic), and chains that.
+        keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
+        key = keyring.data_key(run_id)
         head = GENESIS
         for doc in docs:
-            head = chain_hash(head, doc)
+            head = chain_hash(head, seal_event(doc, key) if key is not None else doc)
         summary.head_hash = committed[-1][1]["hash"]
         summary.head_verified = summary.head_hash == head
         summary.transitions = [{k: t.get(k) for k in ("workerId", "phase", "from", "to", "sequence", "timestamp",
                                                       "harvestedKeys", "derived")} for t in transitions]
         _print_transitions(console, transitions)
         console.print(f"   head hash [bold]{summary.head_hash}[/] "
-                      + ("[green](recomputed from the docs sent: equal)[/]" if summary.head_verified
+                      + ("[green](recomputed from the docs sent, sealed under the run's key: equal)[/]"
+                         if summary.head_verified
                          else "[red](differs from the hash recomputed from the docs sent!)[/]"))
 
         with console.status("re-deriving the run from a mid-run offset…"):

@@ -41,10 +41,12 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 
 from agentlog.core.fold import fold, fold_noting, state_hash
+from agentlog.core.keyring import KeyringError
+from agentlog.core.sealing import SealError, is_sealed, open_value
 from agentlog.core.statehash import ResumableStateHash, StateHasher
 from agentlog.metrics import METRICS
 from agentlog.replay.compare import ABSENT, first_difference
@@ -54,7 +56,8 @@ from agentlog.schemas.canonical import GENESIS, canonical_leaf, chain_hash, hash
 from agentlog.schemas.errors import AgentlogError, ReplayError
 from agentlog.schemas.records import Verdict, log_format_error
 from agentlog.streams.codec import decode_record
-from agentlog.streams.reader import TopicReader, partition_for
+from agentlog.streams.keyring import load_keyring
+from agentlog.streams.reader import TopicReader, partition_for, read_run
 from agentlog.streams.settings import Settings
 
 log = logging.getLogger("agentlog.rederive")
@@ -623,8 +626,35 @@ async def replay_run(
         raise ReplayError("the start offset/sequence must be >= 0")
     # Every read of one replay goes through one consumer: its start-up is paid once.
     async with TopicReader(settings, topics=("snapshots", "log")) as reader:
-        return await _replay(reader, run_id, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
-                             progress=progress)
+        result = await _replay(reader, run_id, from_offset=from_offset, from_seq=from_seq, collect_all=collect_all,
+                               progress=progress)
+    return await _opened(settings, result)
+
+
+async def _opened(settings: Settings, result: RederivationResult) -> RederivationResult:
+    """``result`` with the sealed values its divergences name opened, where the run's key still exists.
+
+    Re-derivation compares the stored form (no key needed); a person reading its diff wants the values.
+    A value that does not open (erased, or altered so that it no longer opens) is shown as stored.
+    """
+    if not any(is_sealed(d.expected) or is_sealed(d.actual) for d in result.divergences):
+        return result
+    keyring = await load_keyring(settings, [partition_for(settings, result.run_id, "keyring")])
+    event_ids = {c["doc"].get("sequence"): c["doc"].get("eventId")
+                 for c in await read_run(settings, result.run_id, opened=False)}
+
+    def opened(value: Any, d: Divergence) -> Any:
+        if not is_sealed(value) or not d.path or not d.path.startswith("doc.payload"):
+            return value
+        try:
+            return open_value(value, keyring.key_for, result.run_id, str(event_ids.get(d.at_sequence)),
+                              tuple(d.path.split(".")[2:]))
+        except (SealError, KeyringError):
+            return value
+
+    divergences = tuple(replace(d, expected=opened(d.expected, d), actual=opened(d.actual, d))
+                        for d in result.divergences)
+    return replace(result, divergences=divergences, first_divergence=divergences[0])
 
 
 async def _replay(reader: TopicReader, run_id: str, *, from_offset: int | None, from_seq: int | None,
