@@ -7,6 +7,7 @@ the store directly, or through the worker that owns it); the page is
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -24,10 +25,16 @@ def register(app: typer.Typer) -> None:
         # Imported here, not at module level, so `agentlog --help` does not load the audit store.
         from agentlog.audit.report import render_report
         from agentlog.audit.server import fetch_report_records
+        from agentlog.core.sealing import sealed_paths
+        from agentlog.streams.keyring import load_keyring
+        from agentlog.streams.reader import partition_for
         from agentlog.streams.settings import load_settings
 
         settings = load_settings()
         events, transitions, violations, head, source = fetch_report_records(settings, run)
+        if any(sealed_paths(e) for e in events):  # the store holds content sealed: opened with the run's key
+            keyring = asyncio.run(load_keyring(settings, [partition_for(settings, run, "keyring")]))
+            events = [keyring.open(e) for e in events]
         target = out or Path(f"report-{run}.html")
         target.write_text(render_report(events, transitions, violations, run_id=run, head_hash=head or None), "utf-8")
         summary = {"out": str(target), "runId": run, "events": len(events), "transitions": len(transitions),

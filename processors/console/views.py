@@ -184,7 +184,7 @@ def compare_view(store: Store, query: Mapping[str, str], opener: Opener | None =
     return _guarded("compare", build)
 
 
-def replays_view(store: Store, run_id: str) -> Page:
+def replays_view(store: Store, run_id: str, opener: Opener | None = None) -> Page:
     """``/runs/<runId>/replays``: the run's verdict records and its latest replay compared side by side."""
     def build() -> Page:
         verdicts = _verdicts(store, run_id)
@@ -195,8 +195,8 @@ def replays_view(store: Store, run_id: str) -> Page:
             started = dict(store.query("SELECT run_id, min(event_time) FROM events WHERE run_id IN {ids:Array(String)} "
                                        "GROUP BY run_id", {"ids": ids}).rows)
             latest = max(reversed(ids), key=lambda r: (r in started, started.get(r)))
-            original = _records(store, run_id)[0]
-            replay = report_records(store, latest)[0]
+            original = _opened(_records(store, run_id)[0], opener)
+            replay = _opened(report_records(store, latest)[0], opener)
             if replay:
                 section = compare_section(run_id, latest, original, replay,
                                           compare_runs(original, replay, collect_all=True))

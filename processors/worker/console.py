@@ -99,7 +99,7 @@ ROUTES: tuple[tuple[str, str, Build], ...] = (
     ("/runs/{run_id}/state", "console-state",
      lambda store, opener, query, match: state_fragment(store, match["run_id"], query, opener)),
     ("/runs/{run_id}/replays", "console-replays",
-     lambda store, opener, query, match: replays_view(store, match["run_id"])),
+     lambda store, opener, query, match: replays_view(store, match["run_id"], opener)),
     ("/compare", "console-compare", lambda store, opener, query, match: compare_view(store, query, opener)),
     ("/analytics", "console-analytics", lambda store, opener, query, match: analytics_view(store, query)),
 )
