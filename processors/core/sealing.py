@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +31,8 @@ from agentlog.schemas.canonical import jcs, loads_strict
 from agentlog.schemas.content import SEALED, Tree, clear_tree, content_members, is_sealed
 from agentlog.schemas.errors import ContractError
 
-__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "open_value", "seal_event",
-           "seal_value", "sealed_paths"]
+__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "open_record", "open_value",
+           "seal_event", "seal_record", "seal_value", "sealed_paths"]
 
 #: What a member reads as once its key is gone.
 ERASED = "[erased]"
@@ -61,7 +61,7 @@ class DataKey:
         return f"DataKey({self.key_id!r})"
 
 
-def _aad(run_id: str, event_id: str, path: tuple[str, ...]) -> bytes:
+def _aad(run_id: str, event_id: str, path: tuple[str | int, ...]) -> bytes:
     return jcs([run_id, event_id, list(path)])
 
 
@@ -86,7 +86,7 @@ def _replace(payload: Any, path: tuple[str, ...], value: Any) -> Any:
     return out
 
 
-def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: tuple[str, ...] = ()) -> dict[str, str]:
+def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: tuple[str | int, ...] = ()) -> dict[str, str]:
     """``value`` as a sealed token bound to (``run_id``, ``place``, ``path``): an event id, or another record's."""
     aad = _aad(run_id, place, path)
     token = AESGCMSIV(key.secret).encrypt(_nonce(aad), jcs(value), aad)
@@ -94,7 +94,7 @@ def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: tuple[st
 
 
 def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], run_id: str, place: str,
-               path: tuple[str, ...] = (), what: str = "") -> Any:
+               path: tuple[str | int, ...] = (), what: str = "") -> Any:
     """What :func:`seal_value` sealed; :data:`ERASED` once the key is gone. Raises :class:`SealError` if altered."""
     key_id, _, body = token[SEALED].partition(".")
     key = key_for(key_id)
@@ -104,7 +104,7 @@ def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], 
     try:
         return loads_strict(AESGCMSIV(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
     except (InvalidTag, ValueError) as e:
-        where = ".".join(("payload", *path)) if path else "the sealed value"
+        where = ".".join(("payload", *map(str, path))) if path else "the sealed value"
         raise SealError(f"{where} of {what or place} in run {run_id} does not open under key {key_id}: the record was "
                         "altered") from e
 
@@ -136,6 +136,66 @@ def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) ->
                                                      f"event {doc['eventId']}"))
         changed = True
     return {**doc, "payload": payload} if changed else doc
+
+
+#: A member's place in a record that is not a RunEventDoc: object member names and list indexes.
+Place = tuple[str | int, ...]
+
+
+def _get(record: Any, path: Place) -> Any:
+    for step in path:
+        if isinstance(step, int):
+            if not isinstance(record, list) or not -len(record) <= step < len(record):
+                return None
+        elif not isinstance(record, dict):
+            return None
+        record = record[step] if isinstance(step, int) else record.get(step)
+    return record
+
+
+def _set(record: Any, path: Place, value: Any) -> Any:
+    """``record`` with the member at ``path`` replaced, copying only the containers on the way."""
+    if not path:
+        return value
+    head, rest = path[0], path[1:]
+    out: Any = list(record) if isinstance(record, list) else dict(record)
+    out[head] = _set(record[head], rest, value)
+    return out
+
+
+def seal_record(record: dict[str, Any], paths: Iterable[Place], key: DataKey | None, run_id: str,
+                place: str) -> dict[str, Any]:
+    """``record`` with the members at ``paths`` sealed (bound to ``run_id``, ``place`` and the path); without a
+    key (erased) they read :data:`ERASED`. Paths that hold nothing (or None) are left alone."""
+    out: Any = record
+    for path in paths:
+        value = _get(out, path)
+        if value is None or is_sealed(value):
+            continue
+        out = _set(out, path, ERASED if key is None else seal_value(value, key, run_id, place, path))  # type: ignore[arg-type]
+    return dict(out)
+
+
+def open_record(record: dict[str, Any], key_for: Callable[[str], DataKey | None], run_id: str,
+                place: str) -> dict[str, Any]:
+    """``record`` with every sealed member opened (:func:`seal_record`'s inverse)."""
+    found: list[tuple[Place, Any]] = []
+
+    def walk(value: Any, path: Place) -> None:
+        if is_sealed(value):
+            found.append((path, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, (*path, k))
+        elif isinstance(value, list):
+            for i, v in enumerate(value):
+                walk(v, (*path, i))
+
+    walk(record, ())
+    out: Any = record
+    for path, token in found:
+        out = _set(out, path, open_value(token, key_for, run_id, place, path))  # type: ignore[arg-type]
+    return dict(out)
 
 
 def sealed_paths(doc: dict[str, Any], tree: Tree | None = None) -> list[str]:

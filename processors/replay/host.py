@@ -11,11 +11,13 @@ counted but emit no verdict record.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from agentlog.core.sealing import DataKey, Place, open_record, seal_record
 from agentlog.metrics import METRICS
 from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.compare import record as record_counters
@@ -23,7 +25,8 @@ from agentlog.replay.served import TERMINAL_TYPES
 from agentlog.replay.tree import compare_tree
 from agentlog.schemas.errors import ReplayError
 from agentlog.schemas.records import Verdict, verdict
-from agentlog.streams.reader import read_run, read_topic
+from agentlog.streams.keyring import load_keyring
+from agentlog.streams.reader import partition_for, read_run, read_topic
 from agentlog.streams.settings import Settings
 
 log = logging.getLogger("agentlog.replay")
@@ -46,6 +49,27 @@ def verdict_record(request: Mapping[str, Any], result: ComparisonResult, detail:
         reordered=body.get("reordered"),
         path=body.get("path"),
     )
+
+
+#: What a verdict holds of the runs' content (the values a divergence names, its detail, a refusal's reason):
+#: sealed under the replay run's key where the verdict is stored, like the run itself.
+VERDICT_CONTENT: tuple[Place, ...] = (("firstDivergence", "expected"), ("firstDivergence", "actual"),
+                                      ("firstDivergence", "detail"))
+
+
+def _verdict_paths(record: Mapping[str, Any]) -> list[Place]:
+    events = record.get("events") or []
+    return [*VERDICT_CONTENT, *((("events", i, "payload", "refusalReason")) for i in range(len(events)))]
+
+
+def stored_verdict(record: Verdict, key: DataKey | None) -> Verdict:
+    """``record`` as the verdicts topic and the audit store keep it: its content sealed (``[erased]`` without a key)."""
+    return cast(Verdict, seal_record(dict(record), _verdict_paths(record), key, record["replayRunId"], "verdict"))
+
+
+def opened_verdict(record: Verdict, key_for: Callable[[str], DataKey | None]) -> Verdict:
+    """A stored verdict with its content readable."""
+    return cast(Verdict, open_record(dict(record), key_for, record["replayRunId"], "verdict"))
 
 
 def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
@@ -164,4 +188,14 @@ async def host_verdicts(settings: Settings, replay_run_id: str | None = None) ->
         if replay_run_id is None or rid == replay_run_id:
             latest.pop(rid, None)
             latest[rid] = cast(Verdict, value)
-    return list(latest.values())
+    found = list(latest.values())
+    if not any(sealed_in(v) for v in found):
+        return found
+    keyring = await load_keyring(settings, None if replay_run_id is None else
+                                 [partition_for(settings, replay_run_id, "keyring")])
+    return [opened_verdict(v, keyring.key_for) if isinstance(v.get("replayRunId"), str) else v for v in found]
+
+
+def sealed_in(record: Mapping[str, Any]) -> bool:
+    """Whether ``record`` holds a sealed member anywhere."""
+    return '"$sealed"' in json.dumps(record)

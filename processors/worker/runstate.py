@@ -25,7 +25,7 @@ from aiokafka.errors import KafkaError
 
 from agentlog.core.runstate import chain_problem
 from agentlog.metrics import METRICS
-from agentlog.replay.host import host_replay_verdict
+from agentlog.replay.host import host_replay_verdict, stored_verdict
 from agentlog.streams.codec import decode_record, encode_record
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.topics import topic_name
@@ -63,7 +63,10 @@ class Verdicts:
             try:
                 record = await host_replay_verdict(self._wiring.settings, request)
                 if request.get("mode") != "dry_run":
-                    await (await self._wiring.send("verdicts", request["replayRunId"], encode_record(record)))
+                    keyring = self._wiring.keyring
+                    key = keyring.data_key(request["replayRunId"]) if keyring is not None else None
+                    stored = stored_verdict(record, key)  # its content sealed like the replay run's
+                    await (await self._wiring.send("verdicts", request["replayRunId"], encode_record(stored)))
             except asyncio.CancelledError:
                 raise
             except Exception:  # one replay's verdict failing never stops the next one's

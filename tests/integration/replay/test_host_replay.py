@@ -12,9 +12,10 @@ import uuid
 
 import pytest
 
+from agentlog.core.sealing import is_sealed
 from agentlog.replay.host import host_verdicts
 from agentlog.streams.publisher import publish_docs
-from agentlog.streams.reader import partition_for
+from agentlog.streams.reader import partition_for, read_topic
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import wait_until
 from tests.unit.replay.runs import as_replay, index_of, llm_run
@@ -91,6 +92,10 @@ def test_changed_result_refusal_and_other_bindings(settings, worker):
         assert (v["verdict"], v["errorCode"]) == ("diverged", "replay_diverged")
         assert (v["firstDivergence"]["atSequence"], v["firstDivergence"]["path"]) == (tool_at, "payload.result.hits")
         assert (v["firstDivergence"]["expected"], v["firstDivergence"]["actual"]) == (3, 4)
+        # on the topic (and in the audit store) the values a divergence names are sealed like the run's content
+        stored = [value async for _, _, _, value in read_topic(settings, "verdicts", key=changed[0]["runId"])][-1]
+        assert is_sealed(stored["firstDivergence"]["expected"]) and is_sealed(stored["firstDivergence"]["actual"])
+        assert stored["firstDivergence"]["path"] == "payload.result.hits"
         assert [e["type"] for e in v["events"]] == ["replay.diverged"]
         event = v["events"][0]["payload"]
         assert (event["sourceRunId"], event["atSequence"], event["divergenceKind"]) == (src_id, tool_at, "output")

@@ -129,3 +129,20 @@ def test_any_json_value_round_trips(args, result):
     for doc in (_doc("agent.toolCalled", {"callId": "c", "tool": "t", "args": args}),
                 _doc("agent.toolReturned", {"callId": "c", "result": result})):
         assert open_event(seal_event(doc, KEY), {"k1": KEY}.get) == doc
+
+
+def test_a_records_members_seal_at_their_paths_and_open_back():
+    from agentlog.core.sealing import open_record, seal_record
+
+    record = {"replayRunId": "r2", "firstDivergence": {"kind": "output", "expected": MARKER, "actual": [1, 2]},
+              "events": [{"type": "replay.divergedAtRefusal", "payload": {"refusalReason": MARKER, "atSequence": 3}}]}
+    paths = [("firstDivergence", "expected"), ("firstDivergence", "actual"), ("firstDivergence", "detail"),
+             ("events", 0, "payload", "refusalReason"), ("events", 5, "payload")]
+    sealed = seal_record(record, paths, KEY, "r2", "verdict")
+    assert MARKER not in json.dumps(sealed) and sealed["firstDivergence"]["kind"] == "output"
+    assert "detail" not in sealed["firstDivergence"] and sealed["events"][0]["payload"]["atSequence"] == 3
+    assert open_record(sealed, {"k1": KEY}.get, "r2", "verdict") == record
+    assert open_record(sealed, {}.get, "r2", "verdict")["firstDivergence"]["expected"] == ERASED
+    with pytest.raises(SealError):
+        open_record(sealed, {"k1": KEY}.get, "r3", "verdict")  # bound to its run
+    assert seal_record(record, paths, None, "r2", "verdict")["firstDivergence"]["expected"] == ERASED
