@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
@@ -32,8 +31,10 @@ from typing import Any, Protocol
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from orjson import loads
 
 from agentlog.core.sealing import DataKey
+from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError
 
 __all__ = ["KeyRecord", "KeyWrapper", "KeyringError", "LocalKek", "mint", "runs_to_erase", "unwrap"]
@@ -129,12 +130,12 @@ class KeyRecord:
             doc["erasedAtMs"] = self.erased_at_ms
         if self.parent_run_id is not None:
             doc["parentRunId"] = self.parent_run_id
-        return json.dumps(doc, separators=(",", ":"), sort_keys=True).encode()
+        return jcs(doc)
 
     @classmethod
     def from_value(cls, value: bytes) -> KeyRecord:
         try:
-            doc = json.loads(value)
+            doc = loads(value)
             erased = doc.get("erasedAtMs")
             if erased is not None and type(erased) is not int:
                 raise TypeError("erasedAtMs is not an integer")
@@ -147,7 +148,7 @@ class KeyRecord:
 
 
 def _context(run_id: str, key_id: str) -> bytes:
-    return json.dumps([run_id, key_id]).encode()
+    return run_id.encode("utf-8") + b"\0" + key_id.encode("ascii")
 
 
 def mint(run_id: str, subject: str | None, parent_run_id: str | None, wrapper: KeyWrapper) -> tuple[DataKey, KeyRecord]:
