@@ -164,7 +164,7 @@ class Keyring:
     def open_rejection(self, record: dict[str, Any]) -> dict[str, Any]:
         """A rejection record with its original bytes readable again (``raw``: base64, or ``[erased]``)."""
         raw = record.get("raw")
-        if not is_sealed(raw):
+        if not isinstance(raw, dict) or not is_sealed(raw):
             return record
         source = record["source"]
         run = REJECTIONS_PREFIX + (record.get("runId") or f"~{source['topic']}/{source['partition']}")

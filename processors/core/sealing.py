@@ -179,7 +179,7 @@ def seal_record(record: dict[str, Any], paths: Iterable[Place], key: DataKey | N
         value = _get(out, path)
         if value is None or is_sealed(value):
             continue
-        out = _set(out, path, ERASED if key is None else seal_value(value, key, run_id, place, path))  # type: ignore[arg-type]
+        out = _set(out, path, ERASED if key is None else seal_value(value, key, run_id, place, path))
     return dict(out)
 
 
@@ -201,7 +201,7 @@ def open_record(record: dict[str, Any], key_for: Callable[[str], DataKey | None]
     walk(record, ())
     out: Any = record
     for path, token in found:
-        out = _set(out, path, open_value(token, key_for, run_id, place, path))  # type: ignore[arg-type]
+        out = _set(out, path, open_value(token, key_for, run_id, place, path))
     return dict(out)
 
 
