@@ -33,7 +33,7 @@ from agentlog.core.sequencing import REJECTIONS_PREFIX
 from agentlog.schemas.errors import InfraError
 from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.security import client_kwargs
-from agentlog.streams.settings import Settings
+from agentlog.streams.settings import Settings, create_private_file
 from agentlog.streams.topics import topic_name
 
 __all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrappers", "read_keyring"]
@@ -50,16 +50,8 @@ def kek_paths(settings: Settings) -> list[Path]:
 
 def _read_or_create(path: Path, *, create: bool) -> bytes:
     try:
-        if not path.exists() and create:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another process made it a moment ago: read that one
-            else:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(base64.b64encode(os.urandom(32)) + b"\n")
-                log.warning("created the key-encryption key %s: back it up; without it no content can be read", path)
+        if not path.exists() and create and create_private_file(path, base64.b64encode(os.urandom(32)) + b"\n"):
+            log.warning("created the key-encryption key %s: back it up; without it no content can be read", path)
         if stat.S_IMODE(path.stat().st_mode) & 0o077:
             log.warning("key-encryption key %s is readable by others; chmod 600 it", path)
         return base64.b64decode(path.read_bytes().strip(), validate=True)

@@ -165,6 +165,22 @@ def _coerce(name: str, raw: str, typ: object) -> object:
     return raw
 
 
+def create_private_file(path: Path, data: bytes) -> bool:
+    """Write ``data`` to a new file only its owner reads (0600, in a 0700 directory); False if it already exists.
+
+    Creation is exclusive (``O_EXCL``), so two processes starting on one home at once keep one file: the one that
+    lost the race reads the winner's. For keys (the checkpoint signing key, the key-encryption key).
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    return True
+
+
 def load_settings(**overrides: object) -> Settings:
     """Settings from defaults, then ``AGENTLOG_*`` environment variables, then ``overrides``."""
     # Any: each value has the type of the field it names (_coerce picks it at run time).

@@ -10,7 +10,6 @@ restart); checkpoints name their key id, so verifiers keep every public key ever
 from __future__ import annotations
 
 import logging
-import os
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from agentlog.core.checkpoint import (
     public_key_path,
     public_key_pem,
 )
-from agentlog.streams.settings import Settings
+from agentlog.streams.settings import Settings, create_private_file
 
 __all__ = ["SigningKey", "load_or_create_signing_key", "public_key_path"]
 
@@ -54,16 +53,9 @@ def load_or_create_signing_key(settings: Settings) -> SigningKey:
     """
     path = settings.signing_key_path
     try:
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         if not path.exists():
             key = generate_private_key()
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:
-                pass  # another worker made it a moment ago: read that one
-            else:
-                with os.fdopen(fd, "wb") as f:
-                    f.write(private_key_pem(key))
+            if create_private_file(path, private_key_pem(key)):  # else another worker made it a moment ago
                 log.warning("created the checkpoint signing key %s (key id %s)", path, key_id(key))
         mode = stat.S_IMODE(path.stat().st_mode)
         if mode & 0o077:
