@@ -12,8 +12,9 @@ from agentlog.streams.settings import Settings
 
 # Infinite retention: the committed log is the source of truth a replay re-reads.
 _FOREVER = {"retention.ms": "-1", "cleanup.policy": "delete"}
-# The ingest topic is the one place a host's content is in plaintext (README "Personal data"): kept three days
-# (time for a stopped worker to catch up over a weekend), in hourly segments so that retention applies by the hour.
+# The ingest topic (with the OTel topics before the sequencer) is the one place a host's content is in plaintext
+# (README "Personal data"): kept three days (time for a stopped worker to catch up over a weekend), in hourly
+# segments so that retention applies by the hour.
 INGEST_RETENTION_MS = 3 * 86_400_000
 _INGEST = {"retention.ms": str(INGEST_RETENTION_MS), "segment.ms": "3600000", "cleanup.policy": "delete"}
 _DELETE = {"cleanup.policy": "delete"}
@@ -38,10 +39,10 @@ _TOPICS: dict[str, dict[str, str]] = {
                 "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "1000"},
     # Signed erasure receipts (agentlog erase), keyed by receipt id: kept as long as the log.
     "erasures": _FOREVER,
-    # OpenTelemetry spans from the OTLP receiver, keyed by trace id.
-    "spans": _DELETE,
-    # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer.
-    "otel-events": _DELETE,
+    # OpenTelemetry spans from the OTLP receiver, keyed by trace id (a host's plaintext, before the sequencer).
+    "spans": _INGEST,
+    # Mapped span events without sequences, keyed by run: the span mapper → the run sequencer (plaintext too).
+    "otel-events": _INGEST,
 }
 
 SHORT_NAMES: tuple[str, ...] = tuple(_TOPICS)
