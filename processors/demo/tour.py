@@ -44,6 +44,7 @@ from agentlog.core.checkpoint import public_key_path
 from agentlog.core.sealing import seal_event
 from agentlog.infra.kafka import local
 from agentlog.replay import compare_runs, replay_run
+from agentlog.replay.host import host_verdicts
 from agentlog.schemas.canonical import GENESIS, chain_hash
 from agentlog.schemas.errors import AgentlogError, InfraError
 from agentlog.streams.admin import ensure_topics_sync
@@ -426,10 +427,8 @@ async def _transitions(settings: Settings, run_id: str, n: int) -> list[dict[str
 
 
 async def _verdict(settings: Settings, replay_run_id: str) -> dict[str, Any] | None:
-    for _, v in await _records(settings, "verdicts", replay_run_id):
-        if v.get("replayRunId") == replay_run_id:
-            return v
-    return None
+    found = await host_verdicts(settings, replay_run_id)  # opened: a verdict's values are sealed like the run's
+    return dict(found[-1]) if found else None
 
 
 # ---------------------------------------------------------------------------------------------
