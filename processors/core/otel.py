@@ -22,7 +22,8 @@ Runs: run id = ``gen_ai.conversation.id``, inherited from the nearest ancestor s
 that has one, else the trace id. An ``invoke_agent`` span whose run differs from its
 parent span's is a **child run**; its parent run gets the RFC 0037 §B handoff
 (``runOrchestrator.decided`` → ``dispatch.began`` → ``dispatch.succeeded`` →
-``child.completed``/``child.failed``, each caused by the previous one).
+``child.completed``/``child.failed``, each caused by the previous one). A run's ``run.started``
+names its data subject from the span that starts it (:func:`agentlog.core.otel_read.subject`).
 
 Event ids are ``uuid5(NAMESPACE, "<traceId>/<spanId>/<role>")``, so a re-sent span
 maps to the same ids and the sequencer counts it as a duplicate.
@@ -40,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agentlog.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs
+from agentlog.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs, subject
 from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, EventRejected
@@ -466,9 +467,16 @@ def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str 
               readings: Mapping[str, Reading]) -> None:
     """A span that is a run: ``run.started`` … ``run.completed``/``run.failed`` and, when it is a child run,
     the RFC 0037 §B chain in its parent run (``runOrchestrator.decided`` → ``dispatch.began`` at the
-    handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends)."""
+    handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends).
+
+    ``run.started`` names the run's data subject from this span alone (:func:`agentlog.core.otel_read.subject`:
+    ``user.id``, else ``enduser.id``, else the span's own conversation), or leaves it out."""
     worker = r.name or run
-    add("start", "run.started", {"bindings": {}, "agent": worker})
+    started: dict[str, Any] = {"bindings": {}, "agent": worker}
+    subject_id = subject(span)
+    if subject_id is not None:
+        started["subjectId"] = subject_id
+    add("start", "run.started", started)
     if _failed(span):
         add("end", "run.failed", {"error": _error(span)})
     else:

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span", "span_attrs"]
+__all__ = ["REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span", "span_attrs", "subject"]
 
 _CHAT_OPS = frozenset({"chat", "text_completion", "generate_content"})
 REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
@@ -308,6 +308,40 @@ def conversation(attrs: Mapping[str, Any]) -> str | None:
     if isinstance(meta, dict) and isinstance(meta.get("thread_id"), str) and meta["thread_id"]:
         return str(meta["thread_id"])
     return None
+
+
+#: The attributes naming the person a run is about, most specific first: ``user.id`` is the current
+#: convention, ``enduser.id`` the one it replaced (instrumentations still send either).
+_SUBJECT_KEYS = ("user.id", "enduser.id")
+
+
+def subject(span: Mapping[str, Any]) -> str | None:
+    """The data subject a run started by ``span`` names (``run.started`` ``payload.subjectId``, SPEC §12).
+
+    The first usable of: the span's ``user.id``, its resource's ``user.id``, the span's ``enduser.id``,
+    its resource's ``enduser.id``, else the span's own conversation (:func:`conversation`:
+    ``gen_ai.conversation.id``, ``session.id``, LangGraph's ``thread_id``). The attribute name decides
+    before the holder does, since a user id says who the run is about and a conversation only groups
+    runs; the span decides before its resource, being the more specific. Usable is a non-blank
+    string or an integer (as its decimal string); any other value is passed over rather than
+    rejected, so a bad identity attribute never costs the run its events. None: the run is its own
+    subject. Only the span that starts the run speaks for it: a conversation it inherits from an
+    ancestor span does not count.
+    """
+    own = span_attrs(span)
+    resource = span.get("resource")
+    holders = (own, resource) if isinstance(resource, dict) else (own,)
+    for key in _SUBJECT_KEYS:
+        for attrs in holders:
+            value = attrs.get(key)
+            if isinstance(value, str) and value.strip():
+                return value
+            if isinstance(value, int) and not isinstance(value, bool):
+                return str(value)
+    try:
+        return conversation(own)
+    except Malformed:
+        return None
 
 
 def _graph_node(attrs: Mapping[str, Any]) -> str | None:
