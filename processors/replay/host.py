@@ -51,10 +51,11 @@ def verdict_record(request: Mapping[str, Any], result: ComparisonResult, detail:
     )
 
 
-#: What a verdict holds of the runs' content (the values a divergence names, its detail, a refusal's reason):
-#: sealed under the replay run's key where the verdict is stored, like the run itself.
+#: What a verdict holds of the runs' content (the values a divergence names, its path, its detail, a refusal's
+#: reason): sealed under the replay run's key where the verdict is stored, like the run itself. The path is content
+#: too: below a payload member it names the keys of a host's values (``variables.goal.<a key the host chose>``).
 VERDICT_CONTENT: tuple[Place, ...] = (("firstDivergence", "expected"), ("firstDivergence", "actual"),
-                                      ("firstDivergence", "detail"))
+                                      ("firstDivergence", "path"), ("firstDivergence", "detail"))
 
 
 def _verdict_paths(record: Mapping[str, Any]) -> list[Place]:
