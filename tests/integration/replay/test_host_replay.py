@@ -95,7 +95,7 @@ def test_changed_result_refusal_and_other_bindings(settings, worker):
         # on the topic (and in the audit store) the values a divergence names are sealed like the run's content
         stored = [value async for _, _, _, value in read_topic(settings, "verdicts", key=changed[0]["runId"])][-1]
         assert is_sealed(stored["firstDivergence"]["expected"]) and is_sealed(stored["firstDivergence"]["actual"])
-        assert stored["firstDivergence"]["path"] == "payload.result.hits"
+        assert is_sealed(stored["firstDivergence"]["path"])  # below a payload member it names a value's keys
         assert [e["type"] for e in v["events"]] == ["replay.diverged"]
         event = v["events"][0]["payload"]
         assert (event["sourceRunId"], event["atSequence"], event["divergenceKind"]) == (src_id, tool_at, "output")
