@@ -181,9 +181,12 @@ def test_reader_dedups_by_run_and_sequence(settings: Settings) -> None:
 
 
 def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> None:
-    from agentlog.streams.reader import offset_for_time, partition_for
+    from agentlog.streams.reader import offset_for_time
+    from agentlog.streams.topics import partition_for
 
     async def scenario() -> tuple[list[int], int, int, int]:
+        # On the log, which keeps every record: ingest keeps three days, and the broker would delete these 2023
+        # timestamps as soon as its retention check runs.
         await ensure_topics(settings)
         part = partition_for(settings, "run-t")
         producer = AIOKafkaProducer(**client_kwargs(settings), enable_idempotence=True, acks="all")
@@ -192,15 +195,15 @@ def test_offset_for_time_finds_first_record_at_or_after(settings: Settings) -> N
             offsets = []
             for seq, ts in enumerate((1_700_000_001_000, 1_700_000_002_000, 1_700_000_003_000)):
                 meta = await producer.send_and_wait(
-                    topic_name(settings, "ingest"), encode_avro(doc("run-t", seq)), key=b"run-t", timestamp_ms=ts
+                    topic_name(settings, "log"), encode_avro(doc("run-t", seq)), key=b"run-t", timestamp_ms=ts
                 )
                 assert meta.partition == part
                 offsets.append(meta.offset)
         finally:
             await producer.stop()
-        between = await offset_for_time(settings, "ingest", part, 1_700_000_001_500)
-        exact = await offset_for_time(settings, "ingest", part, 1_700_000_003_000)
-        after = await offset_for_time(settings, "ingest", part, 1_800_000_000_000)
+        between = await offset_for_time(settings, "log", part, 1_700_000_001_500)
+        exact = await offset_for_time(settings, "log", part, 1_700_000_003_000)
+        after = await offset_for_time(settings, "log", part, 1_800_000_000_000)
         return offsets, between, exact, after
 
     offsets, between, exact, after = asyncio.run(scenario())
