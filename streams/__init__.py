@@ -46,7 +46,7 @@ _EXPORTS: dict[str, str] = {
     "read_topic": "agentlog.streams.reader",
     "read_run": "agentlog.streams.reader",
     "RunLog": "agentlog.streams.reader",
-    "partition_for": "agentlog.streams.reader",
+    "partition_for": "agentlog.streams.topics",
     "offset_for_time": "agentlog.streams.reader",
     "end_marks": "agentlog.streams.reader",
     "TopicTail": "agentlog.streams.reader",

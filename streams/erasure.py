@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import KafkaError
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -34,13 +34,13 @@ from agentlog.core.keyring import KeyRecord, runs_to_erase
 from agentlog.core.sequencing import REJECTIONS_PREFIX
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError
-from agentlog.streams.keyring import load_keyring
-from agentlog.streams.reader import partition_for, read_topic
+from agentlog.streams.keyring import load_keyring, scan_keyring
+from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
 
-__all__ = ["EraseResult", "erase", "read_receipts"]
+__all__ = ["EraseResult", "erase", "keys_left", "read_receipts"]
 
 #: The topics that hold a host's plaintext before the sequencer: truncated to the worker's committed offsets.
 PLAINTEXT_TOPICS = ("ingest", "otel-events", "spans")
@@ -109,28 +109,16 @@ async def _truncate(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str,
     return {f"{tp.topic}[{tp.partition}]": low for tp, low in done.items()}
 
 
-async def _keys_left(settings: Settings, runs: set[str], partitions: set[int]) -> dict[int, int]:
-    """Per keyring partition, how many records still hold a key of one of ``runs``."""
-    topic = topic_name(settings, "keyring")
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
-                                auto_offset_reset="earliest", client_id="agentlog-erase")
+async def keys_left(settings: Settings, runs: set[str]) -> dict[int, int]:
+    """Per keyring partition, how many records the broker still holds that carry a key of one of ``runs``."""
     left: dict[int, int] = {}
-    await consumer.start()
-    try:
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        ends = await consumer.end_offsets(tps)
-        pending = {tp for tp in tps if await consumer.position(tp) < ends[tp]}
-        while pending:
-            for tp, messages in (await consumer.getmany(*pending, timeout_ms=500)).items():
-                for m in messages:
-                    if m.key is not None and m.key.decode("utf-8", "replace") in runs and m.value \
-                            and b'"wrapped"' in m.value:
-                        left[tp.partition] = left.get(tp.partition, 0) + 1
-            pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
-    finally:
-        await consumer.stop()
+
+    def take(m: Any) -> None:
+        if m.key is not None and m.key.decode("utf-8", "replace") in runs and m.value \
+                and not KeyRecord.from_value(m.value).erased:
+            left[m.partition] = left.get(m.partition, 0) + 1
+
+    await scan_keyring(settings, runs, take)
     return left
 
 
@@ -138,10 +126,9 @@ async def _compact(settings: Settings, producer: AIOKafkaProducer, runs: set[str
                    wait_s: float) -> None:
     """Wait until the keyring holds no key of ``runs`` (rolling segments so that the cleaner can take them)."""
     topic = topic_name(settings, "keyring")
-    partitions = {partition_for(settings, r, "keyring") for r in runs}
     deadline = time.monotonic() + wait_s
     said = -1
-    while left := await _keys_left(settings, runs, partitions):
+    while left := await keys_left(settings, runs):
         total = sum(left.values())
         if total != said:
             progress(f"waiting for the keyring's compaction: {total} key record(s) of erased runs still on the "

@@ -20,7 +20,7 @@ import binascii
 import logging
 import os
 import stat
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,14 +29,14 @@ from aiokafka.errors import KafkaError
 
 from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek, mint, unwrap
 from agentlog.core.sealing import DataKey, is_sealed, open_event, open_value
-from agentlog.core.sequencing import REJECTIONS_PREFIX
+from agentlog.core.sequencing import rejection_sealing
 from agentlog.schemas.errors import InfraError
 from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, create_private_file
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import partition_for, topic_name
 
-__all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrappers", "read_keyring"]
+__all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrappers", "read_keyring", "scan_keyring"]
 
 log = logging.getLogger("agentlog.keyring")
 
@@ -158,10 +158,8 @@ class Keyring:
         raw = record.get("raw")
         if not isinstance(raw, dict) or not is_sealed(raw):
             return record
-        source = record["source"]
-        run = REJECTIONS_PREFIX + (record.get("runId") or f"~{source['topic']}/{source['partition']}")
-        return {**record, "raw": open_value(raw, self.key_for, run, f"{source['topic']}:{source['partition']}:"
-                                                                     f"{source['offset']}")}
+        run, place = rejection_sealing(record)
+        return {**record, "raw": open_value(raw, self.key_for, run, place)}
 
     def tags(self, subject: str) -> set[str]:
         """``subject``'s tag under every configured KEK (records made before a rotation carry the old one)."""
@@ -179,7 +177,8 @@ def _consumer(settings: Settings) -> AIOKafkaConsumer:
 
 async def _assigned(consumer: AIOKafkaConsumer, settings: Settings,
                     partitions: Iterable[int] | None) -> list[TopicPartition]:
-    """Start ``consumer`` on the keyring's partitions (all by default; none if the topic does not exist yet)."""
+    """Start ``consumer`` on the keyring's ``partitions`` from their start (all by default; none if the topic does not
+    exist yet)."""
     topic = topic_name(settings, "keyring")
     try:
         await consumer.start()
@@ -195,33 +194,44 @@ async def _assigned(consumer: AIOKafkaConsumer, settings: Settings,
     return tps
 
 
-async def _read_to(consumer: AIOKafkaConsumer, keyring: Keyring, ends: Mapping[TopicPartition, int]) -> None:
+#: What a read of the keyring hands each record to (an aiokafka ``ConsumerRecord``).
+Take = Callable[[Any], None]
+
+
+async def _read_to(consumer: AIOKafkaConsumer, take: Take, ends: Mapping[TopicPartition, int]) -> None:
     pending = {tp for tp, end in ends.items() if await consumer.position(tp) < end}
     while pending:
         fetched = await consumer.getmany(*pending, timeout_ms=500)
         for messages in fetched.values():
             for m in messages:
-                keyring.apply(m.value)
+                take(m)
         pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
 
 
-async def read_keyring(keyring: Keyring, settings: Settings, partitions: Iterable[int] | None = None) -> None:
-    """Apply the keyring topic's records (of ``partitions``, default all) to ``keyring``, up to its end now."""
+async def scan_keyring(settings: Settings, runs: Iterable[str] | None, take: Take) -> None:
+    """Hand ``take`` every record of the keyring's partitions of ``runs`` (or of all), from their start to their end
+    now: what the broker still holds, key records that compaction has yet to remove included."""
     consumer = _consumer(settings)
+    partitions = None if runs is None else {partition_for(settings, r, "keyring") for r in runs}
     try:
         tps = await _assigned(consumer, settings, partitions)
         if tps:
-            await _read_to(consumer, keyring, await consumer.end_offsets(tps))
+            await _read_to(consumer, take, await consumer.end_offsets(tps))
     except KafkaError as e:
         raise InfraError(f"reading the keyring from {settings.kafka_bootstrap} failed: {e}") from e
     finally:
         await consumer.stop()
 
 
-async def load_keyring(settings: Settings, partitions: Iterable[int] | None = None) -> Keyring:
-    """A :class:`Keyring` holding the topic's records now (of ``partitions``, default all)."""
+async def read_keyring(keyring: Keyring, settings: Settings, runs: Iterable[str] | None = None) -> None:
+    """Apply the keyring topic's records to ``keyring``, up to its end now: the partitions of ``runs``, or all."""
+    await scan_keyring(settings, runs, lambda m: keyring.apply(m.value))
+
+
+async def load_keyring(settings: Settings, runs: Iterable[str] | None = None) -> Keyring:
+    """A :class:`Keyring` holding the topic's records now: of the partitions of ``runs``, or all."""
     keyring = Keyring.from_settings(settings)
-    await read_keyring(keyring, settings, partitions)
+    await read_keyring(keyring, settings, runs)
     return keyring
 
 
@@ -236,7 +246,7 @@ async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Ev
         tps = await _assigned(consumer, settings, None)
         if not tps:
             raise InfraError(f"topic {topic_name(settings, 'keyring')} does not exist; run `agentlog infra up`")
-        await _read_to(consumer, keyring, await consumer.end_offsets(tps))
+        await _read_to(consumer, lambda m: keyring.apply(m.value), await consumer.end_offsets(tps))
         ready.set()
         log.info("keyring loaded: %d runs", len(keyring))
         while True:

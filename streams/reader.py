@@ -15,7 +15,6 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
-from aiokafka.partitioner import murmur2
 
 from agentlog.core.sealing import is_sealed, sealed_paths
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
@@ -24,7 +23,7 @@ from agentlog.streams.internals import load_topic_metadata, plain_fetched_record
 from agentlog.streams.keyring import Keyring, load_keyring
 from agentlog.streams.security import acl_hint, client_kwargs
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import partition_for, topic_name
 
 log = logging.getLogger(__name__)
 
@@ -33,20 +32,6 @@ Record = tuple[int, int, str | None, dict[str, Any]]
 RawRecord = tuple[int, bytes | None, bytes]
 #: A position in several catalogue topics: short name → partition → offset.
 Marks = dict[str, dict[int, int]]
-
-
-def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
-    """The partition Kafka's default partitioner puts ``run_id`` on.
-
-    Same murmur2 as the Java client and aiokafka, so every event of a run — from the
-    SDK, ``kcat`` or a Java host — is on this one partition. ``topic`` names the topic
-    whose partition count applies; all catalogue topics have ``settings.partitions``.
-    ``partitions`` overrides the count (e.g. with the count read from the broker).
-    """
-    del topic  # every catalogue topic is created with settings.partitions
-    n = partitions or settings.partitions
-    h: int = murmur2(run_id.encode())
-    return (h & 0x7FFFFFFF) % n
 
 
 def _decoder(short_name: str) -> Callable[[bytes], dict[str, Any]]:
@@ -406,18 +391,16 @@ async def read_run(
         elif first["doc"] != doc:
             result.conflicts.append({"runId": run_id, "sequence": ident[1], "kept": first, "dropped": item})
             log.warning("run %s sequence %s: conflicting duplicate at offset %d dropped", run_id, ident[1], offset)
-    if refuse_erased:
-        if keyring is None:
-            keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
-        if keyring.erased(run_id):
-            raise ReplayError(f"run {run_id} was erased (agentlog erase): its content is gone, so it cannot be "
-                              "replayed; its metadata and verification remain", code="run_erased")
-    if opened and short_name != "ingest":
+    sealed = opened and short_name != "ingest" and any(sealed_paths(item["doc"]) for item in result)
+    if not (sealed or refuse_erased):
+        return result
+    if keyring is None:  # read once, and only for a run that has content to open (or a replay to refuse)
+        keyring = await load_keyring(settings, [run_id])
+    if refuse_erased and keyring.erased(run_id):
+        raise ReplayError(f"run {run_id} was erased (agentlog erase): its content is gone, so it cannot be "
+                          "replayed; its metadata and verification remain", code="run_erased")
+    if sealed:
         for i, item in enumerate(result):
-            if not sealed_paths(item["doc"]):
-                continue
-            if keyring is None:  # read once, and only for a run that has content to open
-                keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
             result[i] = {**item, "doc": keyring.open(item["doc"])}
     return result
 

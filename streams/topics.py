@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from aiokafka.partitioner import murmur2
+
 from agentlog.streams.settings import Settings
 
 # Infinite retention: the committed log is the source of truth a replay re-reads.
@@ -90,3 +92,17 @@ def catalogue(settings: Settings) -> list[TopicSpec]:
             )
         )
     return specs
+
+
+def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
+    """The partition Kafka's default partitioner puts ``run_id`` on.
+
+    Same murmur2 as the Java client and aiokafka, so every event of a run — from the
+    SDK, ``kcat`` or a Java host — is on this one partition. ``topic`` names the topic
+    whose partition count applies; all catalogue topics have ``settings.partitions``.
+    ``partitions`` overrides the count (e.g. with the count read from the broker).
+    """
+    del topic  # every catalogue topic is created with settings.partitions
+    n = partitions or settings.partitions
+    h: int = murmur2(run_id.encode())
+    return (h & 0x7FFFFFFF) % n

@@ -102,3 +102,13 @@ async def stored_docs(settings: Any, run_id: str) -> list[dict[str, Any]]:
     from agentlog.streams.reader import read_run
 
     return [c["doc"] for c in await read_run(settings, run_id, opened=False)]
+
+
+async def all_committed(settings: Any, runs: dict[str, list[dict[str, Any]]]) -> bool | None:
+    """True once every run of ``runs`` has all its docs on the committed log, else None (for ``wait_until``)."""
+    from agentlog.streams.reader import read_run
+
+    for run_id, docs in runs.items():
+        if len(await read_run(settings, run_id, opened=False)) < len(docs):
+            return None
+    return True

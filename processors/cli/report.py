@@ -27,13 +27,12 @@ def register(app: typer.Typer) -> None:
         from agentlog.audit.server import fetch_report_records
         from agentlog.core.sealing import sealed_paths
         from agentlog.streams.keyring import load_keyring
-        from agentlog.streams.reader import partition_for
         from agentlog.streams.settings import load_settings
 
         settings = load_settings()
         events, transitions, violations, head, source = fetch_report_records(settings, run)
         if any(sealed_paths(e) for e in events):  # the store holds content sealed: opened with the run's key
-            keyring = asyncio.run(load_keyring(settings, [partition_for(settings, run, "keyring")]))
+            keyring = asyncio.run(load_keyring(settings, [run]))
             events = [keyring.open(e) for e in events]
         target = out or Path(f"report-{run}.html")
         target.write_text(render_report(events, transitions, violations, run_id=run, head_hash=head or None), "utf-8")

@@ -32,8 +32,8 @@ from agentlog.schemas.canonical import jcs, loads_strict
 from agentlog.schemas.content import SEALED, Tree, clear_tree, content_members, is_sealed
 from agentlog.schemas.errors import ContractError
 
-__all__ = ["ERASED", "SEALED", "DataKey", "SealError", "is_sealed", "open_event", "open_record", "open_value",
-           "seal_event", "seal_record", "seal_value", "sealed_paths"]
+__all__ = ["ERASED", "SEALED", "DataKey", "Place", "SealError", "is_sealed", "open_event", "open_record", "open_value",
+           "seal_event", "seal_record", "seal_value", "sealed_members", "sealed_paths"]
 
 #: What a member reads as once its key is gone.
 ERASED = "[erased]"
@@ -68,7 +68,7 @@ def _aead(secret: bytes) -> AESGCMSIV:
     return AESGCMSIV(secret)
 
 
-def _aad(run_id: str, event_id: str, path: tuple[str | int, ...]) -> bytes:
+def _aad(run_id: str, event_id: str, path: Place) -> bytes:
     return jcs([run_id, event_id, list(path)])
 
 
@@ -83,69 +83,7 @@ def _walk(doc: dict[str, Any]) -> Iterator[tuple[tuple[str, ...], Any]]:
     yield from content_members(payload, clear_tree(doc["type"]))
 
 
-def _replace(payload: Any, path: tuple[str, ...], value: Any) -> Any:
-    """``payload`` with the member at ``path`` replaced, copying only the objects on the way."""
-    if not path:
-        return value
-    head, rest = path[0], path[1:]
-    out = dict(payload)
-    out[head] = _replace(payload[head], rest, value)
-    return out
-
-
-def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: tuple[str | int, ...] = ()) -> dict[str, str]:
-    """``value`` as a sealed token bound to (``run_id``, ``place``, ``path``): an event id, or another record's."""
-    aad = _aad(run_id, place, path)
-    token = _aead(key.secret).encrypt(_nonce(aad), jcs(value), aad)
-    return {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"}
-
-
-def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], run_id: str, place: str,
-               path: tuple[str | int, ...] = (), what: str = "") -> Any:
-    """What :func:`seal_value` sealed; :data:`ERASED` once the key is gone. Raises :class:`SealError` if altered."""
-    key_id, _, body = token[SEALED].partition(".")
-    key = key_for(key_id)
-    if key is None:
-        return ERASED
-    aad = _aad(run_id, place, path)
-    try:
-        return loads_strict(_aead(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
-    except (InvalidTag, ValueError) as e:
-        where = ".".join(("payload", *map(str, path))) if path else "the sealed value"
-        raise SealError(f"{where} of {what or place} in run {run_id} does not open under key {key_id}: the record was "
-                        "altered") from e
-
-
-def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
-    """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are."""
-    payload = doc.get("payload")
-    changed = False
-    for path, value in list(_walk(doc)):
-        if is_sealed(value):
-            continue
-        payload = _replace(payload, path, seal_value(value, key, doc["runId"], doc["eventId"], path))
-        changed = True
-    return {**doc, "payload": payload} if changed else doc
-
-
-def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) -> dict[str, Any]:
-    """``doc`` with its sealed members opened; a member whose key is gone reads :data:`ERASED`.
-
-    ``key_for(key_id)`` returns the data key, or ``None`` once it has been erased. Raises :class:`SealError` when a
-    token does not open under a key that exists (tampering), since a reader must never show a value it cannot prove.
-    """
-    payload = doc.get("payload")
-    changed = False
-    for path, value in list(_walk(doc)):
-        if not is_sealed(value):
-            continue
-        payload = _replace(payload, path, open_value(value, key_for, doc["runId"], doc["eventId"], path,
-                                                     f"event {doc['eventId']}"))
-        changed = True
-    return {**doc, "payload": payload} if changed else doc
-
-
-#: A member's place in a record that is not a RunEventDoc: object member names and list indexes.
+#: A member's place in a payload or a record: object member names and list indexes.
 Place = tuple[str | int, ...]
 
 
@@ -170,6 +108,60 @@ def _set(record: Any, path: Place, value: Any) -> Any:
     return out
 
 
+def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: Place = ()) -> dict[str, str]:
+    """``value`` as a sealed token bound to (``run_id``, ``place``, ``path``): an event id, or another record's."""
+    aad = _aad(run_id, place, path)
+    token = _aead(key.secret).encrypt(_nonce(aad), jcs(value), aad)
+    return {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"}
+
+
+def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], run_id: str, place: str,
+               path: Place = (), where: str = "") -> Any:
+    """What :func:`seal_value` sealed; :data:`ERASED` once the key is gone. Raises :class:`SealError` if altered.
+
+    ``where`` names the member in the error (default: its path in ``place``).
+    """
+    key_id, _, body = token[SEALED].partition(".")
+    key = key_for(key_id)
+    if key is None:
+        return ERASED
+    aad = _aad(run_id, place, path)
+    try:
+        return loads_strict(_aead(key.secret).decrypt(_nonce(aad), base64.urlsafe_b64decode(body), aad))
+    except (InvalidTag, ValueError) as e:
+        where = where or f"{'.'.join(map(str, path)) or 'the sealed value'} of {place}"
+        raise SealError(f"{where} in run {run_id} does not open under key {key_id}: the record was altered") from e
+
+
+def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
+    """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are."""
+    payload = doc.get("payload")
+    changed = False
+    for path, value in list(_walk(doc)):
+        if is_sealed(value):
+            continue
+        payload = _set(payload, path, seal_value(value, key, doc["runId"], doc["eventId"], path))
+        changed = True
+    return {**doc, "payload": payload} if changed else doc
+
+
+def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) -> dict[str, Any]:
+    """``doc`` with its sealed members opened; a member whose key is gone reads :data:`ERASED`.
+
+    ``key_for(key_id)`` returns the data key, or ``None`` once it has been erased. Raises :class:`SealError` when a
+    token does not open under a key that exists (tampering), since a reader must never show a value it cannot prove.
+    """
+    payload = doc.get("payload")
+    changed = False
+    for path, value in list(_walk(doc)):
+        if not is_sealed(value):
+            continue
+        where = f"{'.'.join(('payload', *path))} of event {doc['eventId']}"
+        payload = _set(payload, path, open_value(value, key_for, doc["runId"], doc["eventId"], path, where))
+        changed = True
+    return {**doc, "payload": payload} if changed else doc
+
+
 def seal_record(record: dict[str, Any], paths: Iterable[Place], key: DataKey | None, run_id: str,
                 place: str) -> dict[str, Any]:
     """``record`` with the members at ``paths`` sealed (bound to ``run_id``, ``place`` and the path); without a
@@ -183,24 +175,23 @@ def seal_record(record: dict[str, Any], paths: Iterable[Place], key: DataKey | N
     return dict(out)
 
 
+def sealed_members(value: Any, path: Place = ()) -> Iterator[tuple[Place, dict[str, str]]]:
+    """Every sealed token anywhere in ``value`` (objects and lists), with its path."""
+    if is_sealed(value):
+        yield path, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from sealed_members(v, (*path, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from sealed_members(v, (*path, i))
+
+
 def open_record(record: dict[str, Any], key_for: Callable[[str], DataKey | None], run_id: str,
                 place: str) -> dict[str, Any]:
     """``record`` with every sealed member opened (:func:`seal_record`'s inverse)."""
-    found: list[tuple[Place, Any]] = []
-
-    def walk(value: Any, path: Place) -> None:
-        if is_sealed(value):
-            found.append((path, value))
-        elif isinstance(value, dict):
-            for k, v in value.items():
-                walk(v, (*path, k))
-        elif isinstance(value, list):
-            for i, v in enumerate(value):
-                walk(v, (*path, i))
-
-    walk(record, ())
     out: Any = record
-    for path, token in found:
+    for path, token in list(sealed_members(record)):
         out = _set(out, path, open_value(token, key_for, run_id, place, path))
     return dict(out)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypedDict
 
@@ -234,13 +234,17 @@ def rejection_record(
 
 #: A rejection's original bytes are sealed under the data key of ``rejections/<runId>`` (a keyring entry whose
 #: parent is the run, so erasing the run reaches them), or of ``rejections/~<topic>/<partition>`` when no run is
-#: named; the associated data names the record by :func:`rejection_place`.
+#: named; the associated data names the record by its position (:func:`rejection_sealing`).
 REJECTIONS_PREFIX = "rejections/"
 
 
-def rejection_place(source: Source) -> str:
-    """What a rejection's sealed bytes are bound to: the position of the record they were."""
-    return f"{source.topic}:{source.partition}:{source.offset}"
+def rejection_sealing(rejected: Mapping[str, Any]) -> tuple[str, str]:
+    """The keyring entry a rejection's original bytes are sealed under, and the place they are bound to (the
+    position of the record they were), from the rejection record itself: the sequencer seals, readers open."""
+    source = rejected["source"]
+    run_id = rejected.get("runId")
+    return (REJECTIONS_PREFIX + (run_id or f"~{source['topic']}/{source['partition']}"),
+            f"{source['topic']}:{source['partition']}:{source['offset']}")
 
 
 #: The reason of an event whose run was erased: its key is gone, so nothing of it can be stored any more.

@@ -50,7 +50,7 @@ from agentlog.schemas.errors import AgentlogError, InfraError
 from agentlog.streams.admin import ensure_topics_sync
 from agentlog.streams.keyring import load_keyring
 from agentlog.streams.publisher import Publisher
-from agentlog.streams.reader import partition_for, read_topic
+from agentlog.streams.reader import read_topic
 from agentlog.streams.settings import Settings, settings_env
 
 __all__ = [
@@ -529,7 +529,7 @@ async def _tour(settings: Settings, worker: WorkerHandle, summary: DemoSummary, 
             transitions = await _until(lambda: _transitions(settings, run_id, n_transitions),
                                        timeout_s=STEP_WAIT_S, what="handoff transitions", log=worker.log)
         # The log holds each doc with its content sealed under the run's key (deterministic), and chains that.
-        keyring = await load_keyring(settings, [partition_for(settings, run_id, "keyring")])
+        keyring = await load_keyring(settings, [run_id])
         key = keyring.data_key(run_id)
         head = GENESIS
         for doc in docs:

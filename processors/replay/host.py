@@ -11,13 +11,12 @@ counted but emit no verdict record.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from agentlog.core.sealing import DataKey, Place, open_record, seal_record
+from agentlog.core.sealing import DataKey, Place, open_record, seal_record, sealed_members
 from agentlog.metrics import METRICS
 from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.compare import record as record_counters
@@ -26,7 +25,7 @@ from agentlog.replay.tree import compare_tree
 from agentlog.schemas.errors import ReplayError
 from agentlog.schemas.records import Verdict, verdict
 from agentlog.streams.keyring import load_keyring
-from agentlog.streams.reader import partition_for, read_run, read_topic
+from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.settings import Settings
 
 log = logging.getLogger("agentlog.replay")
@@ -192,11 +191,10 @@ async def host_verdicts(settings: Settings, replay_run_id: str | None = None) ->
     found = list(latest.values())
     if not any(sealed_in(v) for v in found):
         return found
-    keyring = await load_keyring(settings, None if replay_run_id is None else
-                                 [partition_for(settings, replay_run_id, "keyring")])
+    keyring = await load_keyring(settings, None if replay_run_id is None else [replay_run_id])
     return [opened_verdict(v, keyring.key_for) if isinstance(v.get("replayRunId"), str) else v for v in found]
 
 
 def sealed_in(record: Mapping[str, Any]) -> bool:
     """Whether ``record`` holds a sealed member anywhere."""
-    return '"$sealed"' in json.dumps(record)
+    return next(sealed_members(record), None) is not None

@@ -57,8 +57,9 @@ from agentlog.schemas.errors import AgentlogError, ReplayError
 from agentlog.schemas.records import Verdict, log_format_error
 from agentlog.streams.codec import decode_record
 from agentlog.streams.keyring import load_keyring
-from agentlog.streams.reader import TopicReader, partition_for, read_run
+from agentlog.streams.reader import TopicReader, read_run
 from agentlog.streams.settings import Settings
+from agentlog.streams.topics import partition_for
 
 log = logging.getLogger("agentlog.rederive")
 
@@ -639,7 +640,7 @@ async def _opened(settings: Settings, result: RederivationResult) -> Rederivatio
     """
     if not any(is_sealed(d.expected) or is_sealed(d.actual) for d in result.divergences):
         return result
-    keyring = await load_keyring(settings, [partition_for(settings, result.run_id, "keyring")])
+    keyring = await load_keyring(settings, [result.run_id])
     event_ids = {c["doc"].get("sequence"): c["doc"].get("eventId")
                  for c in await read_run(settings, result.run_id, opened=False)}
 

@@ -60,8 +60,8 @@ from agentlog.core.sequencing import (
     Redelivered,
     RunHead,
     Source,
-    rejection_place,
     rejection_record,
+    rejection_sealing,
     sequence,
 )
 from agentlog.metrics import METRICS
@@ -123,7 +123,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         """A rejection record with the original bytes sealed (or left out, for a run that was erased)."""
         rejected = rejection_record(reason, detail, record.value, source, doc, record.key)
         run_id = rejected["runId"]
-        sealed_under = REJECTIONS_PREFIX + (run_id or f"~{source.topic}/{source.partition}")
+        sealed_under, place = rejection_sealing(rejected)
         stored: dict[str, Any] = dict(rejected)
         if run_id is not None and keyring.erased(run_id):
             stored["raw"] = ERASED
@@ -131,7 +131,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             minted: list[KeyRecord] = []
             key = key_of(sealed_under, None, minted)
             await send_keys(batch, minted)
-            stored["raw"] = seal_value(rejected["raw"], key, sealed_under, rejection_place(source))
+            stored["raw"] = seal_value(rejected["raw"], key, sealed_under, place)
         await batch.send("rejections", run_id, encode_record(stored))
         METRICS.inc("agentlog_events_rejected_total", reason=reason)
 

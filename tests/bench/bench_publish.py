@@ -23,10 +23,9 @@ from aiokafka import AIOKafkaProducer
 from agentlog.schemas.avro import encode_avro
 from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import DEFAULT_LINGER_MS, DEFAULT_MAX_BATCH_BYTES, Publisher
-from agentlog.streams.reader import partition_for
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import partition_for, topic_name
 from tests.bench import BenchContext, own
 
 _avg_value_bytes = 0.0

@@ -20,12 +20,12 @@ from agentlog.core.sealing import ERASED
 from agentlog.replay.regression import load_recorded
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.admin import ensure_topics
-from agentlog.streams.erasure import _keys_left, read_receipts
+from agentlog.streams.erasure import keys_left, read_receipts
 from agentlog.streams.publisher import publish_docs
-from agentlog.streams.reader import first_offset, partition_for, read_run, read_topic
+from agentlog.streams.reader import first_offset, read_run, read_topic
 from agentlog.streams.topics import topic_name
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import agentlog_cli, free_port
+from tests.tools import agentlog_cli, all_committed, free_port
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -82,13 +82,8 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
         docs = [d for run in every.values() for d in run]
         assert (await publish_docs(settings, docs)).accepted == len(docs)
 
-        async def committed():
-            for run_id, docs in every.items():
-                if len(await read_run(settings, run_id, opened=False)) < len(docs):
-                    return None
-            return True
-
-        await wait_until(committed, timeout=180, what="every run committed", worker=worker)
+        await wait_until(lambda: all_committed(settings, every), timeout=180, what="every run committed",
+                         worker=worker)
         for run_id, docs in every.items():
             assert [c["doc"] for c in await read_run(settings, run_id)] == docs  # opened: as published
 
@@ -120,7 +115,7 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
                    [(d["type"], d["eventId"], d["sequence"]) for d in docs]
         for run_id, docs in bob.items():
             assert [c["doc"] for c in await read_run(settings, run_id)] == docs
-        assert await _keys_left(settings, set(alice), {partition_for(settings, r, "keyring") for r in alice}) == {}
+        assert await keys_left(settings, set(alice)) == {}
         # ingest, the plaintext buffer, holds nothing the worker has committed
         assert not [v async for _, _, _, v in read_topic(settings, "ingest", skip_undecodable=True)
                     if alice_mark in json.dumps(v)]

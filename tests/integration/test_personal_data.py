@@ -48,14 +48,14 @@ from agentlog.infra.kafka import local
 from agentlog.replay.host import host_verdicts
 from agentlog.streams.admin import ensure_topics, list_topic_names
 from agentlog.streams.internals import load_topic_metadata
-from agentlog.streams.reader import partition_for, read_rejections, read_run, read_topic
+from agentlog.streams.reader import read_rejections, read_run, read_topic
 from agentlog.streams.replay_client import start_replay
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, settings_env
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import partition_for, topic_name
 from tests.conftest import TEST_STACK_HOME
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import free_port
+from tests.tools import all_committed, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -367,13 +367,8 @@ def test_no_marker_past_the_sequencer(settings, worker):
         await _send_raw(settings, alice_run, [_doc(alice_run, "no-name", json.dumps(
             {"value": alice["rejected-payload"]}))])  # no name: invalid_payload
 
-        async def committed():
-            for run_id, docs in runs.items():
-                if len(await read_run(settings, run_id, opened=False)) < len(docs):
-                    return None
-            return True
-
-        await wait_until(committed, timeout=180, what="every run committed", worker=worker)
+        await wait_until(lambda: all_committed(settings, runs), timeout=180, what="every run committed",
+                         worker=worker)
         async with Publisher(settings) as pub:  # a live replay of bob's run that diverges inside a value
             replay = await start_replay(pub, bob_run, mode="live")
             replayed = [await replay.started({"bindings": dict(BINDINGS), "subjectId": bob["subject"]},

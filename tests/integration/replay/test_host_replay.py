@@ -15,7 +15,8 @@ import pytest
 from agentlog.core.sealing import is_sealed
 from agentlog.replay.host import host_verdicts
 from agentlog.streams.publisher import publish_docs
-from agentlog.streams.reader import partition_for, read_topic
+from agentlog.streams.reader import read_topic
+from agentlog.streams.topics import partition_for
 from tests.integration.replay.helpers import committed
 from tests.integration.worker.worker_proc import wait_until
 from tests.unit.replay.runs import as_replay, index_of, llm_run

@@ -15,10 +15,10 @@ from agentlog.schemas.upstream import upstream_file
 from agentlog.streams.codec import decode_ingest
 from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.publisher import Publisher, SyncPublisher
-from agentlog.streams.reader import partition_for, read_run, read_topic
+from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import partition_for, topic_name
 
 pytestmark = pytest.mark.kafka
 

@@ -20,8 +20,8 @@ from agentlog.core.fold import states_by_index
 from agentlog.replay import rederive
 from agentlog.schemas.errors import LogFormatError
 from agentlog.streams.codec import decode_record, encode_record
-from agentlog.streams.reader import partition_for
 from agentlog.streams.settings import Settings
+from agentlog.streams.topics import partition_for
 from tests.unit.core.forgery import rechain
 from tests.unit.replay.runs import llm_run
 

@@ -11,9 +11,8 @@ from aiokafka.partitioner import DefaultPartitioner
 from agentlog.schemas.errors import EventRejected
 from agentlog.streams.codec import decode_ingest, decode_record, encode_json, encode_record
 from agentlog.streams.publisher import _UUIDv7, rfc3339_ms, uuid7, uuid7_time_ms
-from agentlog.streams.reader import partition_for
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import catalogue, topic_name
+from agentlog.streams.topics import catalogue, partition_for, topic_name
 
 DOC = {
     "eventId": "e-1",
