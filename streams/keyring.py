@@ -29,7 +29,7 @@ from aiokafka.errors import KafkaError
 
 from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek, mint, unwrap
 from agentlog.core.sealing import DataKey, is_sealed, open_event, open_value
-from agentlog.core.sequencing import rejection_sealing
+from agentlog.core.sequencing import REJECTION_CONTENT, rejection_sealing
 from agentlog.schemas.errors import InfraError
 from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.security import client_kwargs
@@ -154,12 +154,12 @@ class Keyring:
         return open_event(doc, self.key_for)
 
     def open_rejection(self, record: dict[str, Any]) -> dict[str, Any]:
-        """A rejection record with its original bytes readable again (``raw``: base64, or ``[erased]``)."""
-        raw = record.get("raw")
-        if not isinstance(raw, dict) or not is_sealed(raw):
+        """A rejection record with its original bytes (``raw``: base64) and detail readable again, or ``[erased]``."""
+        sealed = {m: record[m] for m in REJECTION_CONTENT if is_sealed(record.get(m))}
+        if not sealed:
             return record
         run, place = rejection_sealing(record)
-        return {**record, "raw": open_value(raw, self.key_for, run, place)}
+        return {**record, **{m: open_value(token, self.key_for, run, place, (m,)) for m, token in sealed.items()}}
 
     def tags(self, subject: str) -> set[str]:
         """``subject``'s tag under every configured KEK (records made before a rotation carry the old one)."""

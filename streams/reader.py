@@ -17,6 +17,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from agentlog.core.sealing import is_sealed, sealed_paths
+from agentlog.core.sequencing import REJECTION_CONTENT
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
@@ -412,7 +413,7 @@ async def read_rejections(settings: Settings, *, keyring: Keyring | None = None)
     ``keyring`` (by default the keyring topic, read once if any record needs it).
     """
     found = [value async for _, _, _, value in read_topic(settings, "rejections")]
-    if keyring is None and any(is_sealed(r.get("raw")) for r in found):
+    if keyring is None and any(is_sealed(r.get(m)) for r in found for m in REJECTION_CONTENT):
         keyring = await load_keyring(settings)
     return found if keyring is None else [keyring.open_rejection(r) for r in found]
 

@@ -107,6 +107,11 @@ def _s(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _sealable(value: Any) -> str:
+    """A text member that is stored sealed (a token, kept as its JCS text) or as it is."""
+    return value if isinstance(value, str) else _json(value)
+
+
 def _json(value: Any) -> str:
     """JCS text of a value; ``''`` for None so "no value" stays cheap to test for."""
     return "" if value is None else jcs(value).decode("utf-8")
@@ -263,12 +268,12 @@ def rejection_rows(records: Iterable[Rejection]) -> Columns:
             int(src.get("partition", -1)),
             int(src.get("offset", -1)),
             rec["reason"],
-            _s(rec.get("detail")),
+            _sealable(rec.get("detail")),
             _s(rec.get("runId")),
             _s(rec.get("eventId")),
             None if seq is None or isinstance(seq, bool) or not isinstance(seq, int) else seq,
             parse_timestamp(ts_ms) if ts_ms is not None else _EPOCH,
-            _s(rec.get("raw")),
+            _sealable(rec.get("raw")),
             _record_doc(rec),
         )
 

@@ -237,6 +237,10 @@ def rejection_record(
 #: named; the associated data names the record by its position (:func:`rejection_sealing`).
 REJECTIONS_PREFIX = "rejections/"
 
+#: The members of a rejection that are a host's content, sealed each at its own path: the original bytes, and the
+#: detail (a contract error can quote the keys and values it refuses).
+REJECTION_CONTENT = ("raw", "detail")
+
 
 def rejection_sealing(rejected: Mapping[str, Any]) -> tuple[str, str]:
     """The keyring entry a rejection's original bytes are sealed under, and the place they are bound to (the

@@ -53,6 +53,7 @@ from agentlog.core.runstate import (
 )
 from agentlog.core.sealing import ERASED, DataKey, seal_event, seal_value
 from agentlog.core.sequencing import (
+    REJECTION_CONTENT,
     REJECTIONS_PREFIX,
     Accepted,
     Handled,
@@ -120,18 +121,20 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     async def reject(batch: Batch, reason: str, detail: str, record: SourceRecord, source: Source,
                      doc: dict[str, Any] | None) -> None:
-        """A rejection record with the original bytes sealed (or left out, for a run that was erased)."""
+        """A rejection record with the original bytes and the detail sealed (the detail can quote a host's keys and
+        values), or both left out for a run that was erased."""
         rejected = rejection_record(reason, detail, record.value, source, doc, record.key)
         run_id = rejected["runId"]
         sealed_under, place = rejection_sealing(rejected)
         stored: dict[str, Any] = dict(rejected)
         if run_id is not None and keyring.erased(run_id):
-            stored["raw"] = ERASED
+            stored["raw"] = stored["detail"] = ERASED
         else:
             minted: list[KeyRecord] = []
             key = key_of(sealed_under, None, minted)
             await send_keys(batch, minted)
-            stored["raw"] = seal_value(rejected["raw"], key, sealed_under, place)
+            for member in REJECTION_CONTENT:
+                stored[member] = seal_value(rejected[member], key, sealed_under, place, (member,))
         await batch.send("rejections", run_id, encode_record(stored))
         METRICS.inc("agentlog_events_rejected_total", reason=reason)
 

@@ -418,8 +418,6 @@ def test_no_marker_past_the_sequencer(settings, worker):
     assert _scan(settings, worker, marks, {"ingest"}) == marks  # the one plaintext buffer holds them all
 
 
-@pytest.mark.xfail(strict=True, raises=LeakFound, reason="a rejection's detail is stored as it is, and a contract "
-                   "error names the keys of a host's values (worker/sequencer.py seals only the raw bytes)")
 def test_a_rejection_detail_names_no_content(settings, worker):
     settings = worker.settings
     run_id = f"keys-{uuid.uuid4().hex[:8]}"

@@ -117,11 +117,12 @@ def test_an_event_whose_fold_raises_is_refused_and_taken_once_the_fold_works(wor
     [(short, _, rejection)] = [out for out in refused.sent if out[0] != "keyring"]
     assert (short, rejection["reason"]) == ("rejections", "run_state_unavailable")
     assert rejection["raw"] != docs[k] and "$sealed" in rejection["raw"]  # the original bytes, sealed
-    assert "failed (RuntimeError: a fold bug)" in rejection["detail"]
+    assert "$sealed" in rejection["detail"]  # the detail too: a contract error can quote content
+    wiring, _ = worker
+    assert "failed (RuntimeError: a fold bug)" in wiring.keyring.open_rejection(rejection)["detail"]
 
     monkeypatch.setattr(core_runstate, "fold", real)
     taken = _feed(worker, docs[k:], first_offset=k + 1)
-    wiring, _ = worker
     stored = [wiring.keyring.open(r["doc"]) for r in _logged(taken)]
     assert stored == docs[k:]
     assert [r["stateHash"] for r in _logged(taken)] == [h for _, h in states_by_index(
