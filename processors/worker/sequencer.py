@@ -134,7 +134,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             key = key_of(sealed_under, None, minted)
             await send_keys(batch, minted)
             for member in REJECTION_CONTENT:
-                stored[member] = seal_value(rejected[member], key, sealed_under, place, (member,))
+                stored[member] = seal_value(stored[member], key, sealed_under, place, (member,))
         await batch.send("rejections", run_id, encode_record(stored))
         METRICS.inc("agentlog_events_rejected_total", reason=reason)
 
