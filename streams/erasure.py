@@ -26,7 +26,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
-from aiokafka.errors import KafkaError
+from aiokafka.errors import ClusterAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from agentlog.core.erasure import receipt_id, sign_receipt
@@ -36,14 +36,12 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError
 from agentlog.streams.keyring import load_keyring, scan_keyring
 from agentlog.streams.reader import read_topic
-from agentlog.streams.security import client_kwargs
+from agentlog.streams.security import client_kwargs, load_security
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import PLAINTEXT_TOPICS, topic_name
 
 __all__ = ["EraseResult", "erase", "keys_left", "read_receipts"]
 
-#: The topics that hold a host's plaintext before the sequencer: truncated to the worker's committed offsets.
-PLAINTEXT_TOPICS = ("ingest", "otel-events", "spans")
 #: The key of the records an erase writes to roll a keyring segment (a tombstone: compaction drops it too).
 ROLL_KEY = b"~erase-roll"
 #: How long an erase waits for the keyring's compaction before it says what is left (it can be run again).
@@ -177,6 +175,9 @@ async def erase(settings: Settings, *, subject: str | None = None, run: str | No
         await producer.start()
         await admin.start()
         at = now_ms()
+        # Truncating is the admin principal's alone (infra/kafka/secure.py): done first, a principal that may not
+        # erase is refused before anything changed. Done again once the markers stop the worker taking the runs.
+        await _truncate(settings, admin)
         keyring_topic = topic_name(settings, "keyring")
         sent = [await producer.send(keyring_topic, key=r.encode(), value=records[r].erase(at).to_value())
                 for r in pending]
@@ -191,6 +192,11 @@ async def erase(settings: Settings, *, subject: str | None = None, run: str | No
             receipt = sign_receipt(signer, kid=signer_kid, subject_tag=tag, run=run,
                                    key_ids={r: records[r].key_id for r in runs}, events=events, by=by, at_ms=at)
             await producer.send_and_wait(topic_name(settings, "erasures"), key=rid.encode(), value=jcs(receipt))
+    except (TopicAuthorizationFailedError, ClusterAuthorizationFailedError) as e:
+        security = load_security(settings)
+        who = f" to {security.sasl_username!r} ({security.source})" if security and security.sasl_username else ""
+        raise AgentlogError(f"the broker's ACLs refused the erase{who}: only the admin principal may erase; run it "
+                            "with the admin's properties file (AGENTLOG_KAFKA_CONFIG)", code="not_authorized") from e
     except KafkaError as e:
         raise InfraError(f"erasing on {settings.kafka_bootstrap} failed: {e}; run the same erase again") from e
     finally:

@@ -48,6 +48,8 @@ _TOPICS: dict[str, dict[str, str]] = {
 }
 
 SHORT_NAMES: tuple[str, ...] = tuple(_TOPICS)
+#: The topics that hold a host's plaintext before the sequencer (kept like ingest; an erase truncates them).
+PLAINTEXT_TOPICS: tuple[str, ...] = tuple(short for short, config in _TOPICS.items() if config is _INGEST)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 // Creates ACLs with Kafka's own Admin API: aiokafka has no CreateAcls call, and the kafka-tools jar
 // (kafka-acls.sh) is not among the broker's runtime jars. Run by the JDK's source launcher:
 //   java -cp '<libs>/*' SecureAcls.java <admin client properties>  < acl lines
-// Each stdin line: resourceType patternType name principal operation (e.g. TOPIC LITERAL x.ingest User:host WRITE).
+// Each stdin line: resourceType patternType name principal operation [permission] (e.g. TOPIC LITERAL x.ingest
+// User:host WRITE; the permission is ALLOW unless the line ends with DENY, which wins over any ALLOW).
 // Creating an ACL that exists is a no-op for Kafka, so running this again is safe.
 
 import java.io.BufferedReader;
@@ -29,13 +30,17 @@ public class SecureAcls {
         BufferedReader lines = new BufferedReader(new InputStreamReader(System.in));
         for (String line = lines.readLine(); line != null; line = lines.readLine()) {
             String[] f = line.strip().split("\\s+");
-            if (f.length != 5) {
+            if (f.length != 5 && f.length != 6) {
                 if (line.isBlank()) continue;
-                throw new IllegalArgumentException("expected 5 fields, got: " + line);
+                throw new IllegalArgumentException("expected 5 or 6 fields, got: " + line);
+            }
+            AclPermissionType permission = f.length == 6 ? AclPermissionType.fromString(f[5]) : AclPermissionType.ALLOW;
+            if (permission != AclPermissionType.ALLOW && permission != AclPermissionType.DENY) {
+                throw new IllegalArgumentException("permission must be ALLOW or DENY, got: " + line);
             }
             bindings.add(new AclBinding(
                 new ResourcePattern(ResourceType.fromString(f[0]), f[2], PatternType.fromString(f[1])),
-                new AccessControlEntry(f[3], "*", AclOperation.fromString(f[4]), AclPermissionType.ALLOW)));
+                new AccessControlEntry(f[3], "*", AclOperation.fromString(f[4]), permission)));
         }
         try (Admin admin = Admin.create(config)) {
             admin.createAcls(bindings).all().get();

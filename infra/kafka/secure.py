@@ -42,6 +42,7 @@ from pathlib import Path
 
 from agentlog.schemas.errors import InfraError
 from agentlog.streams.settings import Settings
+from agentlog.streams.topics import PLAINTEXT_TOPICS
 
 __all__ = [
     "PRINCIPALS",
@@ -224,11 +225,18 @@ def scram_format_args(material: SecureMaterial) -> list[str]:
 
 
 def acl_lines(prefix: str) -> list[str]:
-    """``resourceType patternType name principal operation`` per ACL (read by ``SecureAcls.java``)."""
+    """``resourceType patternType name principal operation [DENY]`` per ACL (read by ``SecureAcls.java``).
+
+    ``host`` writes ingest and nothing else: it reads no topic, the keyring included. ``worker`` uses every topic
+    of the prefix (it mints, reads and wraps the data keys), but erasing is ``admin``'s alone: a DENY (which wins
+    over any ALLOW) keeps the worker from writing erasure receipts and from deleting records of the plaintext topics.
+    """
     worker_prefixes = (f"{prefix}.", f"{prefix}-worker")
     lines = [f"TOPIC LITERAL {prefix}.ingest User:host {op}" for op in ("WRITE", "DESCRIBE")]
     for name in worker_prefixes:
         lines.append(f"TOPIC PREFIXED {name} User:worker ALL")
+    lines.append(f"TOPIC LITERAL {prefix}.erasures User:worker WRITE DENY")
+    lines += [f"TOPIC LITERAL {prefix}.{short} User:worker DELETE DENY" for short in PLAINTEXT_TOPICS]
     lines.append(f"GROUP PREFIXED {prefix}-worker User:worker ALL")
     lines.append(f"GROUP LITERAL {prefix}.audit-sink User:worker ALL")  # the audit sink's own group
     return lines

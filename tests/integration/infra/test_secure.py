@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError
 
 from agentlog.infra.kafka import local
@@ -176,7 +176,8 @@ def test_the_host_principal_may_not_write_any_worker_topic(stack, tmp_path):
         await producer.start()
         outcome = {}
         try:
-            for short in ("ingest", "log", "snapshots", "transitions", "violations", "verdicts"):
+            for short in ("ingest", "log", "snapshots", "transitions", "violations", "verdicts", "keyring",
+                          "erasures"):
                 try:
                     await producer.send_and_wait(topic_name(settings, short), b"{}", key=b"forged")
                     outcome[short] = "written"
@@ -187,7 +188,24 @@ def test_the_host_principal_may_not_write_any_worker_topic(stack, tmp_path):
         return outcome
 
     assert asyncio.run(attempt()) == {"ingest": "written", "log": "refused", "snapshots": "refused",
-                                      "transitions": "refused", "violations": "refused", "verdicts": "refused"}
+                                      "transitions": "refused", "violations": "refused", "verdicts": "refused",
+                                      "keyring": "refused", "erasures": "refused"}
+
+
+def test_the_host_principal_may_not_read_the_keyring(stack, tmp_path):
+    settings = stack.settings("host", tmp_path)
+
+    async def attempt() -> None:
+        consumer = AIOKafkaConsumer(topic_name(settings, "keyring"), **client_kwargs(settings), group_id=None,
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            await consumer.getmany(timeout_ms=5000)
+        finally:
+            await consumer.stop()
+
+    with pytest.raises(TopicAuthorizationFailedError):
+        asyncio.run(attempt())
 
 
 def test_pipeline_end_to_end_on_the_secure_broker(stack, tmp_path):
@@ -243,8 +261,23 @@ def test_pipeline_end_to_end_on_the_secure_broker(stack, tmp_path):
     denied = cli(host, "export", "--run", sdk_run)
     assert denied.returncode == 2
     assert "ACLs do not let 'host'" in denied.stderr, denied.stderr
+
+    # Erasing is the admin's alone: the worker principal (which holds the keys) is refused before anything changes.
+    as_worker = cli(worker_settings, "erase", "--run", cli_run, "--json")
+    assert as_worker.returncode == 2, as_worker.stdout + as_worker.stderr
+    assert json.loads(as_worker.stdout)["error"]["code"] == "not_authorized", as_worker.stdout
+    assert [item["doc"] for item in asyncio.run(read_run(worker_settings, cli_run))] == cli_docs  # still readable
+    as_admin = cli(stack.settings("admin", tmp_path / "worker"), "erase", "--run", cli_run, "--json")
+    assert as_admin.returncode == 0, as_admin.stdout + as_admin.stderr
+    assert cli_run in json.loads(as_admin.stdout)["runs"]
+    verified = cli(worker_settings, "verify", "--run", cli_run, "--json",
+                   "--public-key", str(worker_settings.home / "keys" / "ed25519.pub.pem"))
+    assert verified.returncode == 0 and json.loads(verified.stdout)["verified"], verified.stdout + verified.stderr
+    assert [n for n in json.loads(verified.stdout)["notes"] if json.loads(as_admin.stdout)["receiptId"] in n]
+
     shown = "\n".join([published.stdout, published.stderr, replayed.stdout, replayed.stderr,
-                       exported.stdout, exported.stderr, denied.stdout, denied.stderr, worker.log_tail(10_000)])
+                       exported.stdout, exported.stderr, denied.stdout, denied.stderr, as_worker.stdout,
+                       as_worker.stderr, as_admin.stdout, as_admin.stderr, worker.log_tail(10_000)])
     assert not [p for p in stack.passwords.values() if p in shown]
 
 

@@ -44,14 +44,16 @@ def test_scram_users_and_server_settings_carry_every_principal(tmp_path):
     assert 'username="admin"' in values["inter_broker_jaas"]
 
 
-def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix():
+def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix_but_not_erase():
     lines = secure.acl_lines("p1")
     assert [line for line in lines if "User:host" in line] == [
         "TOPIC LITERAL p1.ingest User:host WRITE", "TOPIC LITERAL p1.ingest User:host DESCRIBE"]
     assert [line for line in lines if "User:worker" in line] == [
         "TOPIC PREFIXED p1. User:worker ALL", "TOPIC PREFIXED p1-worker User:worker ALL",
+        "TOPIC LITERAL p1.erasures User:worker WRITE DENY", "TOPIC LITERAL p1.ingest User:worker DELETE DENY",
+        "TOPIC LITERAL p1.spans User:worker DELETE DENY", "TOPIC LITERAL p1.otel-events User:worker DELETE DENY",
         "GROUP PREFIXED p1-worker User:worker ALL", "GROUP LITERAL p1.audit-sink User:worker ALL"]
-    assert all(len(line.split()) == 5 for line in lines)
+    assert all(len(line.split()) == 5 or line.endswith(" DENY") and len(line.split()) == 6 for line in lines)
 
 
 def test_a_plain_home_is_not_silently_turned_secure_nor_a_secure_one_plain(tmp_path):
