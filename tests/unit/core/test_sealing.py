@@ -11,6 +11,9 @@ from hypothesis import strategies as st
 
 from agentlog.core.sealing import ERASED, DataKey, SealError, is_sealed, open_event, seal_event, sealed_paths
 from agentlog.schemas.content import content_members
+from agentlog.schemas.validate import validate_doc
+from tests.bench.workload import tree
+from tests.unit.core.runs import realistic_run
 
 MARKER = "MARKER-7f3a-alice@example.org"
 KEY = DataKey("k1", bytes(range(32)))
@@ -82,6 +85,15 @@ def test_without_its_key_content_reads_erased_and_metadata_survives():
     assert erased["payload"]["request"]["messages"] == ERASED
     assert erased["payload"]["request"]["model"] == "gpt-5"
     assert erased["payload"]["cacheKey"] == "sha256:abc"
+
+
+def test_an_erased_export_is_still_one_valid_run_event_doc_per_event():
+    """``[erased]`` stands where a list or an object was (LLM messages, an envelope): the contract still holds."""
+    docs = [doc for i in range(5) for run in tree(f"erased-{i}") for doc in run] + realistic_run("erased-r")
+    erased = [open_event(seal_event(doc, KEY), {}.get) for doc in docs]
+    assert any(e["payload"] != d["payload"] for e, d in zip(erased, docs, strict=True))
+    for doc in erased:
+        assert validate_doc(doc) is doc
 
 
 @pytest.mark.parametrize(("type_", "payload", "clear", "sealed"), [
