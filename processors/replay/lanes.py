@@ -26,12 +26,16 @@ The comparison engine then compares the replay *re-laid in the original's order*
 replay event at its source sequence), so every existing check — event fields, refusals, causation
 through the id pairing, volatile fields, bindings — runs unchanged and a divergence is reported at
 the source run's sequence of the first differing event within its lane. An inserted event is
-reported where its lane departs from the source (:attr:`Alignment.departs`): at the first source
-sequence after its lane predecessor that the replay had not yet reached when it wrote the event —
-in a sequential replay, exactly the index it was inserted at — and never after its lane's next
-source event. The run's terminal status does not count as not yet reached: every lane ends before
-it in any interleaving, so an inserted event at the end of its lane that only the terminal status
-follows departs after the lane's end and is laid after the original's end. What the re-laying
+reported where its lane departs from the source (:attr:`Alignment.departs`). Where the replay
+interleaves the lanes differently from the source, other lanes' indexes say nothing of this one:
+the lane departs at the source sequence of the lane event the insertion displaced, the lane's next
+event. Where the replay keeps the source's interleaving, and at the end of a lane (nothing of it is
+displaced), it departs at the first source sequence after its lane predecessor that the replay had
+not yet reached when it wrote the event — in a sequential replay, exactly the index it was inserted
+at, as index-by-index comparison says too. The run's terminal status does not count as not yet
+reached: every lane ends before it in any interleaving, so an inserted event at the end of its lane
+that only the terminal status follows departs after the lane's end and is laid after the
+original's end. What the re-laying
 could hide is checked on the replay's own order: the whole observable state at every lane join
 (:data:`JOIN_TYPES`, where lanes meet again) and at the end must equal the original's there.
 
@@ -42,6 +46,7 @@ original's cause), so a replay that broke a causal order diverges on ``causation
 
 from __future__ import annotations
 
+import itertools
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -247,7 +252,8 @@ def _departures(original: Mapping[int, Mapping[str, Any]], pairs: Mapping[int, i
                 inserts: list[tuple[int, int, int | None]]) -> dict[int, int]:
     """Extra replay sequence → the source sequence where its lane departs (module docstring).
 
-    That is the smallest source sequence after the extra's lane predecessor whose partner the replay
+    In a replay that interleaves the lanes differently, that is the extra's lane successor. Otherwise
+    it is the smallest source sequence after the extra's lane predecessor whose partner the replay
     writes after the extra, not a terminal status, and at most the lane successor's. The smallest
     such sequence over the whole replay suffix answers almost every extra at once; only when the
     replay delayed an event from before the predecessor does the search walk the source forward.
@@ -261,8 +267,13 @@ def _departures(original: Mapping[int, Mapping[str, Any]], pairs: Mapping[int, i
     for i in range(len(anchors) - 1, -1, -1):
         smallest = min(smallest, anchors[i][1])
         suffix_min[i] = smallest
+    r_in_source_order = [r_seq for _, r_seq in sorted(pairs.items())]
+    interleaved = any(a > b for a, b in itertools.pairwise(r_in_source_order))
     out: dict[int, int] = {}
     for x, previous, following in inserts:
+        if interleaved and following is not None:
+            out[x] = following  # the other lanes' indexes say nothing of this lane: its displaced event does
+            continue
         i = bisect_right(anchor_r, x)
         first: int | None = suffix_min[i] if i < len(anchors) else None
         if first is not None and first <= previous:

@@ -11,7 +11,8 @@
   event missing, one lane with an extra event. 10 seeds of each.
 
 Every case carries its expected verdict, divergence kind and source sequence, written down from the
-construction (the sequence that was changed, removed, or inserted before), and ``sources``: the
+construction (the sequence that was changed, removed, or inserted before; in an interleaved replay, the
+lane event an insertion displaced), and ``sources``: the
 original sequence each replay position holds (``None`` for an inserted event), from which the
 index-by-index (``--strict``) answer follows (:meth:`Case.strict_expectation`). Nothing here runs
 the comparison engine.
@@ -322,6 +323,8 @@ def _concurrent_case(seed: int, scenario: str) -> Case:
             # the replay does the original's first k events, then the extra, then the rest, each
             # part in an interleaving of its own. k lies after the lane's j-th event and no later
             # than its next one; never the final run.completed (nothing of the source follows there).
+            # The lanes interleave differently, so the extra departs at the lane event it displaced,
+            # the lane's (j+1)-th; at the lane's end, where nothing of the lane is displaced, at k.
             j = rng.randrange(1, len(chain))
             low = source_of[chain[j]] + 1
             high = source_of[chain[j + 1]] if j + 1 < len(chain) else last - 1
@@ -331,7 +334,7 @@ def _concurrent_case(seed: int, scenario: str) -> Case:
             before = {c for c, s in source_of.items() if s < k}
             r_order = [0, *_merge(_restricted(chains, before), rng), None,
                        *_merge(_restricted(chains, set(source_of) - before), rng), last]
-            kind, at = "extra", k
+            kind, at = "extra", source_of[chain[j + 1]] if j + 1 < len(chain) else k
         else:
             r_order = [0, *_merge(chains, rng), last]
         if [c for c in r_order if c is not None] != o_order:

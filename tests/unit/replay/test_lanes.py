@@ -92,17 +92,27 @@ def _variable(replay: list[dict], node: str, name: str, value: object) -> dict:
             "payload": {"name": name, "value": value}, "timestamp": "2026-03-02T09:00:00.000Z", "nodeId": node}
 
 
-def test_an_extra_departs_at_the_first_source_event_the_replay_had_not_reached() -> None:
-    # wb's events first; the extra comes right after wb's tool call (source 4), when the replay
-    # had written sources 0, 1, 2 and 4: source 3 (wa's call) is still to come but lies before
-    # the extra's lane predecessor, so the lane departs at 5, the first one after 4 not reached.
+def test_an_extra_in_an_interleaved_replay_departs_at_the_lane_event_it_displaced() -> None:
+    # wb's events first; the extra comes right after wb's tool call (source 4). Source 5, just
+    # after it, is wa's: the lanes interleave differently, so other lanes' indexes say nothing of
+    # wb's, and the lane departs at the event the extra displaced in it: wb's tool return, 7.
     original = concurrent_run("par-1")
     replay = interleave(as_replay(original, replay_run_id="r-1"), [0, 1, 2, 4, 7, 8, 3, 5, 6, 9])
     replay = _with_extra(replay, 4, _variable(replay, "wb", "bDraft", 1))
     result = compare_runs(original, replay)
     d = result.first_divergence
-    assert d is not None and (d.kind, d.at_sequence, d.actual, d.node_id) == ("extra", 5, "variable.changed", "wb")
+    assert d is not None and (d.kind, d.at_sequence, d.actual, d.node_id) == ("extra", 7, "variable.changed", "wb")
     assert d.original_event_id is None
+
+
+def test_an_extra_in_a_replay_in_the_source_order_departs_where_it_was_inserted() -> None:
+    # The same extra in a replay that keeps the source's interleaving: the replay had written
+    # sources 0..4 when it wrote the extra, so it departs at 5, as index-by-index says too.
+    original = concurrent_run("par-1")
+    replay = _with_extra(as_replay(original, replay_run_id="r-1"), 5, _variable(original, "wb", "bDraft", 1))
+    d = compare_runs(original, replay).first_divergence
+    assert d is not None and (d.kind, d.at_sequence, d.node_id) == ("extra", 5, "wb")
+    assert compare_runs(original, replay, strict=True).first_divergence.at_sequence == 5
 
 
 def test_an_extra_write_of_a_variable_its_lane_writes_again_is_the_extra_one() -> None:
