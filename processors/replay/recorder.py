@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 from agentlog.core.result_cache import ReplayCacheMiss
@@ -47,7 +47,8 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
 
-__all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "refusal_of"]
+__all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "recorded_input",
+           "refusal_of"]
 
 Mode = Literal["live", "recorded", "what-if"]
 MODES: tuple[Mode, ...] = ("live", "recorded", "what-if")
@@ -107,7 +108,7 @@ class Recorder:
 
     def __init__(self, run_id: str, *, mode: Mode = "live", tools: ToolMode = "run",
                  results: RecordedResults | None = None, bindings: Mapping[str, Any] | None = None,
-                 replay_of: Mapping[str, Any] | None = None) -> None:
+                 replay_of: Mapping[str, Any] | None = None, input: Any = None) -> None:
         if mode not in MODES:
             raise ReplayError(f"replay mode must be one of {', '.join(MODES)}, not {mode!r}")
         if tools not in TOOL_MODES:
@@ -128,7 +129,12 @@ class Recorder:
         self._asked_tools: dict[str, tuple[str | None, str, Any]] = {}  # call id → (node, tool, args)
         self._last_node: str | None = None  # the node of the last model call answered
         self._finished = False
+        #: What the program is asked (``run.started`` ``payload.input``): a replay gets its recording's
+        #: (:func:`recorded_input`), so one program replays every run of a suite with that run's own input.
+        self.input = input
         payload: dict[str, Any] = {"bindings": dict(bindings or {})}
+        if input is not None:
+            payload["input"] = input
         if replay_of is not None:
             payload["replayOf"] = dict(replay_of)
         self._emit("run.started", payload)
@@ -300,6 +306,41 @@ class Recorder:
             doc["causationId"] = cause
         self.docs.append(doc)
         return event_id
+
+
+def recorded_input(docs: Iterable[Mapping[str, Any]]) -> tuple[Any, bool]:
+    """What a recorded run was asked, and whether the run recorded it itself.
+
+    A host records its run's input as ``run.started`` ``payload.input`` (any JSON value; it is content, sealed
+    like the rest). A run without one was asked its first LLM request's first user message: its text (the
+    string, or its text parts joined by newlines), or None when it has none. The second value is True only for
+    ``payload.input``, which a replay records again so that its ``run.started`` stays the recording's.
+    """
+    first_request: Mapping[str, Any] | None = None
+    for doc in docs:
+        payload = doc.get("payload")
+        if not isinstance(payload, Mapping):
+            continue
+        if doc.get("type") == "run.started" and "input" in payload:
+            return payload["input"], True
+        if doc.get("type") == "agent.invocation.started" and first_request is None:
+            request = payload.get("request")
+            first_request = request if isinstance(request, Mapping) else None
+    messages = first_request.get("messages") if first_request is not None else None
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, Mapping) and message.get("role") == "user":
+            return _text_of(message), False
+    return None, False
+
+
+def _text_of(message: Mapping[str, Any]) -> str | None:
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    parts = message.get("parts") if content is None else content
+    texts = [str(p.get("content") if "content" in p else p.get("text")) for p in parts or []
+             if isinstance(p, Mapping) and p.get("type") == "text"] if isinstance(parts, list) else []
+    return "\n".join(texts) if texts else None
 
 
 def _parsed(args: Any) -> Any:

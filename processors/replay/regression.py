@@ -9,8 +9,10 @@ judges it with the comparison engine the worker runs (:func:`agentlog.replay.com
 here and now: a worker that is running judges the published run too, and must agree.
 
 A program is a callable taking the recorder (``program(recorder)``); it builds its agents with the
-adapters of :mod:`agentlog.replay.frameworks` around the models it would use, and runs them. The
-same program records the run in the first place (:func:`record`, mode ``live``).
+adapters of :mod:`agentlog.replay.frameworks` around the models it would use, and runs them on
+``recorder.input``: what the recorded run was asked (``run.started`` ``payload.input``, else its first
+user message: :func:`agentlog.replay.recorder.recorded_input`), so one program replays any run of a
+suite. The same program records the run in the first place (:func:`record`, mode ``live``).
 
 The outcome is data (:class:`ReplayTestResult`); :meth:`ReplayTestResult.check` turns a verdict other
 than the expected one into :class:`ReplayTestFailed`, whose message is the first divergence.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,14 +34,15 @@ from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.divergence import Divergence
 from agentlog.replay.exported import read_jsonl
 from agentlog.replay.mock import MockReplaySession, describe_miss
-from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode
+from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode, recorded_input
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.publisher import publish_docs, uuid7
 from agentlog.streams.reader import read_run
 from agentlog.streams.replay_client import replay_of
 from agentlog.streams.settings import Settings, load_settings
 
-__all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "record", "replay_test"]
+__all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "record", "replay_recorded",
+           "replay_test"]
 
 #: The host's agent code: given the recorder, build the agents with the replay adapters and run them.
 Program = Callable[[Recorder], Any]
@@ -63,8 +67,8 @@ class ReplayTestFailed(ReplayError, AssertionError):
 class ReplayTestResult:
     """One replay test, as data: the verdict and first divergence (:attr:`comparison`), the replay's events,
     and what the program met on the way (``miss``: the diagnosis of a call the recording cannot answer;
-    ``error``: what the program raised). ``served``/``asked``: model calls answered recorded / by the model;
-    ``tools_served``/``tools_run``: tool calls answered recorded / by running the tool."""
+    ``error``: what the program raised, ``traceback`` where). ``served``/``asked``: model calls answered
+    recorded / by the model; ``tools_served``/``tools_run``: tool calls answered recorded / by running the tool."""
 
     source_run_id: str
     replay_run_id: str
@@ -78,6 +82,7 @@ class ReplayTestResult:
     tools_run: int = 0
     miss: dict[str, Any] | None = None
     error: str | None = None
+    traceback: str | None = None
     published: bool = False
 
     @property
@@ -176,10 +181,11 @@ def _publish(settings: Settings, docs: Sequence[dict[str, Any]]) -> None:
 
 
 def record(program: Program, *, run_id: str | None = None, bindings: Mapping[str, Any] | None = None,
-           settings: Settings | None = None) -> list[dict[str, Any]]:
+           settings: Settings | None = None, input: Any = None) -> list[dict[str, Any]]:
     """Run ``program`` live (every call asks the model) and return its run's events; with ``settings``,
-    publish them through the SDK, as a host records a run. What the program raises is re-raised."""
-    recorder = Recorder(run_id or f"run-{uuid7()}", mode="live", bindings=bindings)
+    publish them through the SDK, as a host records a run. ``input`` is what the program is asked
+    (``recorder.input``, recorded as ``run.started`` ``payload.input``). What the program raises is re-raised."""
+    recorder = Recorder(run_id or f"run-{uuid7()}", mode="live", bindings=bindings, input=input)
     try:
         _run(program, recorder)
     except BaseException as e:
@@ -229,13 +235,38 @@ def replay_test(
         ReplayError: the recording cannot be read, or the replay cannot be published.
     """
     source_id, original = load_recorded(source, settings=settings)
+    result = replay_recorded(source_id, original, program, mode=mode, tools=tools, settings=settings,
+                             results=results, bindings=bindings, publish=publish, run_id=run_id, strict=strict)
+    return result.check(expect) if expect is not None else result
+
+
+def replay_recorded(
+    source_id: str,
+    original: Sequence[dict[str, Any]],
+    program: Program,
+    *,
+    mode: Mode = "recorded",
+    tools: ToolMode = "run",
+    settings: Settings | None = None,
+    results: RecordedResults | None = None,
+    bindings: Mapping[str, Any] | None = None,
+    publish: bool | None = None,
+    run_id: str | None = None,
+    strict: bool = False,
+) -> ReplayTestResult:
+    """:func:`replay_test` of a recording already read (``original``: the run's events, opened), any verdict."""
+    original = list(original)
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
     session = results or MockReplaySession(ResultCache.from_events(original), source_id)
+    asked, recorded = recorded_input(original)
     recorder = Recorder(replay_id, mode=mode, tools=tools, results=session,
                         bindings={**_bindings(original), **(bindings or {})},
-                        replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"))
+                        replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"),
+                        input=asked if recorded else None)
+    recorder.input = asked  # a run that recorded no input was asked its first user message
     miss: dict[str, Any] | None = None
     error: str | None = None
+    trace: str | None = None
     try:
         _run(program, recorder)
     except ReplayCacheMiss as e:
@@ -247,6 +278,7 @@ def replay_test(
             recorder.finish(recorder.missed)
         else:
             error = f"{type(e).__name__}: {e}"
+            trace = traceback.format_exc()
             recorder.finish(e)
     else:
         recorder.finish()
@@ -259,5 +291,5 @@ def replay_test(
         source_run_id=source_id, replay_run_id=replay_id, mode=mode, tools=tools,
         comparison=compare_runs(original, recorder.docs, strict=strict), docs=tuple(recorder.docs),
         served=recorder.served, asked=recorder.asked, tools_served=recorder.tools_served,
-        tools_run=recorder.tools_run, miss=miss, error=error, published=published)
-    return result.check(expect) if expect is not None else result
+        tools_run=recorder.tools_run, miss=miss, error=error, traceback=trace, published=published)
+    return result
