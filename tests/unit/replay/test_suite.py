@@ -141,3 +141,30 @@ def test_a_file_that_is_not_a_suite_is_refused_with_what_is_wrong(tmp_path):
     path.write_text("{}")
     with pytest.raises(ReplayError, match="not an agentlog.suite/1 file"):
         Suite.read(path)
+
+
+def test_the_pytest_fixture_makes_each_run_a_test_item_selectable_with_k(suite_dir, tmp_path):
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[3]
+    test = tmp_path / "test_support_suite.py"
+    test.write_text(
+        "import pytest\n"
+        "from tests.unit.replay import suite_program\n\n"
+        f"@pytest.mark.agentlog_suite({str(suite_dir / 'suite.json')!r})\n"
+        "def test_support(agentlog_suite_run):\n"
+        "    agentlog_suite_run.replay(suite_program.support_refund_v2)\n")
+
+    def pytest_run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "pytest", str(test), "-q", "-p", "no:cacheprovider",
+                               "--rootdir", str(tmp_path), *args], cwd=repo, capture_output=True, text=True,
+                              timeout=300)
+
+    every = pytest_run("-rf")
+    assert every.returncode == 1, every.stdout + every.stderr
+    assert f"{len(REFUNDS)} failed, {N - len(REFUNDS)} passed" in every.stdout
+    assert {f"test_support[{r}]" for r in REFUNDS} == {
+        line.split("::")[1].split(" ")[0] for line in every.stdout.splitlines() if line.startswith("FAILED")}
+    one = pytest_run("-k", "sup-1]")
+    assert one.returncode == 0 and "1 passed" in one.stdout, one.stdout
