@@ -1,0 +1,101 @@
+"""A suite of production runs on a real broker, worker and chdb: select by query, freeze, replay, erase one.
+
+Nine runs of the pydantic-ai support program (:mod:`tests.unit.replay.suite_program`) are recorded with varied
+inputs and published through the SDK, six bound to ``configVersion`` v1 and three to v2. ``agentlog suite create``
+selects from the audit store (through the worker that owns it) by binding, node and status, and by seeded sample;
+``agentlog replay-suite`` replays the frozen runs from the store; after ``agentlog erase`` of one of them the
+suite reports that run erased and replays the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+import pytest
+
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.publisher import publish_docs
+from tests.integration.worker.worker_proc import WorkerProcess, wait_until
+from tests.tools import agentlog_cli, free_port
+
+pytest.importorskip("pydantic_ai")
+
+from agentlog.replay.regression import record  # noqa: E402
+from tests.unit.replay import suite_program  # noqa: E402
+
+pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
+
+PROGRAM = "tests.unit.replay.suite_program"
+
+
+@pytest.fixture
+def worker(settings):
+    settings = settings.replace(web_port=free_port())
+    asyncio.run(ensure_topics(settings))
+    proc = WorkerProcess(settings, sink=True, web=True).start()
+    yield proc
+    proc.stop()
+
+
+def _json(done) -> dict:
+    assert done.stdout.strip(), done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(worker, tmp_path):
+    settings = worker.settings
+    tag = uuid.uuid4().hex[:8]
+    runs = {}
+    for i, asked in enumerate(suite_program.inputs(9)):
+        version = "v1" if i < 6 else "v2"
+        runs[f"suite-{tag}-{i}"] = record(suite_program.support, run_id=f"suite-{tag}-{i}", input=asked,
+                                          bindings={"configVersion": f"{version}-{tag}"})
+
+    async def published() -> None:
+        docs = [d for run in runs.values() for d in run]
+        assert (await publish_docs(settings, docs)).accepted == len(docs)
+
+        async def stored() -> bool | None:
+            done = agentlog_cli(settings, "sql", f"SELECT count(DISTINCT run_id) FROM events WHERE run_id LIKE "
+                                                 f"'suite-{tag}-%' AND type = 'run.completed'", "--json")
+            return True if done.returncode == 0 and _json(done)["rows"] == [[9]] else None
+
+        await wait_until(stored, timeout=180, what="the nine runs in the audit store", worker=worker)
+
+    asyncio.run(published())
+
+    suite_file = tmp_path / "v1.json"
+    made = agentlog_cli(settings, "suite", "create", "v1", "--binding", f"configVersion=v1-{tag}", "--node",
+                        "planner", "--status", "completed", "--out", str(suite_file), "--json")
+    assert made.returncode == 0, made.stderr
+    frozen = _json(made)
+    assert [r["runId"] for r in frozen["runs"]] == [f"suite-{tag}-{i}" for i in range(6)]
+    assert all(len(r["head"]) == 64 and r["events"] == len(runs[r["runId"]]) for r in frozen["runs"])
+
+    sampled = [agentlog_cli(settings, "suite", "create", "s", "--binding", f"configVersion=v1-{tag}", "--sample",
+                            "3", "--seed", "7", "--out", str(tmp_path / f"s{k}.json"), "--json") for k in (1, 2)]
+    picks = [[r["runId"] for r in _json(s)["runs"]] for s in sampled]
+    assert len(picks[0]) == 3 and picks[0] == picks[1]
+
+    replayed = agentlog_cli(settings, "replay-suite", str(suite_file), "--program", f"{PROGRAM}:support", "--jobs",
+                            "2", "--json", "--junit", str(tmp_path / "junit.xml"), timeout=300)
+    assert replayed.returncode == 0, replayed.stdout + replayed.stderr
+    assert _json(replayed)["counts"] == {"match": 6}
+
+    changed = agentlog_cli(settings, "replay-suite", str(suite_file), "--program",
+                           f"{PROGRAM}:support_refund_v2", "--json", timeout=300)
+    assert changed.returncode == 1
+    [group] = _json(changed)["groups"]
+    assert sorted(group["runs"]) == [f"suite-{tag}-{i}" for i in (0, 3)]  # the two v1 runs asking for a refund
+
+    erased = f"suite-{tag}-1"
+    done = agentlog_cli(settings, "erase", "--run", erased, "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    after = agentlog_cli(settings, "replay-suite", str(suite_file), "--program", f"{PROGRAM}:support", "--json",
+                         timeout=300)
+    assert after.returncode == 0, after.stdout + after.stderr
+    body = _json(after)
+    assert body["counts"] == {"erased": 1, "match": 5}
+    assert [r["runId"] for r in body["notReplayed"]] == [erased]
