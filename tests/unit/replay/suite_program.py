@@ -1,7 +1,8 @@
 """A support agent in pydantic-ai for the suite tests: one program, any run's input, offline models.
 
-The program answers ``recorder.input`` (``{"order": "<id>", "question": "<text>"}``): the planner looks the order
-up with a tool, and when the question asks for a refund it calls a second tool, then answers. Its scripted model
+The program answers ``recorder.input`` (``{"order": "<id>", "question": "<text>"}``): the planner looks each order
+the question names up with a tool, one call at a time, and when the question asks for a refund it calls a second
+tool, then answers. Its scripted model
 reads the order id and the question from the conversation, so the same program replays every recorded run with
 that run's own input. Variants for ``--program``: :data:`support` (as recorded), :data:`support_prompt_v2` (the
 planner's instructions changed: every run's first request differs), :data:`support_refund_v2` (the refund tool
@@ -24,10 +25,14 @@ from agentlog.replay.recorder import Recorder
 INSTRUCTIONS = "Answer the customer about their order."
 
 
-def inputs(n: int) -> list[dict[str, str]]:
-    """``n`` varied inputs: every third asks for a refund."""
-    return [{"order": str(100 + i), "question": f"{'Please refund' if i % 3 == 0 else 'Where is'} my order "
-                                                f"{100 + i}?"} for i in range(n)]
+def inputs(n: int, *, orders: int = 1) -> list[dict[str, str]]:
+    """``n`` varied inputs, each about ``orders`` orders (one tool call each): every third asks for a refund."""
+    out = []
+    for i in range(n):
+        ids = [str(100 + i + k * n) for k in range(orders)]
+        ask = "Please refund" if i % 3 == 0 else "Where is"
+        out.append({"order": ids[0], "question": f"{ask} my order {', '.join(ids)}?"})
+    return out
 
 
 def support_program(*, instructions: str = INSTRUCTIONS, refund_note: str = "refund issued",
@@ -38,16 +43,17 @@ def support_program(*, instructions: str = INSTRUCTIONS, refund_note: str = "ref
             raise RuntimeError(f"the order service is down for order {raise_for}")
 
         def llm(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-            question = next(p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart))
-            order = re.search(r"order (\d+)", str(question))
-            returned = {p.tool_name: p.content for m in messages for p in m.parts if isinstance(p, ToolReturnPart)}
-            if "lookup_order" not in returned:
-                return ModelResponse(parts=[ToolCallPart("lookup_order", {"order_id": order.group(1) if order
-                                                                          else "?"}, tool_call_id="c1")])
-            if "refund" in str(question).lower() and "refund" not in returned:
-                return ModelResponse(parts=[ToolCallPart("refund", {"order_id": order.group(1) if order else "?"},
-                                                         tool_call_id="c2")])
-            return ModelResponse(parts=[TextPart(f"{returned['lookup_order']}; {returned.get('refund', 'ok')}")])
+            question = str(next(p.content for m in messages for p in m.parts if isinstance(p, UserPromptPart)))
+            orders = re.findall(r"\d+", question) or ["?"]
+            returned = [(p.tool_name, p.content) for m in messages for p in m.parts if isinstance(p, ToolReturnPart)]
+            looked = [content for name, content in returned if name == "lookup_order"]
+            if len(looked) < len(orders):  # one order at a time, as a model that thinks step by step
+                return ModelResponse(parts=[ToolCallPart("lookup_order", {"order_id": orders[len(looked)]},
+                                                         tool_call_id=f"c{len(looked) + 1}")])
+            refunded = [content for name, content in returned if name == "refund"]
+            if "refund" in question.lower() and not refunded:
+                return ModelResponse(parts=[ToolCallPart("refund", {"order_id": orders[0]}, tool_call_id="r1")])
+            return ModelResponse(parts=[TextPart("; ".join(map(str, looked + (refunded or ["ok"]))))])
 
         planner = Agent(ReplayModel(recorder, inner=FunctionModel(llm), node="planner"), name="planner",
                         instructions=instructions, capabilities=[ReplayTools(recorder)])
