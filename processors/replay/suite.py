@@ -365,17 +365,19 @@ def _ms(stamp: Any) -> float | None:
 _PROGRAMS: dict[str, Callable[..., Any]] = {}
 
 
-def _replay_one(program_ref: str, loaded: Loaded, mode: Mode, tools: ToolMode,
+def _replay_one(program: Callable[..., Any] | str, loaded: Loaded, mode: Mode, tools: ToolMode,
                 bindings: Mapping[str, Any] | None) -> RunResult:
-    """Replay one run (in a pool process or in this one); never raises for what the program does."""
+    """Replay one run (in a pool process, the program named by its ref, or in this one); never raises for what the
+    program does."""
     from agentlog.replay.regression import replay_recorded
 
     run = loaded.run
     if loaded.status is not None:
         return RunResult(run.run_id, loaded.status, description=loaded.reason)
-    program = _PROGRAMS.get(program_ref)
-    if program is None:
-        program = _PROGRAMS[program_ref] = load_program(program_ref)
+    if isinstance(program, str):
+        if program not in _PROGRAMS:
+            _PROGRAMS[program] = load_program(program)
+        program = _PROGRAMS[program]
     started = time.monotonic()
     result = replay_recorded(run.run_id, list(loaded.docs), program, mode=mode, tools=tools, bindings=bindings,
                              publish=False)
@@ -511,16 +513,20 @@ class SuiteReport:
         return xml
 
 
-def replay_suite(suite: Suite, program_ref: str, *, settings: Settings | None = None, mode: Mode = "recorded",
-                 tools: ToolMode = "run", bindings: Mapping[str, Any] | None = None, jobs: int = 1,
-                 expect: str = "match", progress: Callable[[RunResult, int, int], None] | None = None) -> SuiteReport:
-    """Replay every run of ``suite`` with ``program_ref`` (``module:attribute``) in ``jobs`` processes.
+def replay_suite(suite: Suite, program: str | Callable[..., Any], *, settings: Settings | None = None,
+                 mode: Mode = "recorded", tools: ToolMode = "run", bindings: Mapping[str, Any] | None = None,
+                 jobs: int = 1, expect: str = "match",
+                 progress: Callable[[RunResult, int, int], None] | None = None) -> SuiteReport:
+    """Replay every run of ``suite`` with ``program`` (a callable, or ``module:attribute``) in ``jobs`` processes.
 
-    The program is loaded here first, so a program that cannot be loaded is an error before any run
-    (``bad_program``). Runs are read from their files or the audit store; a KeyboardInterrupt stops the
-    pool and returns what ran (``interrupted``).
+    A named program is loaded here first, so one that cannot be loaded is an error before any run
+    (``bad_program``); pool processes import it by its name (a callable by its module and name). Runs are read
+    from their files or the audit store; a KeyboardInterrupt stops the pool and returns what ran (``interrupted``).
     """
-    load_program(program_ref)
+    if isinstance(program, str):
+        program_ref, program = program, load_program(program)
+    else:
+        program_ref = f"{program.__module__}:{program.__qualname__}"
     started = time.monotonic()
     results: list[RunResult] = []
     total = len(suite.runs)
@@ -535,7 +541,7 @@ def replay_suite(suite: Suite, program_ref: str, *, settings: Settings | None = 
     try:
         if jobs <= 1:
             for item in loaded:
-                done(_replay_one(program_ref, item, mode, tools, bindings))
+                done(_replay_one(program, item, mode, tools, bindings))
         else:
             with concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
                                                         mp_context=multiprocessing.get_context("spawn")) as pool:
