@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from agentlog.core.result_cache import ReplayCacheMiss
@@ -47,8 +47,8 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.publisher import rfc3339_ms, uuid7, uuid7_time_ms
 
-__all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "recorded_input",
-           "refusal_of"]
+__all__ = ["MODES", "TOOL_MODES", "Mode", "Recorder", "RecordedResults", "ToolMode", "answer_of", "delegating_tools",
+           "recorded_input", "refusal_of"]
 
 Mode = Literal["live", "recorded", "what-if"]
 MODES: tuple[Mode, ...] = ("live", "recorded", "what-if")
@@ -108,7 +108,8 @@ class Recorder:
 
     def __init__(self, run_id: str, *, mode: Mode = "live", tools: ToolMode = "run",
                  results: RecordedResults | None = None, bindings: Mapping[str, Any] | None = None,
-                 replay_of: Mapping[str, Any] | None = None, input: Any = None) -> None:
+                 replay_of: Mapping[str, Any] | None = None, input: Any = None,
+                 delegating: Collection[str] = ()) -> None:
         if mode not in MODES:
             raise ReplayError(f"replay mode must be one of {', '.join(MODES)}, not {mode!r}")
         if tools not in TOOL_MODES:
@@ -119,6 +120,9 @@ class Recorder:
         self.run_id = run_id
         self.mode: Mode = mode
         self.tools: ToolMode = tools
+        #: Tools that hand the work to another agent (:func:`delegating_tools`): they run even with
+        #: ``tools="recorded"``, so that the agent they delegate to runs again.
+        self.delegating = frozenset(delegating)
         self.results = results
         self.docs: list[dict[str, Any]] = []
         self.served = 0
@@ -213,7 +217,7 @@ class Recorder:
         Raises:
             ReplayCacheMiss: ``tools="recorded"`` and the recording has no matching call.
         """
-        if self.tools == "run":
+        if self.tools == "run" or tool in self.delegating:
             self.tools_run += 1
             return run()
         return self._recorded_tool(tool, args, call_id)
@@ -221,7 +225,7 @@ class Recorder:
     async def atool(self, tool: str, args: Any, run: Callable[[], Awaitable[Any]], *,
                     call_id: str | None = None) -> Any:
         """:meth:`tool` for a tool that is awaited."""
-        if self.tools == "run":
+        if self.tools == "run" or tool in self.delegating:
             self.tools_run += 1
             return await run()
         return self._recorded_tool(tool, args, call_id)
@@ -306,6 +310,35 @@ class Recorder:
             doc["causationId"] = cause
         self.docs.append(doc)
         return event_id
+
+
+def delegating_tools(docs: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The tools that delegated in a recorded run: between the model response that asked for a call of the tool and
+    that call's result, a model call at another node ran (a sub-agent the tool invoked).
+
+    Served from the recording, such a tool would skip its agent's whole run, so ``tools="recorded"`` runs it: the
+    agent it delegates to runs again, its model calls answered as the mode says and its own tools as ``tools`` says.
+    """
+    asked_at: dict[str, tuple[int, str | None]] = {}  # call id → (index of the asking response, its node)
+    found: set[str] = set()
+    for i, doc in enumerate(docs):
+        payload = doc.get("payload")
+        if not isinstance(payload, Mapping):
+            continue
+        if doc.get("type") == "agent.invocation.completed":
+            for message in payload.get("envelope") or [] if isinstance(payload.get("envelope"), list) else []:
+                for part in (message.get("parts") or []) if isinstance(message, Mapping) else []:
+                    if isinstance(part, Mapping) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
+                        asked_at[part["id"]] = (i, doc.get("nodeId"))
+        elif doc.get("type") == "agent.toolReturned" and payload.get("callId") in asked_at:
+            start, node = asked_at.pop(payload["callId"])
+            tool = next((d["payload"].get("tool") for d in docs[start:i] if d.get("type") == "agent.toolCalled"
+                         and isinstance(d.get("payload"), Mapping)
+                         and d["payload"].get("callId") == payload["callId"]), None)
+            if tool is not None and any(d.get("type") == "agent.invocation.started" and d.get("nodeId") != node
+                                        for d in docs[start + 1:i]):
+                found.add(str(tool))
+    return found
 
 
 def recorded_input(docs: Iterable[Mapping[str, Any]]) -> tuple[Any, bool]:

@@ -34,7 +34,7 @@ from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.divergence import Divergence
 from agentlog.replay.exported import read_jsonl
 from agentlog.replay.mock import MockReplaySession, describe_miss
-from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode, recorded_input
+from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode, delegating_tools, recorded_input
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.publisher import publish_docs, uuid7
 from agentlog.streams.reader import read_run
@@ -222,7 +222,9 @@ def replay_test(
     changed shows as a divergence at its result; ``recorded`` answers each tool call with the result
     recorded for the same tool and arguments at the same node, in order, and does not execute the tool
     (for tools with side effects, or that reach services the test cannot); a tool call the recording
-    cannot answer ends the run as a model call does. Tools are answered through the adapters' tool
+    cannot answer ends the run as a model call does; a tool that delegated to another agent in the recording runs
+    all the same (:func:`agentlog.replay.recorder.delegating_tools`), so that agent runs again. Tools are answered
+    through the adapters' tool
     wrappers (:mod:`agentlog.replay.frameworks`); a tool the program does not wrap always runs.
     ``bindings`` are laid over the source's (other versions make the verdict
     ``what-if``). ``results``: where recorded results come from, when not from the recording itself
@@ -262,7 +264,8 @@ def replay_recorded(
     recorder = Recorder(replay_id, mode=mode, tools=tools, results=session,
                         bindings={**_bindings(original), **(bindings or {})},
                         replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"),
-                        input=asked if recorded else None)
+                        input=asked if recorded else None,
+                        delegating=delegating_tools(original) if tools == "recorded" else ())
     recorder.input = asked  # a run that recorded no input was asked its first user message
     miss: dict[str, Any] | None = None
     error: str | None = None

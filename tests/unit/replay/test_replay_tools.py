@@ -19,7 +19,7 @@ from typer.testing import CliRunner
 
 from agentlog.cli import app
 from agentlog.replay.recorder import Recorder
-from agentlog.replay.regression import record, replay_test
+from agentlog.replay.regression import record, replay_recorded, replay_test
 from agentlog.schemas.errors import ReplayError
 from tests.otel_corpus import script as s
 from tests.otel_corpus.programs import PROGRAMS, langgraph_program
@@ -188,3 +188,19 @@ def test_the_pytest_option_chooses_tools_for_every_replay_test(tmp_path):
     ran = run()
     assert ran.returncode == 1, ran.stdout[-3000:]
     assert "expected match, got replay of langgraph-recorded" in ran.stdout and "tools run" in ran.stdout
+
+
+def test_a_tool_that_delegates_to_another_agent_runs_so_that_agent_runs_again():
+    """tools="recorded": the planner's lookup is served, its write_reply (which runs the writer agent) runs."""
+    pytest.importorskip("pydantic_ai")
+    from agentlog.replay.recorder import delegating_tools
+    from tests.unit.replay import two_agents
+
+    docs = record(two_agents.support, run_id="delegates")
+    assert delegating_tools(docs) == {"write_reply"}
+    result = replay_recorded("delegates", docs, two_agents.support, tools="recorded")
+    assert result.verdict == "match"
+    assert (result.tools_served, result.tools_run) == (1, 1)
+    writer = [d for d in result.docs if d.get("nodeId") == "writer"]
+    assert [d["type"] for d in writer] == ["agent.invocation.started", "agent.invocation.completed"]
+    assert result.served == 4 and result.asked == 0  # the writer's model call too, from the recording
