@@ -326,9 +326,11 @@ def delegating_tools(docs: Sequence[Mapping[str, Any]]) -> set[str]:
         if not isinstance(payload, Mapping):
             continue
         if doc.get("type") == "agent.invocation.completed":
-            for message in payload.get("envelope") or [] if isinstance(payload.get("envelope"), list) else []:
+            envelope = payload.get("envelope")
+            for message in envelope if isinstance(envelope, list) else []:
                 for part in (message.get("parts") or []) if isinstance(message, Mapping) else []:
-                    if isinstance(part, Mapping) and part.get("type") == "tool_call" and isinstance(part.get("id"), str):
+                    if isinstance(part, Mapping) and part.get("type") == "tool_call" and isinstance(part.get("id"),
+                                                                                                  str):
                         asked_at[part["id"]] = (i, doc.get("nodeId"))
         elif doc.get("type") == "agent.toolReturned" and payload.get("callId") in asked_at:
             start, node = asked_at.pop(payload["callId"])
