@@ -2,7 +2,7 @@
 
 Past the sequencer a record's content members (``agentlog.schemas.content``) exist only as sealed tokens::
 
-    {"$sealed": "<keyId>.<base64url(AES-GCM-SIV ciphertext of JCS(value))>"}
+    {"$sealed": "<keyId>.<base64url(AES-GCM-SIV ciphertext of the value's sorted-key JSON)>"}
 
 * **Deterministic.** The nonce is derived from the associated data (run, event, member path), and AES-GCM-SIV is
   misuse-resistant: the same value sealed twice at the same place gives the same bytes, so a redelivered record
@@ -20,11 +20,12 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCMSIV
 
@@ -68,8 +69,21 @@ def _aead(secret: bytes) -> AESGCMSIV:
     return AESGCMSIV(secret)
 
 
+def _json(value: Any) -> bytes:
+    """``value``'s JSON with sorted keys: the same bytes for equal values, read back by ``loads_strict``.
+
+    A token's plaintext and associated data need to be deterministic, not canonical: no hash covers them (the chain
+    covers the token). orjson writes them in C; a value it refuses (an integer past 64 bits, a lone surrogate) takes
+    JCS, which refuses what JSON cannot hold.
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError):
+        return jcs(value)
+
+
 def _aad(run_id: str, event_id: str, path: Place) -> bytes:
-    return jcs([run_id, event_id, list(path)])
+    return _json([run_id, event_id, list(path)])
 
 
 def _nonce(aad: bytes) -> bytes:
@@ -111,7 +125,7 @@ def _set(record: Any, path: Place, value: Any) -> Any:
 def seal_value(value: Any, key: DataKey, run_id: str, place: str, path: Place = ()) -> dict[str, str]:
     """``value`` as a sealed token bound to (``run_id``, ``place``, ``path``): an event id, or another record's."""
     aad = _aad(run_id, place, path)
-    token = _aead(key.secret).encrypt(_nonce(aad), jcs(value), aad)
+    token = _aead(key.secret).encrypt(_nonce(aad), _json(value), aad)
     return {SEALED: f"{key.key_id}.{base64.urlsafe_b64encode(token).decode()}"}
 
 
@@ -134,15 +148,36 @@ def open_value(token: dict[str, str], key_for: Callable[[str], DataKey | None], 
 
 
 def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
-    """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are."""
+    """The stored form of ``doc``: every content member sealed under ``key``; sealed members stay as they are.
+
+    The members are those :func:`agentlog.schemas.content.content_members` names, found in one pass that copies only
+    the objects it changes (the sequencer seals every event it commits).
+    """
     payload = doc.get("payload")
-    changed = False
-    for path, value in list(_walk(doc)):
+    if payload is None:
+        return doc
+    run_id, event_id = doc["runId"], doc["eventId"]
+
+    def sealed(value: Any, tree: Tree, path: tuple[str, ...]) -> Any:
         if is_sealed(value):
-            continue
-        payload = _set(payload, path, seal_value(value, key, doc["runId"], doc["eventId"], path))
-        changed = True
-    return {**doc, "payload": payload} if changed else doc
+            return value
+        if not isinstance(value, dict):
+            return seal_value(value, key, run_id, event_id, path)
+        out: dict[str, Any] | None = None
+        for name, member in value.items():
+            rule = tree.get(name)
+            if rule is True:
+                continue
+            new = sealed(member, rule, (*path, name)) if isinstance(rule, Mapping) and isinstance(member, dict) \
+                else member if is_sealed(member) else seal_value(member, key, run_id, event_id, (*path, name))
+            if new is not member:
+                if out is None:
+                    out = dict(value)
+                out[name] = new
+        return value if out is None else out
+
+    stored = sealed(payload, clear_tree(doc["type"]), ())
+    return doc if stored is payload else {**doc, "payload": stored}
 
 
 def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) -> dict[str, Any]:
