@@ -488,6 +488,59 @@ _ISO_HELP = "ISO 8601 time ('' = unbounded)"
 
 _LIMIT = Param("limit", "UInt64", default="10000", help="at most this many rows")
 
+# A suite execution's replay runs carry tags in run.started (agentlog.replay.suite.execution_tags): the suite, the
+# execution and the code version; the worker's verdict on each (replay_verdicts) is its outcome.
+_SUITE_REPLAYS = """
+    e AS (
+        SELECT run_id AS replay_run_id, started_at, source_run_id,
+               substring(arrayFirst(t -> startsWith(t, 'suite:'), tags), 7) AS suite,
+               substring(arrayFirst(t -> startsWith(t, 'suite-execution:'), tags), 17) AS execution,
+               substring(arrayFirst(t -> startsWith(t, 'code:'), tags), 6) AS code_version
+        FROM (
+            SELECT run_id, min(event_time) AS started_at, any(JSONExtract(payload, 'tags', 'Array(String)')) AS tags,
+                   any(JSONExtractString(payload, 'replayOf', 'sourceRunId')) AS source_run_id
+            FROM events
+            WHERE type = 'run.started' AND position(payload, '"suite-execution:') > 0
+            GROUP BY run_id
+        )
+        WHERE execution != ''
+    ),
+    v AS (
+        SELECT replay_run_id, argMax(verdict, recorded_at) AS verdict,
+               argMax(first_divergence, recorded_at) AS first_divergence
+        FROM replay_verdicts
+        WHERE replay_run_id IN (SELECT replay_run_id FROM e)
+        GROUP BY replay_run_id
+    )"""
+
+_SUITE_EXECUTIONS = f"""
+WITH {_SUITE_REPLAYS}
+SELECT e.suite AS suite, e.execution AS execution, min(e.started_at) AS started_at,
+       any(e.code_version) AS code_version, count() AS runs,
+       countIf(v.verdict = 'match') AS matched,
+       countIf(v.verdict IN ('diverged', 'diverged_at_refusal')) AS diverged,
+       countIf(v.verdict = 'what-if') AS what_if,
+       countIf(v.verdict = '') AS pending
+FROM e LEFT JOIN v ON v.replay_run_id = e.replay_run_id
+WHERE {{suite:String}} = '' OR e.suite = {{suite:String}}
+GROUP BY e.suite, e.execution
+ORDER BY started_at DESC, execution
+LIMIT {{limit:UInt64}}
+"""
+
+_SUITE_RUNS = f"""
+WITH {_SUITE_REPLAYS}
+SELECT e.source_run_id AS source_run_id, e.replay_run_id AS replay_run_id, e.suite AS suite,
+       e.code_version AS code_version, e.started_at AS started_at, v.verdict AS verdict,
+       JSONExtractString(v.first_divergence, 'kind') AS kind,
+       if(v.first_divergence = '' OR v.first_divergence = 'null', -1,
+          JSONExtractInt(v.first_divergence, 'atSequence')) AS at_sequence
+FROM e LEFT JOIN v ON v.replay_run_id = e.replay_run_id
+WHERE e.execution = {{execution:String}}
+ORDER BY verdict = 'match', source_run_id
+LIMIT {{limit:UInt64}}
+"""
+
 NAMED_QUERIES: dict[str, NamedQuery] = {
     q.name: q
     for q in (
@@ -524,6 +577,12 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                    (Param("source_run_id", help="only replays of this run ('' = all)"),
                     Param("verdict", help="match | diverged | diverged_at_refusal | what-if ('' = all)"), _LIMIT),
                    _REPLAY_VERDICTS),
+        NamedQuery("suite-executions", "replay-suite executions, newest first: runs and verdict counts per "
+                   "execution (a suite's verdicts over time)",
+                   (Param("suite", help="only this suite ('' = all)"), _LIMIT), _SUITE_EXECUTIONS),
+        NamedQuery("suite-runs", "the runs of one replay-suite execution with their verdicts, diverged first",
+                   (Param("execution", required=True, default=None, help="the execution id (replay-suite --json)"),
+                    _LIMIT), _SUITE_RUNS),
         NamedQuery("rejections", "rejected ingest records by reason", (_RUN_FILTER,), _REJECTIONS),
         NamedQuery("violations", "handoff violations by run and code", (_RUN_FILTER,), _VIOLATIONS),
         # the console's cost/tokens chart

@@ -97,6 +97,11 @@ def replay_suite_command(
     jobs: int = typer.Option(1, "--jobs", "-j", min=1, help="Processes replaying at once."),
     expect: str = typer.Option("match", "--expect", help="The verdict every replayed run must have."),
     junit: Path | None = typer.Option(None, "--junit", help="Write JUnit XML here (one test case per run)."),
+    publish: bool | None = typer.Option(None, "--publish/--no-publish", help="Publish the replay runs, tagged with "
+                                        "this execution, so the worker judges them and the audit store keeps the "
+                                        "history (default: when the suite's runs come from the store)."),
+    code_version: str | None = typer.Option(None, "--code-version", help="The code under test, kept with the "
+                                            "execution (default: the current directory's git commit)."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
 ) -> None:
     """Replay every run of a suite with your program; one report, grouped by first divergence."""
@@ -119,9 +124,12 @@ def replay_suite_command(
         if tools not in ("run", "recorded"):
             raise ReplayError(f"--tools must be run or recorded, not {tools!r}", code="bad_param")
         suite = Suite.read(suite_file)
-        settings = load_settings() if any(r.file is None for r in suite.runs) else None
+        from_store = any(r.file is None for r in suite.runs)
+        settings = load_settings() if from_store or publish else None
         report = replay_suite(suite, program, settings=settings, mode=mode, tools=tools,  # type: ignore[arg-type]
-                              bindings=_bindings(bindings), jobs=jobs, expect=expect, progress=progress)
+                              bindings=_bindings(bindings), jobs=jobs, expect=expect, progress=progress,
+                              publish=settings if (from_store if publish is None else publish) else None,
+                              code_version=_git_commit() if code_version is None else code_version)
     except AgentlogError as e:
         if as_json:
             typer.echo(json.dumps({"ok": False, "error": e.to_dict()}, ensure_ascii=False))
@@ -135,6 +143,17 @@ def replay_suite_command(
     else:
         typer.echo(report.describe())
     raise typer.Exit(EXIT_ERROR if report.interrupted else EXIT_OK if report.ok else EXIT_DIVERGED)
+
+
+def _git_commit() -> str:
+    """The current directory's git commit (short), or "" outside a work tree."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10)
+    except OSError:
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
 
 
 def register(app: typer.Typer) -> None:

@@ -49,8 +49,9 @@ envelope, the tool events and every later request's messages.
 
 Fields never compared per event: ``eventId``, ``runId``, ``timestamp`` and other volatile fields,
 ``sequence`` (the alignment key), ``causationId`` and minted ids (check 6), ``engineVersion`` and
-``run.started.payload.bindings`` (the bindings check below) and ``run.started.payload.replayOf``
-(the replay's own marker).
+``run.started.payload.bindings`` (the bindings check below), ``run.started.payload.replayOf``
+(the replay's own marker), and the labels a run carries that say nothing of what it did:
+``run.started.payload.tags`` and ``runClass`` (a suite execution tags its replays).
 
 Bindings (MACP §3): when ``run.started`` binds different engine/mode/config/policy versions the
 verdict is ``what-if`` — never ``match``, whatever else happened. Decision: what-if wins the
@@ -139,6 +140,8 @@ STARTED = "agent.invocation.started"
 _ENVELOPE_KIND = {VALID: "valid", REFUSAL: "refusal"}
 
 #: Envelope fields that are either volatile or judged by a dedicated check.
+#: ``run.started`` members never compared: the bindings (their own check), the replay's marker, and labels.
+_RUN_LABELS = ("bindings", "replayOf", "tags", "runClass")
 _NOT_FIELD_COMPARED = ("eventId", "runId", "timestamp", "sequence", "causationId", "engineVersion")
 
 #: Payload fields holding ids a replay mints afresh — its own run id, its child runs, its tool
@@ -833,8 +836,8 @@ def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
         for name in MINTED_ID_FIELDS:
             payload.pop(name, None)
     if doc.get("type") == "run.started" and isinstance(payload, dict):
-        payload.pop("bindings", None)
-        payload.pop("replayOf", None)
+        for name in _RUN_LABELS:
+            payload.pop(name, None)
     if in_suffix:
         for parent, name in _CALL_BYTES.get(doc.get("type", ""), ()):
             holder = view.get(parent)

@@ -109,7 +109,7 @@ class Recorder:
     def __init__(self, run_id: str, *, mode: Mode = "live", tools: ToolMode = "run",
                  results: RecordedResults | None = None, bindings: Mapping[str, Any] | None = None,
                  replay_of: Mapping[str, Any] | None = None, input: Any = None,
-                 delegating: Collection[str] = ()) -> None:
+                 delegating: Collection[str] = (), tags: Sequence[str] = ()) -> None:
         if mode not in MODES:
             raise ReplayError(f"replay mode must be one of {', '.join(MODES)}, not {mode!r}")
         if tools not in TOOL_MODES:
@@ -139,6 +139,8 @@ class Recorder:
         payload: dict[str, Any] = {"bindings": dict(bindings or {})}
         if input is not None:
             payload["input"] = input
+        if tags:
+            payload["tags"] = list(tags)
         if replay_of is not None:
             payload["replayOf"] = dict(replay_of)
         self._emit("run.started", payload)

@@ -255,8 +255,10 @@ def replay_recorded(
     publish: bool | None = None,
     run_id: str | None = None,
     strict: bool = False,
+    tags: Sequence[str] = (),
 ) -> ReplayTestResult:
-    """:func:`replay_test` of a recording already read (``original``: the run's events, opened), any verdict."""
+    """:func:`replay_test` of a recording already read (``original``: the run's events, opened), any verdict;
+    ``tags`` go into the replay's ``run.started`` (a suite names its execution there)."""
     original = list(original)
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
     session = results or MockReplaySession(ResultCache.from_events(original), source_id)
@@ -265,7 +267,7 @@ def replay_recorded(
                         bindings={**_bindings(original), **(bindings or {})},
                         replay_of=replay_of(source_id, 0, "live" if mode == "live" else "mock"),
                         input=asked if recorded else None,
-                        delegating=delegating_tools(original) if tools == "recorded" else ())
+                        delegating=delegating_tools(original) if tools == "recorded" else (), tags=tags)
     recorder.input = asked  # a run that recorded no input was asked its first user message
     miss: dict[str, Any] | None = None
     error: str | None = None

@@ -47,7 +47,8 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.settings import Settings
 
-__all__ = ["FORMAT", "Selection", "Suite", "SuiteReport", "SuiteRun", "load_program", "replay_suite", "select_runs"]
+__all__ = ["FORMAT", "Selection", "Suite", "SuiteReport", "SuiteRun", "execution_tags", "load_program", "replay_suite",
+           "select_runs"]
 
 FORMAT = "agentlog.suite/1"
 
@@ -330,6 +331,7 @@ class RunResult:
     error: str | None = None
     traceback: str | None = None
     deltas: dict[str, float] = field(default_factory=dict)
+    docs: tuple[dict[str, Any], ...] = field(default=(), repr=False)  # the replay run, for publishing
 
     def to_json(self) -> dict[str, Any]:
         out = {"runId": self.run_id, "status": self.status, "seconds": round(self.seconds, 3),
@@ -366,7 +368,7 @@ _PROGRAMS: dict[str, Callable[..., Any]] = {}
 
 
 def _replay_one(program: Callable[..., Any] | str, loaded: Loaded, mode: Mode, tools: ToolMode,
-                bindings: Mapping[str, Any] | None) -> RunResult:
+                bindings: Mapping[str, Any] | None, tags: Sequence[str] = ()) -> RunResult:
     """Replay one run (in a pool process, the program named by its ref, or in this one); never raises for what the
     program does."""
     from agentlog.replay.regression import replay_recorded
@@ -380,7 +382,7 @@ def _replay_one(program: Callable[..., Any] | str, loaded: Loaded, mode: Mode, t
         program = _PROGRAMS[program]
     started = time.monotonic()
     result = replay_recorded(run.run_id, list(loaded.docs), program, mode=mode, tools=tools, bindings=bindings,
-                             publish=False)
+                             publish=False, tags=tags)
     d = result.first_divergence
     deltas: dict[str, float] = {}
     if mode != "recorded":
@@ -392,7 +394,7 @@ def _replay_one(program: Callable[..., Any] | str, loaded: Loaded, mode: Mode, t
             "atSequence": d.at_sequence, "kind": d.kind, "eventType": d.event_type, "nodeId": d.node_id,
             "path": d.path, "expected": d.expected, "actual": d.actual, "detail": d.detail or None},
         description=result.describe(), miss=result.miss, error=result.error, traceback=result.traceback,
-        deltas=deltas)
+        deltas=deltas, docs=result.docs)
 
 
 # --------------------------------------------------------------------------- the report
@@ -411,6 +413,9 @@ class SuiteReport:
     seconds: float
     interrupted: bool = False
     total: int = 0
+    execution: str = ""
+    code_version: str = ""
+    published: int = 0
 
     @property
     def counts(self) -> dict[str, int]:
@@ -457,6 +462,7 @@ class SuiteReport:
 
     def to_json(self) -> dict[str, Any]:
         return {"suite": self.suite, "program": self.program, "mode": self.mode, "tools": self.tools,
+                "execution": self.execution, "codeVersion": self.code_version, "published": self.published,
                 "expect": self.expect, "runs": self.total or len(self.results), "ran": len(self.results),
                 "interrupted": self.interrupted, "seconds": round(self.seconds, 3), "counts": self.counts,
                 "ok": self.ok, "groups": self.groups(), "misses": self.misses(), "deltas": self.deltas(),
@@ -513,16 +519,33 @@ class SuiteReport:
         return xml
 
 
+def execution_tags(suite: str, execution: str, code_version: str) -> list[str]:
+    """The ``run.started`` tags of a suite execution's replay runs: what its history is queried by."""
+    return [f"{SUITE_TAG}{suite}", f"{EXECUTION_TAG}{execution}"] + ([f"{CODE_TAG}{code_version}"] if code_version
+                                                                      else [])
+
+
+#: Tag prefixes of a suite execution's replay runs (``run.started`` ``payload.tags``, metadata).
+SUITE_TAG, EXECUTION_TAG, CODE_TAG = "suite:", "suite-execution:", "code:"
+
+
 def replay_suite(suite: Suite, program: str | Callable[..., Any], *, settings: Settings | None = None,
                  mode: Mode = "recorded", tools: ToolMode = "run", bindings: Mapping[str, Any] | None = None,
-                 jobs: int = 1, expect: str = "match",
+                 jobs: int = 1, expect: str = "match", publish: Settings | None = None, code_version: str = "",
                  progress: Callable[[RunResult, int, int], None] | None = None) -> SuiteReport:
     """Replay every run of ``suite`` with ``program`` (a callable, or ``module:attribute``) in ``jobs`` processes.
 
     A named program is loaded here first, so one that cannot be loaded is an error before any run
     (``bad_program``); pool processes import it by its name (a callable by its module and name). Runs are read
     from their files or the audit store; a KeyboardInterrupt stops the pool and returns what ran (``interrupted``).
+    With ``publish`` the replay runs are published there once all ran, tagged with the suite, this execution and
+    ``code_version`` (:func:`execution_tags`): a worker judges each against its source (the verdicts the console's
+    suite pages and the ``suite-executions`` query read), and the audit store keeps the execution as history.
     """
+    from agentlog.streams.publisher import uuid7
+
+    execution = uuid7()
+    tags = execution_tags(suite.name, execution, code_version) if publish is not None else []
     if isinstance(program, str):
         program_ref, program = program, load_program(program)
     else:
@@ -541,11 +564,12 @@ def replay_suite(suite: Suite, program: str | Callable[..., Any], *, settings: S
     try:
         if jobs <= 1:
             for item in loaded:
-                done(_replay_one(program, item, mode, tools, bindings))
+                done(_replay_one(program, item, mode, tools, bindings, tags))
         else:
             with concurrent.futures.ProcessPoolExecutor(max_workers=jobs,
                                                         mp_context=multiprocessing.get_context("spawn")) as pool:
-                pending = {pool.submit(_replay_one, program_ref, item, mode, tools, bindings) for item in loaded}
+                pending = {pool.submit(_replay_one, program_ref, item, mode, tools, bindings, tags)
+                           for item in loaded}
                 try:
                     for future in concurrent.futures.as_completed(pending):
                         done(future.result())
@@ -556,9 +580,25 @@ def replay_suite(suite: Suite, program: str | Callable[..., Any], *, settings: S
         interrupted = True
     order = {r.run_id: i for i, r in enumerate(suite.runs)}
     results.sort(key=lambda r: order.get(r.run_id, len(order)))
+    published = 0
+    if publish is not None:
+        published = _publish(publish, [d for r in results for d in r.docs])
     return SuiteReport(suite=suite.name, program=program_ref, mode=mode, tools=tools, expect=expect,
                        results=tuple(results), seconds=time.monotonic() - started, interrupted=interrupted,
-                       total=total)
+                       total=total, execution=execution if publish is not None else "", code_version=code_version,
+                       published=published)
+
+
+def _publish(settings: Settings, docs: list[dict[str, Any]]) -> int:
+    """Publish the replay runs through the SDK; the events accepted."""
+    from agentlog.streams.publisher import publish_docs
+
+    summary = asyncio.run(publish_docs(settings, docs))
+    if summary.rejected:
+        first = summary.rejected[0]
+        raise ReplayError(f"{len(summary.rejected)} event(s) of the replay runs were not published (first: index "
+                          f"{first.index}, {first.code}: {first.detail})", code="publish_failed")
+    return int(summary.accepted)
 
 
 def now_iso() -> str:

@@ -40,6 +40,7 @@ from agentlog.console import (
     unsealed,
 )
 from agentlog.console.pages import render_error_page
+from agentlog.console.suites import suite_execution_view, suites_view
 from agentlog.worker.access import bearer as bearer_of
 from agentlog.worker.access import same_token as _same
 from agentlog.worker.wiring import Wiring
@@ -102,6 +103,9 @@ ROUTES: tuple[tuple[str, str, Build], ...] = (
      lambda store, opener, query, match: replays_view(store, match["run_id"], opener)),
     ("/compare", "console-compare", lambda store, opener, query, match: compare_view(store, query, opener)),
     ("/analytics", "console-analytics", lambda store, opener, query, match: analytics_view(store, query)),
+    ("/suites", "console-suites", lambda store, opener, query, match: suites_view(store, query)),
+    ("/suites/{execution}", "console-suite-execution",
+     lambda store, opener, query, match: suite_execution_view(store, match["execution"])),
 )
 
 

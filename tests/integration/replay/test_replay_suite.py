@@ -3,14 +3,17 @@
 Nine runs of the pydantic-ai support program (:mod:`tests.unit.replay.suite_program`) are recorded with varied
 inputs and published through the SDK, six bound to ``configVersion`` v1 and three to v2. ``agentlog suite create``
 selects from the audit store (through the worker that owns it) by binding, node and status, and by seeded sample;
-``agentlog replay-suite`` replays the frozen runs from the store; after ``agentlog erase`` of one of them the
-suite reports that run erased and replays the rest.
+``agentlog replay-suite`` replays the frozen runs from the store and publishes the replays, which the worker judges:
+the executions and their verdicts are history (named queries, console pages); after ``agentlog erase`` of one of
+them the suite reports that run erased and replays the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import urllib.error
+import urllib.request
 import uuid
 
 import pytest
@@ -37,6 +40,15 @@ def worker(settings):
     proc = WorkerProcess(settings, sink=True, web=True).start()
     yield proc
     proc.stop()
+
+
+def _get(worker, path: str) -> tuple[int, str]:
+    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
 
 
 def _json(done) -> dict:
@@ -67,7 +79,7 @@ def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(worke
     asyncio.run(published())
 
     suite_file = tmp_path / "v1.json"
-    made = agentlog_cli(settings, "suite", "create", "v1", "--binding", f"configVersion=v1-{tag}", "--node",
+    made = agentlog_cli(settings, "suite", "create", f"v1-{tag}", "--binding", f"configVersion=v1-{tag}", "--node",
                         "planner", "--status", "completed", "--out", str(suite_file), "--json")
     assert made.returncode == 0, made.stderr
     frozen = _json(made)
@@ -80,15 +92,36 @@ def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(worke
     assert len(picks[0]) == 3 and picks[0] == picks[1]
 
     replayed = agentlog_cli(settings, "replay-suite", str(suite_file), "--program", f"{PROGRAM}:support", "--jobs",
-                            "2", "--json", "--junit", str(tmp_path / "junit.xml"), timeout=300)
+                            "2", "--json", "--junit", str(tmp_path / "junit.xml"), "--code-version", "abc123",
+                            timeout=300)
     assert replayed.returncode == 0, replayed.stdout + replayed.stderr
-    assert _json(replayed)["counts"] == {"match": 6}
+    first = _json(replayed)
+    assert first["counts"] == {"match": 6} and first["published"] > 0  # from the store: published by default
 
     changed = agentlog_cli(settings, "replay-suite", str(suite_file), "--program",
-                           f"{PROGRAM}:support_refund_v2", "--json", timeout=300)
+                           f"{PROGRAM}:support_refund_v2", "--json", "--code-version", "def456", timeout=300)
     assert changed.returncode == 1
-    [group] = _json(changed)["groups"]
+    second = _json(changed)
+    [group] = second["groups"]
     assert sorted(group["runs"]) == [f"suite-{tag}-{i}" for i in (0, 3)]  # the two v1 runs asking for a refund
+
+    # The history: the worker judged every published replay; the executions and their runs are queryable.
+    async def judged() -> list | None:
+        done = agentlog_cli(settings, "query", "suite-executions", "--param", f"suite=v1-{tag}", "--json")
+        rows = _json(done)["rows"] if done.returncode == 0 else []
+        return rows if len(rows) == 2 and all(row[-1] == 0 for row in rows) else None
+
+    executions = asyncio.run(wait_until(judged, timeout=180, what="both executions judged", worker=worker))
+    # suite, execution, started_at, code_version, runs, matched, diverged, what_if, pending (newest first)
+    assert [(r[1], r[3], r[4], r[5], r[6]) for r in executions] == [
+        (second["execution"], "def456", 6, 4, 2), (first["execution"], "abc123", 6, 6, 0)]
+    runs = _json(agentlog_cli(settings, "query", "suite-runs", "--param", f"execution={second['execution']}",
+                              "--json"))["rows"]
+    assert [(r[0], r[5]) for r in runs][:2] == [(f"suite-{tag}-0", "diverged"), (f"suite-{tag}-3", "diverged")]
+    status, page = _get(worker, f"/suites/{second['execution']}")
+    assert status == 200 and f"suite-{tag}-3" in page and "/compare?a=" in page
+    status, page = _get(worker, f"/suites?suite=v1-{tag}")
+    assert status == 200 and "def456" in page and "abc123" in page
 
     erased = f"suite-{tag}-1"
     done = agentlog_cli(settings, "erase", "--run", erased, "--json", timeout=300)

@@ -187,7 +187,8 @@ def test_no_named_query_or_reader_uses_final():
 
 def _params(name: str) -> dict[str, str]:
     return {"run-timeline": {"run_id": "run-1"},
-            "causation-chain": {"run_id": "run-1", "event_id": "run-1:0005"}}.get(name, {})
+            "causation-chain": {"run_id": "run-1", "event_id": "run-1:0005"},
+            "suite-runs": {"execution": "x"}}.get(name, {})
 
 
 INJECTIONS = [

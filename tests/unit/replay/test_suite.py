@@ -19,7 +19,16 @@ junitparser = pytest.importorskip("junitparser")
 from agentlog.cli import app  # noqa: E402
 from agentlog.replay.recorder import recorded_input  # noqa: E402
 from agentlog.replay.regression import record  # noqa: E402
-from agentlog.replay.suite import CHANGED, ERROR, MISSING, Suite, SuiteRun, file_run, replay_suite  # noqa: E402
+from agentlog.replay.suite import (  # noqa: E402
+    CHANGED,
+    ERROR,
+    MISSING,
+    Suite,
+    SuiteRun,
+    file_run,
+    load_runs,
+    replay_suite,
+)
 from agentlog.schemas.errors import ReplayError  # noqa: E402
 from tests.unit.replay import suite_program  # noqa: E402
 
@@ -168,3 +177,14 @@ def test_the_pytest_fixture_makes_each_run_a_test_item_selectable_with_k(suite_d
         line.split("::")[1].split(" ")[0] for line in every.stdout.splitlines() if line.startswith("FAILED")}
     one = pytest_run("-k", "sup-1]")
     assert one.returncode == 0 and "1 passed" in one.stdout, one.stdout
+
+
+def test_a_replay_tagged_with_its_suite_execution_still_matches(suite_dir):
+    from agentlog.replay.regression import replay_recorded
+    from agentlog.replay.suite import execution_tags
+
+    [loaded] = load_runs(None, _suite(suite_dir).runs[:1])
+    result = replay_recorded(loaded.run.run_id, list(loaded.docs), suite_program.support,
+                             tags=execution_tags("support", "exec-1", "abc123"))
+    assert result.docs[0]["payload"]["tags"] == ["suite:support", "suite-execution:exec-1", "code:abc123"]
+    assert result.verdict == "match"
