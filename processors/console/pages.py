@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -39,6 +40,7 @@ from agentlog.replay.compare import ComparisonResult
 from agentlog.schemas.stability import is_volatile, iter_paths
 
 __all__ = [
+    "EventsPage",
     "LIVE_POLL_MS",
     "RUNS_FILTERS",
     "VERDICTS",
@@ -60,6 +62,9 @@ VERDICTS = ("match", "diverged", "diverged_at_refusal", "what-if")
 #: Query-string filters of the runs page, in the ``runs`` named query's names.
 RUNS_FILTERS = ("since", "until", "status", "model", "flagged", "verdict")
 _PAYLOAD_CHARS = 4000
+#: Keys per part of the state panel: a long run's handoffs and channels are thousands, and the panel is part of
+#: the first page (what the index changed is always shown, then the latest keys).
+STATE_KEYS_SHOWN = 100
 _FIELDS_PER_EVENT = 60
 
 _CSS = REPORT_CSS + """
@@ -93,7 +98,7 @@ details summary{cursor:pointer;color:#495057}
 .field.diff{background:#ffc9c9;font-weight:700}
 .divergence-box{border:2px solid #c92a2a;border-radius:8px;padding:10px 14px;margin:10px 0;background:#fff5f5}
 .divergence-box.none{border-color:#2b8a3e;background:#ebfbee}
-.pager{margin:10px 0;display:flex;gap:12px}
+.pager{margin:10px 0;display:flex;gap:12px;align-items:center;flex-wrap:wrap} .pager form{display:inline}
 .charts{display:grid;grid-template-columns:repeat(auto-fit,minmax(520px,1fr));gap:18px}
 figure.chart{margin:0;border:1px solid #e9ecef;border-radius:8px;padding:8px 10px}
 figure.chart figcaption{font-weight:600;margin-bottom:4px}
@@ -109,6 +114,12 @@ _SCRIPT = """
     document.querySelectorAll('tr.current').forEach(function (e) { e.classList.remove('current'); });
     var row = document.getElementById('ev-' + i);
     if (row) row.classList.add('current');
+    var around = document.getElementById('at-events');
+    if (around && slider) {
+      var href = slider.dataset.page;
+      around.href = href + (href.indexOf('?') < 0 ? '?' : '&') + 'at=' + i;
+      around.hidden = !!row;
+    }
   }
   function loadState(i) {
     var label = document.getElementById('at-label');
@@ -308,7 +319,15 @@ def render_state_panel(view: StateView) -> str:
     sections = [f'<section><h3>status</h3><div class="kv{status_cls}" data-key="status">'
                 f'{_badge(view.status)}</div></section>']
     for part, values in view.parts.items():
-        items = "".join(kv(part, k, v) for k, v in values.items()) or '<p class="empty">none</p>'
+        keys = list(values)
+        if len(keys) > STATE_KEYS_SHOWN:  # what this index changed, then the latest of the rest
+            first = [k for k in keys if f"{part}.{k}" in view.changed]
+            rest = [k for k in keys if f"{part}.{k}" not in view.changed]
+            keys = first + rest[len(rest) - max(STATE_KEYS_SHOWN - len(first), 0):]
+        items = "".join(kv(part, k, values[k]) for k in keys) or '<p class="empty">none</p>'
+        if len(keys) < len(values):
+            items += (f'<p class="empty more">{len(values) - len(keys)} earlier {esc(part)} not shown '
+                      "(what this index changed and the latest are)</p>")
         sections.append(f'<section><h3>{esc(part)} ({len(values)})</h3>{items}</section>')
     changed = ", ".join(sorted(view.changed)) or "nothing observable"
     return (f'<div class="meta" id="state-caption" data-index="{view.index}">after index <b>{view.index}</b> '
@@ -316,10 +335,14 @@ def render_state_panel(view: StateView) -> str:
             f'<div class="state">{"".join(sections)}</div>')
 
 
-def _events_table(docs: Sequence[Mapping[str, Any]], violated: Mapping[str, list[str]]) -> str:
-    seq_of = {d.get("eventId"): d.get("sequence") for d in docs}
+def _events_table(docs: Sequence[Mapping[str, Any]], violated: Mapping[str, list[str]], *, first: int = 0,
+                  seq_of: Mapping[Any, Any] | None = None) -> str:
+    """``docs`` are the events at indexes ``first``, ``first + 1``, …; ``seq_of`` maps every eventId of the run to
+    its sequence (default: those of ``docs``), so a cause on another page is still named by its sequence."""
+    if seq_of is None:
+        seq_of = {d.get("eventId"): d.get("sequence") for d in docs}
     rows = []
-    for i, d in enumerate(docs):
+    for i, d in enumerate(docs, start=first):
         cause = d.get("causationId")
         caused = "" if not cause else f"#{seq_of[cause]}" if cause in seq_of else esc(str(cause)[:16])
         codes = violated.get(str(d.get("eventId")), [])
@@ -370,6 +393,43 @@ def _run_links(run_id: str, links: Mapping[str, Sequence[str]]) -> str:
     return " · ".join(parts or ["no parent, child or replay runs"]) + f" · {compare}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class EventsPage:
+    """Which of a run's events a run page shows: indexes ``first`` … ``first + shown - 1`` of ``count``.
+
+    ``starts`` maps ``first``, ``previous``, ``next`` and ``last`` to the sequence its page starts at (the
+    ``?from=`` of its link; absent where there is no such page); ``limit`` is the page size (``?limit=``).
+    """
+
+    first: int
+    shown: int
+    count: int
+    limit: int
+    starts: Mapping[str, int]
+    default_limit: int
+
+
+def _page_href(run_id: str, page: EventsPage, **params: Any) -> str:
+    if page.limit != page.default_limit:
+        params["limit"] = page.limit
+    return run_href(run_id) + (f"?{urlencode(params)}" if params else "")
+
+
+def _pager(run_id: str, page: EventsPage) -> str:
+    if page.count == 0:
+        return ""
+    labels = (("first", "« first"), ("previous", "← earlier"), ("next", "later →"), ("last", "last »"))
+    links = "".join(f'<a class="page-{name}" href="{esc(_page_href(run_id, page, **{"from": page.starts[name]}))}">'
+                    f"{label}</a>" for name, label in labels if name in page.starts)
+    hidden = (f'<input type="hidden" name="limit" value="{page.limit}">' if page.limit != page.default_limit
+              else "")
+    return (f'<div class="pager" id="events-pager" data-first="{page.first}" data-shown="{page.shown}" '
+            f'data-count="{page.count}">events <b>{page.first}–{page.first + page.shown - 1}</b> of {page.count} '
+            f'(by index) {links}<form method="get" action="{run_href(run_id)}">{hidden}'
+            '<label>from sequence <input name="from" size="7" inputmode="numeric"></label> '
+            '<button type="submit">go</button></form></div>')
+
+
 def render_run_page(
     run_id: str,
     events: Sequence[Mapping[str, Any]],
@@ -382,43 +442,68 @@ def render_run_page(
     chain_problem: str | None,
     links: Mapping[str, Sequence[str]],
     verdicts: Sequence[Mapping[str, Any]],
+    page: EventsPage | None = None,
+    refusals: int | None = None,
+    seq_of: Mapping[Any, Any] | None = None,
 ) -> str:
     """One run: header (status, head hash, chain check, links), state slider, lanes, graph, events, verdicts.
 
     ``chain_problem`` is None when the hash chain recomputed from the stored events ends at
-    ``head_hash``, else a sentence saying where it breaks.
+    ``head_hash``, else a sentence saying where it breaks. With ``page``, ``events`` are that page's
+    events and ``transitions`` the whole run's: the lanes and the causation graph draw the page's
+    part, the slider and the figures cover the run (``refusals`` in all of it, ``seq_of`` every
+    eventId's sequence).
     """
     docs = normalise_events(events, transitions)
+    if page is None:
+        page = EventsPage(first=0, shown=len(docs), count=len(docs), limit=max(len(docs), 1), starts={},
+                          default_limit=max(len(docs), 1))
     violated = violated_by_event(violations)
     ordered = sort_transitions(transitions)
+    drawn = ordered
+    if page.shown < page.count and docs:
+        low, high = docs[0].get("sequence") or 0, docs[-1].get("sequence") or 0
+        drawn = [t for t in ordered if isinstance(t.get("sequence"), int) and low <= t["sequence"] <= high]
     chain = (_badge("chain verifies", "ok") if chain_problem is None
              else f'{_badge("chain broken", "bad")} {esc(chain_problem)}')
+    if refusals is None:
+        refusals = sum(d.get("type") == "envelope.refusal" for d in docs)
     stats = "".join(
         f'<div class="stat{" bad" if bad else ""}"><b>{n}</b><span>{esc(label)}</span></div>'
         for label, n, bad in (
-            ("events", len(docs), False), ("transitions", len(ordered), False),
-            ("refusals", sum(d.get("type") == "envelope.refusal" for d in docs), False),
+            ("events", page.count, False), ("transitions", len(ordered), False),
+            ("refusals", refusals, False),
             ("violations", len(violations), bool(violations)), ("replays", len(verdicts), False)))
-    last = max(len(docs) - 1, 0)
+    last = max(page.count - 1, 0)
+    part = (f'<p class="meta" id="page-note">the events {page.first}–{page.first + page.shown - 1} of this page: '
+            f'{len(drawn)} of {len(ordered)} transitions</p>' if page.shown < page.count else "")
+    hidden = (f'<input type="hidden" name="limit" value="{page.limit}">' if page.limit != page.default_limit
+              else "")
+    on_page = " hidden" if page.first <= state.index < page.first + page.shown else ""
     body = f"""<h1>Run <code>{esc(run_id)}</code> <span id="run-status">{_badge(status)}</span></h1>
 <div class="meta" id="run-meta" data-live>head hash <code id="head-hash">{esc(head_hash)}</code> · {chain}<br>
 {_run_links(run_id, links)}</div>
 <div class="stats" id="run-stats" data-live>{stats}</div>
 <h2>State at an index</h2>
 <form class="slider" method="get" action="{run_href(run_id)}">
-<label for="slider">index <b id="at-label">{state.index}</b> of {last}</label>
+<label for="slider">index <b id="at-label">{state.index}</b> of {last}</label>{hidden}
 <input type="range" id="slider" name="at" min="0" max="{last}" value="{state.index}"
- data-src="{run_href(run_id)}/state"><noscript><button type="submit">show</button></noscript></form>
+ data-src="{run_href(run_id)}/state" data-page="{esc(_page_href(run_id, page))}">
+<a id="at-events" href="{esc(_page_href(run_id, page, at=state.index))}"{on_page}>show the events around this \
+index</a>
+<noscript><button type="submit">show</button></noscript></form>
 <div id="state">{render_state_panel(state)}</div>
 <h2>Replay verdicts</h2>
 <div id="run-verdicts" data-live>{_verdicts_table(run_id, verdicts)}</div>
 <h2>Handoff lanes</h2>
-<div class="scroll" id="run-lanes" data-live>{timeline_svg(ordered)}</div>
+<div id="run-part" data-live>{part}</div>
+<div class="scroll" id="run-lanes" data-live>{timeline_svg(drawn)}</div>
 <h2>Causation graph</h2>
 {legend_html()}
 <div class="scroll" id="run-graph" data-live>{graph_svg(docs, violated) if docs else ''}</div>
 <h2>Events</h2>
-<div id="run-events" data-live>{_events_table(docs, violated)}</div>
+<div id="run-pager" data-live>{_pager(run_id, page) if page.shown < page.count else ""}</div>
+<div id="run-events" data-live>{_events_table(docs, violated, first=page.first, seq_of=seq_of)}</div>
 <h2>Violations</h2>
 <div id="run-violations" data-live>{violations_table(violations)}</div>"""
     return _layout(f"run {run_id}", body, live=True)

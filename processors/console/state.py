@@ -14,7 +14,7 @@ from typing import Any
 
 from agentlog.core.fold import FoldError, fold
 
-__all__ = ["StateView", "state_at"]
+__all__ = ["StateView", "run_state", "state_at"]
 
 #: The parts of the fold's state the slider shows (SPEC §6 observable state plus the handoff machines).
 SHOWN = ("variables", "channels", "handoffs")
@@ -42,20 +42,39 @@ def state_at(events: Sequence[Mapping[str, Any]], index: int) -> StateView:
     Raises:
         FoldError: ``events`` is empty (nothing to fold).
     """
+    return _fold(events, index, to_end=False)[0]
+
+
+def run_state(events: Sequence[Mapping[str, Any]], index: int) -> tuple[StateView, str]:
+    """:func:`state_at` and the run's status after its last event, from one pass of the fold.
+
+    Raises:
+        FoldError: ``events`` is empty (nothing to fold).
+    """
+    return _fold(events, index, to_end=True)
+
+
+def _fold(events: Sequence[Mapping[str, Any]], index: int, *, to_end: bool) -> tuple[StateView, str]:
     index = max(0, min(index, len(events) - 1))
     state: Any = None
     previous: Any = None
-    for event in events[: index + 1]:
+    at: tuple[Any, Any] = (None, None)
+    for i, event in enumerate(events):
         previous = state
         state, _ = fold(state, event)
+        if i == index:
+            at = (previous, state)
+            if not to_end:
+                break
     if state is None:
         raise FoldError("a run with no events has no state to show")
+    previous, state_then = at
     changed: set[str] = set()
-    if previous is None or previous["status"] != state["status"]:
+    if previous is None or previous["status"] != state_then["status"]:
         changed.add("status")
     for part in SHOWN:
         before: Mapping[str, Any] = previous[part] if previous is not None else {}
-        after: Mapping[str, Any] = state[part]
+        after: Mapping[str, Any] = state_then[part]
         if before is after:
             continue
         for key, value in after.items():
@@ -63,6 +82,7 @@ def state_at(events: Sequence[Mapping[str, Any]], index: int) -> StateView:
                 changed.add(f"{part}.{key}")
         changed.update(f"{part}.{key}" for key in before if key not in after)
     event = events[index]
-    return StateView(index=index, count=len(events), sequence=event.get("sequence"), event_type=event.get("type"),
-                     status=state["status"], parts={part: state[part] for part in SHOWN},
+    view = StateView(index=index, count=len(events), sequence=event.get("sequence"), event_type=event.get("type"),
+                     status=state_then["status"], parts={part: state_then[part] for part in SHOWN},
                      changed=frozenset(changed))
+    return view, str(state["status"])

@@ -10,7 +10,10 @@ Calls block (ClickHouse), so the worker runs them in an executor.
 
 from __future__ import annotations
 
+import json
+from bisect import bisect_left
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agentlog.audit.queries import run_named
@@ -19,6 +22,7 @@ from agentlog.audit.store import Store
 from agentlog.console.pages import (
     PICKER_RUNS,
     RUNS_FILTERS,
+    EventsPage,
     compare_section,
     render_analytics_page,
     render_compare_page,
@@ -29,12 +33,13 @@ from agentlog.console.pages import (
     render_runs_page,
     render_state_panel,
 )
-from agentlog.console.state import state_at
+from agentlog.console.state import run_state, state_at
 from agentlog.replay.compare import compare_runs
 from agentlog.schemas.canonical import GENESIS, chain_hash
 from agentlog.schemas.errors import AgentlogError, StoreError
 
 __all__ = [
+    "EVENTS_PER_PAGE",
     "Page",
     "analytics_view",
     "chain_problem",
@@ -136,8 +141,37 @@ def _links(store: Store, run_id: str, events: Sequence[Mapping[str, Any]], trans
             "replays": [str(v["replay_run_id"]) for v in verdicts]}
 
 
+#: Events on one page of a run (``?limit=``), and the most one page may ask for.
+EVENTS_PER_PAGE = 500
+MAX_EVENTS_PER_PAGE = 5000
+
+
+def _page(stored: Sequence[Mapping[str, Any]], query: Mapping[str, str], at: int) -> EventsPage:
+    """The page of events ``query`` asks for: from the sequence ``?from=``, else the page holding index ``at``."""
+    count = len(stored)
+    limit = max(1, min(_int(query.get("limit"), EVENTS_PER_PAGE, "limit"), MAX_EVENTS_PER_PAGE))
+    sequences = [seq if isinstance(seq := d.get("sequence"), int) else -1 for d in stored]
+    if query.get("from") not in (None, ""):
+        first = min(bisect_left(sequences, _int(query.get("from"), 0, "from")), max(count - 1, 0))
+    else:
+        first = at - at % limit
+    starts = {"first": 0, "last": (count - 1) // limit * limit}
+    if first > 0:
+        starts["previous"] = max(first - limit, 0)
+    if first + limit < count:
+        starts["next"] = first + limit
+    if count <= limit:
+        starts = {}
+    return EventsPage(first=first, shown=min(limit, count - first), count=count, limit=limit,
+                      starts={name: sequences[i] for name, i in starts.items()}, default_limit=EVENTS_PER_PAGE)
+
+
 def run_view(store: Store, run_id: str, query: Mapping[str, str], opener: Opener | None = None) -> Page:
-    """``/runs/<runId>``: the run with the state at ``?at=`` (default: its last index)."""
+    """``/runs/<runId>``: the run with the state at ``?at=`` (default: its last index) and one page of its events:
+    from the sequence ``?from=``, else the page holding ``at``, ``?limit=`` events (default 500).
+
+    The fold and the chain check cover the whole run; only the page's events are rendered.
+    """
     def build() -> Page:
         stored, transitions, violations, head = _records(store, run_id)
         hashes = store.query("SELECT sequence, prev_hash, hash FROM events WHERE run_id = {run_id:String} "
@@ -146,21 +180,30 @@ def run_view(store: Store, run_id: str, query: Mapping[str, str], opener: Opener
         events = _opened(stored, opener)
         last = len(events) - 1
         at = min(_int(query.get("at"), last, "at"), last)
-        final = state_at(events, last)
-        view = final if at == last else state_at(events, at)
+        page = _page(stored, query, at)
+        view, status = run_state(events, at)
         verdicts = _verdicts(store, run_id)
         return 200, render_run_page(
-            run_id, events, transitions, violations, status=final.status, state=view, head_hash=head,
-            chain_problem=problem, links=_links(store, run_id, events, transitions, verdicts),
-            verdicts=verdicts)
+            run_id, events[page.first: page.first + page.shown], transitions, violations, status=status,
+            state=view, head_hash=head, chain_problem=problem,
+            links=_links(store, run_id, events[:1], transitions, verdicts), verdicts=verdicts, page=page,
+            refusals=sum(d.get("type") == "envelope.refusal" for d in stored),
+            seq_of={d.get("eventId"): d.get("sequence") for d in stored})
     return _guarded(f"run {run_id}", build)
 
 
 def state_fragment(store: Store, run_id: str, query: Mapping[str, str], opener: Opener | None = None) -> Page:
-    """``/runs/<runId>/state?at=N``: the slider's HTML fragment."""
+    """``/runs/<runId>/state?at=N``: the slider's HTML fragment (the run's events read through index N only)."""
     def build() -> Page:
-        events = _opened(_records(store, run_id)[0], opener)
-        return 200, render_state_panel(state_at(events, _int(query.get("at"), len(events) - 1, "at")))
+        params: dict[str, Any] = {"run_id": run_id}
+        count = int(store.query("SELECT count() FROM events WHERE run_id = {run_id:String}", params).rows[0][0])
+        if not count:
+            raise StoreError(f"run {run_id!r} has no events in the audit history", code="unknown_run")
+        at = min(_int(query.get("at"), count - 1, "at"), count - 1)
+        rows = store.query("SELECT doc FROM events WHERE run_id = {run_id:String} ORDER BY sequence "
+                           "LIMIT {n:UInt64}", {**params, "n": at + 1}).rows
+        events = _opened([json.loads(row[0]) for row in rows], opener)
+        return 200, render_state_panel(replace(state_at(events, at), count=count))
     return _guarded(f"state of {run_id}", build)
 
 

@@ -13,6 +13,7 @@ one. Values are JSON, as a non-SDK host publishes them, keyed by runId.
 from __future__ import annotations
 
 import asyncio
+import copy
 import random
 from collections.abc import Iterator
 
@@ -73,3 +74,39 @@ async def publish(settings: Settings, prefix: str, total: int, *, concurrent: in
         await asyncio.gather(*pending)
     finally:
         await producer.stop()
+
+
+def long_run(run_id: str, total: int) -> list[dict]:
+    """One run of ``total`` events (sequences 0..total-1), as a long supervisor run sends them: ``run.started``,
+    then the planner tree's body (decisions, LLM and tool calls, usage, dispatch chains, channel writes,
+    harvests) over and over, each round with its own event, call and child run ids, then ``run.completed``.
+    Its child runs are not included (``tree`` gives those of one round)."""
+    body = llm_run(run_id)
+    first, middle, last = body[0], body[1:-1], body[-1]
+    docs: list[dict] = []
+
+    def renumbered(doc: dict, ids: dict[str, str], round_: int) -> dict:
+        seq = len(docs)
+        out = copy.deepcopy(doc)
+        out["sequence"], out["eventId"] = seq, f"{run_id}:{seq:06d}"
+        out["timestamp"] = f"2025-01-15T{10 + seq // 3_600_000:02d}:{seq // 60_000 % 60:02d}:{seq // 1000 % 60:02d}." \
+                           f"{seq % 1000:03d}Z"
+        ids[doc["eventId"]] = out["eventId"]
+        if "causationId" in out:
+            out["causationId"] = ids.get(out["causationId"], out["causationId"])
+        payload = out.get("payload")
+        if isinstance(payload, dict) and round_:
+            for key in ("childRunId", "callId"):
+                if isinstance(payload.get(key), str):
+                    payload[key] = f"{payload[key]}.r{round_}"
+        return out
+
+    docs.append(renumbered(first, {}, 0))
+    round_ = 0
+    while len(docs) < total - 1:
+        ids: dict[str, str] = {body[0]["eventId"]: docs[0]["eventId"]}
+        for doc in middle[: total - 1 - len(docs)]:
+            docs.append(renumbered(doc, ids, round_))
+        round_ += 1
+    docs.append(renumbered(last, {}, 0))
+    return docs
