@@ -9,6 +9,7 @@ while producers keep writing.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 from collections.abc import AsyncGenerator, Callable, Iterable
 from typing import Any
@@ -18,6 +19,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from agentlog.core.sealing import is_sealed, sealed_paths
 from agentlog.core.sequencing import REJECTION_CONTENT
+from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
@@ -404,6 +406,46 @@ async def read_run(
         for i, item in enumerate(result):
             result[i] = {**item, "doc": keyring.open(item["doc"])}
     return result
+
+
+async def iter_run(
+    settings: Settings, run_id: str, *, short_name: str = "log", opened: bool = True,
+    keyring: Keyring | None = None, conflicts: list[dict[str, Any]] | None = None,
+) -> AsyncGenerator[dict[str, Any], None]:
+    """The items :func:`read_run` returns, each handed over as it is read instead of the run at once.
+
+    For a reader that writes each item out (``agentlog export``): it holds one record at a time, plus
+    a 16-byte digest per sequence to tell a redelivery (identical, dropped silently) from a conflicting
+    duplicate (dropped, logged, and appended to ``conflicts`` as ``{"runId", "sequence", "dropped"}``).
+    ``opened`` opens each doc's content as it passes, through ``keyring`` (by default the run's partition
+    of the keyring topic, read at the first sealed doc).
+    """
+    topic = topic_name(settings, short_name)
+    seen: dict[int | None, bytes] = {}
+    async for partition, offset, _, value in read_topic(settings, short_name, key=run_id,
+                                                        skip_undecodable=short_name == "ingest"):
+        item = value if short_name != "ingest" else {
+            "doc": value,
+            "source": {"topic": topic, "partition": partition, "offset": offset},
+        }
+        doc = item.get("doc")
+        if not isinstance(doc, dict) or doc.get("runId") != run_id:
+            continue
+        sequence = doc.get("sequence")
+        digest = hashlib.blake2b(jcs(doc), digest_size=16).digest()
+        first = seen.setdefault(sequence, digest)
+        if first != digest:
+            if conflicts is not None:
+                conflicts.append({"runId": run_id, "sequence": sequence, "dropped": item})
+            log.warning("run %s sequence %s: conflicting duplicate at offset %d dropped", run_id, sequence, offset)
+            continue
+        if first is not digest:
+            continue  # a redelivery of a record already handed over
+        if opened and short_name != "ingest" and sealed_paths(doc):
+            if keyring is None:
+                keyring = await load_keyring(settings, [run_id])
+            item = {**item, "doc": keyring.open(doc)}
+        yield item
 
 
 async def read_rejections(settings: Settings, *, keyring: Keyring | None = None) -> list[dict[str, Any]]:

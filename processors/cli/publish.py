@@ -186,39 +186,57 @@ def export(
     """Write one run's RunEventDocs as JSONL (JCS canonical, one per line, log order), and nothing else.
 
     Content is opened with the run's data key (``[erased]`` once erased); ``--stored`` writes it sealed, as stored.
-    A log record without stateHash (log format 1) stops the export with ``log_format_unsupported``
-    before anything is written: that log is exported with the version that wrote it.
+    Each event is written as it is read, so a run of any size exports in the memory of one event. A log record
+    without stateHash (log format 1) stops the export with ``log_format_unsupported``: ``--out`` is then not
+    written at all (the export goes to a ``.partial`` file renamed at the end); on stdout the lines before it
+    stay. That log is exported with the version that wrote it.
     """
     # Imported here, not at module level, so `agentlog --help` does not load the Kafka client.
-    from agentlog.streams.reader import read_run, read_topic
+    from agentlog.streams.reader import iter_run, read_topic
 
     async def run_checkpoints() -> list[dict[str, Any]]:
         found = {jcs(v): v async for _, _, _, v in read_topic(settings, "checkpoints", key=run)
                  if v.get("runId") == run}
         return sorted(found.values(), key=lambda c: (c.get("sequence", -1), c.get("keyId", "")))
 
+    async def write(sink: IO[bytes]) -> int:
+        count = 0
+        async for item in iter_run(settings, run, short_name=source, conflicts=conflicts,
+                                   opened=not (stored or checkpoints is not None)):
+            if source == "log" and "stateHash" not in item:
+                raise log_format_error(item)  # an export of this log is made by its version
+            sink.write(jcs(item["doc"]) + b"\n")
+            count += 1
+        return count
+
     if source not in ("log", "ingest"):
         raise ConfigError(f"--source must be log or ingest, not {source!r}")
     if checkpoints is not None and source != "log":
         raise ConfigError("--checkpoints needs --source log: the worker signs the committed log, not the ingest topic")
     settings = load_settings()
-    events = asyncio.run(read_run(settings, run, short_name=source, opened=not (stored or checkpoints is not None)))
-    if not events:
-        raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}", code="run_not_found")
-    if source == "log" and (old := next((item for item in events if "stateHash" not in item), None)) is not None:
-        raise log_format_error(old)  # before anything is written: an export of this log is made by its version
+    conflicts: list[dict[str, Any]] = []
+    partial = out.with_name(out.name + ".partial") if out is not None else None
+    sink: IO[bytes]
+    try:
+        with (open(partial, "wb") if partial is not None else _stdout_bytes()) as sink:
+            events = asyncio.run(write(sink))
+        if not events:
+            raise AgentlogError(f"run {run!r} has no events on {settings.topic_prefix}.{source}",
+                                code="run_not_found")
+    except BaseException:
+        if partial is not None:
+            partial.unlink(missing_ok=True)
+        raise
+    if partial is not None and out is not None:
+        partial.replace(out)
     signed = asyncio.run(run_checkpoints()) if checkpoints is not None else []
     if checkpoints is not None and not signed:
         Console(stderr=True).print(f"[yellow]warning:[/] run {escape(run)} has no signed checkpoints yet")
-    sink: IO[bytes]
-    with (open(out, "wb") if out else _stdout_bytes()) as sink:
-        for item in events:
-            sink.write(jcs(item["doc"]) + b"\n")
     if checkpoints is not None:
         with open(checkpoints, "wb") as cp_sink:
             for record in signed:
                 cp_sink.write(jcs(record) + b"\n")
-    summary: dict[str, Any] = {"run": run, "source": source, "events": len(events), "conflicts": len(events.conflicts)}
+    summary: dict[str, Any] = {"run": run, "source": source, "events": events, "conflicts": len(conflicts)}
     if out is not None:
         summary["out"] = str(out)
     if checkpoints is not None:
@@ -226,13 +244,13 @@ def export(
     if as_json:
         typer.echo(json.dumps(summary), err=True)
     elif out is not None or checkpoints is not None:
-        wrote = [f"{len(events)} events of {run} → {out or 'stdout'}"]
+        wrote = [f"{events} events of {run} → {out or 'stdout'}"]
         if checkpoints is not None:
             wrote.append(f"{len(signed)} checkpoints → {checkpoints}")
         Console(stderr=True).print("; ".join(wrote), markup=False, highlight=False)
-    if events.conflicts:
+    if conflicts:
         Console(stderr=True).print(
-            f"[yellow]warning:[/] {len(events.conflicts)} conflicting duplicate(s) dropped (first record kept)"
+            f"[yellow]warning:[/] {len(conflicts)} conflicting duplicate(s) dropped (first record kept)"
         )
 
 

@@ -116,4 +116,38 @@ def test_a_format_1_log_is_not_exported(tmp_path, topics):
     assert result.exception.code == "log_format_unsupported"
     assert str(result.exception).endswith("re-ingest its runs with `agentlog publish` from an export made with that "
                                           "version")
-    assert not out.exists()
+    assert not out.exists() and not (tmp_path / "run.jsonl.partial").exists()
+
+
+def test_each_event_is_written_as_it_is_read(tmp_path, topics, monkeypatch):
+    """The export holds one event at a time: when the reader hands over the run's last record, every earlier
+    one has been written; a redelivery is dropped silently, a conflicting duplicate dropped and counted."""
+    import agentlog.cli.publish
+
+    out = tmp_path / "run.jsonl"
+    own = [r for r in topics["log"] if r["doc"]["runId"] == RUN]
+    conflicting = {**own[2], "doc": {**own[2]["doc"], "nodeId": "someone-else"}}
+    topics["log"] = [*topics["log"], own[1], conflicting]
+    written: list[bytes] = []
+    written_before_last: list[int] = []
+    twin, encode = agentlog.streams.reader.read_topic, agentlog.cli.publish.jcs
+
+    async def watched(settings, short_name: str, **kwargs: Any):
+        async for record in twin(settings, short_name, **kwargs):
+            if short_name == "log" and record[3] is own[-1]:
+                written_before_last.append(len(written))
+            yield record
+
+    def counted(value: Any) -> bytes:
+        written.append(encoded := encode(value))
+        return encoded
+
+    monkeypatch.setattr(agentlog.streams.reader, "read_topic", watched)
+    monkeypatch.setattr(agentlog.cli.publish, "jcs", counted)
+    result = _cli(tmp_path, "export", "--run", RUN, "--out", str(out), "--json")
+    assert result.exit_code == 0, result.output
+    assert written_before_last == [len(own) - 1]
+    assert [json.loads(line) for line in out.read_text().splitlines()] == [r["doc"] for r in own]
+    summary = json.loads(next(line for line in result.stderr.splitlines() if line.startswith("{")))
+    assert (summary["events"], summary["conflicts"]) == (len(own), 1)
+    assert "1 conflicting duplicate(s) dropped" in result.stderr
