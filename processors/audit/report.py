@@ -22,12 +22,15 @@ Layout choices:
 from __future__ import annotations
 
 import html
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from agentlog.audit.agents import AgentGraph, AgentNode
+
 __all__ = [
-    "FAMILY_COLOURS", "REPORT_CSS", "esc", "family_of", "graph_svg", "legend_html", "normalise_events", "render_report",
+    "FAMILY_COLOURS", "REPORT_CSS", "agent_graph_svg", "agents_table", "esc", "family_of", "graph_svg", "legend_html",
+    "normalise_events", "render_report",
     "sort_transitions", "timeline_svg", "violated_by_event", "violations_table",
 ]
 
@@ -270,6 +273,107 @@ def timeline_svg(transitions: Sequence[Mapping[str, Any]]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# Agent graph
+
+_AG_W = 250
+_AG_H = 70
+_AG_COL = 340
+_AG_ROW = 96
+_AG_TOP = 20
+_AG_LEFT = 20
+#: Child runs an agent lists by id (the rest are counted).
+_AG_RUNS_LISTED = 5
+
+
+def _ms_text(ms: int) -> str:
+    return f"{ms} ms" if ms < 1000 else f"{ms / 1000:.1f} s"
+
+
+def agent_graph_svg(graph: AgentGraph, href: Callable[[str], str] | None = None) -> str:
+    """The agents of a run tree as boxes in columns by depth, an arrow per handoff labelled with its count.
+
+    A box links (``href(run_id)``) to the agent's child run, the first of them when it ran several; without
+    ``href`` (a report file) the run ids are in its title.
+    """
+    if len(graph.agents) < 2:
+        return '<p class="empty">No handoffs: this run dispatched to no agent.</p>'
+    columns: dict[int, list[AgentNode]] = {}
+    for agent in graph.agents:
+        columns.setdefault(agent.depth, []).append(agent)
+    pos = {a.name: (float(_AG_LEFT + a.depth * _AG_COL), float(_AG_TOP + 20 + i * _AG_ROW))
+           for depth, agents in columns.items() for i, a in enumerate(agents)}
+    width = _AG_LEFT + (max(columns) + 1) * _AG_COL
+    height = _AG_TOP + 20 + max(len(c) for c in columns.values()) * _AG_ROW + 10
+    out = [f'<svg class="agents" xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role="img" aria-label="agent graph">',
+           '<defs><marker id="agent-arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="8" markerHeight="8" '
+           'orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#7b2cbf"/></marker></defs>']
+    for h in graph.handoffs:
+        (x1, y1), (x2, y2) = pos[h.source], pos[h.target]
+        if x2 > x1:
+            sx, sy, ex, ey = x1 + _AG_W, y1 + _AG_H / 2, x2, y2 + _AG_H / 2
+            mid = (sx + ex) / 2
+            d = f"M{sx},{sy} C{mid},{sy} {mid},{ey} {ex},{ey}"
+            lx, ly = mid, (sy + ey) / 2 - 6
+        else:  # back to an agent at the same depth or above: over the top
+            sx, sy, ex, ey = x1 + _AG_W / 2, y1, x2 + _AG_W / 2 + 20, y2
+            top = min(sy, ey) - 18
+            d = f"M{sx},{sy} C{sx},{top} {ex},{top} {ex},{ey}"
+            lx, ly = (sx + ex) / 2, top - 2
+        failed = f", {h.failed} failed" if h.failed else ""
+        ended = f"{failed} or cancelled" if h.failed else ""
+        out.append(f'<g class="handoff" data-from="{esc(h.source)}" data-to="{esc(h.target)}" '
+                   f'data-count="{h.count}" data-failed="{h.failed}"><title>{esc(h.source)} → {esc(h.target)}: '
+                   f'{h.count} dispatch(es){ended}</title><path d="{d}" class="agent-edge" '
+                   f'marker-end="url(#agent-arrow)"/><text x="{lx}" y="{ly}" class="agent-count">×{h.count}'
+                   f'{esc(failed)}</text></g>')
+    for agent in graph.agents:
+        x, y = pos[agent.name]
+        runs = f"{len(agent.runs)} run{'s' if len(agent.runs) != 1 else ''}"
+        tip = "\n".join([agent.name, *agent.runs[:_AG_RUNS_LISTED]]
+                        + ([f"… {len(agent.runs) - _AG_RUNS_LISTED} more"] if len(agent.runs) > _AG_RUNS_LISTED
+                           else []))
+        box = (f'<title>{esc(tip)}</title><rect x="{x}" y="{y}" width="{_AG_W}" height="{_AG_H}" rx="8" '
+               f'class="agent-box{" root" if agent.root else ""}"/>'
+               f'<text x="{x + 10}" y="{y + 19}" class="agent-name">{esc(_short(agent.name, 30))}</text>'
+               f'<text x="{x + 10}" y="{y + 38}" class="agent-figure">{"this run" if agent.root else runs} · '
+               f'{esc(_ms_text(agent.duration_ms))} · {agent.events} events</text>'
+               f'<text x="{x + 10}" y="{y + 56}" class="agent-figure">{agent.input_tokens} / {agent.output_tokens} '
+               f'tokens · {agent.cost_cents:g}¢</text>')
+        attrs = (f'class="agent" data-agent="{esc(agent.name)}" data-runs="{len(agent.runs)}" '
+                 f'data-tokens="{agent.input_tokens + agent.output_tokens}" data-cost="{agent.cost_cents:g}"')
+        if href is not None and agent.runs and not agent.root:
+            out.append(f'<a href="{esc(href(agent.runs[0]))}" {attrs}>{box}</a>')
+        else:
+            out.append(f"<g {attrs}>{box}</g>")
+    out.append("</svg>")
+    return "\n".join(out)
+
+
+def agents_table(graph: AgentGraph, href: Callable[[str], str] | None = None) -> str:
+    """Each agent's figures and child runs (linked with ``href``), and each handoff's count; the graph's text."""
+    if len(graph.agents) < 2:
+        return ""
+
+    def run(r: str) -> str:
+        return f'<a href="{esc(href(r))}">{esc(r)}</a>' if href is not None else f"<code>{esc(r)}</code>"
+
+    rows = []
+    for a in graph.agents:
+        listed = ", ".join(run(r) for r in a.runs[:_AG_RUNS_LISTED])
+        more = f" … and {len(a.runs) - _AG_RUNS_LISTED} more" if len(a.runs) > _AG_RUNS_LISTED else ""
+        handed = ", ".join(f"{esc(h.target)} ×{h.count}" + (f" ({h.failed} failed)" if h.failed else "")
+                           for h in graph.handoffs if h.source == a.name)
+        rows.append(f'<tr class="agent-row" data-agent="{esc(a.name)}"><td>{esc(a.name)}</td><td>{listed}{more}</td>'
+                    f"<td>{handed}</td><td>{esc(_ms_text(a.duration_ms))}</td><td>{a.events}</td>"
+                    f"<td>{a.input_tokens} / {a.output_tokens}</td><td>{a.cost_cents:g}¢</td></tr>")
+    note = (f'<p class="meta">The tree has more than {len(graph.agents)} agents\' runs can show: the figures stop '
+            "at the first runs read.</p>" if graph.truncated else "")
+    return ('<table class="agents"><tr><th>agent</th><th>runs</th><th>handed to</th><th>time (sum of its runs)</th>'
+            f"<th>events</th><th>tokens in / out</th><th>cost</th></tr>{''.join(rows)}</table>{note}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Page
 
 REPORT_CSS = """
@@ -294,6 +398,10 @@ svg text{font-family:inherit}
 .edge-stub{fill:none;stroke:#f08c00;stroke-width:1.2;stroke-dasharray:3 2}
 .axis{stroke:#adb5bd} .tick{font-size:11px;fill:#868e96;text-anchor:middle}
 .tl-lane{fill:#f8f9fa;stroke:#e9ecef}
+.agent-box{fill:#f3e8fd;stroke:#7b2cbf;stroke-width:1.2} .agent-box.root{fill:#e8eefc;stroke:#3b5bdb}
+.agent-name{font-size:13px;font-weight:600;fill:#343a40} .agent-figure{font-size:11px;fill:#495057}
+.agent-edge{fill:none;stroke:#7b2cbf;stroke-width:1.5;opacity:.8}
+.agent-count{font-size:11px;fill:#7b2cbf;text-anchor:middle;font-weight:600}
 .worker-label{font-size:13px;font-weight:600;fill:#343a40;dominant-baseline:middle}
 .phase-label{font-size:11px;fill:#343a40;text-anchor:middle}
 table{border-collapse:collapse;font-size:12px;margin-top:6px}
@@ -363,6 +471,7 @@ def render_report(
     *,
     run_id: str | None = None,
     head_hash: str | None = None,
+    agents: AgentGraph | None = None,
 ) -> str:
     """The HTML page for one run.
 
@@ -372,6 +481,7 @@ def render_report(
         transitions: Transition records (CONTRACT.md) whose ``parentRunId`` is the run.
         violations: Violation records of the run; their events get a dashed ring.
         run_id, head_hash: shown in the header when given.
+        agents: the run tree's agent graph (:func:`agentlog.audit.agents.agent_graph`), drawn first when given.
     """
     docs = normalise_events(events, transitions)
     run_id = run_id or (docs[0].get("runId") if docs else None) or "(unknown run)"
@@ -396,6 +506,8 @@ def render_report(
     if head_hash:
         meta += f" · head hash <code>{esc(head_hash)}</code>"
     graph = graph_svg(docs, violated) if docs else '<p class="empty">No events.</p>'
+    agent_section = "" if agents is None else (
+        f'<h2>Agents</h2><div class="scroll">{agent_graph_svg(agents)}</div>{agents_table(agents)}\n')
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>agentlog report · {esc(run_id)}</title>
@@ -404,7 +516,7 @@ def render_report(
 <h1>Run report</h1>
 <div class="meta">{meta}</div>
 <div class="stats">{stat_html}</div>
-<h2>Handoff timeline</h2>
+{agent_section}<h2>Handoff timeline</h2>
 <div class="scroll">{timeline_svg(transitions)}</div>
 <h2>Causation graph</h2>
 {legend_html()}

@@ -22,8 +22,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from agentlog.audit.agents import AgentGraph
 from agentlog.audit.report import (
     REPORT_CSS,
+    agent_graph_svg,
+    agents_table,
     esc,
     graph_svg,
     legend_html,
@@ -445,6 +448,7 @@ def render_run_page(
     page: EventsPage | None = None,
     refusals: int | None = None,
     seq_of: Mapping[Any, Any] | None = None,
+    agents: AgentGraph | None = None,
 ) -> str:
     """One run: header (status, head hash, chain check, links), state slider, lanes, graph, events, verdicts.
 
@@ -452,7 +456,7 @@ def render_run_page(
     ``head_hash``, else a sentence saying where it breaks. With ``page``, ``events`` are that page's
     events and ``transitions`` the whole run's: the lanes and the causation graph draw the page's
     part, the slider and the figures cover the run (``refusals`` in all of it, ``seq_of`` every
-    eventId's sequence).
+    eventId's sequence). ``agents`` is the run tree's agent graph (each agent's box opens its child run).
     """
     docs = normalise_events(events, transitions)
     if page is None:
@@ -493,6 +497,9 @@ def render_run_page(
 index</a>
 <noscript><button type="submit">show</button></noscript></form>
 <div id="state">{render_state_panel(state)}</div>
+<h2>Agents</h2>
+<div class="scroll" id="run-agents" data-live>{agent_graph_svg(agents, run_href) if agents else ""}
+{agents_table(agents, run_href) if agents else ""}</div>
 <h2>Replay verdicts</h2>
 <div id="run-verdicts" data-live>{_verdicts_table(run_id, verdicts)}</div>
 <h2>Handoff lanes</h2>

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from agentlog.audit.agents import agent_graph
 from agentlog.audit.queries import run_named
 from agentlog.audit.server import report_records
 from agentlog.audit.store import Store
@@ -183,12 +184,13 @@ def run_view(store: Store, run_id: str, query: Mapping[str, str], opener: Opener
         page = _page(stored, query, at)
         view, status = run_state(events, at)
         verdicts = _verdicts(store, run_id)
+        agents = agent_graph(lambda sql: store.query(sql).rows, run_id)
         return 200, render_run_page(
             run_id, events[page.first: page.first + page.shown], transitions, violations, status=status,
             state=view, head_hash=head, chain_problem=problem,
             links=_links(store, run_id, events[:1], transitions, verdicts), verdicts=verdicts, page=page,
             refusals=sum(d.get("type") == "envelope.refusal" for d in stored),
-            seq_of={d.get("eventId"): d.get("sequence") for d in stored})
+            seq_of={d.get("eventId"): d.get("sequence") for d in stored}, agents=agents)
     return _guarded(f"run {run_id}", build)
 
 

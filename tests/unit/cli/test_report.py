@@ -44,3 +44,19 @@ def test_report_of_an_unknown_run_is_an_unknown_run_error(tmp_path):
                                 env={"AGENTLOG_CLICKHOUSE_URL": url, "AGENTLOG_HOME": str(tmp_path / "home")})
     # agentlog.cli.main prints an AgentlogError as one line and exits 2; CliRunner sees the error itself.
     assert isinstance(result.exception, StoreError) and result.exception.code == "unknown_run"
+
+
+def test_the_report_draws_the_run_trees_agents(tmp_path):
+    url = f"chdb://{tmp_path / 'ch'}"
+    with open_store(url) as store:
+        migrate(store)
+        for kind, records in audit_batches().items():
+            store.insert_records(kind, records)
+    out = tmp_path / "run-1.html"
+    result = CliRunner().invoke(app, ["report", "--run", "run-1", "--out", str(out)],
+                                env={"AGENTLOG_CLICKHOUSE_URL": url, "AGENTLOG_HOME": str(tmp_path / "home")})
+    assert result.exit_code == 0, result.output
+    page = out.read_text("utf-8")
+    assert "<h2>Agents</h2>" in page and page.count('class="agent"') == 4
+    assert 'data-from="run-1" data-to="worker-a" data-count="1" data-failed="0"' in page
+    assert "<code>run-1.child-a</code>" in page  # a file links nowhere: the child runs are named

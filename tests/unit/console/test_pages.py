@@ -226,3 +226,12 @@ def test_user_data_is_escaped():
 def runs_view_rows(store) -> list[dict]:
     """The runs, newest first, as the runs page lists them (the ``runs`` named query)."""
     return run_named(store, "runs", {}).to_dicts()
+
+
+def test_run_page_draws_the_agents_and_each_opens_its_child_run(loaded_store):
+    _, html = run_view(loaded_store, "run-1", {})
+    agents = re.search(r'<div class="scroll" id="run-agents" data-live>(.*?)</div>', html, re.S).group(1)
+    assert re.findall(r'data-agent="([^"]+)"', agents.split("<table")[0]) == ["run-1", "worker-a", "worker-b",
+                                                                               "worker-c"]
+    assert '<a href="/runs/run-1.child-a" class="agent" data-agent="worker-a"' in agents
+    assert 'data-from="run-1" data-to="worker-b" data-count="1" data-failed="1"' in agents
