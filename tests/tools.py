@@ -14,6 +14,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -112,3 +114,13 @@ async def all_committed(settings: Any, runs: dict[str, list[dict[str, Any]]]) ->
         if len(await read_run(settings, run_id, opened=False)) < len(docs):
             return None
     return True
+
+
+def http_get(worker: Any, path: str) -> tuple[int, str]:
+    """The status and body of ``GET path`` on ``worker``'s web server (an error status is an answer too)."""
+    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
+    try:
+        with urllib.request.urlopen(url, timeout=30) as answer:
+            return answer.status, answer.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()

@@ -224,8 +224,8 @@ def replay_test(
     (for tools with side effects, or that reach services the test cannot); a tool call the recording
     cannot answer ends the run as a model call does; a tool that delegated to another agent in the recording runs
     all the same (:func:`agentlog.replay.recorder.delegating_tools`), so that agent runs again. Tools are answered
-    through the adapters' tool
-    wrappers (:mod:`agentlog.replay.frameworks`); a tool the program does not wrap always runs.
+    through the adapters' tool wrappers (:mod:`agentlog.replay.frameworks`); a tool the program does not wrap
+    always runs.
     ``bindings`` are laid over the source's (other versions make the verdict
     ``what-if``). ``results``: where recorded results come from, when not from the recording itself
     (a worker's endpoint: :class:`~agentlog.replay.served.ServedResults`). The replay run is

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
@@ -19,13 +17,12 @@ import pytest
 from agentlog.core.sealing import ERASED
 from agentlog.replay.regression import load_recorded
 from agentlog.schemas.errors import ReplayError
-from agentlog.streams.admin import ensure_topics
 from agentlog.streams.erasure import keys_left, read_receipts
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import first_offset, read_run, read_topic
 from agentlog.streams.topics import topic_name
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import agentlog_cli, all_committed, free_port
+from tests.integration.worker.worker_proc import wait_until
+from tests.tools import agentlog_cli, all_committed, http_get
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -51,26 +48,12 @@ def _contains(docs: list[dict], text: str) -> bool:
     return text in json.dumps(docs)
 
 
-@pytest.fixture
-def worker(settings):
-    """A worker with the audit sink and the web server (console, served results)."""
-    settings = settings.replace(web_port=free_port())
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings, sink=True, web=True).start()
-    yield proc
-    proc.stop()
 
 
-def _get(worker, path: str) -> tuple[int, str]:
-    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
-def test_erase_a_subject_then_everything_else_holds(settings, worker):
+def test_erase_a_subject_then_everything_else_holds(settings, web_worker):
+    worker = web_worker
     settings = worker.settings
     alice_run, bob_run = f"alice-{uuid.uuid4().hex[:8]}", f"bob-{uuid.uuid4().hex[:8]}"
     alice_mark, bob_mark = f"MARK-{uuid.uuid4().hex}", f"MARK-{uuid.uuid4().hex}"
@@ -88,12 +71,12 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
             assert [c["doc"] for c in await read_run(settings, run_id)] == docs  # opened: as published
 
         async def console_shows_it():
-            return _get(worker, f"/runs/{alice_run}") if alice_mark in _get(worker, f"/runs/{alice_run}")[1] else None
+            return http_get(worker, f"/runs/{alice_run}") if alice_mark in http_get(worker, f"/runs/{alice_run}")[1] else None
 
         await wait_until(console_shows_it, timeout=120, what="the console showing alice's run", worker=worker)
 
     asyncio.run(published())
-    status, served = _get(worker, f"/replay/{alice_run}/results")
+    status, served = http_get(worker, f"/replay/{alice_run}/results")
     assert status != 410, served
 
     done = agentlog_cli(settings, "erase", "--subject", "alice@example.com", "--json", timeout=300)
@@ -125,10 +108,10 @@ def test_erase_a_subject_then_everything_else_holds(settings, worker):
 
     asyncio.run(after())
 
-    status, page = _get(worker, f"/runs/{alice_run}")
+    status, page = http_get(worker, f"/runs/{alice_run}")
     assert status == 200 and alice_mark not in page and ERASED in page
-    assert bob_mark in _get(worker, f"/runs/{bob_run}")[1]
-    status, served = _get(worker, f"/replay/{alice_run}/results")
+    assert bob_mark in http_get(worker, f"/runs/{bob_run}")[1]
+    status, served = http_get(worker, f"/replay/{alice_run}/results")
     assert status == 410 and json.loads(served)["error"]["code"] == "run_erased"
 
     pub = settings.home / "keys" / "ed25519.pub.pem"

@@ -12,16 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import urllib.error
-import urllib.request
 import uuid
 
 import pytest
 
-from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
-from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import agentlog_cli, free_port
+from tests.integration.worker.worker_proc import wait_until
+from tests.tools import agentlog_cli, http_get
 
 pytest.importorskip("pydantic_ai")
 
@@ -33,22 +30,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 PROGRAM = "tests.unit.replay.suite_program"
 
 
-@pytest.fixture
-def worker(settings):
-    settings = settings.replace(web_port=free_port())
-    asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings, sink=True, web=True).start()
-    yield proc
-    proc.stop()
 
 
-def _get(worker, path: str) -> tuple[int, str]:
-    url = f"http://127.0.0.1:{worker.settings.web_port}{path}"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as answer:
-            return answer.status, answer.read().decode()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read().decode()
 
 
 def _json(done) -> dict:
@@ -56,7 +39,8 @@ def _json(done) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(worker, tmp_path):
+def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(web_worker, tmp_path):
+    worker = web_worker
     settings = worker.settings
     tag = uuid.uuid4().hex[:8]
     runs = {}
@@ -118,9 +102,9 @@ def test_a_suite_selected_from_the_store_replays_and_reports_an_erased_run(worke
     runs = _json(agentlog_cli(settings, "query", "suite-runs", "--param", f"execution={second['execution']}",
                               "--json"))["rows"]
     assert [(r[0], r[5]) for r in runs][:2] == [(f"suite-{tag}-0", "diverged"), (f"suite-{tag}-3", "diverged")]
-    status, page = _get(worker, f"/suites/{second['execution']}")
+    status, page = http_get(worker, f"/suites/{second['execution']}")
     assert status == 200 and f"suite-{tag}-3" in page and "/compare?a=" in page
-    status, page = _get(worker, f"/suites?suite=v1-{tag}")
+    status, page = http_get(worker, f"/suites?suite=v1-{tag}")
     assert status == 200 and "def456" in page and "abc123" in page
 
     erased = f"suite-{tag}-1"
