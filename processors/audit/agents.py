@@ -35,11 +35,13 @@ _FAILED_PHASES = frozenset({"dispatch.failed", "child.failed", "child.cancelled"
 
 @dataclass(frozen=True, kw_only=True)
 class AgentNode:
-    """One agent: the runs it ran in the tree and their figures (sums over those runs that have events)."""
+    """One agent: the runs it ran in the tree, those of them the store holds events of (``recorded``), and their
+    figures (sums over the recorded runs)."""
 
     name: str
     depth: int
     runs: tuple[str, ...]
+    recorded: tuple[str, ...] = ()
     root: bool = False
     events: int = 0
     duration_ms: int = 0
@@ -139,6 +141,7 @@ def agent_graph(select: Select, run_id: str) -> AgentGraph:
         own = [figures[r] for r in runs_of[name] if r in figures]
         agents.append(AgentNode(
             name=name, depth=depth_of[name], runs=tuple(runs_of[name]), root=name == root,
+            recorded=tuple(r for r in runs_of[name] if r in figures),
             events=sum(int(f[0]) for f in own), duration_ms=sum(int(f[1] or 0) for f in own),
             input_tokens=sum(int(f[2] or 0) for f in own), output_tokens=sum(int(f[3] or 0) for f in own),
             cost_cents=round(sum(float(f[4] or 0) for f in own), 4)))

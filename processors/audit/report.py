@@ -292,8 +292,9 @@ def _ms_text(ms: int) -> str:
 def agent_graph_svg(graph: AgentGraph, href: Callable[[str], str] | None = None) -> str:
     """The agents of a run tree as boxes in columns by depth, an arrow per handoff labelled with its count.
 
-    A box links (``href(run_id)``) to the agent's child run, the first of them when it ran several; without
-    ``href`` (a report file) the run ids are in its title.
+    A box links (``href(run_id)``) to the agent's child run, the first of them when it ran several, if the store
+    holds its events (a child run nobody recorded is named, not linked); without ``href`` (a report file) the run ids
+    are in its title.
     """
     if len(graph.agents) < 2:
         return '<p class="empty">No handoffs: this run dispatched to no agent.</p>'
@@ -330,6 +331,8 @@ def agent_graph_svg(graph: AgentGraph, href: Callable[[str], str] | None = None)
     for agent in graph.agents:
         x, y = pos[agent.name]
         runs = f"{len(agent.runs)} run{'s' if len(agent.runs) != 1 else ''}"
+        if len(agent.recorded) < len(agent.runs):
+            runs += f" ({len(agent.recorded)} recorded)"
         tip = "\n".join([agent.name, *agent.runs[:_AG_RUNS_LISTED]]
                         + ([f"… {len(agent.runs) - _AG_RUNS_LISTED} more"] if len(agent.runs) > _AG_RUNS_LISTED
                            else []))
@@ -342,8 +345,8 @@ def agent_graph_svg(graph: AgentGraph, href: Callable[[str], str] | None = None)
                f'tokens · {agent.cost_cents:g}¢</text>')
         attrs = (f'class="agent" data-agent="{esc(agent.name)}" data-runs="{len(agent.runs)}" '
                  f'data-tokens="{agent.input_tokens + agent.output_tokens}" data-cost="{agent.cost_cents:g}"')
-        if href is not None and agent.runs and not agent.root:
-            out.append(f'<a href="{esc(href(agent.runs[0]))}" {attrs}>{box}</a>')
+        if href is not None and agent.recorded and not agent.root:
+            out.append(f'<a href="{esc(href(agent.recorded[0]))}" {attrs}>{box}</a>')
         else:
             out.append(f"<g {attrs}>{box}</g>")
     out.append("</svg>")
@@ -355,11 +358,13 @@ def agents_table(graph: AgentGraph, href: Callable[[str], str] | None = None) ->
     if len(graph.agents) < 2:
         return ""
 
-    def run(r: str) -> str:
-        return f'<a href="{esc(href(r))}">{esc(r)}</a>' if href is not None else f"<code>{esc(r)}</code>"
-
     rows = []
     for a in graph.agents:
+        def run(r: str, recorded: tuple[str, ...] = a.recorded) -> str:
+            if href is not None and r in recorded:
+                return f'<a href="{esc(href(r))}">{esc(r)}</a>'
+            return f"<code>{esc(r)}</code>" + ("" if r in recorded else " (not recorded)")
+
         listed = ", ".join(run(r) for r in a.runs[:_AG_RUNS_LISTED])
         more = f" … and {len(a.runs) - _AG_RUNS_LISTED} more" if len(a.runs) > _AG_RUNS_LISTED else ""
         handed = ", ".join(f"{esc(h.target)} ×{h.count}" + (f" ({h.failed} failed)" if h.failed else "")

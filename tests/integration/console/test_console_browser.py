@@ -119,6 +119,27 @@ def test_run_page_shows_events_graph_and_state_at_a_chosen_index(demo_console: D
     _shot(page, tmp_path, "console-run")
 
 
+def test_run_page_draws_the_agents_and_a_box_opens_its_child_run(demo_console: DemoConsole, page, tmp_path: Path):
+    run_id = demo_console.summary.run_id
+    page.goto(f"{demo_console.url}/runs/{quote(run_id, safe='')}")
+    workers = {t["workerId"] for t in demo_console.summary.transitions if t.get("workerId")}
+    drawn = {a.get_attribute("data-agent") for a in page.locator("svg.agents .agent").all()}
+    assert drawn == {run_id, *workers}
+    dispatches = sum(1 for t in demo_console.summary.transitions if t["phase"] == "dispatch.began")
+    counts = [int(h.get_attribute("data-count")) for h in page.locator("svg.agents g.handoff").all()]
+    assert sum(counts) == dispatches
+    # A box opens its agent's child run when the store holds that run's events; one nobody recorded is named only.
+    for box in page.locator("svg.agents a.agent").all():
+        with urllib.request.urlopen(demo_console.url + box.get_attribute("href"), timeout=30) as answer:
+            assert answer.status == 200 and f'parent: <a href="/runs/{run_id}">' in answer.read().decode()
+    for box in page.locator("svg.agents g.agent").all():
+        if box.get_attribute("data-agent") != run_id:
+            assert "recorded)" in (box.text_content() or "") or box.get_attribute("data-runs") == "0"
+    page.locator("h2:text('Agents')").scroll_into_view_if_needed()
+    page.evaluate("window.scrollBy(0, document.querySelector('#run-agents').getBoundingClientRect().top - 60)")
+    _shot(page, tmp_path, "console-agents")
+
+
 def test_compare_page_marks_the_refusal_divergence(demo_console: DemoConsole, page, tmp_path: Path):
     summary = demo_console.summary
     refusal = next(r for r in summary.replays if r["verdict"] == "diverged_at_refusal")

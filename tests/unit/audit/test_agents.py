@@ -108,3 +108,14 @@ def test_a_run_without_handoffs_says_so(loaded_store):
 def test_a_child_run_is_the_root_of_its_own_graph_under_its_agent_name(tree_store):
     graph = agent_graph(_select(tree_store), "sup.r1")
     assert [(a.name, a.runs) for a in graph.agents] == [("research", ("sup.r1",)), ("search", ("sup.r1.s",))]
+
+
+def test_a_child_run_nobody_recorded_is_named_not_linked():
+    from agentlog.audit.agents import AgentGraph, AgentNode, Handoff
+
+    graph = AgentGraph(run_id="p", agents=(AgentNode(name="p", depth=0, runs=("p",), recorded=("p",), root=True),
+                                           AgentNode(name="w", depth=1, runs=("p.w",))),
+                       handoffs=(Handoff(source="p", target="w", count=1, failed=0, runs=("p.w",)),))
+    svg = agent_graph_svg(graph, lambda r: f"/runs/{r}")
+    assert "<a " not in svg and "1 run (0 recorded)" in svg
+    assert "<code>p.w</code> (not recorded)" in agents_table(graph, lambda r: f"/runs/{r}")
