@@ -14,6 +14,7 @@ from agentlog.console.views import (
     chain_problem,
     compare_view,
     replays_view,
+    run_head,
     run_view,
     runs_view,
     state_fragment,
@@ -22,7 +23,8 @@ from agentlog.console.views import (
 
 __all__ = [
     # views: store + request parameters -> (status, html)
-    "Opener", "Page", "analytics_view", "compare_view", "replays_view", "run_view", "runs_view", "state_fragment",
+    "Opener", "Page", "analytics_view", "compare_view", "replays_view", "run_head", "run_view", "runs_view",
+    "state_fragment",
     "unsealed",
     # pieces
     "StateView", "chain_problem", "render_state_panel", "run_href", "state_at",

@@ -53,6 +53,7 @@ __all__ = [
     "render_error_page",
     "render_replays_page",
     "render_run_page",
+    "render_run_head",
     "render_runs_page",
     "render_state_panel",
     "compare_section",
@@ -180,10 +181,23 @@ _SCRIPT = """
   });
   var every = +document.body.dataset.live;
   if (!every) return;
+  var headSrc = document.body.dataset.head, headNow = document.body.dataset.headValue;
+  function changed() {  // a page with a head fragment is read again only when its head moved
+    if (!headSrc) return Promise.resolve(true);
+    return fetch(headSrc, {credentials: 'same-origin'}).then(function (r) {
+      return r.ok ? r.text() : null;
+    }).then(function (head) {
+      if (head === null || head === headNow) return false;
+      headNow = head;
+      return true;
+    });
+  }
   setInterval(function () {
     if (document.hidden) return;
-    fetch(location.href, {credentials: 'same-origin'}).then(function (r) {
-      return r.ok ? r.text() : null;
+    changed().then(function (moved) {
+      return moved ? fetch(location.href, {credentials: 'same-origin'}) : null;
+    }).then(function (r) {
+      return r && r.ok ? r.text() : null;
     }).then(function (html) {
       if (html === null) return;
       var fresh = new DOMParser().parseFromString(html, 'text/html');
@@ -208,8 +222,12 @@ def run_href(run_id: str) -> str:
     return f"/runs/{quote(str(run_id), safe='')}"
 
 
-def _layout(title: str, body: str, *, live: bool = False) -> str:
+def _layout(title: str, body: str, *, live: bool = False, head: tuple[str, str] | None = None) -> str:
+    """``head`` is ``(url, value)`` of a live page's head fragment: the page is read again only when it changes."""
     live_attr = f' data-live="{LIVE_POLL_MS}"' if live else ""
+    if head is not None:
+        live_attr += f' data-head="{esc(head[0])}" data-head-value="{esc(head[1])}"'
+
     live_note = f'<span class="live">live · refreshes every {LIVE_POLL_MS // 1000}s</span>' if live else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -309,6 +327,12 @@ def render_runs_page(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, st
 
 # ---------------------------------------------------------------------------------------------
 # /runs/<runId>
+
+
+def render_run_head(events: int, head_hash: str, transitions: int, violations: int, verdicts: int) -> str:
+    """What a live run page polls: the run's event count and head hash and the counts of its transitions,
+    violations and replay verdicts (the page's other parts follow from these)."""
+    return f"{events} {head_hash} {transitions} {violations} {verdicts}"
 
 
 def render_state_panel(view: StateView) -> str:
@@ -449,6 +473,7 @@ def render_run_page(
     refusals: int | None = None,
     seq_of: Mapping[Any, Any] | None = None,
     agents: AgentGraph | None = None,
+    head_value: str | None = None,
 ) -> str:
     """One run: header (status, head hash, chain check, links), state slider, lanes, graph, events, verdicts.
 
@@ -457,6 +482,8 @@ def render_run_page(
     events and ``transitions`` the whole run's: the lanes and the causation graph draw the page's
     part, the slider and the figures cover the run (``refusals`` in all of it, ``seq_of`` every
     eventId's sequence). ``agents`` is the run tree's agent graph (each agent's box opens its child run).
+    ``head_value`` is what ``/runs/<runId>/head`` answers now (:func:`render_run_head`): the live page polls
+    that and reads itself again only when it changes.
     """
     docs = normalise_events(events, transitions)
     if page is None:
@@ -513,7 +540,8 @@ index</a>
 <div id="run-events" data-live>{_events_table(docs, violated, first=page.first, seq_of=seq_of)}</div>
 <h2>Violations</h2>
 <div id="run-violations" data-live>{violations_table(violations)}</div>"""
-    return _layout(f"run {run_id}", body, live=True)
+    head = (f"{run_href(run_id)}/head", head_value) if head_value is not None else None
+    return _layout(f"run {run_id}", body, live=True, head=head)
 
 
 # ---------------------------------------------------------------------------------------------

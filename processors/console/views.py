@@ -30,6 +30,7 @@ from agentlog.console.pages import (
     render_compare_picker_page,
     render_error_page,
     render_replays_page,
+    render_run_head,
     render_run_page,
     render_runs_page,
     render_state_panel,
@@ -46,6 +47,7 @@ __all__ = [
     "chain_problem",
     "compare_view",
     "replays_view",
+    "run_head",
     "run_view",
     "runs_view",
     "state_fragment",
@@ -190,8 +192,23 @@ def run_view(store: Store, run_id: str, query: Mapping[str, str], opener: Opener
             state=view, head_hash=head, chain_problem=problem,
             links=_links(store, run_id, events[:1], transitions, verdicts), verdicts=verdicts, page=page,
             refusals=sum(d.get("type") == "envelope.refusal" for d in stored),
-            seq_of={d.get("eventId"): d.get("sequence") for d in stored}, agents=agents)
+            seq_of={d.get("eventId"): d.get("sequence") for d in stored}, agents=agents,
+            head_value=render_run_head(len(stored), head, len(transitions), len(violations), len(verdicts)))
     return _guarded(f"run {run_id}", build)
+
+
+def run_head(store: Store, run_id: str) -> Page:
+    """``/runs/<runId>/head``: what a live run page polls (:func:`agentlog.console.pages.render_run_head`), from
+    counts alone, so an open page of a long run costs the worker a page build only when the run moved."""
+    def build() -> Page:
+        row = store.query(
+            "SELECT (SELECT count() FROM events WHERE run_id = {r:String}), "
+            "(SELECT argMax(hash, sequence) FROM events WHERE run_id = {r:String}), "
+            "(SELECT count() FROM transitions WHERE parent_run_id = {r:String}), "
+            "(SELECT count() FROM violations WHERE run_id = {r:String})", {"r": run_id}).rows[0]
+        verdicts = len(_verdicts(store, run_id))  # as the page counts them
+        return 200, render_run_head(int(row[0]), str(row[1] or ""), int(row[2]), int(row[3]), verdicts)
+    return _guarded(f"head of {run_id}", build)
 
 
 def state_fragment(store: Store, run_id: str, query: Mapping[str, str], opener: Opener | None = None) -> Page:

@@ -6,6 +6,7 @@ URLs to its view calls, runs them in an executor (they block on ClickHouse) and 
 with HTML. Routes (README "Console"):
 
 ``/`` runs · ``/runs/<runId>`` a run · ``/runs/<runId>/state?at=N`` the slider's fragment ·
+``/runs/<runId>/head`` what an open run page polls ·
 ``/runs/<runId>/replays`` its replay verdicts · ``/compare`` the run picker, ``?a=<runId>&b=<runId>`` two
 runs compared · ``/analytics``
 
@@ -34,6 +35,7 @@ from agentlog.console import (
     analytics_view,
     compare_view,
     replays_view,
+    run_head,
     run_view,
     runs_view,
     state_fragment,
@@ -99,6 +101,7 @@ ROUTES: tuple[tuple[str, str, Build], ...] = (
      lambda store, opener, query, match: run_view(store, match["run_id"], query, opener)),
     ("/runs/{run_id}/state", "console-state",
      lambda store, opener, query, match: state_fragment(store, match["run_id"], query, opener)),
+    ("/runs/{run_id}/head", "console-head", lambda store, opener, query, match: run_head(store, match["run_id"])),
     ("/runs/{run_id}/replays", "console-replays",
      lambda store, opener, query, match: replays_view(store, match["run_id"], opener)),
     ("/compare", "console-compare", lambda store, opener, query, match: compare_view(store, query, opener)),

@@ -14,7 +14,7 @@ A second part measures one long run: :func:`tests.bench.workload.long_run` with 
 realistic planner tree's body over and over: LLM and tool calls, usage, dispatch chains, channel
 writes), stored sealed as the sequencer stores it and opened with its key as the worker's console
 does. Timed: the run page as it opens (the page of its last index), a page by sequence (``?from=``),
-the state fragment at the middle and at the end, each with its HTML bytes; the baseline is the
+the state fragment at the middle and at the end, the head an open page polls every 2 s, each with its bytes; the baseline is the
 direct select of the same run's rows (``SELECT doc … ORDER BY sequence``), which every one of them
 needs at least. With Chromium on the machine, the run page's load in headless Chromium too
 (served by a local HTTP server that calls the view per request, so it includes the serve time).
@@ -38,7 +38,7 @@ from typing import Any
 from agentlog.audit.migrations import migrate
 from agentlog.audit.queries import run_named
 from agentlog.audit.store import Store, open_store
-from agentlog.console import run_view, runs_view, state_fragment
+from agentlog.console import run_head, run_view, runs_view, state_fragment
 from agentlog.core.keyring import LocalKek
 from agentlog.core.sealing import seal_event
 from agentlog.schemas.canonical import GENESIS, chain_hash
@@ -117,6 +117,9 @@ def _chromium_load_ms(build: Any, path: str, reps: int) -> list[float] | None:
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            if self.path != path:  # the browser's /favicon.ico must not build a run page beside the next load
+                self.send_error(404)
+                return
             status, html = build(self.path)
             body = html.encode()
             self.send_response(status)
@@ -170,6 +173,7 @@ def measure_long_run(events: int = LONG_RUN_EVENTS, *, reps: int = 5) -> dict[st
                 "run_page_from_middle": page("run_page_from_middle", run_view, {"from": str(events // 2)}),
                 "state_middle": page("state_middle", state_fragment, {"at": str(events // 2)}),
                 "state_last": page("state_last", state_fragment, {}),
+                "head": page("head", lambda store, run_id, query, opener: run_head(store, run_id), {}),
             }
             result: dict[str, Any] = {name: _timed(call, reps) for name, call in pages.items()}
             result["raw_select"] = _timed(lambda: store.query(RUN_SQL, {"run_id": run_id}).rows, reps)
@@ -196,7 +200,7 @@ def _print_long(result: dict[str, Any]) -> None:
     t = Table(title=f"one run of {result['events']:,} events, sealed (long_run)")
     for col in ("what", "p50 ms", "p95 ms", "bytes", "× raw select"):
         t.add_column(col, justify="left" if col == "what" else "right")
-    for name in ("run_page", "run_page_from_middle", "state_middle", "state_last", "raw_select"):
+    for name in ("run_page", "run_page_from_middle", "state_middle", "state_last", "head", "raw_select"):
         m = result[name]
         t.add_row(name, f"{m['p50_ms']:.1f}", f"{m['p95_ms']:.1f}", f"{m.get('bytes', '')}",
                   f"{m.get('ratio_to_raw', '')}")

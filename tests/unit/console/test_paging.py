@@ -132,3 +132,21 @@ def test_bad_paging_parameters_say_what_to_fix(long_store):
     status, html = run_view(store, RUN, {"from": "later"}, keyring.open)
     assert status == 400 and "from" in html and "bad_param" in html
     assert run_view(store, RUN, {"limit": "-3"}, keyring.open)[0] == 400
+
+
+def test_an_open_page_polls_a_head_that_moves_only_with_the_run(long_store):
+    """A live run page reads itself again only when ``/runs/<id>/head`` changes: the head the page carries is what
+    the head answers while the run stands still, and another value once an event is added."""
+    from agentlog.console import run_head
+
+    store, keyring, docs = long_store
+    _, html = run_view(store, RUN, {}, keyring.open)
+    carried = re.search(r'data-head="/runs/long-1/head" data-head-value="([^"]+)"', html).group(1)
+    status, head = run_head(store, RUN)
+    assert status == 200 and head == carried and head.startswith(f"{EVENTS} ")
+    extra = {**docs[-1], "sequence": EVENTS, "eventId": f"{RUN}:extra", "type": "channel.written",
+             "payload": {"channel": "progress", "value": "late"}}
+    store.insert_records("committed", [{"doc": extra, "prevHash": "0" * 64, "hash": "f" * 64, "stateHash": "0" * 64,
+                                        "source": {"topic": INGEST_TOPIC, "partition": 0, "offset": EVENTS,
+                                                   "timestampMs": 0}}])
+    assert run_head(store, RUN)[1] != carried
