@@ -114,9 +114,8 @@ def replay_suite_command(
 
     err = Console(stderr=True, highlight=False)
 
-    def progress(result: RunResult, done: int, total: int) -> None:
-        if not as_json:
-            err.print(f"[{done}/{total}] {escape(result.run_id)}: {result.status}", highlight=False)
+    def progress(result: RunResult, done: int, total: int) -> None:  # on stderr, with --json too
+        err.print(f"[{done}/{total}] {escape(result.run_id)}: {result.status}", highlight=False)
 
     try:
         if mode not in ("recorded", "live", "what-if"):

@@ -7,7 +7,7 @@ reads the order id and the question from the conversation, so the same program r
 that run's own input. Variants for ``--program``: :data:`support` (as recorded), :data:`support_prompt_v2` (the
 planner's instructions changed: every run's first request differs), :data:`support_refund_v2` (the refund tool
 returns something else: only the runs that ask for a refund change), :data:`support_raises` (the program raises
-for order 105). Needs pydantic-ai (import after ``pytest.importorskip("pydantic_ai")``).
+for order 105), :func:`support_slow` (half a second a run). Needs pydantic-ai (import after ``pytest.importorskip("pydantic_ai")``).
 """
 
 from __future__ import annotations
@@ -77,3 +77,11 @@ support = support_program()
 support_prompt_v2 = support_program(instructions="Answer the customer briefly.")
 support_refund_v2 = support_program(refund_note="refund queued for review")
 support_raises = support_program(raise_for="105")
+
+
+def support_slow(recorder: Recorder) -> str:
+    """:data:`support`, half a second a run: a suite long enough to interrupt."""
+    import time
+
+    time.sleep(0.5)
+    return str(support(recorder))

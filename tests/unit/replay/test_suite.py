@@ -188,3 +188,25 @@ def test_a_replay_tagged_with_its_suite_execution_still_matches(suite_dir):
                              tags=execution_tags("support", "exec-1", "abc123"))
     assert result.docs[0]["payload"]["tags"] == ["suite:support", "suite-execution:exec-1", "code:abc123"]
     assert result.verdict == "match"
+
+
+def test_ctrl_c_stops_the_suite_and_reports_what_ran(suite_dir):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    repo = Path(__file__).resolve().parents[3]
+    proc = subprocess.Popen([sys.executable, "-m", "agentlog", "replay-suite", str(suite_dir / "suite.json"),
+                             "--program", f"{PROGRAM}:support_slow", "--json"], cwd=repo, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(repo)})
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "[2/" not in (line := proc.stderr.readline()) and line:
+        pass  # the progress lines: stop once two runs are done
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 2
+    body = json.loads(out.strip().splitlines()[-1])
+    assert body["interrupted"] and 2 <= body["ran"] < N and body["runs"] == N
+    assert body["counts"] == {"match": body["ran"]}
