@@ -17,6 +17,7 @@ has set a cookie that the browser sends with every later request (README "Consol
 from __future__ import annotations
 
 import json
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "EventsPage",
     "LIVE_POLL_MS",
     "RUNS_FILTERS",
+    "ALIGNED_PER_PAGE",
     "VERDICTS",
     "render_analytics_page",
     "render_compare_page",
@@ -591,12 +593,17 @@ def _divergence_box(result: ComparisonResult) -> str:
             f'<p><a href="#idx-{d.at_sequence}">jump to index {d.at_sequence} in the aligned events</a></p></div>')
 
 
-def _divergences(result: ComparisonResult) -> str:
-    """Every divergence, as ``agentlog compare --all`` lists them (when there is more than the first)."""
+def _divergences(result: ComparisonResult, href: Any = None) -> str:
+    """Every divergence, as ``agentlog compare --all`` lists them (when there is more than the first), each index
+    linking to the page of aligned events that starts at it (``href(index)``)."""
     if len(result.divergences) < 2:
         return ""
+
+    def at(i: int) -> str:
+        return f'<a href="{esc(href(i))}#idx-{i}">{i}</a>' if href is not None else str(i)
+
     rows = "".join(
-        f'<tr class="divergence-row" data-at="{d.at_sequence}" data-kind="{esc(d.kind)}"><td>{d.at_sequence}</td>'
+        f'<tr class="divergence-row" data-at="{d.at_sequence}" data-kind="{esc(d.kind)}"><td>{at(d.at_sequence)}</td>'
         f'<td>{_badge(d.kind, "bad")}</td><td><code>{esc(d.event_type or "-")}</code></td>'
         f'<td><code>{esc(d.path or "-")}</code></td><td><pre>{esc(_json(d.expected, 300))}</pre></td>'
         f'<td><pre>{esc(_json(d.actual, 300))}</pre></td></tr>' for d in result.divergences)
@@ -606,22 +613,49 @@ def _divergences(result: ComparisonResult) -> str:
             '</details>')
 
 
+#: Indexes per page of the aligned events (``?limit=`` on the compare page): each row lays out up to
+#: ``_FIELDS_PER_EVENT`` fields of two events, about 0.1 ms a field.
+ALIGNED_PER_PAGE = 200
+
+
 def _aligned(original: Sequence[Mapping[str, Any]], replay: Sequence[Mapping[str, Any]],
-             result: ComparisonResult) -> str:
+             result: ComparisonResult, *, start: int | None = None, limit: int = ALIGNED_PER_PAGE,
+             href: Any = None) -> str:
+    """One page of the two runs aligned index by index: ``limit`` indexes from the index ``start`` (default: the
+    page holding the first divergence, else the first page). ``href(start)`` is a page's URL; without it (the
+    replays page) the pager has no links and the page is the default one."""
     a = {d.get("sequence"): d for d in original}
     b = {d.get("sequence"): d for d in replay}
     first = result.first_divergence
     at_of: dict[Any, Any] = {d.at_sequence: d for d in result.divergences}
+    indexes = sorted({*a, *b}, key=lambda s: (s is None, s or 0))
+    numbered = [i if isinstance(i, int) else -1 for i in indexes]
+    if start is None:
+        at = bisect_left(numbered, first.at_sequence) if first is not None else 0
+        begin = at - at % limit
+    else:
+        begin = min(bisect_left(numbered, start), max(len(indexes) - 1, 0))
     rows = []
-    for i in sorted({*a, *b}, key=lambda s: (s is None, s or 0)):
+    for i in indexes[begin: begin + limit]:
         here = at_of.get(i)
         cls = "divergence" if first is not None and i == first.at_sequence else "diverged" if here else ""
         path = here.path if here is not None else None
         mark = f'<br>{_badge(here.kind, "bad")}' if here is not None else ""
         rows.append(f'<tr id="idx-{esc(i)}" class="{cls}" data-seq="{esc(i)}"><td>{esc(i)}{mark}</td>'
                     f'<td>{_fields(a.get(i), path)}</td><td>{_fields(b.get(i), path)}</td></tr>')
-    return ("<table class=\"list aligned\"><thead><tr><th>index</th><th>original</th><th>replay</th></tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+    pager = ""
+    if len(indexes) > limit:
+        shown = f"indexes {esc(indexes[begin])}–{esc(indexes[min(begin + limit, len(indexes)) - 1])} of {len(indexes)}"
+        links = []
+        if href is not None:
+            last = (len(indexes) - 1) // limit * limit
+            for label, pos in (("« first", 0), ("← earlier", begin - limit), ("later →", begin + limit),
+                               ("last »", last)):
+                if 0 <= pos < len(indexes) and pos != begin:
+                    links.append(f'<a href="{esc(href(numbered[pos]))}">{label}</a>')
+        pager = f'<div class="pager" id="aligned-pager">{shown} {"".join(links)}</div>'
+    return (f"{pager}<table class=\"list aligned\"><thead><tr><th>index</th><th>original</th><th>replay</th></tr>"
+            f"</thead><tbody>{''.join(rows)}</tbody></table>{pager}")
 
 
 #: How many runs the picker offers at a time (recent runs listed; runs found as the user types).
@@ -667,9 +701,17 @@ def render_compare_picker_page(runs: Sequence[Mapping[str, Any]], a_id: str = ""
 
 def render_compare_page(a_id: str, b_id: str, original: Sequence[Mapping[str, Any]],
                         replay: Sequence[Mapping[str, Any]], result: ComparisonResult,
-                        verdicts: Sequence[Mapping[str, Any]] = (), runs: Sequence[Mapping[str, Any]] = ()) -> str:
+                        verdicts: Sequence[Mapping[str, Any]] = (), runs: Sequence[Mapping[str, Any]] = (), *,
+                        start: int | None = None, limit: int = ALIGNED_PER_PAGE) -> str:
     """Two runs aligned index by index (``result`` is ``compare_runs(original, replay)``), volatile fields dimmed,
-    under the run picker (``runs``: the recent ``runs`` rows it offers)."""
+    under the run picker (``runs``: the recent ``runs`` rows it offers); one page of indexes (``start``, ``limit``:
+    :func:`_aligned`), every divergence listed with a link to its page."""
+    def href(at: int) -> str:
+        params: dict[str, Any] = {"a": a_id, "b": b_id, "from": at}
+        if limit != ALIGNED_PER_PAGE:
+            params["limit"] = limit
+        return f"/compare?{urlencode(params)}"
+
     reordered = (f'<p class="meta">{len(result.reordered)} event(s) interleaved differently across lanes '
                  "(not a divergence).</p>" if result.reordered else "")
     body = (f'<h1>Compare <a href="{run_href(a_id)}"><code>{esc(a_id)}</code></a> with '
@@ -677,9 +719,9 @@ def render_compare_page(a_id: str, b_id: str, original: Sequence[Mapping[str, An
             f'<details><summary>compare other runs</summary>{_picker(runs, a_id, b_id)}</details>'
             f'<div class="meta">compared from index {result.from_seq} (replayOf.fromSeq); volatile fields '
             '(ids, timestamps, call bytes) are dimmed and never count as a divergence</div>'
-            f'{_divergence_box(result)}{_divergences(result)}{reordered}'
+            f'{_divergence_box(result)}{_divergences(result, href)}{reordered}'
             f'<h2>Recorded verdicts of {esc(a_id)}</h2>{_verdicts_table(a_id, verdicts)}'
-            f'<h2>Aligned events</h2>{_aligned(original, replay, result)}')
+            f'<h2>Aligned events</h2>{_aligned(original, replay, result, start=start, limit=limit, href=href)}')
     return _layout(f"compare {a_id} / {b_id}", body)
 
 

@@ -21,6 +21,7 @@ from agentlog.audit.queries import run_named
 from agentlog.audit.server import report_records
 from agentlog.audit.store import Store
 from agentlog.console.pages import (
+    ALIGNED_PER_PAGE,
     PICKER_RUNS,
     RUNS_FILTERS,
     EventsPage,
@@ -228,7 +229,8 @@ def state_fragment(store: Store, run_id: str, query: Mapping[str, str], opener: 
 
 def compare_view(store: Store, query: Mapping[str, str], opener: Opener | None = None) -> Page:
     """``/compare?a=<run>&b=<run>``: the comparison engine's result on any two stored runs (B judged as a replay
-    of A, as ``agentlog compare A B`` judges them), under the run picker; without both runs, the picker alone
+    of A, as ``agentlog compare A B`` judges them), under the run picker, one page of aligned indexes (``?from=``,
+    ``?limit=``; default the page holding the first divergence); without both runs, the picker alone
     (recent runs from the ``runs`` named query), and 404 with the picker when a run is not in the store."""
     def build() -> Page:
         a, b = query.get("a", "").strip(), query.get("b", "").strip()
@@ -242,7 +244,10 @@ def compare_view(store: Store, query: Mapping[str, str], opener: Opener | None =
                 raise
             return 404, render_compare_picker_page(recent, a, b, problem=str(e))
         result = compare_runs(original, replay, collect_all=True)
-        return 200, render_compare_page(a, b, original, replay, result, _verdicts(store, a), recent)
+        start = None if query.get("from") in (None, "") else _int(query.get("from"), 0, "from")
+        limit = max(1, min(_int(query.get("limit"), ALIGNED_PER_PAGE, "limit"), MAX_EVENTS_PER_PAGE))
+        return 200, render_compare_page(a, b, original, replay, result, _verdicts(store, a), recent, start=start,
+                                        limit=limit)
     return _guarded("compare", build)
 
 

@@ -150,3 +150,29 @@ def test_an_open_page_polls_a_head_that_moves_only_with_the_run(long_store):
                                         "source": {"topic": INGEST_TOPIC, "partition": 0, "offset": EVENTS,
                                                    "timestampMs": 0}}])
     assert run_head(store, RUN)[1] != carried
+
+
+def test_the_compare_page_of_two_long_runs_shows_the_page_of_the_first_divergence(store):
+    """Two 1,200-event runs, the replay diverging at a variable past index 900: the page holds that index, the
+    pager walks the rest, and every divergence links to the page that starts at it."""
+    from agentlog.console import compare_view
+    from agentlog.console.pages import ALIGNED_PER_PAGE
+    from tests.unit.audit.data import committed
+    from tests.unit.replay.runs import as_replay
+
+    original = long_run("long-a", EVENTS)
+    replay = as_replay(original, replay_run_id="long-b")
+    at = next(i for i, d in enumerate(replay) if i >= 900 and d["type"] == "variable.changed")
+    replay[at]["payload"]["value"] = "something else"
+    store.insert_records("committed", committed(original) + committed(replay, partition=1))
+    status, html = compare_view(store, {"a": "long-a", "b": "long-b"})
+    assert status == 200
+    begin = at - at % ALIGNED_PER_PAGE
+    assert [int(i) for i in re.findall(r'<tr id="idx-(\d+)"', html)] == list(range(begin, begin + ALIGNED_PER_PAGE))
+    assert f'<tr id="idx-{at}" class="divergence"' in html and f'data-at="{at}"' in html
+    assert 'href="/compare?a=long-a&amp;b=long-b&amp;from=0">« first</a>' in html
+    assert len(html) < 1_000_000
+    _, first = compare_view(store, {"a": "long-a", "b": "long-b", "from": "0", "limit": "50"})
+    assert [int(i) for i in re.findall(r'<tr id="idx-(\d+)"', first)] == list(range(50))
+    assert 'href="/compare?a=long-a&amp;b=long-b&amp;from=50&amp;limit=50">later →</a>' in first
+    assert 'id="first-divergence-box"' in first  # the verdict and first divergence whatever the page
