@@ -470,12 +470,15 @@ def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str 
     handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends).
 
     ``run.started`` names the run's data subject from this span alone (:func:`agentlog.core.otel_read.subject`:
-    ``user.id``, else ``enduser.id``, else the span's own conversation), or leaves it out."""
+    ``user.id``, else ``enduser.id``, else the span's own conversation), or leaves it out; a child run's names its
+    parent run (``parentRunId``), as a host's does, so that erasing the parent reaches it."""
     worker = r.name or run
     started: dict[str, Any] = {"bindings": {}, "agent": worker}
     subject_id = subject(span)
     if subject_id is not None:
         started["subjectId"] = subject_id
+    if parent_run is not None:  # so that erasing the parent's subject reaches the child run too
+        started["parentRunId"] = parent_run
     add("start", "run.started", started)
     if _failed(span):
         add("end", "run.failed", {"error": _error(span)})

@@ -96,3 +96,15 @@ def test_a_child_run_names_its_own_subject_from_its_own_span_only():
     [(child, payload)] = started.items()
     assert child.startswith("c-planner/writer/")
     assert "subjectId" not in payload  # the conversation it inherits does not count
+
+
+@pytest.mark.parametrize(("program", "instrumentation"), [("openai_agents", "openllmetry"),
+                                                          ("openai_agents", "openinference")])
+def test_a_child_run_names_its_parent_so_that_erasing_the_parent_reaches_it(program, instrumentation):
+    """The recorded corpus: the handoff's child run carries ``parentRunId`` (the keyring's parent link)."""
+    from tests.unit.core.test_otel_corpus import program_runs
+
+    runs, root, child = program_runs(program, instrumentation)
+    assert runs[child][0]["type"] == "run.started"
+    assert runs[child][0]["payload"]["parentRunId"] == root
+    assert "parentRunId" not in runs[root][0]["payload"]
