@@ -77,8 +77,12 @@ class Redelivered:
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
+    """A refused record. ``quotes_content``: ``detail`` may quote what the host sent (a contract error names the
+    member or value it refuses), so it is stored sealed; the sequencer's own checks name ids and numbers only."""
+
     reason: str
     detail: str
+    quotes_content: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +183,9 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
         doc = decode_ingest(raw)
         doc_bytes = validate_parsed(doc, max_bytes=max_bytes)
     except ContractError as e:
-        return Decoded(doc, Rejected(e.code, getattr(e, "detail", None) or str(e)))
+        return Decoded(doc, Rejected(e.code, getattr(e, "detail", None) or str(e), quotes_content=True))
     except Exception as e:  # a processor never dies on one bad record
-        return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}"), e)
+        return Decoded(None, Rejected("decode_error", f"{type(e).__name__}: {e}", quotes_content=True), e)
     run_id = doc["runId"]
     try:
         if erased_of is not None and erased_of(run_id):
@@ -193,7 +197,7 @@ def sequence(raw: bytes, head_of: Callable[[str], RunHead | None], lookup_of: Ca
             return Decoded(doc, Handled() if refused is None else Rejected(*refused))
         return Decoded(doc, decide(head_of(run_id), lookup_of(run_id), doc, source, doc_bytes, seal))
     except Exception as e:
-        return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}"), e)
+        return Decoded(doc, Rejected("invalid_envelope", f"{type(e).__name__}: {e}", quotes_content=True), e)
 
 
 def rejection_record(
@@ -237,8 +241,8 @@ def rejection_record(
 #: named; the associated data names the record by its position (:func:`rejection_sealing`).
 REJECTIONS_PREFIX = "rejections/"
 
-#: The members of a rejection that are a host's content, sealed each at its own path: the original bytes, and the
-#: detail (a contract error can quote the keys and values it refuses).
+#: The members of a rejection that can be a host's content, sealed each at its own path: the original bytes, and the
+#: detail where it quotes them (:attr:`Rejected.quotes_content`).
 REJECTION_CONTENT = ("raw", "detail")
 
 

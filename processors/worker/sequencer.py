@@ -120,20 +120,21 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         minted.clear()
 
     async def reject(batch: Batch, reason: str, detail: str, record: SourceRecord, source: Source,
-                     doc: dict[str, Any] | None) -> None:
-        """A rejection record with the original bytes and the detail sealed (the detail can quote a host's keys and
-        values), or both left out for a run that was erased."""
+                     doc: dict[str, Any] | None, *, quotes_content: bool = False) -> None:
+        """A rejection record with the original bytes sealed, and the detail too where it quotes what the host
+        sent (``quotes_content``); for a run that was erased, those read ``[erased]``."""
         rejected = rejection_record(reason, detail, record.value, source, doc, record.key)
         run_id = rejected["runId"]
         sealed_under, place = rejection_sealing(rejected)
         stored: dict[str, Any] = dict(rejected)
+        members = REJECTION_CONTENT if quotes_content else ("raw",)
         if run_id is not None and keyring.erased(run_id):
-            stored["raw"] = stored["detail"] = ERASED
+            stored.update(dict.fromkeys(members, ERASED))
         else:
             minted: list[KeyRecord] = []
             key = key_of(sealed_under, None, minted)
             await send_keys(batch, minted)
-            for member in REJECTION_CONTENT:
+            for member in members:
                 stored[member] = seal_value(stored[member], key, sealed_under, place, (member,))
         await batch.send("rejections", run_id, encode_record(stored))
         METRICS.inc("agentlog_events_rejected_total", reason=reason)
@@ -195,7 +196,8 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")
         else:
-            await reject(batch, decision.reason, decision.detail, record, source, doc)
+            await reject(batch, decision.reason, decision.detail, record, source, doc,
+                         quotes_content=decision.quotes_content)
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
@@ -208,7 +210,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         """
         log.error("run %s: event %s at sequence %d refused: %s", doc["runId"], doc["eventId"], doc["sequence"],
                   why.detail)
-        await reject(batch, RUN_STATE_UNAVAILABLE, why.detail, record, source, doc)
+        await reject(batch, RUN_STATE_UNAVAILABLE, why.detail, record, source, doc, quotes_content=True)
 
     def close(batch: Batch, source: Source, request: CloseRequest) -> None:
         """Close the run of a close request: a marker first, then its index and record deleted.

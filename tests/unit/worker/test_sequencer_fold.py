@@ -186,3 +186,15 @@ def test_a_crash_between_the_index_and_the_run_record_is_folded_level_by_the_red
     assert again.sent == []  # every record Redelivered by its index entry: nothing sent twice
     assert METRICS.get("agentlog_refolded_total") == refolded + len(docs)
     assert tables["runs"][run_id] == expected  # head, state, timestamp: what one clean pass makes
+
+
+def test_a_sequencer_check_keeps_its_detail_readable_for_the_host(worker):
+    """A sequence gap names ids and numbers only: its detail stays clear (``agentlog publish`` shows it to the host);
+    the original bytes are sealed all the same."""
+    docs = llm_run("seq-gap")
+    _feed(worker, docs[:1])
+    refused = _feed(worker, docs[2:3], first_offset=1)
+    [(_, _, rejection)] = [out for out in refused.sent if out[0] == "rejections"]
+    assert rejection["reason"] == "sequence_gap"
+    assert rejection["detail"] == "run seq-gap: expected sequence 1, got 2 (missing 1..1)"
+    assert "$sealed" in rejection["raw"]
