@@ -245,14 +245,28 @@ REJECTIONS_PREFIX = "rejections/"
 #: detail where it quotes them (:attr:`Rejected.quotes_content`).
 REJECTION_CONTENT = ("raw", "detail")
 
+#: The topic (short name) whose rejections are filed by run: the sequencer is the one writer of a run's ingest records.
+_BY_RUN = "ingest"
+
 
 def rejection_sealing(rejected: Mapping[str, Any]) -> tuple[str, str]:
     """The keyring entry a rejection's original bytes are sealed under, and the place they are bound to (the
-    position of the record they were), from the rejection record itself: the sequencer seals, readers open."""
+    position of the record they were), from the rejection record itself: its writer seals, readers open.
+
+    A key has one writer, the one agent that reads the rejection's source partition. The sequencer reads every
+    record of a run, so its rejections of a run share ``rejections/<runId>``. An agent before it (the span mapper on
+    ``spans``, the OTel run sequencer on ``otel-events``) reads a run's records on several partitions, so its key is
+    that of its partition and the run, ``rejections/~<topic>/<partition>/<runId>``. Without a run, it is the
+    partition's, ``rejections/~<topic>/<partition>``.
+    """
     source = rejected["source"]
     run_id = rejected.get("runId")
-    return (REJECTIONS_PREFIX + (run_id or f"~{source['topic']}/{source['partition']}"),
-            f"{source['topic']}:{source['partition']}:{source['offset']}")
+    topic, partition = source["topic"], source["partition"]
+    place = f"{topic}:{partition}:{source['offset']}"
+    if run_id and topic.rsplit(".", 1)[-1] == _BY_RUN:
+        return REJECTIONS_PREFIX + run_id, place
+    own = f"{REJECTIONS_PREFIX}~{topic}/{partition}"
+    return (f"{own}/{run_id}" if run_id else own), place
 
 
 #: The reason of an event whose run was erased: its key is gone, so nothing of it can be stored any more.
