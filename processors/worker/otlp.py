@@ -19,7 +19,10 @@ With ``web_token`` set a request needs ``Authorization: Bearer <token>`` (the ex
   retries; a retried request maps to the same event ids (duplicates, not new events).
 
 Every refused span and every undecodable body also lands on the rejections topic
-with a reason: nothing is lost without a record. Decoding is ``opentelemetry-proto``'s
+with a reason: nothing is lost without a record. The receiver runs on every worker and is the one
+writer of no key, so it seals nothing itself: it forwards what it refuses on ``spans``, keyed by its
+trace where it has one (:func:`agentlog.core.otel_sealing.refusal`), and the span mapper of that
+partition files it with its bytes and detail sealed. Decoding is ``opentelemetry-proto``'s
 generated code; the JSON form differs from protobuf's JSON mapping only in that ids
 are hex, which :func:`decode_request` converts before parsing.
 """
@@ -29,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import gzip
-import hashlib
 import json
 import logging
 import math
@@ -47,17 +49,14 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
+from agentlog.core.otel_sealing import refusal
 from agentlog.metrics import METRICS
-from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError
-from agentlog.schemas.records import record_source, rejection
 from agentlog.worker.access import bearer, same_token
 
 log = logging.getLogger("agentlog.otlp")
 
 _SAFE = 2**53 - 1
-#: Rejections of OTLP input name this pseudo-topic as their source (they never were a Kafka record).
-SOURCE_TOPIC = "otlp:/v1/traces"
 #: What a 503's Retry-After (and OTLP/gRPC's RetryInfo) asks the exporter to wait before it retries.
 RETRY_AFTER_S = 5
 #: Said to a request without the token (the token itself is never echoed).
@@ -200,23 +199,24 @@ def trace_records(spans: list[dict[str, Any]],
 
 
 Send = Callable[[str, bytes], Awaitable[Awaitable[Any]]]
-Reject = Callable[[bytes], Awaitable[Awaitable[Any]]]
+Refuse = Callable[[str | None, bytes], Awaitable[Awaitable[Any]]]
 
 
 class Receiver:
     """What both OTLP transports do with a request: check the token, map its spans, send them, wait for Kafka.
 
     ``send(traceId, value)`` publishes one record of a trace's spans (:func:`trace_records`) to the
-    spans topic and returns its delivery future; ``reject(value)`` does the same for a rejection
-    record. ``token``: the worker's ``web_token`` (empty: no token asked, which
-    :func:`agentlog.streams.settings.check_web_access` allows on loopback only). :meth:`app` is the OTLP/HTTP
+    spans topic and returns its delivery future; ``refuse(traceId | None, value)`` does the same for a
+    refusal record (:func:`agentlog.core.otel_sealing.refusal`), which the span mapper files. ``token``: the
+    worker's ``web_token`` (empty: no token asked, which :func:`agentlog.streams.settings.check_web_access` allows
+    on loopback only). :meth:`app` is the OTLP/HTTP
     server; :mod:`agentlog.worker.otlp_grpc` serves the same :meth:`export` over gRPC.
     """
 
-    def __init__(self, send: Send, reject: Reject, *, ack_timeout_s: float, max_body_bytes: int,
+    def __init__(self, send: Send, refuse: Refuse, *, ack_timeout_s: float, max_body_bytes: int,
                  max_span_bytes: int = 900_000, token: str = "") -> None:
         self._send = send
-        self._reject = reject
+        self._refuse = refuse
         self._ack_timeout_s = ack_timeout_s
         self._token = token
         self.max_body_bytes = max_body_bytes
@@ -227,7 +227,7 @@ class Receiver:
     def authorized(self, authorization: str) -> bool:
         """Whether a request whose ``Authorization`` header (gRPC: metadata) is this may export.
 
-        A refused request is counted and nothing of it is written, not even a rejection record:
+        A refused request is counted and nothing of it is written, not even a refusal record:
         whoever lacks the token must not be able to fill a topic.
         """
         given = bearer(authorization)
@@ -266,28 +266,34 @@ class Receiver:
         return web.Response(status=200, body=response.SerializeToString(), content_type="application/x-protobuf")
 
     async def undecodable(self, error: OtlpError, body: bytes) -> None:
-        """Count a request that is not an OTLP trace export and record it on the rejections topic."""
+        """Count a request that is not an OTLP trace export and forward it to be recorded on the rejections topic."""
         METRICS.inc("agentlog_otlp_requests_total", outcome="undecodable")
-        await self._record_rejection("decode_error", str(error), body)
+        try:
+            fut = await self._refuse(None, refusal("decode_error", str(error), body))
+            await asyncio.wait_for(fut, self._ack_timeout_s)
+        except Exception as e:  # noqa: BLE001 - the client already gets the error; never fail the answer
+            log.warning("could not record an OTLP rejection (%s: %s)", type(e).__name__, e)
 
     async def export(self, export: ExportTraceServiceRequest) -> ExportTraceServiceResponse:
         """Send the request's spans to the spans topic; the answer once Kafka has acknowledged every one.
 
-        Refused spans (no valid ids, too big for a record) go to the rejections topic and are named
-        in the answer's ``partial_success``.
+        Refused spans (no valid ids, too big for a record) go to the rejections topic (through the span
+        mapper) and are named in the answer's ``partial_success``.
 
         Raises:
             OtlpError: ``otlp_unavailable`` when Kafka did not acknowledge within the timeout: the
                 exporter must retry (the same spans map to the same event ids, so a retry adds nothing).
         """
         spans, refused = span_dicts(export)
-        records, oversize = trace_records(spans, self.max_span_bytes)
-        refused += [why for why, _ in oversize]
+        records, too_big = trace_records(spans, self.max_span_bytes)
+        oversize = [(str(orjson.loads(value)["traceId"]), why, value) for why, value in too_big]
+        refused += [why for _, why, _ in oversize]
         try:
             futures = [await self._send(trace_id, value) for trace_id, value in records]
-            futures += [await self._reject(_rejection_bytes("invalid_envelope", why, b""))
+            futures += [await self._refuse(None, refusal("invalid_envelope", why, b""))
                         for why in refused[: len(refused) - len(oversize)]]
-            futures += [await self._reject(_rejection_bytes("oversize", why, value)) for why, value in oversize]
+            futures += [await self._refuse(trace_id, refusal("oversize", why, value, trace_id))
+                        for trace_id, why, value in oversize]
             await asyncio.wait_for(asyncio.gather(*futures), self._ack_timeout_s)
         except Exception as e:  # noqa: BLE001 - any send failure means "not durable": the exporter must retry
             log.warning("OTLP request not acknowledged by Kafka (%s: %s); asking the exporter to retry",
@@ -303,22 +309,3 @@ class Receiver:
             response.partial_success.rejected_spans = len(refused)
             response.partial_success.error_message = "; ".join(refused)[:4000]
         return response
-
-    async def _record_rejection(self, reason: str, detail: str, raw: bytes) -> None:
-        try:
-            fut = await self._reject(_rejection_bytes(reason, detail, raw))
-            await asyncio.wait_for(fut, self._ack_timeout_s)
-        except Exception as e:  # noqa: BLE001 - the client already gets the error; never fail the answer
-            log.warning("could not record an OTLP rejection (%s: %s)", type(e).__name__, e)
-
-
-def _rejection_bytes(reason: str, detail: str, raw: bytes) -> bytes:
-    """A refused request or span, with no run id: a request names no run, its spans' runs are derived
-    only when they are mapped (:mod:`agentlog.worker.spans`), and a span refused here never is."""
-    kept = raw[: 256 * 1024]
-    extra: dict[str, Any] = {}
-    if len(kept) < len(raw):
-        extra = {"raw_bytes": len(raw), "raw_sha256": hashlib.sha256(raw).hexdigest()}
-    return jcs(rejection(reason=reason, detail=detail[:2000], run_id=None, event_id=None, sequence=None,
-                         source=record_source(topic=SOURCE_TOPIC, partition=-1, offset=-1, timestamp_ms=0),
-                         raw=base64.b64encode(kept).decode("ascii"), **extra))

@@ -34,6 +34,17 @@ Held traces are re-checked on a **tick** record the worker's timer writes every
 records, so the decision is made inside the agent's batch loop (no second writer of
 the tables) and a redelivery decides the same way.
 
+Nothing of a host's content is kept outside the two plaintext topics (:mod:`agentlog.core.otel_sealing`).
+A held chunk is sealed under the key of its ``spans`` partition and hour (``held/~spans/<p>/<hour>``), which
+the mapper mints (it alone reads that partition) and shreds on the first tick that finds nothing of that hour
+still held (after the batch that published the last of it is durable, so a redelivery never meets a chunk
+whose key is gone): the table's changelog and local files keep only ciphertext, whose key lives about two
+hours. Rejections (a record or span the mapper cannot read or map, a refusal the OTLP receiver forwards on
+``spans``, an ``otel-events`` record the run sequencer cannot read) have ``raw`` and ``detail`` sealed under
+the key :func:`agentlog.core.sequencing.rejection_sealing` names for their partition (and run), minted by the
+agent that reads it. Both agents wait for the keyring before their first batch, so a redelivered record is
+sealed again under the key it had.
+
 The docs go to ``ingest`` like any host's: the sequencer checks sequences, causation
 and duplicates (a re-sent span maps to the same event ids).
 """
@@ -51,10 +62,24 @@ import orjson
 from aiohttp import web
 
 from agentlog.core.otel import Cursor, Plan, due, encodable, is_root, plan_trace, sequence_run
+from agentlog.core.otel_read import subject
+from agentlog.core.otel_sealing import (
+    held_bucket,
+    held_key_id,
+    held_pieces,
+    open_held,
+    refusal_rejection,
+    seal_held,
+    shreddable,
+)
+from agentlog.core.sealing import ERASED, DataKey, seal_value
+from agentlog.core.sequencing import RAW_MAX_BYTES, REJECTION_CONTENT, rejection_sealing
 from agentlog.metrics import METRICS
 from agentlog.schemas.canonical import jcs
-from agentlog.schemas.errors import EventRejected
-from agentlog.schemas.records import record_source, rejection, run_id_of_key
+from agentlog.schemas.errors import AgentlogError, EventRejected
+from agentlog.schemas.records import RecordSource, Rejection, record_source, rejection, run_id_of_key
+from agentlog.streams.codec import encode_record
+from agentlog.streams.keyring import Keyring
 from agentlog.streams.topics import topic_name
 from agentlog.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
 from agentlog.worker.otlp import Receiver
@@ -98,49 +123,111 @@ TICK = b'{"tick":1}'
 _PENDING = "\x00pending\x1f"
 #: Keys of the time buckets of published traces (per partition) and of the oldest bucket not yet expired.
 _DONE, _DONE_FROM = "\x00done\x1f", "\x00donefrom\x1f"
+#: Key of the per-partition list of hours whose held-spans key may still exist (:func:`_shred`).
+_HELD_KEYS = "\x00heldkeys\x1f"
 
 
 def _chunk_key(trace_id: str, offset: int) -> str:
-    """Where the spans a ``spans`` record added to its trace are held (NUL: no span id starts with it)."""
+    """Where the spans a ``spans`` record added to its trace are held (NUL: no span id starts with it); a chunk
+    sealed in several pieces keeps the others at ``<chunk key>\x1f<i>``."""
     return f"{trace_id}\x1f\x00{offset}"
 
 
-def _held_spans(batch: Batch, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _keyring(batch: Batch) -> Keyring:
+    keyring = batch.wiring.keyring
+    assert keyring is not None, "the span mapper needs the worker's keyring"
+    return keyring
+
+
+async def _keyring_loaded(batch: Batch) -> None:
+    """Wait for the keyring the worker had at start: a redelivered record must be sealed under the key it had."""
+    ready = batch.wiring.keyring_ready
+    if not ready.is_set():
+        await ready.wait()
+
+
+async def _key(batch: Batch, key_id: str, *, subject_id: str | None = None,
+               parent: str | None = None) -> DataKey | None:
+    """The data key of keyring entry ``key_id``, minted if it has none (its record goes to the keyring before any
+    record of the batch); None once it was erased. Called only by the one agent that reads the partition the id
+    names, so two workers never mint one id, and a redelivered record finds the key it was sealed under."""
+    keyring = _keyring(batch)
+    rec = keyring.record(key_id)
+    if rec is None:
+        key, rec = keyring.mint(key_id, subject_id, parent)
+        await batch.send("keyring", key_id, rec.to_value())
+        return key
+    return None if rec.erased else keyring.data_key(key_id)
+
+
+async def _file(batch: Batch, rejected: Rejection, *, subject_id: str | None = None) -> None:
+    """Send ``rejected`` to ``rejections`` with ``raw`` and ``detail`` sealed (a span's bytes, and a reason that can
+    quote its attributes), under the key :func:`rejection_sealing` names, whose parent is the rejection's run (so
+    erasing the run or its subject reaches it) and whose subject is ``subject_id`` where a span names one; both
+    read ``[erased]`` for a run that was erased."""
+    sealed_under, place = rejection_sealing(rejected)
+    run_id = rejected["runId"]
+    key = None
+    if run_id is None or not _keyring(batch).erased(run_id):
+        key = await _key(batch, sealed_under, subject_id=subject_id if run_id is not None else None, parent=run_id)
+    stored: dict[str, Any] = dict(rejected)
+    for member in REJECTION_CONTENT:
+        stored[member] = ERASED if key is None else seal_value(stored[member], key, sealed_under, place, (member,))
+    await batch.send("rejections", run_id, encode_record(stored))
+
+
+def _held_spans(batch: Batch, trace_id: str, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The trace's held spans (spanId → span, in arrival order) and the table keys holding them.
 
     An entry is written after its chunks (:func:`handle`), so every pending span is in one; an
     entry holding spans without ``"chunks"`` is not one the span mapper writes, and its spans are
-    not found (:func:`_publish` logs them).
+    not found, nor are those of a chunk that does not open (:func:`_publish` logs them).
     """
     found: dict[str, Any] = {}
     keys: list[str] = []
+    keyring = _keyring(batch)
     for key in entry.get("chunks", []):
         chunk = batch.get(HELD, key)
-        if chunk is not None:
-            keys.append(key)
-            for span in chunk:
-                found[span["spanId"]] = span
+        if chunk is None:
+            continue
+        pieces = [f"{key}\x1f{i}" for i in range(1, held_pieces(chunk))]
+        keys += [key, *pieces]
+        try:
+            spans = open_held([chunk, *(batch.get(HELD, k) for k in pieces)], keyring.key_for, key)
+        except (ValueError, AgentlogError) as e:
+            log.error("a held chunk of trace %s does not open (%s: %s)", trace_id, type(e).__name__, e)
+            continue
+        if spans is None:
+            log.error("a held chunk of trace %s: its key %s was shredded before the trace went out", trace_id,
+                      chunk.get("sealedUnder"))
+            continue
+        for span in spans:
+            found[span["spanId"]] = span
     return {sid: found[sid] for sid in entry["pending"] if sid in found}, keys
 
 
-async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int) -> None:
-    pending, keys = _held_spans(batch, entry)
+async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int,
+                   source: RecordSource) -> None:
+    """Plan the trace's held spans and send each run's events; ``source``: the record that made it due (the
+    position its rejections name)."""
+    pending, keys = _held_spans(batch, trace_id, entry)
     if len(pending) < len(entry["pending"]):
         log.error("trace %s: %d of its %d held spans are not in otel-held's chunks (the entry has no \"chunks\" "
-                  "naming them); the trace goes out without them", trace_id, len(entry["pending"]) - len(pending),
-                  len(entry["pending"]))
+                  "naming them, or a chunk did not open); the trace goes out without them", trace_id,
+                  len(entry["pending"]) - len(pending), len(entry["pending"]))
     try:
         plan = plan_trace(trace_id, pending, published=entry["published"])
     except Exception as e:  # noqa: BLE001 - one unmappable trace must not stop the agent; its spans are kept
         log.exception("trace %s could not be mapped; its %d spans go to rejections", trace_id, len(pending))
         plan = Plan(trace_id)
         for span_id, span in pending.items():
-            await batch.send("rejections", None, _span_rejection(span, f"{type(e).__name__}: {e}"))
+            await _file(batch, _span_rejection(span, f"{type(e).__name__}: {e}", source))
             plan.published[span_id] = {"run": trace_id, "start": None}
         METRICS.inc("agentlog_otel_unmappable_traces_total")
     for span_id, reason in plan.rejected.items():
         run = plan.published.get(span_id, {}).get("run")  # the run holding the span's opaque event
-        await batch.send("rejections", run, _span_rejection(pending[span_id], reason, run))
+        span = pending[span_id]
+        await _file(batch, _span_rejection(span, reason, source, run), subject_id=subject(span))
     for run, events in plan.runs.items():
         try:
             whole = _json({"run": run, "trace": trace_id, "events": events})
@@ -311,6 +398,7 @@ def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
 
 async def sequence(batch: Batch, rec: SourceRecord) -> None:
     """One record of ``otel-events``: give its events the run's next sequences and send them to ``ingest``."""
+    await _keyring_loaded(batch)
     try:
         msg = orjson.loads(rec.value)  # a ValueError, as json.loads's, for what is not JSON
         run, trace_id, events = msg["run"], msg["trace"], msg["events"]
@@ -352,13 +440,17 @@ async def sequence(batch: Batch, rec: SourceRecord) -> None:
         METRICS.inc("agentlog_otel_duplicate_events_total", done.duplicates)
 
 
-def _span_rejection(span: dict[str, Any], detail: str, run_id: str | None = None) -> bytes:
-    """A span the mapper refused; ``run_id``: the run its place went to, None where no run was derived."""
+def _source(rec: SourceRecord) -> RecordSource:
+    return record_source(topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp_ms)
+
+
+def _span_rejection(span: dict[str, Any], detail: str, source: RecordSource, run_id: str | None = None) -> Rejection:
+    """A span the mapper refused, at the position of the record that published its trace; ``run_id``: the run its
+    place went to, None where no run was derived."""
     raw = jcs(span)
-    return jcs(rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=run_id,
-                         event_id=None, sequence=None,
-                         source=record_source(topic="otel:map", partition=-1, offset=-1, timestamp_ms=0),
-                         raw=base64.b64encode(raw[: 256 * 1024]).decode("ascii")))
+    return rejection(reason="invalid_payload", detail=f"span could not be mapped: {detail}"[:2000], run_id=run_id,
+                     event_id=None, sequence=None, source=source,
+                     raw=base64.b64encode(raw[:RAW_MAX_BYTES]).decode("ascii"))
 
 
 async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None, *,
@@ -369,10 +461,9 @@ async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | Non
     record is keyed by its trace, and which runs a trace's spans belong to is decided only once
     they are mapped, so its rejection has none.
     """
-    source = record_source(topic=rec.topic, partition=rec.partition, offset=rec.offset, timestamp_ms=rec.timestamp_ms)
-    await batch.send("rejections", run_id, jcs(rejection(
-        reason="decode_error", detail=detail, run_id=run_id, event_id=None, sequence=None, source=source,
-        raw=base64.b64encode((rec.value if raw is None else raw)[: 256 * 1024]).decode("ascii"))))
+    await _file(batch, rejection(
+        reason="decode_error", detail=detail, run_id=run_id, event_id=None, sequence=None, source=_source(rec),
+        raw=base64.b64encode((rec.value if raw is None else raw)[:RAW_MAX_BYTES]).decode("ascii")))
 
 
 def _knobs(batch: Batch) -> dict[str, int]:
@@ -380,7 +471,9 @@ def _knobs(batch: Batch) -> dict[str, int]:
 
 
 async def handle(batch: Batch, rec: SourceRecord) -> None:
-    """One record of ``spans``: a trace's spans to hold (and maybe publish the trace), or a tick."""
+    """One record of ``spans``: a trace's spans to hold (and maybe publish the trace), a refusal the
+    receiver forwards, or a tick."""
+    await _keyring_loaded(batch)
     p = rec.partition
     if rec.value == TICK:
         ready = []
@@ -391,11 +484,21 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         # Traces due at the same tick go out earliest span first: a conversation's turns (several
         # traces) reach its run sequencer in the order they started, as far as the holds allow.
         for _, trace_id, entry in sorted(ready, key=lambda r: (r[0], r[1])):
-            await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+            await _publish(batch, p, trace_id, entry, rec.timestamp_ms, _source(rec))
         _expire(batch, p, rec.timestamp_ms)
+        _shred(batch, p, rec.timestamp_ms)  # after the publishing: what is due is out
         return
     try:
-        trace_id, spans, bad = _read_spans(rec.value)
+        msg = orjson.loads(rec.value)  # a ValueError, as json.loads's, for what is not JSON
+        if isinstance(msg, dict) and "refused" in msg:
+            try:
+                refused = refusal_rejection(msg, _source(rec))
+            except ValueError as e:
+                await _reject(batch, rec, f"not a refusal record of the spans topic ({e})"[:500])
+                return
+            await _file(batch, refused)
+            return
+        trace_id, spans, bad = _read_spans(msg)
     except (ValueError, KeyError, TypeError) as e:
         await _reject(batch, rec, f"not a span record of the spans topic ({type(e).__name__}: {e})"[:500])
         return
@@ -420,25 +523,101 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         batch.set(HELD, p, key, [*(batch.get(HELD, key) or []), trace_id])
     # The record's new spans are one table key (one changelog record, one tombstone when the trace
     # goes out), apart from the trace's entry: the entry stays small however many spans with captured
-    # messages the trace holds, and the record itself is below Kafka's record limit.
+    # messages the trace holds. They are sealed under the key of this partition's hour (a long token in
+    # pieces, each a changelog record below Kafka's record limit).
     chunk = _chunk_key(trace_id, rec.offset)
-    batch.set(HELD, p, chunk, fresh)
+    bucket = held_bucket(int(entry["firstMs"]), rec.timestamp_ms)
+    sealed_under = held_key_id(p, bucket)
+    data_key = None if _shredding(batch, sealed_under) else await _key(batch, sealed_under)
+    if data_key is None:
+        # The hour's key is gone, or goes once this batch is durable: by the ticks' clock the trace's first spans
+        # came over GRACE_MS ago (a producer's clock behind), so the trace is overdue. It goes out now, and this
+        # plaintext chunk, deleted again in this batch, is never written.
+        batch.set(HELD, p, chunk, fresh)
+    else:
+        head, *pieces = seal_held(fresh, data_key, sealed_under, chunk)
+        batch.set(HELD, p, chunk, head)
+        for i, piece in enumerate(pieces, 1):
+            batch.set(HELD, p, f"{chunk}\x1f{i}", piece)
+        _note_held_key(batch, p, bucket)
     entry = {**entry, "pending": [*entry["pending"], *(span["spanId"] for span in fresh)],
              "chunks": [*entry.get("chunks", []), chunk], "lastMs": rec.timestamp_ms,
              "rootSeen": bool(entry["rootSeen"] or any(is_root(span) for span in fresh)),
              "startNs": str(min(start, int(entry.get("startNs", start))))}
     batch.set(HELD, p, trace_id, entry)
-    if due(entry, rec.timestamp_ms, **_knobs(batch)):
-        await _publish(batch, p, trace_id, entry, rec.timestamp_ms)
+    if data_key is None or due(entry, rec.timestamp_ms, **_knobs(batch)):
+        await _publish(batch, p, trace_id, entry, rec.timestamp_ms, _source(rec))
 
 
-def _read_spans(value: bytes) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
+def _note_held_key(batch: Batch, partition: int, bucket: int) -> None:
+    """Remember that hour ``bucket``'s key seals something, so that a tick shreds it (:func:`_shred`)."""
+    key = f"{_HELD_KEYS}{partition}"
+    live = batch.get(HELD, key) or []
+    if bucket not in live:
+        batch.set(HELD, partition, key, sorted([*live, bucket]))
+
+
+def _shredding(batch: Batch, key_id: str) -> bool:
+    """Whether this batch shreds ``key_id`` once it is durable (a tick before in the batch named it)."""
+    return any(item[0] == "shred" and item[1] == key_id for item in batch.collected)
+
+
+def _shred(batch: Batch, partition: int, now_ms: int) -> None:
+    """At a tick: name the hours whose held-spans key can go (:func:`agentlog.core.otel_sealing.shreddable`), for
+    :func:`_shred_keys` once the batch is durable, and forget those whose key is gone.
+
+    The key goes after the batch, not with it: the keyring's records are acknowledged before the batch's others,
+    and a crash in between would redeliver the tick to chunks whose key is gone. An hour stays listed until the
+    keyring shows its key erased, so a shred a crash interrupted is done again at a later tick.
+    """
+    key = f"{_HELD_KEYS}{partition}"
+    live = batch.get(HELD, key) or []
+    keyring = _keyring(batch)
+    keep = []
+    for bucket in live:
+        key_id = held_key_id(partition, bucket)
+        if shreddable(bucket, now_ms, grace_ms=GRACE_MS):
+            rec = keyring.record(key_id)
+            if rec is None:
+                log.warning("held-spans key %s is not in this worker's keyring; it is not shredded here", key_id)
+                continue
+            if rec.erased:
+                continue
+            batch.collected.append(("shred", key_id, now_ms))
+        keep.append(bucket)
+    if keep != live:
+        batch.set(HELD, partition, key, keep or None)
+
+
+async def _shred_keys(batch: Batch) -> None:
+    """Erase the held-spans keys a tick of this batch named (the batch is durable: every trace held under them is
+    out), as an erase does: the marker over the key's record, which the keyring's compaction then removes."""
+    keyring = _keyring(batch)
+    for item in batch.collected:
+        if item[0] != "shred":
+            continue
+        _, key_id, at_ms = item
+        rec = keyring.record(key_id)
+        if rec is None or rec.erased:
+            continue
+        marker = rec.erase(at_ms)
+        await (await batch.wiring.send("keyring", key_id, marker.to_value()))
+        keyring.put(marker)
+        METRICS.inc("agentlog_otel_held_keys_shredded_total")
+
+
+def shred_due(held: Table, partition: int, now_ms: int) -> bool:
+    """Whether a tick would shred a held-spans key of this partition (the timer asks; the tick decides)."""
+    live = held.get(partition, f"{_HELD_KEYS}{partition}")
+    return bool(live) and shreddable(min(live), now_ms, grace_ms=GRACE_MS)
+
+
+def _read_spans(msg: Any) -> tuple[str, list[dict[str, Any]], list[tuple[bytes, str]]]:
     """A ``spans`` record's trace id, its readable spans and ``(bytes, reason)`` of the others.
 
-    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`agentlog.worker.otlp.trace_records`).
-    Raises ValueError, KeyError or TypeError for a record that is not.
+    A record is ``{"traceId", "spans": [span, ...]}`` (:func:`agentlog.worker.otlp.trace_records`), ``msg``
+    its parsed JSON. Raises ValueError, KeyError or TypeError for a record that is not.
     """
-    msg = orjson.loads(value)  # a ValueError, as json.loads's, for what is not JSON
     if not (isinstance(msg, dict) and isinstance(msg.get("spans"), list)):
         raise ValueError('a spans record is {"traceId", "spans": [span, ...]}')
     trace_id = msg["traceId"]
@@ -515,19 +694,19 @@ def install(wiring: Wiring) -> None:
     for name in (HELD, SEQ):
         wiring.tables[name] = wiring.make_table(name)
     assert not POSITION_KEY.startswith(_PENDING)
-    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle)
+    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle, after_commit=_shred_keys)
     batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
                   before_commit=_write_cursors)
 
     async def otel_tick() -> None:
-        # Only partitions holding traces (or published traces due to be forgotten) get a tick: an idle
-        # worker writes nothing.
+        # Only partitions holding traces (or published traces due to be forgotten, or a held-spans key due to
+        # be shredded) get a tick: an idle worker writes nothing.
         name = wiring.topics["spans"].get_topic_name()
         held = wiring.tables[HELD]
         now_ms = int(time.time() * 1000)
         for partition in wiring.fence.partitions(name):
-            if held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition,
-                                                                          PUBLISHED_TTL_MS, now_ms):
+            if (held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition, PUBLISHED_TTL_MS, now_ms)
+                    or shred_due(held, partition, now_ms)):
                 await wiring.producer.send(name, None, TICK, partition)
 
     runner.timer(TICK_S, otel_tick)
@@ -536,10 +715,12 @@ def install(wiring: Wiring) -> None:
         async def send(trace_id: str, value: bytes) -> Any:
             return await wiring.send("spans", trace_id, value)
 
-        async def reject(value: bytes) -> Any:
-            return await wiring.send("rejections", None, value)
+        async def refuse(trace_id: str | None, value: bytes) -> Any:
+            # A refusal goes to the span mapper of its trace's partition, which files it sealed: the receiver,
+            # on every worker, is the one writer of no keyring entry.
+            return await wiring.send("spans", trace_id, value)
 
-        receiver = Receiver(send, reject, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
+        receiver = Receiver(send, refuse, ack_timeout_s=OTLP_ACK_TIMEOUT_S, max_body_bytes=OTLP_MAX_BODY_BYTES,
                             max_span_bytes=min(900_000, settings.max_event_bytes), token=settings.web_token)
 
         async def otlp_receiver() -> None:

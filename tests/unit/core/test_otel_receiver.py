@@ -2,13 +2,16 @@
 
 Kafka is represented by the ``send`` callable the worker hands the receiver (the producer's
 delivery futures); here it is a list of futures the test resolves or leaves hanging, which is
-what "acknowledged" and "not acknowledged" look like from the receiver's side. The real
-broker path is covered by ``tests/integration/otel``.
+what "acknowledged" and "not acknowledged" look like from the receiver's side. What the receiver
+refuses goes through ``refuse``: a refusal record for the ``spans`` topic, which the span mapper files
+sealed (``tests/unit/worker/test_otel_sealing.py``). The real broker path is covered by
+``tests/integration/otel``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import gzip
 import json
@@ -42,7 +45,7 @@ class _Kafka:
     def __init__(self, acks: bool) -> None:
         self.acks = acks
         self.sent: list[tuple[str, bytes]] = []
-        self.rejections: list[dict] = []
+        self.refusals: list[tuple[str | None, dict]] = []  # (key, refusal record)
 
     async def send(self, key: str, value: bytes):
         self.sent.append((key, value))
@@ -51,8 +54,8 @@ class _Kafka:
             fut.set_result(None)
         return fut
 
-    async def reject(self, value: bytes):
-        self.rejections.append(json.loads(value))
+    async def reject(self, key: str | None, value: bytes):
+        self.refusals.append((key, json.loads(value)))
         fut = asyncio.get_running_loop().create_future()
         fut.set_result(None)
         return fut
@@ -81,7 +84,7 @@ def test_acknowledged_spans_get_200_and_partial_success_names_the_refused():
     assert "'s1'" in response.partial_success.error_message
     assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"]  # one record: the trace's spans
     assert [span["spanId"] for span in json.loads(kafka.sent[0][1])["spans"]] == ["01" * 8, "02" * 8]
-    assert [r["reason"] for r in kafka.rejections] == ["invalid_envelope"]
+    assert [(key, r["refused"]) for key, r in kafka.refusals] == [(None, "invalid_envelope")]
 
 
 def test_no_ack_is_503_with_retry_after():
@@ -93,7 +96,7 @@ def test_garbage_is_400_and_recorded():
     kafka = _Kafka(acks=True)
     status, _, raw = _post(kafka, b"\x0a\xff\xff garbage", PROTO)
     assert status == 400 and json.loads(raw)["code"] == "otlp_undecodable"
-    assert kafka.sent == [] and [r["reason"] for r in kafka.rejections] == ["decode_error"]
+    assert kafka.sent == [] and [(key, r["refused"]) for key, r in kafka.refusals] == [(None, "decode_error")]
 
 
 def test_json_request_gets_a_json_answer():
@@ -116,7 +119,9 @@ def test_a_span_too_big_for_kafka_is_refused_not_retried_forever():
     response = ExportTraceServiceResponse.FromString(raw)
     assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
     assert len(kafka.sent) == 1
-    assert [r["reason"] for r in kafka.rejections] == ["oversize"]
+    [(key, refused)] = kafka.refusals  # on the span's trace, with the span's bytes
+    assert (key, refused["refused"], refused["traceId"]) == ("0102030405060708090a0b0c0d0e0f10", "oversize", key)
+    assert json.loads(base64.b64decode(refused["raw"]))["attributes"]["gen_ai.input.messages"] == "x" * 5000
 
 
 # --- the token: with web_token set, no export without it (and nothing of a refused one is written) -------------
@@ -139,7 +144,7 @@ def test_without_the_token_an_export_is_401_and_writes_nothing():
         status, resp_headers, text = _post_with_token(kafka, {**PROTO, **headers})
         assert status == 401 and resp_headers["WWW-Authenticate"].startswith("Bearer")
         assert json.loads(text)["code"] == "unauthorized" and TOKEN not in text
-        assert kafka.sent == [] and kafka.rejections == []
+        assert kafka.sent == [] and kafka.refusals == []
     kafka = _Kafka(acks=True)
     # The form OTEL_EXPORTER_OTLP_HEADERS="Authorization=Bearer%20<token>" sends (scheme in any case).
     assert _post_with_token(kafka, {**PROTO, "Authorization": f"bearer {TOKEN}"})[0] == 200
@@ -186,7 +191,7 @@ def test_grpc_acknowledged_spans_are_ok_with_partial_success():
     assert response.partial_success.rejected_spans == 1 and "'s1'" in response.partial_success.error_message
     assert [k for k, _ in kafka.sent] == ["0102030405060708090a0b0c0d0e0f10"]  # one record: the trace's spans
     assert [span["spanId"] for span in json.loads(kafka.sent[0][1])["spans"]] == ["01" * 8, "02" * 8]
-    assert [r["reason"] for r in kafka.rejections] == ["invalid_envelope"]
+    assert [(key, r["refused"]) for key, r in kafka.refusals] == [(None, "invalid_envelope")]
 
 
 def test_grpc_no_ack_is_unavailable_which_exporters_retry():
@@ -292,7 +297,7 @@ def test_grpc_garbage_is_invalid_argument_and_recorded():
     kafka = _Kafka(acks=True)
     code, _, details = _grpc_export(kafka, b"\x0a\xff\xff garbage")
     assert code == "INVALID_ARGUMENT" and "otlp_undecodable" in details
-    assert kafka.sent == [] and [r["reason"] for r in kafka.rejections] == ["decode_error"]
+    assert kafka.sent == [] and [(key, r["refused"]) for key, r in kafka.refusals] == [(None, "decode_error")]
 
 
 def test_grpc_without_the_token_is_unauthenticated_and_writes_nothing():
@@ -300,7 +305,7 @@ def test_grpc_without_the_token_is_unauthenticated_and_writes_nothing():
         kafka = _Kafka(acks=True)
         code, _, details = _grpc_export(kafka, _request(b"\x01" * 8), token=TOKEN, metadata=metadata)
         assert code == "UNAUTHENTICATED" and TOKEN not in details
-        assert kafka.sent == [] and kafka.rejections == []
+        assert kafka.sent == [] and kafka.refusals == []
     kafka = _Kafka(acks=True)
     code, _, _ = _grpc_export(kafka, _request(b"\x01" * 8), token=TOKEN,
                               metadata=(("authorization", f"Bearer {TOKEN}"),))

@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from agentlog.core.otel import map_trace, plan_trace
+from agentlog.core.sealing import is_sealed
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import EventRejected
 from agentlog.streams.settings import Settings
@@ -79,6 +80,13 @@ class _Mapper:
     def out(self, short: str) -> list[dict[str, Any]]:
         name = self.wiring.topics[short].get_topic_name()
         return [orjson.loads(v) for v in parts(self.wiring).broker.values(name)]
+
+    def rejections(self) -> list[dict[str, Any]]:
+        """The rejections sent, opened through the worker's keyring (``raw`` and ``detail`` are stored sealed)."""
+        stored = self.out("rejections")
+        assert all(is_sealed(r["raw"]) and is_sealed(r["detail"]) for r in stored)
+        assert self.wiring.keyring is not None
+        return [self.wiring.keyring.open_rejection(r) for r in stored]
 
 
 def _offline(spans: list[dict[str, Any]]) -> list[str]:
@@ -172,7 +180,7 @@ def test_a_record_that_is_not_a_traces_spans_is_rejected_whole_and_nothing_is_he
     spans = _corpus_spans()
     mapper = _Mapper(tmp_path)
     mapper.feed([orjson.dumps(spans[0]), orjson.dumps({"traceId": spans[0]["traceId"], "spans": spans[0]})])
-    rejections = mapper.out("rejections")
+    rejections = mapper.rejections()
     assert [r["reason"] for r in rejections] == ["decode_error"] * 2
     assert all('{"traceId", "spans": [span, ...]}' in r["detail"] for r in rejections)
     assert orjson.loads(base64.b64decode(rejections[0]["raw"])) == spans[0]
@@ -185,7 +193,7 @@ def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
     value = orjson.dumps({"traceId": spans[0]["traceId"], "spans": [spans[0], broken, *spans[2:]]})
     mapper = _Mapper(tmp_path)
     mapper.feed([value, b"not json", orjson.dumps({"traceId": 7, "spans": []})])
-    rejections = mapper.out("rejections")
+    rejections = mapper.rejections()
     assert [r["reason"] for r in rejections] == ["decode_error"] * 3
     assert "KeyError" in rejections[0]["detail"] and orjson.loads(base64.b64decode(rejections[0]["raw"])) == broken
     assert mapper.held.get(0, spans[0]["traceId"])["pending"] == [s["spanId"] for s in spans if s is not spans[1]]
