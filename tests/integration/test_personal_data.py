@@ -15,8 +15,9 @@ Markers are looked for as text and in base64 (the form of a rejection's raw byte
 the search can fail: every marker is in the ingest records and folders, and reading the runs back through the
 keyring (``read_run``, ``agentlog export``, the rejections, the verdict) gives the content as it was sent.
 
-Two known leaks have tests of their own, expected to fail with :class:`LeakFound` until they are closed: a
-rejection's detail naming a key of a host's value, and the OTel path (a refused OTLP body, held spans).
+Two former leaks have tests of their own: a rejection's detail naming a key of a host's value, and the OTel
+path (a refused OTLP body, held spans), where ``spans`` and ``otel-events`` may hold markers as ingest does.
+Erasing the subject of an OTel run erases the spans of it the mapping refused.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from agentlog.audit.server import query_via_worker
 from agentlog.audit.sink import SINK_TOPICS
 from agentlog.audit.store import open_store
 from agentlog.cli import app
-from agentlog.core.sealing import sealed_paths
+from agentlog.core.sealing import ERASED, sealed_paths
 from agentlog.infra.kafka import local
 from agentlog.replay.host import host_verdicts
 from agentlog.streams.admin import ensure_topics, list_topic_names
@@ -55,7 +56,7 @@ from agentlog.streams.settings import Settings, settings_env
 from agentlog.streams.topics import partition_for, topic_name
 from tests.conftest import TEST_STACK_HOME
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import all_committed, free_port
+from tests.tools import agentlog_cli, all_committed, free_port
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -465,9 +466,6 @@ def _post(url: str, body: bytes, content_type: str) -> int | None:
         return None
 
 
-@pytest.mark.xfail(strict=True, raises=LeakFound, reason="the OTel path keeps content outside the plaintext "
-                   "topics: the OTLP receiver writes a refused body to rejections unsealed (worker/otlp.py), and "
-                   "the otel-held table's changelog holds the spans, compacted, not kept like ingest (worker/spans.py)")
 def test_otel_content_stays_in_the_plaintext_topics(settings, worker):
     settings = worker.settings
     run_id = f"otel-{uuid.uuid4().hex[:8]}"
@@ -495,3 +493,59 @@ def test_otel_content_stays_in_the_plaintext_topics(settings, worker):
     asyncio.run(exported())
     assert _scan(settings, worker, {asked, answered, body, user}, {"ingest", "spans", "otel-events"}) >= {
         asked, answered}
+
+
+def _otlp_refused_span(trace_id: str, run_id: str, user: str, tokens: str) -> bytes:
+    """An OTLP/JSON trace export: an agent span starting run ``run_id`` of subject ``user``, and a chat span in it
+    whose token count is text (``tokens``), which the mapping refuses (quoting it)."""
+    def attr(key: str, value: str) -> dict[str, Any]:
+        return {"key": key, "value": {"stringValue": value}}
+
+    agent = {"traceId": trace_id, "spanId": uuid.uuid4().hex[:16], "name": "invoke_agent planner", "kind": 1,
+             "startTimeUnixNano": "1764000000000000000", "endTimeUnixNano": "1764000003000000000",
+             "attributes": [attr("gen_ai.operation.name", "invoke_agent"), attr("gen_ai.agent.name", "planner"),
+                            attr("gen_ai.conversation.id", run_id), attr("user.id", user)]}
+    chat = {"traceId": trace_id, "spanId": uuid.uuid4().hex[:16], "parentSpanId": agent["spanId"],
+            "name": "chat claude-x", "kind": 3,
+            "startTimeUnixNano": "1764000001000000000", "endTimeUnixNano": "1764000002000000000",
+            "attributes": [attr("gen_ai.operation.name", "chat"), attr("gen_ai.provider.name", "anthropic"),
+                           attr("gen_ai.request.model", "claude-x"), attr("gen_ai.usage.input_tokens", tokens)]}
+    return json.dumps({"resourceSpans": [{"scopeSpans": [{"scope": {"name": "t"}, "spans": [agent, chat]}]}]}).encode()
+
+
+def test_erasing_a_subject_erases_the_rejected_spans_of_its_otel_runs(settings, worker):
+    settings = worker.settings
+    run_id, user = f"otel-{uuid.uuid4().hex[:8]}", f"{uuid.uuid4().hex[:8]}@example.com"
+    tokens = f"MARK-{uuid.uuid4().hex}-tokens"
+    url = f"http://127.0.0.1:{settings.otlp_port}/v1/traces"
+    body = _otlp_refused_span(uuid.uuid4().hex, run_id, user, tokens)
+
+    async def rejected() -> dict[str, Any]:
+        async def posted():
+            return await asyncio.to_thread(_post, url, body, "application/json")
+
+        assert await wait_until(posted, timeout=120, what="the OTLP receiver", worker=worker) == 200
+        async def committed():  # run.started, the refused span's place (log.appended), run.completed
+            return len(await read_run(settings, run_id, opened=False)) >= 3 or None
+
+        await wait_until(committed, timeout=180, what="the OTel run committed", worker=worker)
+        [found] = await _rejections_of(settings, worker, run_id, 1)
+        return found
+
+    found = asyncio.run(rejected())
+    assert found["reason"] == "invalid_payload" and tokens in found["detail"]  # opened: the reason quotes it
+    assert found_in(base64.b64decode(found["raw"]), {tokens}) == {tokens}
+
+    done = agentlog_cli(settings, "erase", "--subject", user, "--json", timeout=300)
+    assert done.returncode == 0, done.stderr
+    erased = json.loads(done.stdout)["runs"]
+    spans_topic = topic_name(settings, "spans")
+    assert run_id in erased and any(r.startswith(f"rejections/~{spans_topic}/") and r.endswith(f"/{run_id}")
+                                    for r in erased), erased
+
+    async def after() -> dict[str, Any]:
+        [again] = [r for r in await read_rejections(settings) if r.get("runId") == run_id]
+        return again
+
+    again = asyncio.run(after())
+    assert (again["raw"], again["detail"], again["reason"]) == (ERASED, ERASED, "invalid_payload")
