@@ -32,7 +32,7 @@ def test_a_rejection_rejects_the_ingest_record_it_names_with_its_reason(reason: 
 
 
 @pytest.mark.parametrize("source", [
-    _source(topic="otel:map", partition=-1, offset=-1),  # a span the mapper refused: no ingest record
+    _source(topic="p.spans", partition=2, offset=40),   # a span the mapper refused: a spans record, no ingest one
     _source(topic="q.ingest"),                           # another deployment's ingest topic
     _source(partition="2"),
     {"topic": INGEST},
