@@ -20,12 +20,18 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["CLEAR", "DEFAULT_CLEAR", "SEALED", "Tree", "clear_tree", "content_members", "is_sealed"]
+__all__ = ["CLEAR", "DEFAULT_CLEAR", "REDACTIONS", "SEALED", "Tree", "clear_tree", "content_members", "is_sealed"]
 
 Tree = Mapping[str, "bool | Tree"]
 
 #: The one member of a sealed token (``agentlog.core.sealing``): ``{"$sealed": "<keyId>.<ciphertext>"}``.
 SEALED = "$sealed"
+
+
+#: The payload member in which the sequencer records what redaction did (``agentlog.core.redaction``): a list of
+#: ``{"path", "rule", "action", "count"}``, never the original text. Metadata of every event type, so it stays clear
+#: (not sealed) and the hash chain covers it; only the sequencer writes it (a published one is replaced).
+REDACTIONS = "$redactions"
 
 
 def is_sealed(value: Any) -> bool:
@@ -77,6 +83,11 @@ CLEAR: Mapping[str, Tree] = {
     "replay.divergedAtRefusal": {"sourceRunId": True, "atSequence": True, "originalEventId": True, "nodeId": True,
                                  "originalEnvelopeKind": True, "replayEnvelopeKind": True},
 }
+
+
+# The redaction record is metadata of every payload.
+DEFAULT_CLEAR = {**DEFAULT_CLEAR, REDACTIONS: True}
+CLEAR = {event_type: {**tree, REDACTIONS: True} for event_type, tree in CLEAR.items()}
 
 
 def clear_tree(event_type: str) -> Tree:

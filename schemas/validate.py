@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from agentlog.schemas.canonical import check_json_safe, jcs, jcs_parsed, jcs_size_bound
+from agentlog.schemas.content import REDACTIONS
 from agentlog.schemas.errors import EventRejected
 from agentlog.schemas.events import ENVELOPE_FIELDS, ID_MAX_LENGTH, REQUIRED_FIELDS, RUN_EVENT_TYPES
 from agentlog.schemas.payloads import NULLABLE_PAYLOAD_TYPES, PAYLOAD_MODELS
@@ -148,6 +149,8 @@ def validate_payload(event_type: str, payload: Any) -> BaseModel | None:
         return None
     if payload is None and event_type in NULLABLE_PAYLOAD_TYPES:
         payload = {}
+    elif isinstance(payload, dict) and REDACTIONS in payload:  # the sequencer's record (an export published again)
+        payload = {k: v for k, v in payload.items() if k != REDACTIONS}
     try:
         return model.model_validate(payload)
     except ValidationError as e:

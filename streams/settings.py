@@ -83,6 +83,14 @@ class Settings:
     # default $AGENTLOG_HOME/keys/kek, made with mode 0600 on first use).
     kek: str = field(default="", repr=False)
     kek_file: str = ""
+    # Redaction (README "Personal data"): the sequencer redacts content before hashing and sealing. Without a policy
+    # file every built-in detector masks every content member; redaction_policy names a TOML policy that relaxes or
+    # extends that (its [topics."<topic_prefix>"] section applied). A policy that hashes needs a salt: redaction_salt
+    # (never printed) or the file redaction_salt_file (default $AGENTLOG_HOME/keys/redaction-salt, made with mode 0600
+    # on first use).
+    redaction_policy: str = ""
+    redaction_salt: str = field(default="", repr=False)
+    redaction_salt_file: str = ""
     # The web console (and every HTTP endpoint of the worker) listens on web_host:web_port, the OTLP receivers
     # on web_host too. Beyond loopback they need web_token: every page, API and OTLP export then asks for
     # ``Authorization: Bearer <token>`` (README "Security"). The token is never printed: it is left out of repr.

@@ -67,9 +67,13 @@ member, detector and action, with the number of matches (never the matched text)
 
     [{"path": "payload.request.messages", "rule": "email", "action": "mask", "count": 2}]
 
-A field rule's entry names it ``field:<glob>``, metrics-only mode ``metrics-only``. The summary travels beside
-the doc, never inside it: an interpreted payload may forbid unknown members (the upstream-closed shapes), an opaque
-one need not be an object, and the doc must stay valid upstream as published (``committed_event``).
+A field rule's entry names it ``field:<glob>``, metrics-only mode ``metrics-only``. :meth:`Redactor.stored` is what the
+sequencer stores: the redacted doc with that summary in the payload's ``$redactions`` member
+(:data:`agentlog.schemas.content.REDACTIONS`), metadata of every event type, so it stays clear and the hash chain covers
+it. The envelope admits no member of ours (upstream ``additionalProperties: false``) and its ``payload`` any JSON, so
+the record goes inside the payload: beside the members of an object payload; a payload that is not an object (an
+opaque event's list or scalar) and was redacted becomes ``{"$redactions": […], "$value": <redacted value>}``
+(``$value`` absent when it was dropped). An event without a redaction is stored as published.
 
 Deterministic: the same doc, policy and salt give the same bytes, so a redelivered record is redacted
 byte-identically. Pure: no I/O (the caller reads the policy file and the salt).
@@ -93,12 +97,12 @@ from stdnum import iban as stdnum_iban
 from stdnum import luhn
 
 from agentlog.schemas.canonical import jcs
-from agentlog.schemas.content import clear_tree, content_members, is_sealed
+from agentlog.schemas.content import REDACTIONS, clear_tree, content_members, is_sealed
 from agentlog.schemas.errors import AgentlogError
 
 __all__ = [
     "ACTIONS", "BUILTIN_DETECTORS", "DEFAULT_PHONE_REGIONS", "DEFAULT_POLICY", "FIELD_ACTIONS", "Policy",
-    "PolicyError", "PolicyFile", "Redacted", "Redactor", "looks_random", "parse_policy",
+    "PolicyError", "PolicyFile", "REDACTIONS", "Redacted", "Redactor", "VALUE", "looks_random", "parse_policy",
 ]  # fmt: skip
 
 #: What a detector does with its matches; ``off`` turns it off.
@@ -107,6 +111,8 @@ ACTIONS: Final = ("mask", "hash", "drop", "off")
 FIELD_ACTIONS: Final = ("drop", "mask", "hash", "keep")
 #: The regions whose national-form phone numbers the default policy knows.
 DEFAULT_PHONE_REGIONS: Final = ("US", "GB", "DE", "FR", "ES", "JP")
+#: Where a redacted payload that is not an object keeps its redacted value (:meth:`Redactor.stored`).
+VALUE: Final = "$value"
 #: The one policy format this module reads.
 POLICY_VERSION: Final = 1
 
@@ -396,6 +402,12 @@ class Policy:
     def action(self, detector: str) -> str:
         return self.detectors.get(detector, "mask")
 
+    @property
+    def hashes(self) -> bool:
+        """Whether a detector or a field rule hashes: then a :class:`Redactor` needs the deployment's salt."""
+        return any(self.action(name) == "hash" for name in (*BUILTIN_DETECTORS, *self.patterns)) or any(
+            action == "hash" for rules in self.fields.values() for action in rules.values())
+
 
 #: No policy configured: every built-in detector masks every content member.
 DEFAULT_POLICY: Final = Policy()
@@ -622,9 +634,7 @@ class Redactor:
         self._own = tuple(d for d in detectors if d[0] in policy.patterns)
         self._builtin = tuple(d for d in detectors if d[0] not in policy.patterns)
         self._field_rules: dict[str, tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None] = {}
-        hashes = any(a == "hash" for _, _, a in detectors) or any(
-            a == "hash" for rules in policy.fields.values() for a in rules.values())
-        if hashes and not salt:
+        if policy.hashes and not salt:
             raise PolicyError("the policy hashes values, and no salt is configured for it",
                               code="redaction_salt_missing")
 
@@ -659,6 +669,28 @@ class Redactor:
             if new is not value:
                 stored = _replace(stored, path, new)
         return Redacted(doc if stored is payload else {**doc, "payload": stored}, tuple(summary))
+
+    def stored(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` as the sequencer stores it: redacted, what was done recorded in ``payload["$redactions"]``.
+
+        A ``$redactions`` member the host published is removed first: only the sequencer writes it (it is metadata,
+        so a host's would otherwise pass unredacted and unsealed). Copies only what changes.
+        """
+        payload = doc.get("payload")
+        if isinstance(payload, dict) and REDACTIONS in payload:
+            payload = {k: v for k, v in payload.items() if k != REDACTIONS}
+            doc = {**doc, "payload": payload}
+        out = self.redact(doc)
+        if not out.summary:
+            return out.doc
+        record = list(out.summary)
+        redacted = out.doc.get("payload")
+        if isinstance(redacted, dict):
+            return {**out.doc, "payload": {**redacted, REDACTIONS: record}}
+        wrapped: dict[str, Any] = {REDACTIONS: record}
+        if redacted is not None:
+            wrapped[VALUE] = redacted
+        return {**out.doc, "payload": wrapped}
 
     def _rules_for(self, event_type: str) -> tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None:
         """One regex over every glob of ``event_type``'s rules and ``"*"``'s, each glob a named group in order."""

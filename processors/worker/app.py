@@ -48,11 +48,13 @@ import faust
 from faust.worker import Worker
 
 from agentlog.audit import sink as audit_sink
+from agentlog.core.redaction import Redactor
 from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
 from agentlog.streams import internals
 from agentlog.streams.admin import ensure_topics_patiently
 from agentlog.streams.keyring import Keyring, follow_keyring
+from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
@@ -218,6 +220,11 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     role = worker_role(settings)
     if web or (role != "sink" and settings.otlp_port):
         check_web_access(settings)  # never serve beyond loopback without a token (the OTLP receivers too)
+    # A bad policy stops the worker here, before anything runs: never a half-read one.
+    # A sink redacts nothing: it reads the policy only to refuse a bad one, and needs no salt.
+    redactor = load_redactor(settings, create_salt=True) if role != "sink" else Redactor()
+    if role == "sink":
+        load_policy(settings)
     settings.state_path.mkdir(parents=True, exist_ok=True)
     app = faust.App(
         f"{settings.topic_prefix}-worker",
@@ -287,6 +294,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     fence.install(app, wiring.fence)
     wiring.make_table = table
     wiring.keyring = Keyring.from_settings(settings)
+    wiring.redactor = redactor
     _install_keyring(wiring)
 
     # One pass over ingest: sequencing and the fold in one agent; the log is only re-read

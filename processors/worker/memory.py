@@ -27,7 +27,9 @@ from typing import Any, NamedTuple
 from aiokafka.partitioner import murmur2
 
 from agentlog.core.keyring import LocalKek
+from agentlog.core.redaction import Redactor
 from agentlog.streams.keyring import Keyring
+from agentlog.streams.redaction import load_redactor
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
 from agentlog.worker.ports import AgentFn, BatchBuilder, Delivery, Event, Partition, TaskFn, Topic
@@ -343,8 +345,11 @@ TOPICS = ("ingest", "log", "transitions", "violations", "rejections", "snapshots
 
 
 def memory_wiring(settings: Settings | None = None, *, tables: Iterable[str] = (), partitions: int = 1,
-                  hold: bool = False) -> Wiring:
+                  hold: bool = False, redactor: Redactor | None = None) -> Wiring:
     """A :class:`Wiring` on the in-memory ports: the worker's topics, ``tables`` as :class:`MemoryTable` s.
+
+    The sequencer redacts as a worker with these settings does (:func:`agentlog.streams.redaction.load_redactor`:
+    the default policy unless ``settings.redaction_policy`` names one), or with ``redactor``.
 
     The parts are reached through the wiring with their memory types (``wiring.producer`` is a
     :class:`MemoryProducer`, and so on): :func:`parts` gives them typed.
@@ -369,6 +374,7 @@ def memory_wiring(settings: Settings | None = None, *, tables: Iterable[str] = (
         make_table=MemoryTable,
         keyring=Keyring(kek, {kek.kek_id: kek}),
         keyring_ready=ready,
+        redactor=redactor if redactor is not None else load_redactor(settings),
     )
 
 

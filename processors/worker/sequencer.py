@@ -18,9 +18,12 @@ its state hash, so an accepted event whose fold fails (a bug) is not committed w
 it goes to ``rejections`` with reason ``run_state_unavailable``
 (:func:`agentlog.core.runstate.fold_next`).
 
-Content is sealed here (SPEC §12): an accepted doc is chained, folded and stored in its sealed form
+Content is redacted and sealed here (SPEC §12): an accepted doc is first redacted by the deployment's policy
+(:meth:`agentlog.core.redaction.Redactor.stored`, ``wiring.redactor``: secrets and personal data masked, hashed or
+dropped, what was done recorded in the payload's ``$redactions``), then chained, folded and stored in its sealed form
 (:func:`agentlog.core.sealing.seal_event`, under its run's data key), so nothing past the sequencer holds a
-host's content in plaintext. A run's key is minted at its first accepted event and its keyring record is
+host's content in plaintext, nor what the policy removes in any form. Both steps are deterministic, so a redelivered
+record is stored byte-identically. A run's key is minted at its first accepted event and its keyring record is
 acknowledged before any record sealed under it (:class:`agentlog.worker.batch.Outbox`); a rejection's
 original bytes are sealed under a key of their own, linked to their run (``rejections/<runId>``), so that
 a run that never got a valid first event still has its bytes erasable. The sequencer waits for the keyring
@@ -99,6 +102,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     keyring, keyring_ready = wiring.keyring, wiring.keyring_ready
     assert keyring is not None, "the sequencer needs the worker's keyring"
+    redacted = wiring.redactor.stored
 
     def key_of(run_id: str, doc: dict[str, Any] | None, minted: list[KeyRecord]) -> DataKey:
         """``run_id``'s data key, minted (and noted in ``minted``) if it has none yet."""
@@ -158,7 +162,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         minted: list[KeyRecord] = []
         decoded = sequence(record.value, head_of, lookup_of, source, max_bytes=max_bytes,
                            closed_of=lambda run_id: batch.get("closed", run_id), erased_of=keyring.erased,
-                           seal=lambda doc: seal_event(doc, key_of(doc["runId"], doc, minted)))
+                           seal=lambda doc: seal_event(redacted(doc), key_of(doc["runId"], doc, minted)))
         await send_keys(batch, minted)  # before any record sealed under them (the outbox sends them first)
         decision, doc = decoded.decision, decoded.doc
         if decoded.unexpected is not None:
@@ -190,8 +194,8 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         elif isinstance(decision, Redelivered):
             assert doc is not None  # a redelivery was decoded
             key = keyring.data_key(doc["runId"])
-            if key is not None:  # what was committed is the sealed form: fold that
-                await _refold(batch, source, seal_event(doc, key), decision.sequence)
+            if key is not None:  # what was committed is the redacted and sealed form: fold that
+                await _refold(batch, source, seal_event(redacted(doc), key), decision.sequence)
             METRICS.inc("agentlog_redelivered_total")
         elif isinstance(decision, Handled):
             METRICS.inc("agentlog_redelivered_total")

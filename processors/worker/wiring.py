@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentlog.audit.store import Store
+from agentlog.core.redaction import Redactor
 from agentlog.streams.keyring import Keyring
 from agentlog.streams.settings import Settings
 from agentlog.worker.fence import Fence
@@ -102,6 +103,9 @@ class Wiring:
     #: ``keyring_ready`` is set once it holds what the topic held when the worker started.
     keyring: Keyring | None = None
     keyring_ready: asyncio.Event = field(default_factory=asyncio.Event)
+    #: What the sequencer applies to every event before hashing and sealing (:mod:`agentlog.streams.redaction`):
+    #: the deployment's policy, by default every built-in detector masking every content member.
+    redactor: Redactor = field(default_factory=Redactor)
     #: The Faust app the ports above are built on, for :mod:`agentlog.worker.app` (which runs it) and the
     #: tests of what it builds; nothing else reads it (None in memory).
     app: Any = None
