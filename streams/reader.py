@@ -17,6 +17,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from agentlog.core.redaction import metrics_only_error, stored_metrics_only
 from agentlog.core.sealing import is_sealed, sealed_paths
 from agentlog.core.sequencing import REJECTION_CONTENT
 from agentlog.schemas.canonical import jcs
@@ -368,7 +369,8 @@ async def read_run(
     content readable through ``keyring`` (by default the run's partition of the keyring topic, read
     now), ``[erased]`` where the key is gone; ``opened=False`` gives the stored form, which is what
     the chain hashes and what ``agentlog verify`` checks. Deduplication compares stored forms.
-    ``refuse_erased`` (a replay's source) raises ``ReplayError`` (``run_erased``) for a run whose key was erased.
+    ``refuse_erased`` (a replay's source) raises ``ReplayError`` (``run_erased``) for a run whose key was erased, and
+    (``metrics_only``) for a run stored metrics-only: neither holds content to replay.
     """
     topic = topic_name(settings, short_name)
     result = RunLog()
@@ -402,6 +404,8 @@ async def read_run(
     if refuse_erased and keyring.erased(run_id):
         raise ReplayError(f"run {run_id} was erased (agentlog erase): its content is gone, so it cannot be "
                           "replayed; its metadata and verification remain", code="run_erased")
+    if refuse_erased and stored_metrics_only(item["doc"] for item in result):
+        raise metrics_only_error(run_id)
     if sealed:
         for i, item in enumerate(result):
             result[i] = {**item, "doc": keyring.open(item["doc"])}

@@ -124,3 +124,16 @@ def http_get(worker: Any, path: str) -> tuple[int, str]:
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
+
+
+#: A redaction policy that redacts nothing: for tests of another guarantee (sealing, erasure) whose content is made to
+#: look like secrets or personal data (markers that look random, e-mail subject ids) and must read back as sent.
+REDACTION_OFF = "[detectors]\n" + "".join(f'{name} = "off"\n' for name in (
+    "private_key", "jwt", "api_key", "email", "iban", "card", "ip", "phone", "high_entropy"))
+
+
+def redaction_off(settings: Any, folder: Any) -> Any:
+    """``settings`` with :data:`REDACTION_OFF` as the worker's redaction policy (a file in ``folder``)."""
+    path = folder / "redaction-off.toml"
+    path.write_text(REDACTION_OFF)
+    return settings.replace(redaction_policy=str(path))

@@ -88,7 +88,7 @@ import math
 import re
 import tomllib
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -98,11 +98,12 @@ from stdnum import luhn
 
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.content import REDACTIONS, clear_tree, content_members, is_sealed
-from agentlog.schemas.errors import AgentlogError
+from agentlog.schemas.errors import AgentlogError, ReplayError
 
 __all__ = [
-    "ACTIONS", "BUILTIN_DETECTORS", "DEFAULT_PHONE_REGIONS", "DEFAULT_POLICY", "FIELD_ACTIONS", "Policy",
-    "PolicyError", "PolicyFile", "REDACTIONS", "Redacted", "Redactor", "VALUE", "looks_random", "parse_policy",
+    "ACTIONS", "BUILTIN_DETECTORS", "DEFAULT_PHONE_REGIONS", "DEFAULT_POLICY", "FIELD_ACTIONS", "METRICS_ONLY",
+    "Policy", "PolicyError", "PolicyFile", "REDACTIONS", "Redacted", "Redactor", "VALUE", "looks_random",
+    "metrics_only_error", "parse_policy", "stored_metrics_only",
 ]  # fmt: skip
 
 #: What a detector does with its matches; ``off`` turns it off.
@@ -113,6 +114,8 @@ FIELD_ACTIONS: Final = ("drop", "mask", "hash", "keep")
 DEFAULT_PHONE_REGIONS: Final = ("US", "GB", "DE", "FR", "ES", "JP")
 #: Where a redacted payload that is not an object keeps its redacted value (:meth:`Redactor.stored`).
 VALUE: Final = "$value"
+#: The rule metrics-only mode records for each content member it drops.
+METRICS_ONLY: Final = "metrics-only"
 #: The one policy format this module reads.
 POLICY_VERSION: Final = 1
 
@@ -660,7 +663,7 @@ class Redactor:
             counts: dict[tuple[str, str], int] = {}
             if metrics_only:
                 new: Any = _DROP
-                counts["metrics-only", "drop"] = 1
+                counts[METRICS_ONLY, "drop"] = 1
             else:
                 new = self._value(value, ".".join(("payload", *path)) if rules is not None else "", rules, counts)
             if counts:
@@ -777,6 +780,24 @@ class Redactor:
             return f"[REDACTED:{kind}]"
         data = value.encode() if isinstance(value, str) else jcs(value)
         return f"[HASH:{kind}:{hmac.new(self._salt, data, hashlib.sha256).hexdigest()[:16]}]"
+
+
+def stored_metrics_only(docs: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a run (its stored docs) was stored metrics-only: some event's content dropped by that mode. Such a run
+    holds no content, so it cannot be replayed (reason ``metrics_only``); its metadata still verifies and adds up."""
+    for doc in docs:
+        payload = doc.get("payload")
+        record = payload.get(REDACTIONS) if isinstance(payload, dict) else None
+        if isinstance(record, list) and any(isinstance(r, dict) and r.get("rule") == METRICS_ONLY for r in record):
+            return True
+    return False
+
+
+def metrics_only_error(run_id: str) -> ReplayError:
+    """The refusal of a replay whose source run was stored metrics-only (code ``metrics_only``)."""
+    return ReplayError(f"run {run_id} was stored metrics-only (its topic prefix's redaction policy has metrics_only "
+                       "= true): it holds no content to replay; its metadata, analytics and verification remain",
+                       code="metrics_only")
 
 
 def _replace(payload: Any, path: tuple[str, ...], value: Any) -> Any:

@@ -96,6 +96,7 @@ from agentlog.replay.divergence import Divergence, DivergenceEngine
 from agentlog.replay.lanes import JOIN_TYPES, Alignment, align
 from agentlog.schemas.cachekey import RECIPE_IDS
 from agentlog.schemas.canonical import jcs
+from agentlog.schemas.content import REDACTIONS
 from agentlog.schemas.errors import ReplayError
 from agentlog.schemas.stability import (
     MISSING,
@@ -835,6 +836,10 @@ def _compared_view(doc: Mapping[str, Any], in_suffix: bool) -> dict[str, Any]:
         payload = view["payload"] = dict(payload)
         for name in MINTED_ID_FIELDS:
             payload.pop(name, None)
+        # The store's note of what redaction did to the event as published, not what the program did: a replay
+        # served a recorded (already redacted) result publishes nothing to redact. The content is compared as
+        # stored on both sides, redacted alike (agentlog.replay.regression applies the policy to a local replay).
+        payload.pop(REDACTIONS, None)
     if doc.get("type") == "run.started" and isinstance(payload, dict):
         for name in _RUN_LABELS:
             payload.pop(name, None)

@@ -29,15 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentlog.core.redaction import metrics_only_error, stored_metrics_only
 from agentlog.core.result_cache import ReplayCacheMiss, ResultCache
 from agentlog.replay.compare import ComparisonResult, compare_runs
 from agentlog.replay.divergence import Divergence
 from agentlog.replay.exported import read_jsonl
 from agentlog.replay.mock import MockReplaySession, describe_miss
 from agentlog.replay.recorder import Mode, RecordedResults, Recorder, ToolMode, delegating_tools, recorded_input
+from agentlog.schemas.content import REDACTIONS
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.publisher import publish_docs, uuid7
 from agentlog.streams.reader import read_run
+from agentlog.streams.redaction import load_redactor
 from agentlog.streams.replay_client import replay_of
 from agentlog.streams.settings import Settings, load_settings
 
@@ -156,6 +159,20 @@ def load_recorded(source: str | Path, *, settings: Settings | None = None) -> tu
     return run_id, [c["doc"] for c in committed]
 
 
+def _as_stored(original: Sequence[Mapping[str, Any]], docs: list[dict[str, Any]],
+               settings: Settings | None) -> list[dict[str, Any]]:
+    """The replay's events as the recording's were stored: redacted by the deployment's policy when the recording was.
+
+    Both sides are then alike, as they are when the worker judges a published replay (the sequencer redacts it
+    too): a redacted run replayed by an unchanged program is a ``match``. A recording that shows no redaction (no
+    ``$redactions`` in any event: from before redaction, or a policy that found nothing) is compared as it is.
+    """
+    if not any(isinstance(d.get("payload"), Mapping) and REDACTIONS in d["payload"] for d in original):
+        return docs
+    redactor = load_redactor(settings or load_settings())
+    return [redactor.stored(doc) for doc in docs]
+
+
 def _bindings(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for doc in docs:
         if doc.get("type") == "run.started" and isinstance(doc.get("payload"), Mapping):
@@ -260,6 +277,8 @@ def replay_recorded(
     """:func:`replay_test` of a recording already read (``original``: the run's events, opened), any verdict;
     ``tags`` go into the replay's ``run.started`` (a suite names its execution there)."""
     original = list(original)
+    if stored_metrics_only(original):
+        raise metrics_only_error(source_id)
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
     session = results or MockReplaySession(ResultCache.from_events(original), source_id)
     asked, recorded = recorded_input(original)
@@ -294,7 +313,8 @@ def replay_recorded(
         _publish(settings or load_settings(), recorder.docs)
     result = ReplayTestResult(
         source_run_id=source_id, replay_run_id=replay_id, mode=mode, tools=tools,
-        comparison=compare_runs(original, recorder.docs, strict=strict), docs=tuple(recorder.docs),
+        comparison=compare_runs(original, _as_stored(original, recorder.docs, settings), strict=strict),
+        docs=tuple(recorder.docs),
         served=recorder.served, asked=recorder.asked, tools_served=recorder.tools_served,
         tools_run=recorder.tools_run, miss=miss, error=error, traceback=trace, published=published)
     return result

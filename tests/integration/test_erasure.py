@@ -22,7 +22,7 @@ from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import first_offset, read_run, read_topic
 from agentlog.streams.topics import topic_name
 from tests.integration.worker.worker_proc import wait_until
-from tests.tools import agentlog_cli, all_committed, http_get
+from tests.tools import agentlog_cli, all_committed, http_get, redaction_off
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
@@ -50,6 +50,13 @@ def _contains(docs: list[dict], text: str) -> bool:
 
 
 
+
+
+@pytest.fixture
+def settings(settings, tmp_path):
+    """Redaction off: the runs' content (markers that look random, e-mail subjects) must read back as sent until
+    erased; what redaction does is tested in ``tests/integration/test_redaction.py``."""
+    return redaction_off(settings, tmp_path)
 
 
 def test_erase_a_subject_then_everything_else_holds(settings, web_worker):

@@ -56,7 +56,7 @@ from agentlog.streams.settings import Settings, settings_env
 from agentlog.streams.topics import partition_for, topic_name
 from tests.conftest import TEST_STACK_HOME
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import agentlog_cli, all_committed, free_port
+from tests.tools import agentlog_cli, all_committed, free_port, redaction_off
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(900)]
 
@@ -107,6 +107,13 @@ def _subject_marks(name: str, extra: tuple[str, ...]) -> dict[str, str]:
 def _marker(value: str) -> str:
     """The marker in a marked value (a subject id holds one)."""
     return value[value.index("MARK-"):].split("@")[0]
+
+
+@pytest.fixture
+def settings(settings, tmp_path):
+    """The test's settings with redaction off: this module checks sealing, and its markers (``MARK-<hex>``, which
+    look random) and e-mail subject ids must read back as sent (redaction: ``tests/integration/test_redaction.py``)."""
+    return redaction_off(settings, tmp_path)
 
 
 @pytest.fixture
