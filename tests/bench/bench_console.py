@@ -40,13 +40,11 @@ from agentlog.audit.queries import run_named
 from agentlog.audit.store import Store, open_store
 from agentlog.console import run_head, run_view, runs_view, state_fragment
 from agentlog.core.keyring import LocalKek
-from agentlog.core.sealing import seal_event
-from agentlog.schemas.canonical import GENESIS, chain_hash
 from agentlog.streams.keyring import Keyring
 from tests.bench import store_main
 from tests.bench.bench_query import _generate, _timed
 from tests.bench.workload import long_run
-from tests.unit.audit.data import INGEST_TOPIC, transitions
+from tests.unit.audit.data import store_sealed
 
 #: Events of the long run (the console goal is stated for 20,000).
 LONG_RUN_EVENTS = 20_000
@@ -90,17 +88,7 @@ def _store_long_run(store: Store, run_id: str, events: int) -> Keyring:
     """``long_run(run_id, events)`` sealed under a fresh key, hash-chained, with its transitions; its keyring."""
     kek = LocalKek(os.urandom(32))
     keyring = Keyring(kek, {kek.kek_id: kek})
-    key, _ = keyring.mint(run_id, "bench-subject", None)
-    docs = long_run(run_id, events)
-    records, prev = [], GENESIS
-    for i, doc in enumerate(docs):
-        stored = seal_event(doc, key)
-        h = chain_hash(prev, stored)
-        records.append({"doc": stored, "prevHash": prev, "hash": h, "stateHash": "0" * 64,
-                        "source": {"topic": INGEST_TOPIC, "partition": 0, "offset": i, "timestampMs": 0}})
-        prev = h
-    store.insert_records("committed", records)
-    store.insert_records("transitions", transitions(docs))
+    store_sealed(store, long_run(run_id, events), keyring)
     return keyring
 
 

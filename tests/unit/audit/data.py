@@ -11,6 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from agentlog.core.fold import states_by_index
+from agentlog.core.sealing import seal_event
 from agentlog.schemas.canonical import GENESIS, chain_hash
 from tests.unit.core.runs import child_runs, event_id, realistic_run
 
@@ -160,3 +161,18 @@ def audit_batches() -> dict[str, list[dict[str, Any]]]:
         "verdict": verdicts(),
         "snapshot": snapshots(committed(parent)),
     }
+
+
+def store_sealed(store: Any, docs: list[dict[str, Any]], keyring: Any) -> None:
+    """``docs`` (one run) committed to ``store`` as the worker stores them: sealed under a key minted in ``keyring``,
+    hash-chained, with the transitions they make."""
+    key, _ = keyring.mint(docs[0]["runId"], "subject", None)
+    records, prev = [], GENESIS
+    for i, doc in enumerate(docs):
+        stored = seal_event(doc, key)
+        h = chain_hash(prev, stored)
+        records.append({"doc": stored, "prevHash": prev, "hash": h, "stateHash": "0" * 64,
+                        "source": {"topic": INGEST_TOPIC, "partition": 0, "offset": i, "timestampMs": 0}})
+        prev = h
+    store.insert_records("committed", records)
+    store.insert_records("transitions", transitions(docs))

@@ -15,11 +15,9 @@ import pytest
 from agentlog.console import run_view, state_at, state_fragment
 from agentlog.console.views import EVENTS_PER_PAGE
 from agentlog.core.keyring import LocalKek
-from agentlog.core.sealing import seal_event
-from agentlog.schemas.canonical import GENESIS, chain_hash
 from agentlog.streams.keyring import Keyring
 from tests.bench.workload import long_run
-from tests.unit.audit.data import INGEST_TOPIC, transitions
+from tests.unit.audit.data import INGEST_TOPIC, store_sealed
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -27,25 +25,12 @@ RUN = "long-1"
 EVENTS = 1_200
 
 
-def _store_sealed(store, docs: list[dict], keyring: Keyring) -> None:
-    key, _ = keyring.mint(docs[0]["runId"], "subject", None)
-    records, prev = [], GENESIS
-    for i, doc in enumerate(docs):
-        stored = seal_event(doc, key)
-        h = chain_hash(prev, stored)
-        records.append({"doc": stored, "prevHash": prev, "hash": h, "stateHash": "0" * 64,
-                        "source": {"topic": INGEST_TOPIC, "partition": 0, "offset": i, "timestampMs": 0}})
-        prev = h
-    store.insert_records("committed", records)
-    store.insert_records("transitions", transitions(docs))
-
-
 @pytest.fixture
 def long_store(store):
     kek = LocalKek(os.urandom(32))
     keyring = Keyring(kek, {kek.kek_id: kek})
     docs = long_run(RUN, EVENTS)
-    _store_sealed(store, docs, keyring)
+    store_sealed(store, docs, keyring)
     return store, keyring, docs
 
 
@@ -96,7 +81,7 @@ def test_the_page_does_not_grow_with_the_run(store, long_store):
     store, keyring, _ = long_store
     _, small = run_view(store, RUN, {}, keyring.open)
     docs = long_run("long-2", 4 * EVENTS)
-    _store_sealed(store, docs, keyring)
+    store_sealed(store, docs, keyring)
     _, big = run_view(store, "long-2", {"from": "0"}, keyring.open)
     _, big_first = run_view(store, RUN, {"from": "0"}, keyring.open)
     assert len(_rows(big)) == EVENTS_PER_PAGE
