@@ -353,6 +353,14 @@ class RunLog(list[dict[str, Any]]):
         self.conflicts = []
 
 
+def _run_item(short_name: str, topic: str, partition: int, offset: int, value: dict[str, Any]) -> dict[str, Any]:
+    """A record of a run as :func:`read_run` and :func:`iter_run` hand it over: a ``log`` record as it is, an
+    ``ingest`` doc with where it was read."""
+    if short_name != "ingest":
+        return value
+    return {"doc": value, "source": {"topic": topic, "partition": partition, "offset": offset}}
+
+
 async def read_run(
     settings: Settings, run_id: str, *, short_name: str = "log", from_offset: int | None = None,
     opened: bool = True, keyring: Keyring | None = None, refuse_erased: bool = False,
@@ -381,10 +389,7 @@ async def read_run(
     async for partition, offset, _, value in read_topic(
         settings, short_name, key=run_id, from_offsets=from_offsets, skip_undecodable=short_name == "ingest",
     ):
-        item = value if short_name != "ingest" else {
-            "doc": value,
-            "source": {"topic": topic, "partition": partition, "offset": offset},
-        }
+        item = _run_item(short_name, topic, partition, offset, value)
         doc = item.get("doc")
         if not isinstance(doc, dict) or doc.get("runId") != run_id:
             continue
@@ -428,10 +433,7 @@ async def iter_run(
     seen: dict[int | None, bytes] = {}
     async for partition, offset, _, value in read_topic(settings, short_name, key=run_id,
                                                         skip_undecodable=short_name == "ingest"):
-        item = value if short_name != "ingest" else {
-            "doc": value,
-            "source": {"topic": topic, "partition": partition, "offset": offset},
-        }
+        item = _run_item(short_name, topic, partition, offset, value)
         doc = item.get("doc")
         if not isinstance(doc, dict) or doc.get("runId") != run_id:
             continue
