@@ -35,6 +35,8 @@ _HELP = {
     "agentlog_sink_reseeks_total": "Times the sink read past its expected offset and seeked back, by topic.",
     "agentlog_sink_absent_offsets_total": "Offsets a re-read confirmed absent from a topic (compaction, "
                                           "transaction markers), by topic.",
+    "agentlog_retention_runs_deleted_total": "Runs deleted from the audit store because their class's retention "
+                                             "had passed (AGENTLOG_RETENTION).",
     "agentlog_sink_rollups_repaired_total": "Runs whose rollup lacked events after a crash (the events part landed, "
                                             "the views had not run), repaired by the sink, by rollup.",
     "agentlog_sink_dropped_tokens_total": "Re-formed inserts ClickHouse dropped as duplicates although their rows "

@@ -42,8 +42,9 @@ class Settings:
     session_timeout_s: float = 10.0
     # ClickHouse: chdb:///<dir> (embedded) or http(s)://user:pass@host:port/db (server)
     clickhouse_url: str = ""
-    # Exactly-once audit store: drop events older than this many days by TTL (0 = keep forever)
-    events_ttl_days: int = 0
+    # How long runs stay in the audit store, per run class (agentlog.audit.retention): "ci=2h,dev=7d,*=90d";
+    # empty keeps every run forever.
+    retention: str = ""
     # Event contract: a larger event is refused as oversize (and sizes the producers' requests).
     max_event_bytes: int = 1_048_576
     handoff_mode: str = "auto"  # auto | check | derive

@@ -20,7 +20,7 @@ from agentlog.audit.store import Store, open_store
 from agentlog.schemas.errors import StoreError, StoreLockedError
 from agentlog.streams.settings import Settings
 
-__all__ = ["MIGRATIONS_DIR", "apply_retention", "cluster_migration", "cluster_statements", "migrate",
+__all__ = ["MIGRATIONS_DIR", "cluster_migration", "cluster_statements", "migrate",
            "migration_statements", "open_owned"]
 
 log = logging.getLogger("agentlog.audit")
@@ -386,20 +386,6 @@ def _rebuild(store: Store, name: str, create: str, version: int) -> None:
     log.warning("audit table %s moved to the new engine (%d rows); the old one is kept as %s", name, after, old)
 
 
-def apply_retention(store: Store, days: int) -> None:
-    """Make ``events`` keep ``days`` days of history by event time (``Settings.events_ttl_days``; 0 = forever).
-
-    A row TTL, applied by ClickHouse in background merges; the rollups keep their sums.
-    """
-    if days < 0:
-        raise StoreError(f"events_ttl_days must be >= 0, got {days}", code="bad_setting")
-    if days:
-        store.command(f"ALTER TABLE events MODIFY TTL toDateTime(event_time) + INTERVAL {int(days)} DAY")
-    elif "TTL " in str(store.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
-                                   "AND name = 'events'").rows[0][0]):
-        store.command("ALTER TABLE events REMOVE TTL")
-
-
 #: The owner-record role of a worker running the audit sink (:func:`open_owned`): long-lived.
 SINK_ROLE = "audit-sink"
 
@@ -423,7 +409,6 @@ def open_owned(settings: Settings, *, wait_s: float = 60.0) -> Store:
             store = open_store(settings, role=SINK_ROLE)
             try:
                 migrate(store)
-                apply_retention(store, settings.events_ttl_days)
             except BaseException:
                 store.close()
                 raise

@@ -23,8 +23,7 @@ How the difference is written follows the rollup's columns:
   the view yields minus what the rollup holds, inserted where the rollup's ``count()`` column is short.
   The sums become exact; min, max and argMax columns take the full aggregate again, which merges to
   the same value. Nothing happens where the rollup already agrees, so repairing twice (a crash during
-  the repair) is harmless. A rollup holding MORE than ``events`` (rows expired by ``events_ttl_days``)
-  is left alone.
+  the repair) is harmless. A rollup holding more than ``events`` is left alone.
 * weights (a ``weight`` column; ``handoff_steps``): per row value, what the view yields minus what the
   rollup's weights sum to, so a step the view computed before an earlier transition of its dispatch
   arrived is corrected too.
@@ -39,12 +38,14 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agentlog.audit.migrations import migration_statements
 from agentlog.audit.store import Store
 
-__all__ = ["ROLLUP_SOURCES", "repair"]
+__all__ = ["ROLLUP_SOURCES", "readd_sets", "repair"]
 
 #: Tables whose inserts feed rollups, with the column naming the run a row belongs to.
 ROLLUP_SOURCES = {"events": "run_id", "transitions": "parent_run_id"}
@@ -71,6 +72,7 @@ class _Repair:
     source: str
     insert: str
     short: str | None  # counts the runs the rollup is short of; None: re-added without a check
+    select: str  # the view's SELECT
 
 
 def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[str, int]:
@@ -100,20 +102,58 @@ def repair(store: Store, run_ids: list[str], *, source: str = "events") -> dict[
     return short
 
 
+def readd_sets(store: Store, source: str, column: str, values: list[str],
+               *, delete: Callable[[str, str, dict[str, Any]], None]) -> list[str]:
+    """Rebuild the rows of the set rollups over ``source`` (those :func:`repair` re-adds unchecked) whose key
+    ``column`` is in ``values``: ``delete(rollup, where, params)`` removes them, then the view's SELECT over the
+    ``source`` rows with that ``column`` adds them again. For what a set cannot do: forget deleted source rows
+    (:mod:`agentlog.audit.retention`). Returns the rollups rebuilt.
+    """
+    done: list[str] = []
+    if not values:
+        return done
+    params: dict[str, Any] = {"values": sorted(set(values))}
+    for r in _repairs():
+        if r.source != source or r.short is not None:
+            continue
+        if column not in _sorting_key(_create_of(r.rollup)):
+            raise ValueError(f"rollup {r.rollup} is not keyed by {column}: its rows cannot be rebuilt by it")
+        rows = re.sub(rf"\b(FROM|JOIN)(\s+){source}\b",
+                      rf"\1\2(SELECT * FROM {source} WHERE {column} IN {{values:Array(String)}})", r.select)
+        delete(r.rollup, f"{column} IN {{values:Array(String)}}", params)
+        names = ", ".join(_columns(_create_of(r.rollup)))
+        store.command(f"INSERT INTO {r.rollup} ({names})\nSELECT {names} FROM (\n{rows}\n)", params,
+                      settings={**_SETTINGS, "insert_deduplicate": 0})
+        done.append(r.rollup)
+    return done
+
+
 @functools.cache
-def _repairs() -> tuple[_Repair, ...]:
-    """One repair per materialized view the migrations leave, in the order they declare them."""
+def _creates() -> dict[str, str]:
+    """Table → the ``CREATE TABLE`` statement the migrations leave for it."""
     tables: dict[str, str] = {}
-    views: dict[str, tuple[str, str]] = {}
     for stmt in migration_statements():
         if m := _TABLE.match(stmt):
             tables[m.group(1)] = stmt
-        elif m := _VIEW.match(stmt):
-            views[m.group(1)] = (m.group(2), m.group(3))
         elif m := _DROP.match(stmt):
             tables.pop(m.group(1), None)
+    return tables
+
+
+def _create_of(table: str) -> str:
+    return _creates()[table]
+
+
+@functools.cache
+def _repairs() -> tuple[_Repair, ...]:
+    """One repair per materialized view the migrations leave, in the order they declare them."""
+    views: dict[str, tuple[str, str]] = {}
+    for stmt in migration_statements():
+        if m := _VIEW.match(stmt):
+            views[m.group(1)] = (m.group(2), m.group(3))
+        elif m := _DROP.match(stmt):
             views.pop(m.group(1), None)
-    return tuple(_repair_of(view, target, select, tables[target]) for view, (target, select) in views.items())
+    return tuple(_repair_of(view, target, select, _create_of(target)) for view, (target, select) in views.items())
 
 
 def _repair_of(view: str, rollup: str, select: str, create: str) -> _Repair:
@@ -137,7 +177,7 @@ def _repair_of(view: str, rollup: str, select: str, create: str) -> _Repair:
                 f"    UNION ALL\n    SELECT {vals}, -{_WEIGHT} AS w {stored}\n)\n"
                 f"GROUP BY {vals}\nHAVING {_WEIGHT} != 0")
         return _Repair(rollup, src, f"{insert}SELECT {names} FROM (\n{diff}\n)",
-                       f"SELECT uniqExact({run}) FROM (\n{diff}\n)")
+                       f"SELECT uniqExact({run}) FROM (\n{diff}\n)", select)
 
     key = _sorting_key(create)
     rest = {c: t for c, t in columns.items() if c not in key}
@@ -146,7 +186,7 @@ def _repair_of(view: str, rollup: str, select: str, create: str) -> _Repair:
     if odd:
         raise ValueError(f"rollup {rollup}: no repair for {', '.join(odd)} (neither a sum nor idempotent)")
     if not sums:
-        return _Repair(rollup, src, f"{insert}SELECT {names} FROM (\n{rows}\n)", None)
+        return _Repair(rollup, src, f"{insert}SELECT {names} FROM (\n{rows}\n)", None, select)
     count = _COUNT.search(rows)
     if count is None or count.group(1) not in sums or run not in key:
         raise ValueError(f"rollup {rollup} sums, so its view must fill a column with count() and its key "
@@ -157,7 +197,8 @@ def _repair_of(view: str, rollup: str, select: str, create: str) -> _Repair:
             f"    {stored}\n    GROUP BY {', '.join(key)}")
     joined = f"FROM (\n{rows}\n) AS t\nLEFT JOIN (\n    {held}\n) AS c ON {on}\nWHERE c.{n} < t.{n}"
     values = ", ".join(f"t.{c} - c.{c}" if c in sums else f"t.{c}" for c in columns)
-    return _Repair(rollup, src, f"{insert}SELECT {values}\n{joined}", f"SELECT uniqExact(t.{run})\n{joined}")
+    return _Repair(rollup, src, f"{insert}SELECT {values}\n{joined}", f"SELECT uniqExact(t.{run})\n{joined}",
+                   select)
 
 
 def _columns(create: str) -> dict[str, str]:

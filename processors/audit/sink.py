@@ -56,6 +56,7 @@ from typing import Any, NamedTuple
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from agentlog.audit import retention
 from agentlog.audit.exactly_once import BlockingSink, batch_token, stage_name
 from agentlog.audit.migrations import open_owned
 from agentlog.audit.rows import rows_for
@@ -781,11 +782,17 @@ def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]
     cancels, not an agent, so the app's consumer group commit does not wait for it. Taking the
     starter as an argument keeps this package free of the worker (and of Faust).
     """
+    kept = retention.parse_retention(settings.retention)
     store = open_owned(settings)
     sink = AuditSink(settings, store)
 
     async def audit_sink() -> None:
         await sink.run()
 
+    async def sweeps() -> None:
+        await retention.sweeping(store, kept)
+
     run_task(audit_sink)
+    if kept.sweep_s is not None:
+        run_task(sweeps)
     return store

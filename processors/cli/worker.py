@@ -27,6 +27,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Sequencer, handoff, snapshots, replay comparison and the audit sink (by --role), in one process."""
         # Imported here, not at module level, so `agentlog --help` does not load Faust.
+        from agentlog.audit.retention import parse_retention
         from agentlog.streams.redaction import load_policy
         from agentlog.streams.settings import load_settings
         from agentlog.worker.app import run_worker, worker_role
@@ -41,4 +42,5 @@ def register(app: typer.Typer) -> None:
             raise typer.BadParameter(f"--sink-process splits a --role all worker in two; "
                                      f"this worker runs --role {runs} only")
         load_policy(settings)  # a bad redaction policy stops the worker before it starts anything
+        parse_retention(settings.retention)  # and so does a bad AGENTLOG_RETENTION
         run_worker(settings, web=web, loglevel=loglevel, wait_s=wait)

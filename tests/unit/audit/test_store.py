@@ -383,26 +383,6 @@ def test_upgrade_from_0001_keeps_every_row_once(tmp_path):
         assert migrate(s) == []
 
 
-def test_retention_is_a_ttl_on_events_and_off_by_default(tmp_path):
-    from agentlog.audit.migrations import apply_retention
-
-    with open_store(f"chdb://{tmp_path / 'ch'}") as s:
-        migrate(s)
-
-        def ddl() -> str:
-            return s.query("SELECT create_table_query FROM system.tables WHERE database = currentDatabase() "
-                           "AND name = 'events'").rows[0][0]
-
-        assert "TTL" not in ddl()
-        apply_retention(s, 30)
-        assert "TTL toDateTime(event_time) + toIntervalDay(30)" in ddl()
-        apply_retention(s, 0)
-        assert "TTL" not in ddl()
-        with pytest.raises(StoreError) as e:
-            apply_retention(s, -1)
-        assert e.value.code == "bad_setting"
-
-
 class _ClusterOnOneNode(Store):
     """A chdb store that runs the cluster DDL as its single-node equivalent (no Keeper, no cluster here).
 
