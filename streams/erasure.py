@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +34,13 @@ from agentlog.core.keyring import KeyRecord, runs_to_erase
 from agentlog.core.sequencing import REJECTIONS_PREFIX
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError
-from agentlog.streams.keyring import load_keyring, scan_keyring
+from agentlog.streams.keyring import Keyring, load_keyring, scan_keyring
 from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs, load_security
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import PLAINTEXT_TOPICS, topic_name
 
-__all__ = ["EraseResult", "erase", "keys_left", "read_receipts"]
+__all__ = ["EraseResult", "erase", "keys_left", "read_receipts", "shred_keys"]
 
 #: The key of the records an erase writes to roll a keyring segment (a tombstone: compaction drops it too).
 ROLL_KEY = b"~erase-roll"
@@ -68,9 +68,8 @@ class EraseResult:
                 "truncated": self.truncated, "alreadyErased": self.already, "seconds": round(self.seconds, 3)}
 
 
-def _producer(settings: Settings) -> AIOKafkaProducer:
-    return AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
-                            client_id="agentlog-erase")
+def _producer(settings: Settings, client_id: str = "agentlog-erase") -> AIOKafkaProducer:
+    return AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True, client_id=client_id)
 
 
 async def read_receipts(settings: Settings) -> list[dict[str, Any]]:
@@ -203,3 +202,35 @@ async def erase(settings: Settings, *, subject: str | None = None, run: str | No
         await producer.stop()
         await admin.close()
     return EraseResult(rid, runs, pending, events, truncated, receipt=receipt, seconds=time.monotonic() - started)
+
+
+async def shred_keys(settings: Settings, keyring: Keyring, ready: asyncio.Event, runs: Collection[str],
+                     now_ms: Callable[[], int] = lambda: int(time.time() * 1000)) -> list[str]:
+    """Write an erased marker over the key record of each of ``runs`` and of their descendants; returns the runs
+    whose key this deleted.
+
+    Retention's half of an erasure (:mod:`agentlog.audit.retention`): the keys go, so the log, the snapshots and the
+    changelogs keep only ciphertext no key opens, and the sequencer refuses later events of the runs (``run_erased``).
+    No receipt (retention is the deployment's rule, not a request) and no truncation of the plaintext topics (the
+    worker's principal may not; they keep their own three days). ``keyring`` is the worker's, followed live: this
+    waits until it holds what the topic held at start (``ready``), and puts the markers in it at once.
+    """
+    await ready.wait()
+    pending = [r for r in runs_to_erase(keyring.records(), run=runs)
+               if (rec := keyring.record(r)) is not None and not rec.erased]
+    if not pending:
+        return []
+    at = now_ms()
+    markers = {r: rec.erase(at) for r in pending if (rec := keyring.record(r)) is not None}
+    producer = _producer(settings, "agentlog-retention")
+    await producer.start()
+    try:
+        topic = topic_name(settings, "keyring")
+        sent = [await producer.send(topic, key=r.encode(), value=m.to_value()) for r, m in markers.items()]
+        for fut in sent:
+            await fut
+    finally:
+        await producer.stop()
+    for marker in markers.values():
+        keyring.put(marker)
+    return pending

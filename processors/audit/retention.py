@@ -11,7 +11,7 @@ unset (or empty) keeps every run forever. A run expires when its class's duratio
 (``event_time``) of its run tree, the root run and every run under it: a tree leaves at once, never a parent without
 its children.
 
-The audit sink sweeps (:func:`sweep`) every tenth of the shortest duration (at least every second, at most every
+The audit sink sweeps (:func:`sweeping`) every tenth of the shortest duration (at least every second, at most every
 minute): it finds the expired runs from ``run_rollup`` and the ``run.started`` rows, then deletes their rows from
 every table that holds rows of a run (:data:`RUN_TABLES`: the events, the rollups keyed by run, transitions,
 verdicts, snapshots, checkpoints, …) with lightweight ``DELETE``s, which hide the rows from the next query at once.
@@ -31,7 +31,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from agentlog.audit.rollups import readd_sets
@@ -39,7 +39,7 @@ from agentlog.audit.store import Store
 from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
 
-__all__ = ["RUN_TABLES", "Retention", "drop_runs", "expired_runs", "parse_retention", "sweep", "sweeping"]
+__all__ = ["RUN_TABLES", "Retention", "drop_runs", "expired_runs", "parse_retention", "sweeping"]
 
 log = logging.getLogger(__name__)
 
@@ -191,18 +191,15 @@ def drop_runs(store: Store, runs: Iterable[str]) -> int:
     return deleted
 
 
-def sweep(store: Store, retention: Retention, now_ms: int) -> list[str]:
-    """Delete the runs expired at ``now_ms`` (:func:`expired_runs`, :func:`drop_runs`); returns them."""
-    runs = expired_runs(store, retention, now_ms)
-    if runs:
-        events = drop_runs(store, runs)
-        log.info("retention: %d expired run(s) left the audit store (%d events)", len(runs), events)
-    return runs
+async def sweeping(store: Store, retention: Retention, *,
+                   shred: Callable[[list[str]], Awaitable[list[str]]] | None = None) -> None:
+    """Sweep every :attr:`Retention.sweep_s` on a connection of its own, until cancelled: find the expired runs,
+    ``shred`` their keys (the worker's keyring: :func:`agentlog.streams.erasure.shred_keys`), then delete their rows.
 
-
-async def sweeping(store: Store, retention: Retention) -> None:
-    """Sweep every :attr:`Retention.sweep_s` on a connection of its own, until cancelled. A failed sweep is logged
-    and tried again at the next one (deleting is idempotent): the sink goes on."""
+    Keys first: a sweep cut short between the two finds the same runs in the store next time and finishes; the
+    other order would leave keys no later sweep finds. A failed sweep is logged and the next one tries again
+    (both steps are idempotent): the audit sink goes on.
+    """
     every = retention.sweep_s
     if every is None:
         return
@@ -212,11 +209,16 @@ async def sweeping(store: Store, retention: Retention) -> None:
         while True:
             await asyncio.sleep(every)
             try:
-                runs = await loop.run_in_executor(None, sweep, own, retention, int(time.time() * 1000))
+                runs = await loop.run_in_executor(None, expired_runs, own, retention, int(time.time() * 1000))
+                if not runs:
+                    continue
+                shredded = await shred(runs) if shred is not None else []
+                events = await loop.run_in_executor(None, drop_runs, own, runs)
             except Exception as e:  # noqa: BLE001 - the next sweep retries; the audit sink must not stop for it
                 log.warning("retention: a sweep failed (the next one, in %.0f s, tries again): %r", every, e)
                 continue
-            if runs:
-                METRICS.inc("agentlog_retention_runs_deleted_total", len(runs))
+            METRICS.inc("agentlog_retention_runs_deleted_total", len(runs))
+            log.info("retention: %d expired run(s) left the audit store (%d events), %d key(s) deleted",
+                     len(runs), events, len(shredded))
     finally:
         await loop.run_in_executor(None, own.close)

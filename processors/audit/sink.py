@@ -774,13 +774,15 @@ class AuditSink:
             await asyncio.get_running_loop().run_in_executor(None, self._close_lanes)
 
 
-def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]]], object]) -> Store:
+def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]]], object], *,
+            shred: Callable[[list[str]], Awaitable[list[str]]] | None = None) -> Store:
     """Open (and migrate) the audit store and hand the sink's loop to ``run_task``; returns the store.
 
     ``run_task`` starts a no-argument coroutine function and cancels it when its owner stops. The
     worker passes its runner's ``task`` (the Faust app's): the sink is then an asyncio task the app starts and
     cancels, not an agent, so the app's consumer group commit does not wait for it. Taking the
-    starter as an argument keeps this package free of the worker (and of Faust).
+    starter as an argument keeps this package free of the worker (and of Faust). With ``AGENTLOG_RETENTION`` set it
+    starts the retention sweeps (:mod:`agentlog.audit.retention`) too, which ``shred`` the expired runs' keys.
     """
     kept = retention.parse_retention(settings.retention)
     store = open_owned(settings)
@@ -790,7 +792,7 @@ def install(settings: Settings, run_task: Callable[[Callable[[], Awaitable[None]
         await sink.run()
 
     async def sweeps() -> None:
-        await retention.sweeping(store, kept)
+        await retention.sweeping(store, kept, shred=shred)
 
     run_task(audit_sink)
     if kept.sweep_s is not None:

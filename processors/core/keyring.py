@@ -173,17 +173,18 @@ def unwrap(record: KeyRecord, wrappers: Mapping[str, KeyWrapper]) -> DataKey:
 
 
 def runs_to_erase(records: Iterable[KeyRecord], *, subject: Collection[str] | None = None,
-                  run: str | None = None) -> list[str]:
+                  run: str | Collection[str] | None = None) -> list[str]:
     """The runs an erasure reaches, with every descendant, sorted: those tagged with one of ``subject`` (the subject's
-    tags, one per configured KEK), or ``run``."""
+    tags, one per configured KEK), or ``run`` (one run or several)."""
     if (subject is None) == (run is None):
         raise ValueError("name a subject or a run")
+    named = {run} if isinstance(run, str) else set(run or ())
     children: dict[str, list[str]] = {}
     roots: list[str] = []
     for r in records:
         if r.parent_run_id is not None:
             children.setdefault(r.parent_run_id, []).append(r.run_id)
-        if (subject is not None and r.subject in subject) or r.run_id == run:
+        if (subject is not None and r.subject in subject) or r.run_id in named:
             roots.append(r.run_id)
     seen: set[str] = set()
     todo = roots

@@ -53,6 +53,7 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
 from agentlog.streams import internals
 from agentlog.streams.admin import ensure_topics_patiently
+from agentlog.streams.erasure import shred_keys
 from agentlog.streams.keyring import Keyring, follow_keyring
 from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
@@ -306,7 +307,9 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         runstate.install_log_check(wiring)
         handoff.install(wiring)
     if role != "process":
-        wiring.store = audit_sink.install(settings, runner.task)
+        keyring, ready = wiring.keyring, wiring.keyring_ready
+        wiring.store = audit_sink.install(settings, runner.task,
+                                          shred=lambda runs: shred_keys(settings, keyring, ready, runs))
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         otel_spans.install(wiring)

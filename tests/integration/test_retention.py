@@ -1,5 +1,6 @@
 """Retention by run class on a real broker and worker: a ``ci`` run tree with a short retention leaves the console
-and the queries together once its time is up; a ``prod`` run published beside it stays whole."""
+and the queries together once its time is up, and its keys leave the keyring (the log keeps metadata and ciphertext
+no key opens); a ``prod`` run published beside it stays whole."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ from datetime import UTC, datetime
 import pytest
 
 from agentlog.audit.server import query_via_worker
+from agentlog.core.sealing import ERASED
+from agentlog.streams.keyring import load_keyring
 from agentlog.streams.publisher import publish_docs
+from agentlog.streams.reader import read_run
 from tests.integration.worker.worker_proc import wait_until
 from tests.tools import all_committed, http_get
 from tests.unit.core.runs import child_runs, realistic_run
@@ -93,3 +97,14 @@ def test_a_ci_run_leaves_the_console_and_the_queries_together_and_prod_stays(set
     metrics = http_get(worker, "/metrics")[1]
     assert any(line.startswith("agentlog_retention_runs_deleted_total") and float(line.split()[-1]) >= len(ci)
                for line in metrics.splitlines())
+
+    async def keys() -> None:
+        keyring = await load_keyring(settings, runs=[*ci, *prod])
+        assert all(keyring.erased(r) for r in ci) and not any(keyring.erased(r) for r in prod)
+        opened = [c["doc"] for c in await read_run(settings, ci_run)]
+        assert [d["eventId"] for d in opened] == [d["eventId"] for d in ci[ci_run]]  # metadata stays on the log
+        values = [d["payload"]["value"] for d in opened if d["type"] == "variable.changed"]
+        assert values and all(v == ERASED for v in values)
+        assert [c["doc"] for c in await read_run(settings, prod_run)] == prod[prod_run]
+
+    asyncio.run(keys())

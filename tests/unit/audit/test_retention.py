@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from agentlog.audit.migrations import migrate
-from agentlog.audit.retention import RUN_TABLES, Retention, parse_retention, sweep
+from agentlog.audit.retention import RUN_TABLES, Retention, drop_runs, expired_runs, parse_retention
 from agentlog.audit.store import open_store
 from agentlog.schemas.errors import ConfigError
 from tests.unit.audit.conftest import store_url  # noqa: F401  (fixture: chdb, and a server when set)
@@ -18,6 +18,13 @@ from tests.unit.audit.data import LLM_RUN, audit_batches
 from tests.unit.audit.test_rollups import _MERGED
 
 HOUR = 3_600_000
+
+
+def sweep(s: Any, retention: Retention, now_ms: int) -> list[str]:
+    """One sweep of the audit store, as the sink's (which shreds the keys in between)."""
+    runs = expired_runs(s, retention, now_ms)
+    drop_runs(s, runs)
+    return runs
 # The realistic run and the two child runs it dispatches (tests/unit/core/runs.py).
 TREE = {"run-1", "run-1.child-a", "run-1.child-c"}
 

@@ -89,6 +89,7 @@ def test_erasing_a_subject_reaches_its_runs_and_their_descendants_in_any_order()
     assert runs_to_erase(records, subject={"alice"}) == ["child", "grandchild", "r1", "r2"]
     assert runs_to_erase(records, subject={"bob", "old-kek-tag"}) == ["b1", "b1-child"]
     assert runs_to_erase(records, run="child") == ["child", "grandchild"]
+    assert runs_to_erase(records, run=["child", "b1"]) == ["b1", "b1-child", "child", "grandchild"]
     assert runs_to_erase(records, subject={"nobody"}) == []
 
 
