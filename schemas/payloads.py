@@ -123,9 +123,14 @@ class ReplayOf(_Open):
     mode: Literal["verify", "mock", "live", "dry_run"]
 
 
+#: A run's class (``ci``, ``dev``, ``prod``): what retention is chosen by (README "Personal data").
+RunClass = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None
+
+
 class RunStarted(_Open):
     bindings: Bindings = ABSENT
     replayOf: ReplayOf = ABSENT
+    runClass: RunClass = ABSENT
 
 
 class RunCompleted(_Open):

@@ -10,7 +10,8 @@ from agentlog.schemas.validate import validate_doc, validate_payload
 
 GOOD: dict[str, dict] = {
     "run.started": {"bindings": {"engineVersion": "1.2.0", "policyVersion": "p7"},
-                    "replayOf": {"sourceRunId": "r0", "fromSeq": 3, "mode": "mock"}, "hostField": 1},
+                    "replayOf": {"sourceRunId": "r0", "fromSeq": 3, "mode": "mock"}, "runClass": "ci.nightly-2",
+                    "hostField": 1},
     "run.completed": {"status": "completed"},
     "run.failed": {"error": {"code": "node_failed", "message": "boom", "details": {}}},
     "run.cancelled": {},
@@ -36,6 +37,9 @@ GOOD: dict[str, dict] = {
 
 BAD: list[tuple[str, object]] = [
     ("run.started", {"bindings": None}),
+    ("run.started", {"runClass": "c i"}),
+    ("run.started", {"runClass": ""}),
+    ("run.started", {"runClass": 2}),
     ("run.started", {"bindings": {"engineVersion": 2}}),
     ("run.started", {"replayOf": {"sourceRunId": "r", "fromSeq": -1, "mode": "live"}}),
     ("run.started", {"replayOf": {"sourceRunId": "r", "fromSeq": True, "mode": "live"}}),
