@@ -107,9 +107,10 @@ class Keyring:
         if record.erased:
             self._keys.pop(record.key_id, None)
 
-    def mint(self, run_id: str, subject: str | None, parent_run_id: str | None) -> tuple[DataKey, KeyRecord]:
+    def mint(self, run_id: str, subject: str | None, parent_run_id: str | None, *,
+             run_class: str | None = None) -> tuple[DataKey, KeyRecord]:
         """A new data key for ``run_id``, kept here; its record goes to the topic before anything sealed with it."""
-        key, record = mint(run_id, subject, parent_run_id, self.current)
+        key, record = mint(run_id, subject, parent_run_id, self.current, run_class=run_class)
         self.put(record)
         self._keys[key.key_id] = key
         return key, record
@@ -119,6 +120,11 @@ class Keyring:
 
     def records(self) -> list[KeyRecord]:
         return list(self._records.values())
+
+    def run_class(self, run_id: str) -> str | None:
+        """``run_id``'s class as its key record says (None: no class, or no record)."""
+        rec = self._records.get(run_id)
+        return None if rec is None else rec.run_class
 
     def erased(self, run_id: str) -> bool:
         rec = self._records.get(run_id)

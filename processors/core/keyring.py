@@ -111,6 +111,8 @@ class KeyRecord:
     kek_id: str
     wrapped: bytes
     erased_at_ms: int | None = None
+    #: The run's class (``run.started`` ``runClass``, else its parent's): what the sequencer redacts by.
+    run_class: str | None = None
 
     @property
     def erased(self) -> bool:
@@ -119,7 +121,8 @@ class KeyRecord:
     def erase(self, at_ms: int) -> KeyRecord:
         """This run's erased marker: everything but the key."""
         return KeyRecord(run_id=self.run_id, key_id=self.key_id, subject=self.subject,
-                         parent_run_id=self.parent_run_id, kek_id=self.kek_id, wrapped=b"", erased_at_ms=at_ms)
+                         parent_run_id=self.parent_run_id, kek_id=self.kek_id, wrapped=b"", erased_at_ms=at_ms,
+                         run_class=self.run_class)
 
     def to_value(self) -> bytes:
         doc: dict[str, Any] = {"runId": self.run_id, "keyId": self.key_id, "subject": self.subject,
@@ -130,6 +133,8 @@ class KeyRecord:
             doc["erasedAtMs"] = self.erased_at_ms
         if self.parent_run_id is not None:
             doc["parentRunId"] = self.parent_run_id
+        if self.run_class is not None:
+            doc["runClass"] = self.run_class
         return jcs(doc)
 
     @classmethod
@@ -139,10 +144,13 @@ class KeyRecord:
             erased = doc.get("erasedAtMs")
             if erased is not None and type(erased) is not int:
                 raise TypeError("erasedAtMs is not an integer")
+            run_class = doc.get("runClass")
+            if run_class is not None and not isinstance(run_class, str):
+                raise TypeError("runClass is not a string")
             return cls(run_id=doc["runId"], key_id=doc["keyId"], subject=doc["subject"],
                        parent_run_id=doc.get("parentRunId"), kek_id=doc["kekId"],
                        wrapped=b"" if erased is not None else base64.b64decode(doc["wrapped"], validate=True),
-                       erased_at_ms=erased)
+                       erased_at_ms=erased, run_class=run_class)
         except (ValueError, KeyError, TypeError) as e:
             raise KeyringError(f"a keyring record does not parse: {e}") from e
 
@@ -151,13 +159,14 @@ def _context(run_id: str, key_id: str) -> bytes:
     return run_id.encode("utf-8") + b"\0" + key_id.encode("ascii")
 
 
-def mint(run_id: str, subject: str | None, parent_run_id: str | None, wrapper: KeyWrapper) -> tuple[DataKey, KeyRecord]:
+def mint(run_id: str, subject: str | None, parent_run_id: str | None, wrapper: KeyWrapper, *,
+         run_class: str | None = None) -> tuple[DataKey, KeyRecord]:
     """A new data key for ``run_id`` and its keyring record. Without a subject, the run is its own subject."""
     secret = os.urandom(32)
     key_id = os.urandom(8).hex()
     record = KeyRecord(run_id=run_id, key_id=key_id, subject=wrapper.tag(subject if subject else run_id),
                        parent_run_id=parent_run_id, kek_id=wrapper.kek_id,
-                       wrapped=wrapper.wrap(secret, _context(run_id, key_id)))
+                       wrapped=wrapper.wrap(secret, _context(run_id, key_id)), run_class=run_class)
     return DataKey(key_id, secret), record
 
 

@@ -51,6 +51,9 @@ member (:data:`DEFAULT_POLICY`); a file relaxes or extends that. Every key is op
     "payload.value.password" = "drop"     # "drop" | "mask" | "hash" (the whole value) | "keep"
     "payload.**.apiKey" = "mask"
 
+    [classes."ci"]              # a run class (``run.started`` ``runClass``, a child run's parent's): metrics-only
+    metrics_only = true
+
     [topics."agentlog-ci"]      # one topic prefix (AGENTLOG_TOPIC_PREFIX): any of the keys above, merged over them
     metrics_only = true
 
@@ -401,6 +404,8 @@ class Policy:
     phone_regions: tuple[str, ...] = DEFAULT_PHONE_REGIONS
     fields: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     metrics_only: bool = False
+    #: Run classes (``run.started`` ``runClass``) whose runs are metrics-only whatever ``metrics_only`` says.
+    metrics_only_classes: frozenset[str] = frozenset()
 
     def action(self, detector: str) -> str:
         return self.detectors.get(detector, "mask")
@@ -428,7 +433,8 @@ class PolicyFile:
         return self.topics.get(prefix, self.default)
 
 
-_SECTION_KEYS = frozenset({"metrics_only", "detectors", "phone", "patterns", "fields"})
+_SECTION_KEYS = frozenset({"metrics_only", "detectors", "phone", "patterns", "fields", "classes"})
+_CLASS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PATTERN_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 _GLOB = re.compile(r"payload(?:\.(?:\*\*|[^.]+))*")
 
@@ -476,6 +482,19 @@ def _section(data: dict[str, Any], base: Policy, at: tuple[str, ...], fail: _Fai
     metrics_only = data.get("metrics_only", base.metrics_only)
     if not isinstance(metrics_only, bool):
         raise fail((*at, "metrics_only"), "true or false")
+    classes = set(base.metrics_only_classes)
+    for name, section in _table(data, "classes", at, fail).items():
+        where = (*at, "classes", name)
+        if not _CLASS_NAME.fullmatch(name):
+            raise fail(where, "a run class is letters, digits, '_', '.' and '-' (at most 64)")
+        if not isinstance(section, dict):
+            raise fail(where, "a table with `metrics_only`")
+        for key, value in section.items():
+            if key != "metrics_only":
+                raise fail((*where, key), "unknown key (known: metrics_only)")
+            if not isinstance(value, bool):
+                raise fail((*where, key), "true or false")
+            (classes.add if value else classes.discard)(name)
 
     patterns = dict(base.patterns)
     raw_patterns = _table(data, "patterns", at, fail)
@@ -528,7 +547,7 @@ def _section(data: dict[str, Any], base: Policy, at: tuple[str, ...], fail: _Fai
                            "`**` for any number")
             merged[glob] = _action(action, FIELD_ACTIONS, where, fail)
     return Policy(detectors=detectors, patterns=patterns, phone_regions=phone_regions, fields=fields,
-                  metrics_only=metrics_only)
+                  metrics_only=metrics_only, metrics_only_classes=frozenset(classes))
 
 
 def _table(data: dict[str, Any], key: str, at: tuple[str, ...], fail: _Fail) -> dict[str, Any]:
@@ -644,8 +663,9 @@ class Redactor:
     def __repr__(self) -> str:  # the salt never reaches a log
         return f"Redactor({self.policy!r})"
 
-    def redact(self, doc: dict[str, Any]) -> Redacted:
-        """``doc`` with the policy applied to its content members, and the summary of what was done.
+    def redact(self, doc: dict[str, Any], run_class: str | None = None) -> Redacted:
+        """``doc`` (of a run of class ``run_class``) with the policy applied to its content members, and the summary
+        of what was done. A run of a metrics-only class keeps no content member.
 
         Copies only what changes: an event without a match is returned as it is.
         """
@@ -654,7 +674,7 @@ class Redactor:
             return Redacted(doc, ())
         summary: list[dict[str, Any]] = []
         rules = self._rules_for(doc["type"])
-        metrics_only = self.policy.metrics_only
+        metrics_only = self.policy.metrics_only or run_class in self.policy.metrics_only_classes
         stored = payload
         # content_members walks the payload as published; each change copies the objects on its way only.
         for path, value in content_members(payload, clear_tree(doc["type"])):
@@ -673,7 +693,7 @@ class Redactor:
                 stored = _replace(stored, path, new)
         return Redacted(doc if stored is payload else {**doc, "payload": stored}, tuple(summary))
 
-    def stored(self, doc: dict[str, Any]) -> dict[str, Any]:
+    def stored(self, doc: dict[str, Any], run_class: str | None = None) -> dict[str, Any]:
         """``doc`` as the sequencer stores it: redacted, what was done recorded in ``payload["$redactions"]``.
 
         A ``$redactions`` member the host published is removed first: only the sequencer writes it (it is metadata,
@@ -683,7 +703,7 @@ class Redactor:
         if isinstance(payload, dict) and REDACTIONS in payload:
             payload = {k: v for k, v in payload.items() if k != REDACTIONS}
             doc = {**doc, "payload": payload}
-        out = self.redact(doc)
+        out = self.redact(doc, run_class)
         if not out.summary:
             return out.doc
         record = list(out.summary)

@@ -102,19 +102,37 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     keyring, keyring_ready = wiring.keyring, wiring.keyring_ready
     assert keyring is not None, "the sequencer needs the worker's keyring"
-    redacted = wiring.redactor.stored
+    redactor = wiring.redactor
+    by_class = bool(redactor.policy.metrics_only_classes)
+
+    def started(doc: dict[str, Any] | None) -> dict[str, Any]:
+        payload = doc.get("payload") if doc is not None and doc.get("type") == "run.started" else None
+        return payload if isinstance(payload, dict) else {}
+
+    def text(value: Any) -> str | None:
+        return value if isinstance(value, str) and value else None
+
+    def class_of(run_id: str, doc: dict[str, Any] | None) -> str | None:
+        """The run's class: its ``run.started``'s ``runClass``, else its parent's; later, its key record's."""
+        payload = started(doc)
+        if not payload:
+            return keyring.run_class(run_id)
+        parent = text(payload.get("parentRunId"))
+        return text(payload.get("runClass")) or (keyring.run_class(parent) if parent else None)
+
+    def redacted(doc: dict[str, Any]) -> dict[str, Any]:
+        return redactor.stored(doc, class_of(doc["runId"], doc) if by_class else None)
 
     def key_of(run_id: str, doc: dict[str, Any] | None, minted: list[KeyRecord]) -> DataKey:
         """``run_id``'s data key, minted (and noted in ``minted``) if it has none yet."""
         key = keyring.data_key(run_id)
         if key is None:
-            payload = doc.get("payload") if doc is not None and doc.get("type") == "run.started" else None
-            subject = payload.get("subjectId") if isinstance(payload, dict) else None
-            parent = payload.get("parentRunId") if isinstance(payload, dict) else None
+            payload = started(doc)
+            parent = text(payload.get("parentRunId"))
             if run_id.startswith(REJECTIONS_PREFIX):
                 parent = run_id[len(REJECTIONS_PREFIX):] or None
-            key, rec = keyring.mint(run_id, subject if isinstance(subject, str) and subject else None,
-                                    parent if isinstance(parent, str) and parent else None)
+            key, rec = keyring.mint(run_id, text(payload.get("subjectId")), parent,
+                                    run_class=class_of(run_id, doc) if payload else None)
             minted.append(rec)
         return key
 

@@ -40,11 +40,12 @@ def test_without_a_subject_the_run_is_its_own():
 
 def test_an_erased_marker_keeps_everything_but_the_key():
     kek = LocalKek(os.urandom(32))
-    _, record = mint("run-1", "alice", "parent-0", kek)
+    _, record = mint("run-1", "alice", "parent-0", kek, run_class="ci")
+    assert KeyRecord.from_value(record.to_value()) == record
     marker = KeyRecord.from_value(record.erase(1234).to_value())
     assert marker.erased and marker.erased_at_ms == 1234 and marker.wrapped == b""
-    assert (marker.run_id, marker.key_id, marker.subject, marker.parent_run_id) == (
-        record.run_id, record.key_id, record.subject, record.parent_run_id)
+    assert (marker.run_id, marker.key_id, marker.subject, marker.parent_run_id, marker.run_class) == (
+        record.run_id, record.key_id, record.subject, record.parent_run_id, "ci")
     assert record.wrapped not in record.erase(1).to_value()
     with pytest.raises(KeyringError, match="erased"):
         unwrap(marker, {kek.kek_id: kek})

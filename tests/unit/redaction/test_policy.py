@@ -31,7 +31,14 @@ action = "hash"
 "payload.value.password" = "drop"
 "payload.**.apiKey" = "mask"
 
+[classes."ci"]
+metrics_only = true
+
 [topics."agentlog-ci"]
+metrics_only = true
+[topics.prod.classes.ci]
+metrics_only = false
+[topics.prod.classes.load-test]
 metrics_only = true
 [topics.prod.detectors]
 ip = "off"
@@ -52,6 +59,8 @@ def test_the_documented_example_parses():
     assert policies.for_topic_prefix("prod").detectors == {"employee_id": "mask", "phone": "hash",
                                                             "high_entropy": "off", "ip": "off"}
     assert policies.for_topic_prefix("other") is top
+    assert top.metrics_only_classes == {"ci"} and not top.metrics_only
+    assert policies.for_topic_prefix("prod").metrics_only_classes == {"load-test"}  # merged over the top level
 
 
 def test_the_module_docstring_example_parses():
@@ -77,6 +86,10 @@ BAD = [
      "redaction_policy_invalid", 6),
     ('[topics."agentlog-ci"]\nmetrics_only = "yes"\n', "redaction_policy_invalid", 2),
     ('[phone]\nregions = ["DE", "XX"]\n', "redaction_policy_invalid", 2),
+    ('[classes."c i"]\nmetrics_only = true\n', "redaction_policy_invalid", 1),
+    ('[classes.ci]\nmetrics_only = true\ndetectors = {}\n', "redaction_policy_invalid", 3),
+    ('\n[classes.ci]\nmetrics_only = 1\n', "redaction_policy_invalid", 3),
+    ('classes = 3\n', "redaction_policy_invalid", 1),
     ('[patterns]\nx = { regex = "a+", action = "nuke" }\n', "redaction_policy_invalid", 2),
     ('[detectors]\nemail = "mask"\nemail = "hash"\n', "redaction_policy_syntax", 3),
     ('[detectors\nemail = "mask"\n', "redaction_policy_syntax", 1),

@@ -159,6 +159,29 @@ def test_metrics_only_stores_no_content_and_keeps_the_metadata(tmp_path):
     assert not [e["value"] for e in PLANTED if e["value"] in everything]
 
 
+def test_a_metrics_only_class_keeps_no_content_of_its_runs_nor_of_their_children(tmp_path):
+    wiring = _wiring(tmp_path, Redactor(parse_policy('[classes."ci"]\nmetrics_only = true\n').default))
+
+    def run(run_id: str, started: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{"eventId": f"{run_id}-0", "runId": run_id, "type": "run.started", "sequence": 0,
+                 "timestamp": "2026-11-28T10:00:00Z", "payload": started},
+                {"eventId": f"{run_id}-1", "runId": run_id, "type": "variable.changed", "sequence": 1,
+                 "timestamp": "2026-11-28T10:00:01Z", "payload": {"name": "goal", "value": f"MARKER in {run_id}"}}]
+
+    ci, child, prod = run("ci-run", {"runClass": "ci"}), run("ci-child", {"parentRunId": "ci-run"}), run(
+        "prod-run", {"runClass": "prod"})
+    logged, _ = _committed(wiring, [*ci, *child, *prod])
+    stored = {(r["doc"]["runId"], r["doc"]["sequence"]): wiring.keyring.open(r["doc"]) for r in logged}
+    for run_id in ("ci-run", "ci-child"):
+        payload = stored[run_id, 1]["payload"]
+        assert "value" not in payload and payload["name"] == "goal"  # the content dropped, the metadata kept
+        assert payload[REDACTIONS] == [{"path": "payload.value", "rule": "metrics-only", "action": "drop",
+                                        "count": 1}]
+        assert wiring.keyring.run_class(run_id) == "ci"  # the child's class is its parent's
+    assert stored["prod-run", 1] == prod[1]
+    assert wiring.keyring.run_class("prod-run") == "prod"
+
+
 @pytest.mark.parametrize("policy", ["[detectors]\nemail = \"off\"\n"])
 def test_a_policy_relaxes_the_default(tmp_path, policy):
     wiring = _wiring(tmp_path, Redactor(parse_policy(policy).default))
