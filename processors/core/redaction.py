@@ -84,6 +84,7 @@ byte-identically. Pure: no I/O (the caller reads the policy file and the salt).
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import ipaddress
@@ -105,7 +106,8 @@ from agentlog.schemas.errors import AgentlogError, ReplayError
 
 __all__ = [
     "ACTIONS", "BUILTIN_DETECTORS", "DEFAULT_PHONE_REGIONS", "DEFAULT_POLICY", "FIELD_ACTIONS", "METRICS_ONLY",
-    "Policy", "PolicyError", "PolicyFile", "REDACTIONS", "Redacted", "Redactor", "VALUE", "looks_random",
+    "Policy", "PolicyError", "PolicyFile", "REDACTIONS", "REJECTION_REDACTIONS", "Redacted", "Redactor", "VALUE",
+    "looks_random",
     "metrics_only_error", "parse_policy", "stored_metrics_only",
 ]  # fmt: skip
 
@@ -117,6 +119,9 @@ FIELD_ACTIONS: Final = ("drop", "mask", "hash", "keep")
 DEFAULT_PHONE_REGIONS: Final = ("US", "GB", "DE", "FR", "ES", "JP")
 #: Where a redacted payload that is not an object keeps its redacted value (:meth:`Redactor.stored`).
 VALUE: Final = "$value"
+#: A rejection record's member listing what redaction did to its content members (:meth:`Redactor.rejection`).
+REJECTION_REDACTIONS: Final = "redactions"
+
 #: The rule metrics-only mode records for each content member it drops.
 METRICS_ONLY: Final = "metrics-only"
 #: The one policy format this module reads.
@@ -714,6 +719,41 @@ class Redactor:
         if redacted is not None:
             wrapped[VALUE] = redacted
         return {**out.doc, "payload": wrapped}
+
+    def rejection(self, rejected: Mapping[str, Any], members: Iterable[str], run_class: str | None = None,
+                  ) -> dict[str, Any]:
+        """A rejection record (``schemas/CONTRACT.md``) with its content ``members`` redacted: ``raw`` (the original
+        bytes, base64) and ``detail`` where it quotes them. Bytes that did not decode have no fields, so every
+        detector runs over the whole text (bytes that are not UTF-8 pass through as they were); a match whose
+        action drops, or metrics-only mode, empties the member. What was done goes in the record's ``redactions``,
+        entries as in ``$redactions`` with the member as the path. Copies only what changes.
+        """
+        metrics_only = self.policy.metrics_only or run_class in self.policy.metrics_only_classes
+        out: dict[str, Any] | None = None
+        summary: list[dict[str, Any]] = []
+        for member in members:
+            value = rejected.get(member)
+            if not isinstance(value, str) or not value:
+                continue
+            raw = member == "raw"
+            text = base64.b64decode(value).decode("utf-8", "surrogateescape") if raw else value
+            counts: dict[tuple[str, str], int] = {}
+            if metrics_only:
+                new: Any = _DROP
+                counts[METRICS_ONLY, "drop"] = 1
+            else:
+                new = self._text(text, counts)
+            if new is text:
+                continue
+            new = "" if new is _DROP else new
+            if out is None:
+                out = dict(rejected)
+            out[member] = base64.b64encode(new.encode("utf-8", "surrogateescape")).decode("ascii") if raw else new
+            summary += ({"path": member, "rule": r, "action": a, "count": n} for (r, a), n in counts.items())
+        if out is None:
+            return dict(rejected)
+        out[REJECTION_REDACTIONS] = summary
+        return out
 
     def _rules_for(self, event_type: str) -> tuple[re.Pattern[str], tuple[tuple[str, str], ...]] | None:
         """One regex over every glob of ``event_type``'s rules and ``"*"``'s, each glob a named group in order."""

@@ -143,13 +143,13 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
 
     async def reject(batch: Batch, reason: str, detail: str, record: SourceRecord, source: Source,
                      doc: dict[str, Any] | None, *, quotes_content: bool = False) -> None:
-        """A rejection record with the original bytes sealed, and the detail too where it quotes what the host
-        sent (``quotes_content``); for a run that was erased, those read ``[erased]``."""
+        """A rejection record with the original bytes redacted and sealed, and the detail too where it quotes what
+        the host sent (``quotes_content``); for a run that was erased, those read ``[erased]``."""
+        members = REJECTION_CONTENT if quotes_content else ("raw",)
         rejected = rejection_record(reason, detail, record.value, source, doc, record.key)
         run_id = rejected["runId"]
         sealed_under, place = rejection_sealing(rejected)
-        stored: dict[str, Any] = dict(rejected)
-        members = REJECTION_CONTENT if quotes_content else ("raw",)
+        stored = redactor.rejection(rejected, members, keyring.run_class(run_id) if by_class and run_id else None)
         if run_id is not None and keyring.erased(run_id):
             stored.update(dict.fromkeys(members, ERASED))
         else:

@@ -161,16 +161,16 @@ async def _key(batch: Batch, key_id: str, *, subject_id: str | None = None,
 
 
 async def _file(batch: Batch, rejected: Rejection, *, subject_id: str | None = None) -> None:
-    """Send ``rejected`` to ``rejections`` with ``raw`` and ``detail`` sealed (a span's bytes, and a reason that can
-    quote its attributes), under the key :func:`rejection_sealing` names, whose parent is the rejection's run (so
-    erasing the run or its subject reaches it) and whose subject is ``subject_id`` where a span names one; both
-    read ``[erased]`` for a run that was erased."""
+    """Send ``rejected`` to ``rejections`` with ``raw`` and ``detail`` redacted and sealed (a span's bytes, and a
+    reason that can quote its attributes), under the key :func:`rejection_sealing` names, whose parent is the
+    rejection's run (so erasing the run or its subject reaches it) and whose subject is ``subject_id`` where a span
+    names one; both read ``[erased]`` for a run that was erased."""
     sealed_under, place = rejection_sealing(rejected)
     run_id = rejected["runId"]
     key = None
     if run_id is None or not _keyring(batch).erased(run_id):
         key = await _key(batch, sealed_under, subject_id=subject_id if run_id is not None else None, parent=run_id)
-    stored: dict[str, Any] = dict(rejected)
+    stored = batch.wiring.redactor.rejection(rejected, REJECTION_CONTENT)
     for member in REJECTION_CONTENT:
         stored[member] = ERASED if key is None else seal_value(stored[member], key, sealed_under, place, (member,))
     await batch.send("rejections", run_id, encode_record(stored))

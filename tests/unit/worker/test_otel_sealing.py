@@ -17,15 +17,26 @@ import orjson
 from agentlog.core.keyring import runs_to_erase
 from agentlog.core.otel import plan_trace
 from agentlog.core.otel_sealing import HELD_BUCKET_MS, held_key_id, open_held, refusal, seal_held
+from agentlog.core.redaction import Redactor, parse_policy
 from agentlog.core.sealing import ERASED, is_sealed
 from agentlog.streams.keyring import Keyring
 from agentlog.worker import spans as sp
 from agentlog.worker.memory import parts
 from agentlog.worker.otlp import trace_records
+from tests.tools import REDACTION_OFF
 from tests.unit.worker.test_rejection_run_ids import _run_agent
 from tests.unit.worker.test_spans import T0, _corpus_spans, _Mapper, _offline, _planned
 
 BUCKET = int(T0 * 1000) // HELD_BUCKET_MS
+
+
+class _SealingMapper(_Mapper):
+    """The mapper with a policy that redacts nothing: these tests check sealing, with markers that look random
+    (which the default policy masks as high-entropy tokens); what redaction does to rejections is tested in
+    ``tests/unit/worker/test_sequencer_redaction.py``."""
+
+    def __init__(self, tmp_path: Any) -> None:
+        super().__init__(tmp_path, Redactor(parse_policy(REDACTION_OFF).default))
 
 
 def _marked(name: str = "openai_agents.openllmetry") -> tuple[str, list[dict[str, Any]]]:
@@ -54,7 +65,7 @@ def _keyring_records(mapper: _Mapper) -> list[tuple[str, dict[str, Any]]]:
 
 def test_held_spans_are_sealed_in_the_table_and_its_changelog_and_go_out_as_mapped(tmp_path):
     mark, spans = _marked()
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     mapper.feed([value for _, value in trace_records(spans, 900_000)[0]])
     held_key = held_key_id(0, BUCKET)
     assert [k for k, _ in _keyring_records(mapper)] == [held_key]  # minted once, before the chunk
@@ -70,7 +81,7 @@ def test_held_spans_are_sealed_in_the_table_and_its_changelog_and_go_out_as_mapp
 def test_a_chunk_too_long_for_one_changelog_record_is_sealed_in_pieces(tmp_path, monkeypatch):
     monkeypatch.setattr(sp, "seal_held", lambda *a, **k: seal_held(*a, **k, piece_chars=1000))
     _, spans = _marked()
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     [(_, value)] = trace_records(spans, 900_000)[0]
     mapper.feed([value])
     pieces = [k for k in mapper.held.data if k.startswith(f"{spans[0]['traceId']}\x1f\x000\x1f")]
@@ -82,7 +93,7 @@ def test_a_chunk_too_long_for_one_changelog_record_is_sealed_in_pieces(tmp_path,
 
 def test_a_tick_shreds_the_hours_key_once_the_batch_publishing_its_last_trace_is_durable(tmp_path):
     _, spans = _marked()
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     mapper.feed([value for _, value in trace_records(spans, 900_000)[0]])
     mapper.tick(T0 + 2)  # the trace goes out; its hour's key stays for the hour
     held_key, keyring = held_key_id(0, BUCKET), _keyring(mapper)
@@ -99,7 +110,7 @@ def test_a_tick_shreds_the_hours_key_once_the_batch_publishing_its_last_trace_is
 
 
 def test_a_record_late_for_a_shredded_hour_goes_out_at_once_and_nothing_plain_is_written(tmp_path):
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     end_ms = (BUCKET + 1) * HELD_BUCKET_MS + sp.GRACE_MS
     _, first = _marked()
     mapper.feed([trace_records(first, 900_000)[0][0][1]])
@@ -119,10 +130,10 @@ def test_a_redelivered_batch_seals_the_same_bytes_and_mints_no_second_key(tmp_pa
     mark, spans = _marked()
     broken = {k: v for k, v in spans[1].items() if k != "startNs"}  # rejected alone
     value = orjson.dumps({"traceId": spans[0]["traceId"], "spans": [spans[0], broken, *spans[2:]]})
-    first = _Mapper(tmp_path / "first")
+    first = _SealingMapper(tmp_path / "first")
     first.feed([value])
     # The crash lost the batch's table writes and outputs, not the keyring: its records are acknowledged first.
-    again = _Mapper(tmp_path / "again")
+    again = _SealingMapper(tmp_path / "again")
     again.wiring.keyring = first.wiring.keyring
     again.feed([value])
     assert again.held.data == first.held.data
@@ -134,7 +145,7 @@ def test_a_redelivered_batch_seals_the_same_bytes_and_mints_no_second_key(tmp_pa
 def test_a_refusal_the_receiver_forwards_is_filed_sealed_under_its_spans_partition(tmp_path):
     mark = f"MARK-{uuid.uuid4().hex}"
     body = b"\x00not a trace export " + mark.encode()
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     mapper.feed([sp.TICK, refusal("decode_error", f"not an OTLP trace export request ({mark})", body)])
     [stored] = mapper.out("rejections")
     assert mark not in orjson.dumps(stored).decode()
@@ -158,7 +169,7 @@ def _broken_span_trace(user: str) -> tuple[list[dict[str, Any]], dict[str, Any]]
 def test_a_span_the_mapping_refuses_is_sealed_under_its_partition_and_run_which_erasing_reaches(tmp_path):
     user = f"u-{uuid.uuid4().hex[:6]}@example.com"
     spans, broken = _broken_span_trace(user)
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     mapper.feed([trace_records(spans, 900_000)[0][0][1]])
     mapper.tick(T0 + sp.SETTLE_MS / 1000 + 0.5)
     [opened] = mapper.rejections()
@@ -178,7 +189,7 @@ def test_a_span_the_mapping_refuses_is_sealed_under_its_partition_and_run_which_
 
 def test_a_span_of_an_erased_run_is_filed_erased(tmp_path):
     spans, broken = _broken_span_trace("someone")
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     run = plan_trace(spans[0]["traceId"], {s["spanId"]: s for s in spans}, published={}).published[
         broken["spanId"]]["run"]
     keyring = _keyring(mapper)
@@ -191,7 +202,7 @@ def test_a_span_of_an_erased_run_is_filed_erased(tmp_path):
 
 
 def test_an_otel_events_record_the_run_sequencer_cannot_read_is_sealed_under_its_partition_and_run(tmp_path):
-    mapper = _Mapper(tmp_path)
+    mapper = _SealingMapper(tmp_path)
     topic = mapper.wiring.topics["otel-events"].get_topic_name()
     mark = f"MARK-{uuid.uuid4().hex}"
     sent = _run_agent(mapper.wiring, "otel-sequencer", sp.SEQ, topic, [(b"conv-9", mark.encode())])

@@ -9,6 +9,7 @@ form, with what was done in its payload's ``$redactions``, and the chain hash co
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections import Counter
 from typing import Any
@@ -180,6 +181,40 @@ def test_a_metrics_only_class_keeps_no_content_of_its_runs_nor_of_their_children
         assert wiring.keyring.run_class(run_id) == "ci"  # the child's class is its parent's
     assert stored["prod-run", 1] == prod[1]
     assert wiring.keyring.run_class("prod-run") == "prod"
+
+
+def _rejections(wiring: Wiring, values: list[bytes]) -> list[dict[str, Any]]:
+    """Feed ``values``; the rejections they made, as stored and as opened with their keys."""
+    asyncio.run(_run(wiring, values))
+    sent = [entry for entry in parts(wiring).producer.log if entry[0] == "sent" and entry[1] == "agentlog.rejections"]
+    return [decode_record(entry[4]) for entry in sent]
+
+
+@pytest.mark.parametrize(("policy", "raw", "detail"), [
+    ("", b'{"runId": "r-bad", "note": "card 4111 1111 1111 1111, mail alice@example.com", \xff',
+     [{"path": "raw", "rule": "card", "action": "mask", "count": 1},
+      {"path": "raw", "rule": "email", "action": "mask", "count": 1}]),
+    # a decoding error's detail can quote the bytes, so it is content too
+    ("metrics_only = true\n", b'{"runId": "r-bad", "note": "nothing secret here"',
+     [{"path": "raw", "rule": "metrics-only", "action": "drop", "count": 1},
+      {"path": "detail", "rule": "metrics-only", "action": "drop", "count": 1}]),
+])
+def test_a_rejected_records_bytes_are_redacted_as_text_before_they_are_sealed(tmp_path, policy, raw, detail):
+    wiring = _wiring(tmp_path, Redactor(parse_policy(policy).default))
+    [stored] = _rejections(wiring, [raw])
+    assert stored["reason"] == "decode_error" and stored["redactions"] == detail
+    opened = base64.b64decode(wiring.keyring.open_rejection(stored)["raw"])
+    if policy:
+        assert opened == b""  # metrics-only: no content
+    else:  # the rest as sent, bytes that are not UTF-8 included
+        assert opened == (b'{"runId": "r-bad", "note": "card [REDACTED:card], mail [REDACTED:email]", \xff')
+
+
+def test_a_rejection_with_nothing_to_redact_is_stored_as_before(tmp_path):
+    wiring = _wiring(tmp_path)
+    [stored] = _rejections(wiring, [b'{"runId": "r-bad", "note": "plain"'])
+    assert "redactions" not in stored
+    assert base64.b64decode(wiring.keyring.open_rejection(stored)["raw"]) == b'{"runId": "r-bad", "note": "plain"'
 
 
 @pytest.mark.parametrize("policy", ["[detectors]\nemail = \"off\"\n"])

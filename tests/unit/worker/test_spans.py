@@ -16,6 +16,7 @@ import orjson
 import pytest
 
 from agentlog.core.otel import map_trace, plan_trace
+from agentlog.core.redaction import Redactor
 from agentlog.core.sealing import is_sealed
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import EventRejected
@@ -57,8 +58,8 @@ def _feed(wiring: Wiring, agent_name: str, table: Any, topic: str, first: int, v
 class _Mapper:
     """The span mapper agent of a worker on the memory ports, fed records at offsets 0, 1, …"""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+    def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
         sp.install(self.wiring)
         self.topic = self.wiring.topics["spans"].get_topic_name()
         self.offset = 0
@@ -205,8 +206,8 @@ def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
 class _RunSequencer:
     """The OTel run sequencer agent on the memory ports, fed ``otel-events`` records at offsets 0, 1, …"""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
+    def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
+        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
         sp.install(self.wiring)
         self.topic = self.wiring.topics["otel-events"].get_topic_name()
         self.offset = 0
