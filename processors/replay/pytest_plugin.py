@@ -77,8 +77,9 @@ class SuiteCase:
         return str(self.run.run_id)
 
     def replay(self, program: Any, *, expect: str = "match", settings: Any = None, **options: Any) -> Any:
-        """Replay this run with ``program`` (``replay_test``'s options); a run erased or gone skips the test."""
-        from agentlog.replay.regression import replay_recorded
+        """Replay this run with ``program`` (``replay_test``'s options); a run erased or gone, or one that cannot be
+        a replay's source (recorded through OpenTelemetry, stored metrics-only), skips the test with the reason."""
+        from agentlog.replay.regression import refusal, replay_recorded
         from agentlog.replay.suite import load_runs
         from agentlog.streams.settings import load_settings
 
@@ -87,6 +88,9 @@ class SuiteCase:
         [loaded] = load_runs(settings, [self.run])
         if loaded.status is not None:
             pytest.skip(f"{self.run_id}: {loaded.status} ({loaded.reason})")
+        refused = refusal(self.run_id, loaded.docs)
+        if refused is not None:
+            pytest.skip(f"{self.run_id}: unsupported ({refused.code}: {refused})")
         if self._mode is not None:
             options.setdefault("mode", self._mode)
         if self._tools is not None:

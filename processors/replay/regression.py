@@ -16,6 +16,16 @@ suite. The same program records the run in the first place (:func:`record`, mode
 
 The outcome is data (:class:`ReplayTestResult`); :meth:`ReplayTestResult.check` turns a verdict other
 than the expected one into :class:`ReplayTestFailed`, whose message is the first divergence.
+
+Some recordings cannot be a replay's source, and are refused before the program runs (:func:`refusal`): a run
+stored metrics-only holds no content (``metrics_only``), and a run the worker mapped from OpenTelemetry spans
+(:func:`otel_mapped`) is not what the adapters record (``otel_source``): its hand-offs are child runs where the
+adapters record the agent handed to as a node of the same run, it has the spans' own events (``node.*``,
+``provider.usage``, the hand-off's ``runOrchestrator.decided`` and chain events) where the adapters record the
+hand-off as a tool call, and its model requests are keyed as the instrumentation exported them (tool-call ids,
+tool ``strict`` flags, provider names), so that hardly any call of a replay finds its recorded result. Compared,
+such a pair would diverge at once for no change of the program's; the refusal says so and how to get a recording
+that replays.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import asyncio
 import inspect
 import json
 import traceback
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,8 +55,8 @@ from agentlog.streams.redaction import load_redactor
 from agentlog.streams.replay_client import replay_of
 from agentlog.streams.settings import Settings, load_settings
 
-__all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "record", "replay_recorded",
-           "replay_test"]
+__all__ = ["Program", "ReplayTestFailed", "ReplayTestResult", "load_recorded", "otel_mapped", "record", "refusal",
+           "replay_recorded", "replay_test"]
 
 #: The host's agent code: given the recorder, build the agents with the replay adapters and run them.
 Program = Callable[[Recorder], Any]
@@ -159,6 +170,38 @@ def load_recorded(source: str | Path, *, settings: Settings | None = None) -> tu
     return run_id, [c["doc"] for c in committed]
 
 
+def otel_mapped(docs: Sequence[Mapping[str, Any]]) -> bool:
+    """Whether the run was mapped from OpenTelemetry spans by the worker (``agentlog.core.otel``).
+
+    The mapper marks what it keeps of a span it does not map (``payload.source: "opentelemetry"``), and mints
+    every event id as a UUIDv5 of its span, so a run it started has a version-5 ``run.started`` id; a host's
+    events (the SDK, :class:`~agentlog.replay.recorder.Recorder`) have UUIDv7 ids.
+    """
+    for doc in docs:
+        payload = doc.get("payload")
+        if isinstance(payload, Mapping) and payload.get("source") == "opentelemetry":
+            return True
+        if doc.get("type") == "run.started":
+            try:
+                if uuid.UUID(str(doc.get("eventId"))).version == 5:
+                    return True
+            except ValueError:
+                pass
+    return False
+
+
+def refusal(source_id: str, docs: Sequence[Mapping[str, Any]]) -> ReplayError | None:
+    """Why the recorded run ``source_id`` cannot be a replay's source (module docstring), or None when it can."""
+    if stored_metrics_only(docs):
+        return metrics_only_error(source_id)
+    if otel_mapped(docs):
+        return ReplayError(f"run {source_id} was recorded through OpenTelemetry, not through the replay adapters: its "
+                           "run tree, node names and cache keys are its spans', which a replay through the adapters "
+                           "does not reproduce; record the run with the adapters (agentlog.record(program, ...) or "
+                           "agentlog replay-test --record) and replay that recording", code="otel_source")
+    return None
+
+
 def _as_stored(original: Sequence[Mapping[str, Any]], docs: list[dict[str, Any]],
                settings: Settings | None) -> list[dict[str, Any]]:
     """The replay's events as the recording's were stored: redacted by the deployment's policy when the recording was.
@@ -251,7 +294,8 @@ def replay_test(
 
     Raises:
         ReplayTestFailed: the verdict is not ``expect``.
-        ReplayError: the recording cannot be read, or the replay cannot be published.
+        ReplayError: the recording cannot be read or cannot be a replay's source (:func:`refusal`), or the replay
+            cannot be published.
     """
     source_id, original = load_recorded(source, settings=settings)
     result = replay_recorded(source_id, original, program, mode=mode, tools=tools, settings=settings,
@@ -275,10 +319,16 @@ def replay_recorded(
     tags: Sequence[str] = (),
 ) -> ReplayTestResult:
     """:func:`replay_test` of a recording already read (``original``: the run's events, opened), any verdict;
-    ``tags`` go into the replay's ``run.started`` (a suite names its execution there)."""
+    ``tags`` go into the replay's ``run.started`` (a suite names its execution there).
+
+    Raises:
+        ReplayError: the recording cannot be a replay's source (:func:`refusal`: ``metrics_only``,
+            ``otel_source``); the program is not run.
+    """
     original = list(original)
-    if stored_metrics_only(original):
-        raise metrics_only_error(source_id)
+    refused = refusal(source_id, original)
+    if refused is not None:
+        raise refused
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
     session = results or MockReplaySession(ResultCache.from_events(original), source_id)
     asked, recorded = recorded_input(original)

@@ -12,7 +12,8 @@ would, and gathers a :class:`SuiteReport`: the verdict counts, the diverged runs
 (kind, event type, node, path) with one example each, the cache misses with their nearest recorded call, the
 programs that raised with their tracebacks, and, outside ``recorded`` mode, the token, cost and duration deltas
 against the recordings. A run that was erased, no longer exists, or no longer has the head the suite froze is
-reported as such, never replayed.
+reported as such, never replayed; so is a run that cannot be a replay's source (``unsupported``: recorded through
+OpenTelemetry, or stored metrics-only), with the reason.
 
 The file format (JSON, ``format: agentlog.suite/1``)::
 
@@ -53,10 +54,12 @@ __all__ = ["FORMAT", "Selection", "Suite", "SuiteReport", "SuiteRun", "execution
 FORMAT = "agentlog.suite/1"
 
 #: A run's status in a report beside the comparison's verdicts: the program raised; the run was erased; the
-#: store holds no such run (or not up to its frozen head); the run's events up to the head differ from the suite's.
-ERROR, ERASED, MISSING, CHANGED = "error", "erased", "missing", "changed"
+#: store holds no such run (or not up to its frozen head); the run's events up to the head differ from the suite's;
+#: the run cannot be a replay's source (:func:`agentlog.replay.regression.refusal`: recorded through OpenTelemetry,
+#: or stored metrics-only).
+ERROR, ERASED, MISSING, CHANGED, UNSUPPORTED = "error", "erased", "missing", "changed", "unsupported"
 #: Statuses of runs that were not replayed: reported, never counted as a failure of the change under test.
-NOT_REPLAYED = (ERASED, MISSING, CHANGED)
+NOT_REPLAYED = (ERASED, MISSING, CHANGED, UNSUPPORTED)
 
 #: Runs read from the store per query.
 _CHUNK = 200
@@ -322,7 +325,7 @@ class RunResult:
     """One run of a suite execution, as the report and the JUnit file need it."""
 
     run_id: str
-    status: str  # a verdict (match, diverged, diverged_at_refusal, what-if) or ERROR / ERASED / MISSING / CHANGED
+    status: str  # a verdict (match, diverged, diverged_at_refusal, what-if), ERROR, or one of NOT_REPLAYED
     seconds: float = 0.0
     replay_run_id: str | None = None
     divergence: dict[str, Any] | None = None
@@ -371,11 +374,14 @@ def _replay_one(program: Callable[..., Any] | str, loaded: Loaded, mode: Mode, t
                 bindings: Mapping[str, Any] | None, tags: Sequence[str] = ()) -> RunResult:
     """Replay one run (in a pool process, the program named by its ref, or in this one); never raises for what the
     program does."""
-    from agentlog.replay.regression import replay_recorded
+    from agentlog.replay.regression import refusal, replay_recorded
 
     run = loaded.run
     if loaded.status is not None:
         return RunResult(run.run_id, loaded.status, description=loaded.reason)
+    refused = refusal(run.run_id, loaded.docs)
+    if refused is not None:
+        return RunResult(run.run_id, UNSUPPORTED, description=f"{refused.code}: {refused}")
     if isinstance(program, str):
         if program not in _PROGRAMS:
             _PROGRAMS[program] = load_program(program)
