@@ -117,8 +117,8 @@ async def _span(settings: Settings, short: str, n: int, timeout: float, proc=Non
     return max(1e-3, (stamps[n - 1] - stamps[0]) / 1000.0)
 
 
-def _start(settings: Settings, args: list[str], log: Path) -> subprocess.Popen:
-    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1"}  # logs readable while it runs
+def _start(settings: Settings, args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = {**os.environ, **settings_env(settings), "PYTHONUNBUFFERED": "1", **(env or {})}  # logs readable as it runs
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, *args], env=env, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
@@ -176,12 +176,13 @@ class CpuSampler:
 
 
 def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, short: str = "log",
-                    cpu: dict | None = None) -> float:
-    """Seconds the process ``args`` starts took for the n records (broker stamps); ``cpu`` gets its CPU per event.
+                    cpu: dict | None = None, env: dict[str, str] | None = None) -> float:
+    """Seconds the process ``args`` (with ``env`` added) took for the n records (broker stamps); ``cpu`` gets its CPU
+    per event.
 
     The CPU spent between the first and the n-th record is reported as µs per event (:class:`CpuSampler`).
     """
-    proc = _start(settings, args, log)
+    proc = _start(settings, args, log, env)
     try:
         with CpuSampler(proc.pid) as sampler:
             stamps = asyncio.run(topic_stamps(settings, short, n, timeout=600, procs=[proc]))

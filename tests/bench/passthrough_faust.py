@@ -8,6 +8,8 @@ Run as ``python -m tests.bench.passthrough_faust worker`` with the ``AGENTLOG_*`
 
 from __future__ import annotations
 
+import os
+
 import faust
 
 from agentlog.streams import internals
@@ -22,7 +24,8 @@ app = faust.App(
     f"{settings.topic_prefix}-passthrough",
     **faust_broker_kwargs(settings),
     store="memory://",
-    processing_guarantee="at_least_once",
+    # PASSTHROUGH_GUARANTEE=exactly_once: Faust's own transactions (bench_runtime's faust_eos path)
+    processing_guarantee=os.environ.get("PASSTHROUGH_GUARANTEE", "at_least_once"),
     autodiscover=False,
     web_enabled=False,
     topic_partitions=settings.partitions,
