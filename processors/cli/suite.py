@@ -39,8 +39,9 @@ def _bindings_filter(items: list[str]) -> dict[str, str]:
 def create_command(
     name: str = typer.Argument(..., help="The suite's name (JUnit's suite name too)."),
     out: Path = typer.Option(..., "--out", help="Where to write the suite file (JSON)."),
-    since: str | None = typer.Option(None, "--since", help="Runs started at or after (ISO 8601, UTC if no offset)."),
-    until: str | None = typer.Option(None, "--until", help="Runs started before (ISO 8601)."),
+    since: str | None = typer.Option(None, "--since", help="Runs started at or after: ISO 8601 (UTC if no offset) "
+                                                           "or a span back from now (90m, 24h, 7d, 2w)."),
+    until: str | None = typer.Option(None, "--until", help="Runs started before (as --since)."),
     node: str | None = typer.Option(None, "--node", help="Runs with an event at this node (agent)."),
     status: str | None = typer.Option(None, "--status", help="completed | failed | cancelled"),
     run_class: str | None = typer.Option(None, "--class", help="Runs of this class (run.started runClass)."),
@@ -55,10 +56,12 @@ def create_command(
     as_json: bool = typer.Option(False, "--json", help="Print the suite file's JSON."),
 ) -> None:
     """Freeze recorded runs into a suite file: their ids and heads, so CI replays exactly the same set."""
-    from agentlog.replay.suite import Selection, Suite, SuiteRun, file_run, now_iso, select_runs
+    from agentlog.replay.suite import Selection, Suite, SuiteRun, file_run, now_iso, point_in_time, select_runs
     from agentlog.streams.settings import load_settings
 
     try:
+        since = point_in_time(since) if since is not None else None
+        until = point_in_time(until, option="--until") if until is not None else None
         selection = Selection(since=since, until=until, node=node, status=status, run_class=run_class, tag=tag,
                               bindings=_bindings_filter(binding), run_ids=tuple(run), sample=sample, seed=seed)
         queried = bool(run) or any((since, until, node, status, run_class, tag, binding)) or not file

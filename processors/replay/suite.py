@@ -32,11 +32,12 @@ import importlib
 import json
 import multiprocessing
 import random
+import re
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from xml.etree import ElementTree
@@ -48,8 +49,8 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import ReplayError
 from agentlog.streams.settings import Settings
 
-__all__ = ["FORMAT", "Selection", "Suite", "SuiteReport", "SuiteRun", "execution_tags", "load_program", "replay_suite",
-           "select_runs"]
+__all__ = ["FORMAT", "Selection", "Suite", "SuiteReport", "SuiteRun", "execution_tags", "load_program", "point_in_time",
+           "replay_suite", "select_runs"]
 
 FORMAT = "agentlog.suite/1"
 
@@ -172,6 +173,30 @@ class Selection:
                "runIds": list(self.run_ids) or None, "sample": self.sample,
                "seed": self.seed if self.sample is not None else None}
         return {k: v for k, v in out.items() if v is not None}
+
+
+#: A span back from now: minutes, hours, days or weeks (``90m``, ``24h``, ``7d``, ``2w``).
+_AGO = re.compile(r"(\d+)([mhdw])")
+_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+
+
+def point_in_time(text: str, *, option: str = "--since", now: datetime | None = None) -> str:
+    """``text`` as the time a selection names: ISO 8601 as given (UTC if no offset), or a span back from ``now``
+    (``7d``: a week ago) as the UTC time it names, so the suite file says which window it froze.
+
+    Raises:
+        ReplayError: neither (``bad_param``).
+    """
+    ago = _AGO.fullmatch(text.strip())
+    if ago is not None:
+        at = (now or datetime.now(UTC)) - timedelta(**{_UNITS[ago[2]]: int(ago[1])})
+        return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise ReplayError(f"{option} takes ISO 8601 (2026-11-21, 2026-11-21T10:00:00Z) or a span back from now "
+                          f"(90m, 24h, 7d, 2w), not {text!r}", code="bad_param") from None
+    return text
 
 
 def _lit(value: Any) -> str:

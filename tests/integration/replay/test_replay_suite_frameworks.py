@@ -2,10 +2,10 @@
 
 Per framework, five runs of its support desk program (:mod:`tests.unit.replay.suite_desk_pydantic_ai`,
 ``…_openai_agents``, ``…_langgraph``) are recorded with varied inputs and published through the SDK to a real
-worker (Kafka, chdb audit store); ``agentlog suite create`` selects them by binding; ``agentlog replay-suite``
-replays them from the store: the unchanged program matches all five (JUnit written, the replays published and
-judged by the worker as matches), the changed routing diverges exactly the two refunds it sends elsewhere, in one
-group where the routing shows (:data:`tests.unit.replay.test_suite_frameworks.ROUTING_SHOWS`).
+worker (Kafka, chdb audit store); ``agentlog suite create`` selects them (the last hour, by binding);
+``agentlog replay-suite`` replays them from the store: the unchanged program matches all five (JUnit written, the
+replays published and judged by the worker as matches), the changed routing diverges exactly the two refunds it
+sends elsewhere, in one group where the routing shows (:data:`tests.unit.replay.test_suite_frameworks.ROUTING_SHOWS`).
 """
 
 from __future__ import annotations
@@ -77,10 +77,12 @@ def test_a_suite_of_the_frameworks_runs_replays_from_the_store(name, store, tmp_
 
     asyncio.run(published())
     suite_file = tmp_path / "desk.json"
-    made = agentlog_cli(settings, "suite", "create", f"desk-{name}-{tag}", "--binding", f"configVersion=desk-{tag}",
-                        "--node", desk.TRIAGE, "--out", str(suite_file), "--json")
+    made = agentlog_cli(settings, "suite", "create", f"desk-{name}-{tag}", "--since", "1h", "--binding",
+                        f"configVersion=desk-{tag}", "--node", desk.TRIAGE, "--out", str(suite_file), "--json")
     assert made.returncode == 0, made.stderr
-    assert [r["runId"] for r in _json(made)["runs"]] == list(runs)
+    frozen = _json(made)
+    assert [r["runId"] for r in frozen["runs"]] == list(runs)
+    assert frozen["selection"]["since"].endswith("Z")  # the window as a time, not as "1h"
 
     junit = tmp_path / "junit.xml"
     same = agentlog_cli(settings, "replay-suite", str(suite_file), "--program", f"{program}:desk", "--jobs", "2",

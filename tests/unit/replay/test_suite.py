@@ -210,3 +210,21 @@ def test_ctrl_c_stops_the_suite_and_reports_what_ran(suite_dir):
     body = json.loads(out.strip().splitlines()[-1])
     assert body["interrupted"] and 2 <= body["ran"] < N and body["runs"] == N
     assert body["counts"] == {"match": body["ran"]}
+
+
+def test_since_takes_iso_8601_or_a_span_back_from_now_and_refuses_anything_else(tmp_path):
+    from datetime import UTC, datetime
+
+    from agentlog.replay.suite import point_in_time
+
+    now = datetime(2026, 11, 28, 10, 30, tzinfo=UTC)
+    assert point_in_time("7d", now=now) == "2026-11-21T10:30:00Z"
+    assert [point_in_time(t, now=now) for t in ("90m", "24h", "2w")] == [
+        "2026-11-28T09:00:00Z", "2026-11-27T10:30:00Z", "2026-11-14T10:30:00Z"]
+    assert point_in_time("2026-11-21T10:00:00Z") == "2026-11-21T10:00:00Z"  # as given
+    with pytest.raises(ReplayError, match="--until takes ISO 8601") as e:
+        point_in_time("last week", option="--until")
+    assert e.value.code == "bad_param"
+    done = CliRunner().invoke(app, ["suite", "create", "s", "--since", "7 days", "--out", str(tmp_path / "s.json")])
+    assert done.exit_code == 2 and "error[bad_param]: --since takes ISO 8601" in done.output
+    assert not (tmp_path / "s.json").exists()

@@ -61,9 +61,9 @@ def framework(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
     return request.param, out / "suite.json"
 
 
-def _replay(framework: tuple[str, Path], variant: str, **options: object) -> SuiteReport:
+def _replay(framework: tuple[str, Path], variant: str, *, jobs: int = 1) -> SuiteReport:
     name, suite = framework
-    return replay_suite(Suite.read(suite), f"tests.unit.replay.suite_desk_{name}:{variant}", **options)  # type: ignore[arg-type]
+    return replay_suite(Suite.read(suite), f"tests.unit.replay.suite_desk_{name}:{variant}", jobs=jobs)
 
 
 def _only_group(report: SuiteReport, runs: list[str]) -> dict:
