@@ -197,7 +197,23 @@ def _error(span: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _failed(span: Mapping[str, Any]) -> bool:
-    return int((span.get("status") or {}).get("code") or 0) == _ERROR
+    """Whether the span ended in error; LangGraph handing control to a parent graph is no error."""
+    return int((span.get("status") or {}).get("code") or 0) == _ERROR and not _hands_to_parent(span)
+
+
+#: The exception LangGraph raises to carry ``Command(graph=Command.PARENT, …)`` up to the parent graph: the
+#: instrumentations record it as an error on every span it passes through, though control only moves on.
+_PARENT_COMMAND = "ParentCommand"
+
+
+def _hands_to_parent(span: Mapping[str, Any]) -> bool:
+    if span_attrs(span).get("error.type") == _PARENT_COMMAND:
+        return True
+    events = span.get("events")
+    return isinstance(events, list) and any(
+        isinstance(e, dict) and e.get("name") == "exception"
+        and str((e.get("attributes") or {}).get("exception.type") or "").rpartition(".")[2] == _PARENT_COMMAND
+        for e in events)
 
 
 def _chat(span: Mapping[str, Any], r: Reading, add: Any) -> None:
@@ -261,58 +277,108 @@ class _Handoff:
     source: str | None  # the agent or graph node handing off
 
 
-def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, Reading]) -> dict[str, _Handoff]:
-    """Target span → handoff, for the spans where control passes to another agent.
+#: LangGraph's name of the node a graph starts from: a branch taken from START runs as a task of this node.
+_GRAPH_START = "__start__"
+
+
+def _handoffs(pending: Mapping[str, Mapping[str, Any]],
+              readings: Mapping[str, Reading]) -> tuple[dict[str, _Handoff], set[str]]:
+    """Target span → handoff, for the spans where control passes to another agent; and the route spans
+    those handoffs account for (they add no event of their own).
 
     * a handoff span (OpenAI Agents: ``handoff`` operation, OpenInference ``handoff to <agent>``;
-      the proposed ``gen_ai.agent.handoff.target.name``): the target is the first agent span
-      starting after it, not enclosing it, named as its target when it names one;
-    * a LangGraph ``goto`` (``Command(goto=…)``, OpenLLMetry): the first node or agent span of
-      that name starting after it;
-    * a trace with neither (OpenInference's LangGraph spans say nothing of routing): a graph node
-      whose execution contains an agent (a subgraph or ReAct agent) is a worker the node before it
-      (its supervisor) handed off to.
+      the proposed ``gen_ai.agent.handoff.target.name``; an ADK ``transfer_to_agent`` call): the target
+      is the first agent span starting after it, not enclosing it, named as its target when it names one;
+    * LangGraph (:func:`_graph_handoffs`): a node that runs an agent, reached from another node.
     """
     start = {sid: int(s["startNs"]) for sid, s in pending.items()}
-
-    def ancestors(sid: str) -> list[str]:
-        out: list[str] = []
-        cur = pending.get(sid)
-        while cur is not None and cur.get("parentSpanId") and len(out) < 1000:
-            out.append(str(cur["parentSpanId"]))
-            cur = pending.get(cur["parentSpanId"])
-        return out
-
     found: dict[str, _Handoff] = {}
-    explicit = sorted((start[sid], sid) for sid, r in readings.items() if r.kind in ("handoff", "route"))
+    explicit = sorted((start[sid], sid) for sid, r in readings.items() if r.kind == "handoff")
     for t0, origin in explicit:
         r = readings[origin]
-        enclosing = set(ancestors(origin))
-        kinds = ("agent", "step") if r.kind == "route" else ("agent",)
-        candidates = [(start[sid], len(ancestors(sid)), sid) for sid, c in readings.items()
-                      if sid not in found and sid != origin and sid not in enclosing and c.kind in kinds
+        enclosing = set(_ancestors(pending, origin))
+        candidates = [(start[sid], len(_ancestors(pending, sid)), sid) for sid, c in readings.items()
+                      if sid not in found and sid != origin and sid not in enclosing and c.kind == "agent"
                       and start[sid] >= t0 and (r.target is None or c.name == r.target)]
         if candidates:
             found[min(candidates)[2]] = _Handoff(origin, r.source)
-    if explicit:
-        return found
-    children: dict[str, list[str]] = {}
-    for sid, span in pending.items():
-        children.setdefault(str(span.get("parentSpanId") or ""), []).append(sid)
-    for root, r in readings.items():
-        if r.kind != "workflow":
-            continue
-        steps = sorted((start[c], c) for c in children.get(root, []) if readings[c].kind == "step"
-                       and readings[c].node is not None)
-        for i, (_, sid) in enumerate(steps):
-            below, agent = list(children.get(sid, [])), False
-            while below and not agent:
-                cur = below.pop()
-                agent = readings[cur].kind == "agent"
-                below.extend(children.get(cur, []))
-            if i > 0 and agent:
-                found[sid] = _Handoff(None, readings[steps[i - 1][1]].name)
-    return found
+    consumed = _graph_handoffs(pending, readings, found)
+    return found, consumed
+
+
+def _ancestors(pending: Mapping[str, Mapping[str, Any]], sid: str) -> list[str]:
+    out: list[str] = []
+    cur = pending.get(sid)
+    while cur is not None and cur.get("parentSpanId") and len(out) < 1000:
+        out.append(str(cur["parentSpanId"]))
+        cur = pending.get(cur["parentSpanId"])
+    return out
+
+
+def _graph_handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, Reading],
+                    found: dict[str, _Handoff]) -> set[str]:
+    """LangGraph's handoffs, into ``found``, from what every LangGraph shape's spans carry: checkpoint namespaces.
+
+    Each node execution (a task) has its namespace, ``<node>:<task id>``, and a subgraph's tasks extend the
+    namespace of the node running it (``researcher:<id>|llm:<id>``); both instrumentation families put it on a
+    node's spans. A node execution that runs a graph of its own (a compiled subgraph, ``create_react_agent``,
+    the agents of ``create_supervisor`` and ``create_swarm``) is an **agent**; every other node (a router, a
+    formatter, a function calling a model) is a plain node of the run it is in. An agent's execution is a
+    child run unless it is its graph's entry node (the first node that ran, whose agent the run itself is:
+    a supervisor getting control back, a swarm's default agent). However control reached it (a conditional
+    edge, ``Command(goto=…)``, ``Command(graph=Command.PARENT, …)`` from inside a sibling, a handoff tool,
+    ``Send``), the handing node is the one a ``goto`` span naming the agent ran in (OpenLLMetry records
+    ``Command``), else the sibling that finished last before the agent started (parallel ``Send`` workers all
+    name the node that sent them). Returns the ``goto`` spans accounted for.
+    """
+    first: dict[str, tuple[int, int, str]] = {}  # namespace → (start, depth, span) of its outermost span
+    for sid, r in readings.items():
+        if r.scope is not None:
+            key = (int(pending[sid]["startNs"]), len(_ancestors(pending, sid)), sid)
+            if r.scope not in first or key < first[r.scope]:
+                first[r.scope] = key
+    execution_of = {key[2]: scope for scope, key in first.items()}  # outermost span → its namespace
+    agents = {_graph_of(scope) for scope in first} & set(first)
+    graphs: dict[str, list[str]] = {}  # a graph's namespace ("" for the root graph) → its executions by start
+    for scope in sorted(first, key=first.__getitem__):
+        graphs.setdefault(_graph_of(scope), []).append(scope)
+    routes = [sid for _, sid in sorted((int(pending[sid]["startNs"]), sid) for sid, r in readings.items()
+                                       if r.kind == "route")]
+    consumed: set[str] = set()
+    for scopes in graphs.values():
+        entry = next((_node_of(sc) for sc in scopes if _node_of(sc) != _GRAPH_START), None)
+
+        def execution_around(sid: str, siblings: frozenset[str] = frozenset(scopes)) -> str | None:
+            """The execution of this graph that a span ran in (a ``goto`` span: the node that sent it)."""
+            return next((execution_of[up] for up in [sid, *_ancestors(pending, sid)]
+                         if execution_of.get(up) in siblings), None)
+
+        for scope in scopes:
+            target, t0 = first[scope][2], first[scope][0]
+            name = _node_of(scope)
+            if scope not in agents or name == entry or target in found:
+                continue
+            told = [(sid, execution_around(sid)) for sid in routes if sid not in consumed
+                    and int(pending[sid]["startNs"]) <= t0 and readings[sid].target == name]
+            told = [(sid, sender) for sid, sender in told if sender is not None]
+            if told:
+                origin, sender = told[0]
+                consumed.update(sid for sid, s in told if s == sender)  # a PARENT goto is recorded at each level
+                found[target] = _Handoff(origin, _node_of(sender))
+                continue
+            ended = [(int(pending[first[sc][2]]["endNs"]), sc) for sc in scopes
+                     if sc != scope and int(pending[first[sc][2]]["endNs"]) <= t0]
+            found[target] = _Handoff(None, _node_of(max(ended)[1]) if ended else entry)
+    return consumed
+
+
+def _graph_of(scope: str) -> str:
+    """The namespace of the graph a node execution ran in: its own less the last ``|<node>:<task id>``."""
+    return scope.rpartition("|")[0]
+
+
+def _node_of(scope: str) -> str:
+    return scope.rpartition("|")[2].partition(":")[0]
 
 
 def _asked_tool_calls(pending: Mapping[str, Mapping[str, Any]],
@@ -390,7 +456,7 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
         except Malformed as e:
             readings[sid] = Reading("rejected", name=str(span.get("name") or ""))
             rejected[sid] = str(e)
-    handoffs = _handoffs(pending, readings)
+    handoffs, routed = _handoffs(pending, readings)
     base = run_ids(pending, known_runs)
     children = {sid: _child_run(base[sid], readings[sid].name or "agent", sid) for sid in handoffs}
     runs = run_ids(pending, known_runs, children=children)
@@ -452,8 +518,8 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
             _chat(span, r, add)
         elif r.kind == "tool":
             _tool(span, _with_asked_call(r, start, asked), add)
-        elif r.kind in ("handoff", "route") and any(h.origin == sid for h in handoffs.values()):
-            pass  # its handoff chain is emitted with the target's run (below, at this span's start)
+        elif sid in routed or (r.kind == "handoff" and any(h.origin == sid for h in handoffs.values())):
+            pass  # its handoff chain is emitted with the target's run (at the handoff's start)
         else:
             _opaque(span, add)
 

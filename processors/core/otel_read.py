@@ -27,7 +27,7 @@ import ast
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 __all__ = ["REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span", "span_attrs", "subject"]
@@ -60,6 +60,9 @@ class Reading:
     name: str | None = None
     conversation: str | None = None
     node: str | None = None  # the graph node the span ran in (LangGraph), for nodeId
+    #: LangGraph's checkpoint namespace of the node execution the span ran in (``researcher:<task id>``, a
+    #: subgraph's nodes ``researcher:<task id>|llm:<task id>``): which graph, node and task a span belongs to.
+    scope: str | None = None
     source: str | None = None
     target: str | None = None
     # llm
@@ -354,6 +357,15 @@ def _graph_node(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _graph_scope(attrs: Mapping[str, Any]) -> str | None:
+    """LangGraph's ``langgraph_checkpoint_ns`` (OpenLLMetry's association property, OpenInference's metadata)."""
+    scope = attrs.get("traceloop.association.properties.langgraph_checkpoint_ns")
+    if not (isinstance(scope, str) and scope):
+        meta = _json(attrs, "metadata", strict=False)
+        scope = meta.get("langgraph_checkpoint_ns") if isinstance(meta, dict) else None
+    return scope if isinstance(scope, str) and scope else None
+
+
 def _usage(attrs: Mapping[str, Any]) -> dict[str, int]:
     pairs = (("inputTokens", ("gen_ai.usage.input_tokens", "gen_ai.usage.prompt_tokens", "llm.token_count.prompt")),
              ("outputTokens", ("gen_ai.usage.output_tokens", "gen_ai.usage.completion_tokens",
@@ -517,6 +529,12 @@ def read_span(span: Mapping[str, Any]) -> Reading:
     Raises:
         Malformed: an attribute the span's family defines is present but unreadable.
     """
+    reading = _classify(span)
+    scope = _graph_scope(span_attrs(span))
+    return replace(reading, scope=scope) if scope else reading
+
+
+def _classify(span: Mapping[str, Any]) -> Reading:
     attrs = span_attrs(span)
     op = attrs.get("gen_ai.operation.name")
     if op is not None and not isinstance(op, str):
