@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import os
 import socket
@@ -211,7 +212,7 @@ def _openai_agents(provider: Any, instrumentation: str) -> None:
 
 # --- LangGraph ---------------------------------------------------------------------------------------------------
 
-def _langgraph(provider: Any, instrumentation: str) -> None:
+def _instrument_langchain(provider: Any, instrumentation: str) -> None:
     if instrumentation == "openllmetry":
         from opentelemetry.instrumentation.langchain import LangchainInstrumentor
         LangchainInstrumentor().instrument(tracer_provider=provider)
@@ -219,6 +220,9 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
         from openinference.instrumentation.langchain import LangChainInstrumentor
         LangChainInstrumentor().instrument(tracer_provider=provider)
 
+
+def _langgraph(provider: Any, instrumentation: str) -> None:
+    _instrument_langchain(provider, instrumentation)
 
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage
@@ -280,6 +284,249 @@ def _langgraph(provider: Any, instrumentation: str) -> None:
                                      Scripted(node=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), [search_papers])
     assert answer.content == s.SUPERVISOR_ANSWER, answer
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
+
+
+# --- LangGraph, every way one agent hands control to another (script.LANGGRAPH_SHAPES) ----------------------------
+# The graphs' node functions leave their state parameter unannotated: LangGraph reads a node's annotations with
+# get_type_hints, which cannot resolve names these functions import locally.
+
+def _scripted_chat_model(calls: list[tuple[str, dict[str, Any], int, int, str | None]]) -> Any:
+    """A chat model class whose instances answer their agent's next scripted call (:data:`script.LANGGRAPH_SHAPES`).
+
+    Each instance speaks for one agent; the calls of concurrent workers of one agent are told apart by the text
+    of their last user message (``when``). Usage is reported as a provider reports it.
+    """
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    answered: set[int] = set()
+    lock = threading.Lock()
+
+    class Scripted(BaseChatModel):
+        agent: str
+        model_name: str
+
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        @property
+        def _identifying_params(self) -> dict[str, Any]:
+            return {"model_name": self.model_name}
+
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self.bind(tools=[convert_to_openai_tool(t) for t in tools])
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            asked = next((str(m.content) for m in reversed(messages) if isinstance(m, HumanMessage)), "")
+            with lock:
+                i = next((n for n, (agent, _, _, _, when) in enumerate(calls) if n not in answered
+                          and agent == self.agent and (when is None or when in asked)), None)
+                assert i is not None, f"{self.agent} made a call the script does not have: {asked!r}"
+                answered.add(i)
+            _, reply, tokens_in, tokens_out, _ = calls[i]
+            usage = {"input_tokens": tokens_in, "output_tokens": tokens_out, "total_tokens": tokens_in + tokens_out}
+            meta = {"model_name": self.model_name, "finish_reason": "tool_calls" if "tool" in reply else "stop"}
+            if "tool" in reply:
+                msg = AIMessage(content="", tool_calls=[{"name": reply["tool"], "args": reply["args"],
+                                                         "id": f"call_{i}"}], usage_metadata=usage,
+                                response_metadata=meta)
+            else:
+                msg = AIMessage(content=reply["text"], usage_metadata=usage, response_metadata=meta)
+            return ChatResult(generations=[ChatGeneration(message=msg)],
+                              llm_output={"model_name": self.model_name, "token_usage": {
+                                  "prompt_tokens": tokens_in, "completion_tokens": tokens_out,
+                                  "total_tokens": tokens_in + tokens_out}})
+
+    Scripted.answered = answered  # type: ignore[attr-defined]
+    return Scripted
+
+
+def _search_tool(results: dict[str, str] | None = None) -> Any:
+    from langchain_core.tools import tool
+
+    @tool(s.SEARCH_TOOL)
+    def search_papers(query: str) -> str:
+        """Search papers."""
+        return (results or {s.SEARCH_ARGS["query"]: s.SEARCH_RESULT})[query]
+
+    return search_papers
+
+
+def _transfer_tool(agent: str) -> Any:
+    """The supervisor's transfer_to_<agent> tool as the model sees it (the graph routes on the call; it never runs)."""
+    from langchain_core.tools import tool
+
+    @tool(f"transfer_to_{agent}")
+    def transfer() -> str:
+        """Hand the conversation to this agent."""
+        return f"Transferred to {agent}"
+
+    return transfer
+
+
+def _routed(model: Any) -> Any:
+    """add_conditional_edges: supervisor → researcher (a compiled StateGraph) → supervisor → writer
+    (create_react_agent) → supervisor → formatter (a plain node)."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+
+    supervisor_model = model(agent=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL).bind_tools(
+        [_transfer_tool(s.RESEARCHER), _transfer_tool(s.WRITER)])
+
+    def supervisor(state) -> dict[str, Any]:
+        reply = supervisor_model.invoke(state["messages"])
+        done = [ToolMessage(content=f"Transferred to {c['name'].removeprefix('transfer_to_')}", tool_call_id=c["id"],
+                            name=c["name"]) for c in reply.tool_calls]
+        return {"messages": [reply, *done]}
+
+    def route(state) -> str:
+        reply = next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+        return reply.tool_calls[0]["name"].removeprefix("transfer_to_") if reply.tool_calls else s.FORMATTER
+
+    def formatter(state) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"Report: {state['messages'][-1].content}")]}
+
+    search = _search_tool()
+    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools([search])
+
+    def call_model(state) -> dict[str, Any]:
+        return {"messages": [researcher_model.invoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("llm", call_model)
+    inner.add_node("tools", ToolNode([search]))
+    inner.add_edge(START, "llm")
+    inner.add_conditional_edges("llm", tools_condition, {"tools": "tools", END: END})
+    inner.add_edge("tools", "llm")
+    writer = create_react_agent(model(agent=s.WRITER, model_name=s.WRITER_MODEL), [], name=s.WRITER)
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.SUPERVISOR, supervisor)
+    graph.add_node(s.RESEARCHER, inner.compile())
+    graph.add_node(s.WRITER, writer)
+    graph.add_node(s.FORMATTER, formatter)
+    graph.add_edge(START, s.SUPERVISOR)
+    graph.add_conditional_edges(s.SUPERVISOR, route, [s.RESEARCHER, s.WRITER, s.FORMATTER])
+    graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
+    graph.add_edge(s.WRITER, s.SUPERVISOR)
+    graph.add_edge(s.FORMATTER, END)
+    return graph.compile()
+
+
+def _parent(model: Any) -> Any:
+    """Command(graph=Command.PARENT, goto=...): the researcher subgraph's own hand_off node sends the parent graph
+    on to the writer."""
+    from langchain_core.messages import ToolMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, create_react_agent
+    from langgraph.types import Command
+
+    search = _search_tool()
+    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools(
+        [search, _transfer_tool(s.WRITER)])
+
+    def call_model(state) -> dict[str, Any]:
+        return {"messages": [researcher_model.invoke(state["messages"])]}
+
+    def next_step(state) -> str:
+        calls = state["messages"][-1].tool_calls
+        return END if not calls else "hand_off" if calls[0]["name"] == s.TO_WRITER else "tools"
+
+    def hand_off(state):
+        call = state["messages"][-1].tool_calls[0]
+        done = ToolMessage(content=f"Transferred to {s.WRITER}", tool_call_id=call["id"], name=call["name"])
+        return Command(graph=Command.PARENT, goto=s.WRITER, update={"messages": [*state["messages"], done]})
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("llm", call_model)
+    inner.add_node("tools", ToolNode([search]))
+    inner.add_node("hand_off", hand_off)
+    inner.add_edge(START, "llm")
+    inner.add_conditional_edges("llm", next_step, ["tools", "hand_off", END])
+    inner.add_edge("tools", "llm")
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.RESEARCHER, inner.compile(), destinations=(s.WRITER,))
+    graph.add_node(s.WRITER, create_react_agent(model(agent=s.WRITER, model_name=s.WRITER_MODEL), [],
+                                                name=s.WRITER))
+    graph.add_edge(START, s.RESEARCHER)
+    graph.add_edge(s.WRITER, END)
+    return graph.compile()
+
+
+def _supervisor_package(model: Any) -> Any:
+    """langgraph_supervisor.create_supervisor over one create_react_agent researcher."""
+    from langgraph.prebuilt import create_react_agent
+    from langgraph_supervisor import create_supervisor
+
+    researcher = create_react_agent(model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL), [_search_tool()],
+                                    name=s.RESEARCHER)
+    return create_supervisor([researcher], model=model(agent=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL),
+                             supervisor_name=s.SUPERVISOR).compile()
+
+
+def _swarm(model: Any) -> Any:
+    """langgraph_swarm.create_swarm: a researcher that searches and hands off, a writer that answers."""
+    from langgraph.prebuilt import create_react_agent
+    from langgraph_swarm import create_handoff_tool, create_swarm
+
+    researcher = create_react_agent(model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL),
+                                    [_search_tool(), create_handoff_tool(agent_name=s.WRITER)], name=s.RESEARCHER)
+    writer = create_react_agent(model(agent=s.WRITER, model_name=s.WRITER_MODEL),
+                                [create_handoff_tool(agent_name=s.RESEARCHER)], name=s.WRITER)
+    return create_swarm([researcher, writer], default_active_agent=s.RESEARCHER).compile()
+
+
+def _send(model: Any) -> Any:
+    """Send fan-out: a planner node sends each topic to a worker agent; the workers run in one step; a join node."""
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import create_react_agent
+    from langgraph.types import Send
+
+    planner_model = model(agent=s.PLANNER, model_name=s.SUPERVISOR_MODEL)
+    worker = create_react_agent(model(agent=s.WORKER, model_name=s.RESEARCHER_MODEL),
+                                [_search_tool(s.TOPIC_RESULTS)], name=s.WORKER)
+
+    def planner(state) -> dict[str, Any]:
+        return {"messages": [planner_model.invoke(state["messages"])]}
+
+    def fan_out(state):
+        return [Send(s.WORKER, {"messages": [HumanMessage(content=f"Search: {topic}")]}) for topic in s.TOPICS]
+
+    def join(state) -> dict[str, Any]:
+        found = sorted(str(m.content) for m in state["messages"] if isinstance(m, AIMessage)
+                       and str(m.content).startswith("Found"))
+        return {"messages": [AIMessage(content=" ".join(found))]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.PLANNER, planner)
+    graph.add_node(s.WORKER, worker)
+    graph.add_node(s.JOINER, join)
+    graph.add_edge(START, s.PLANNER)
+    graph.add_conditional_edges(s.PLANNER, fan_out, [s.WORKER])
+    graph.add_edge(s.WORKER, s.JOINER)
+    graph.add_edge(s.JOINER, END)
+    return graph.compile()
+
+
+_SHAPES = {"lg_routed": _routed, "lg_parent": _parent, "lg_supervisor": _supervisor_package, "lg_swarm": _swarm,
+           "lg_send": _send}
+
+
+def _langgraph_shape(program: str, provider: Any, instrumentation: str) -> None:
+    """One program of :data:`script.LANGGRAPH_SHAPES`, run on its thread id; every scripted call is made."""
+    _instrument_langchain(provider, instrumentation)
+    thread, calls = s.LANGGRAPH_SHAPES[program]
+    model = _scripted_chat_model(calls)
+    graph = _SHAPES[program](model)
+    graph.invoke({"messages": [("user", s.GRAPH_USER)]}, config={"configurable": {"thread_id": thread}})
+    assert model.answered == set(range(len(calls))), f"calls made: {sorted(model.answered)} of {len(calls)}"
 
 
 # --- Google ADK ---------------------------------------------------------------------------------------------------
@@ -371,7 +618,8 @@ def _adk(provider: Any, instrumentation: str) -> None:
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 
 
-PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk}
+PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk,
+            **{name: functools.partial(_langgraph_shape, name) for name in s.LANGGRAPH_SHAPES}}
 #: The module a case beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
 _NEEDS = {"adk.genai": "google.adk", "adk.openinference": "openinference.instrumentation.google_adk"}
 
@@ -456,7 +704,7 @@ def main() -> None:
             print(f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}: "
                   f"{path.stat().st_size} bytes")
         return
-    cases = [(p, i) for p in s.PROGRAMS for i in s.INSTRUMENTATIONS]
+    cases = [(p, i) for p in (*s.PROGRAMS, *s.LANGGRAPH_SHAPES) for i in s.INSTRUMENTATIONS]
     for program, instrumentation in s.EXTRA_CASES:
         need = _NEEDS[f"{program}.{instrumentation}"]
         if not _installed(need):

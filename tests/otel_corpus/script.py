@@ -60,3 +60,81 @@ ADK_CALLS = AGENTS_CALLS
 #: instrumentation (GenAI semantic conventions) and OpenInference's ADK instrumentor (on ADK's
 #: legacy telemetry schema, see tests/otel_corpus/record.py).
 EXTRA_CASES = (("adk", "genai"), ("adk", "openinference"))
+
+# --- LangGraph, every way one agent hands control to another --------------------------------------------------
+# Each program is recorded under both LangChain instrumentations (``<program>.<instrumentation>.pb.gz``) and
+# checked by tests/unit/core/test_otel_langgraph.py. A model call is (agent, reply, input tokens, output tokens,
+# when): the reply is {"tool": name, "args": {...}} (one tool call, id ``call_<index in the list>``) or {"text":
+# ...}; ``when``, if not None, is text the agent's last user message holds (concurrent workers of one agent are
+# told apart by it, not by the order they call in). The scripted model answers each agent's calls in order.
+WRITER = "writer"
+WRITER_MODEL = "scripted-writer"
+WRITER_ANSWER = "Summary: replaying agent runs needs their events."
+ROUTED_FINAL = "The researcher and the writer are done."
+SEARCH_CALL = {"tool": SEARCH_TOOL, "args": SEARCH_ARGS}
+TO_RESEARCHER, TO_WRITER = "transfer_to_researcher", "transfer_to_writer"
+FORMATTER = "formatter"  # a plain node (no model, no subgraph): it stays a node of the run it is in
+FORMATTED = "Report: The researcher and the writer are done."
+
+#: ``add_conditional_edges``: a supervisor node (a function calling its model) routes to a researcher that is a
+#: compiled StateGraph of its own (model → ToolNode → model), then to a writer made by ``create_react_agent``,
+#: then to a plain formatter node; the routing function reads the supervisor's transfer_to_<agent> tool call.
+ROUTED_THREAD = "thread-routed-1"
+ROUTED_CALLS = [
+    (SUPERVISOR, {"tool": TO_RESEARCHER, "args": {}}, 20, 5, None),
+    (RESEARCHER, SEARCH_CALL, 25, 8, None),
+    (RESEARCHER, {"text": RESEARCHER_ANSWER}, 40, 11, None),
+    (SUPERVISOR, {"tool": TO_WRITER, "args": {}}, 52, 6, None),
+    (WRITER, {"text": WRITER_ANSWER}, 60, 14, None),
+    (SUPERVISOR, {"text": ROUTED_FINAL}, 70, 9, None),
+]
+
+#: ``Command(graph=Command.PARENT, goto=...)``: the researcher, a subgraph and the graph's first node, searches,
+#: then one of its own nodes hands control to the writer (a sibling in the parent graph) from inside it.
+PARENT_THREAD = "thread-parent-2"
+PARENT_CALLS = [
+    (RESEARCHER, SEARCH_CALL, 25, 8, None),
+    (RESEARCHER, {"tool": TO_WRITER, "args": {}}, 40, 6, None),
+    (WRITER, {"text": WRITER_ANSWER}, 60, 14, None),
+]
+
+#: ``langgraph_supervisor.create_supervisor``: the supervisor agent calls its transfer_to_researcher handoff tool;
+#: the researcher (``create_react_agent``) searches and answers; control returns to the supervisor, which answers.
+SUPERVISOR_THREAD = "thread-supervisor-4"
+SUPERVISOR_CALLS = [
+    (SUPERVISOR, {"tool": TO_RESEARCHER, "args": {}}, 20, 5, None),
+    (RESEARCHER, SEARCH_CALL, 25, 8, None),
+    (RESEARCHER, {"text": RESEARCHER_ANSWER}, 40, 11, None),
+    (SUPERVISOR, {"text": SUPERVISOR_ANSWER}, 52, 9, None),
+]
+
+#: ``langgraph_swarm.create_swarm``: the researcher (the default active agent) searches, then hands off with the
+#: tool ``create_handoff_tool(agent_name="writer")`` made; the writer answers.
+SWARM_THREAD = "thread-swarm-5"
+SWARM_CALLS = PARENT_CALLS
+
+#: ``Send`` fan-out: a planner node (a function calling its model) sends each topic to a ``worker`` agent
+#: (``create_react_agent``), the workers run in one step, concurrently, each searching its topic and answering; a
+#: plain node joins their answers.
+SEND_THREAD = "thread-send-6"
+PLANNER, WORKER, JOINER = "planner", "worker", "join"
+TOPICS = ("event logs", "handoffs")
+PLAN = "Two topics: event logs, handoffs."
+SEND_CALLS = [
+    (PLANNER, {"text": PLAN}, 18, 6, None),
+    (WORKER, {"tool": SEARCH_TOOL, "args": {"query": TOPICS[0]}}, 22, 7, TOPICS[0]),
+    (WORKER, {"tool": SEARCH_TOOL, "args": {"query": TOPICS[1]}}, 23, 8, TOPICS[1]),
+    (WORKER, {"text": f"Found papers on {TOPICS[0]}."}, 30, 10, TOPICS[0]),
+    (WORKER, {"text": f"Found papers on {TOPICS[1]}."}, 31, 12, TOPICS[1]),
+]
+#: What the search tool answers for each topic of the fan-out.
+TOPIC_RESULTS = {TOPICS[0]: "2 papers on event logs", TOPICS[1]: "1 paper on handoffs"}
+
+#: program → (thread id, model calls). Recorded under INSTRUMENTATIONS.
+LANGGRAPH_SHAPES = {
+    "lg_routed": (ROUTED_THREAD, ROUTED_CALLS),
+    "lg_parent": (PARENT_THREAD, PARENT_CALLS),
+    "lg_supervisor": (SUPERVISOR_THREAD, SUPERVISOR_CALLS),
+    "lg_swarm": (SWARM_THREAD, SWARM_CALLS),
+    "lg_send": (SEND_THREAD, SEND_CALLS),
+}
