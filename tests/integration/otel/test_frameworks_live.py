@@ -1,16 +1,18 @@
 """The corpus programs exported live: real frameworks, real instrumentations, real exporters, a real worker.
 
 For each program × instrumentation of ``tests/otel_corpus`` (OpenAI Agents SDK and LangGraph, each under
-OpenLLMetry and OpenInference; Google ADK under its own instrumentation and OpenInference), ``python -m
+OpenLLMetry and OpenInference; Google ADK under its own instrumentation and OpenInference; LangGraph's supervisor
+routing by conditional edges to a compiled subgraph and a ``create_react_agent``, under both), ``python -m
 tests.otel_corpus.record --live`` runs the recorder's own program (scripted models, offline: ADK's is a
 ``BaseLlm``) with the SDK's ``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables
 only, as a user's program is, and sends its spans to an ``agentlog worker`` bound beyond loopback
-(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Three cases export over OTLP/gRPC, three over OTLP/HTTP; each
+(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Four cases export over OTLP/gRPC, four over OTLP/HTTP; each
 sends the token as ``OTEL_EXPORTER_OTLP_HEADERS`` says.
 
 The runs are read back from the committed log (``agentlog export``) and the audit store (``agentlog
-sql``/``query``), and checked by the corpus unit tests' own ``check_*`` functions: runs, child runs,
-the handoff, LLM calls with their cache keys, tool pairs, usage. Around that: a request without the
+sql``/``query``), and checked by the corpus unit tests' own ``check_*`` functions (the LangGraph shapes':
+``test_otel_langgraph.check_shape``): runs, child runs, the handoffs, LLM calls with their cache keys, tool
+pairs, usage. Around that: a request without the
 token (or with a wrong one) is refused (401 / UNAUTHENTICATED) and adds nothing, and on gRPC an
 exporter's retry of the same batch, after its runs are committed, adds nothing either.
 """
@@ -35,6 +37,7 @@ import pytest
 
 from tests.integration.otel.test_otlp_ingest import _export, _wait_for
 from tests.integration.worker.worker_proc import WorkerProcess
+from tests.otel_corpus import script as s
 from tests.tools import REQUIRE_TOOLS_ENV, agentlog_cli, free_port
 from tests.unit.core.test_otel_corpus import (
     CORPUS,
@@ -44,6 +47,7 @@ from tests.unit.core.test_otel_corpus import (
     check_tool_call_and_return_pairs,
     root_and_child,
 )
+from tests.unit.core.test_otel_langgraph import check_shape, shape_runs
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(600)]
 
@@ -59,10 +63,13 @@ CASES = [
     ("langgraph", "openinference", "grpc"),
     ("adk", "genai", "http/protobuf"),
     ("adk", "openinference", "grpc"),
+    ("lg_routed", "openllmetry", "http/protobuf"),
+    ("lg_routed", "openinference", "grpc"),
 ]
 #: What each case needs in the test process (the program itself runs in a child process), by program, by
 #: instrumentation, by protocol and by program.instrumentation.
 NEEDS = {"openai_agents": ("agents",), "langgraph": ("langgraph", "langchain_core"), "adk": ("google.adk",),
+         **{program: ("langgraph", "langchain_core") for program in s.LANGGRAPH_SHAPES},
          "openllmetry": ("opentelemetry.instrumentation",), "openinference": ("openinference.instrumentation",),
          "genai": ("google.adk.telemetry",), "adk.openinference": ("openinference.instrumentation.google_adk",),
          "grpc": ("grpc", "opentelemetry.exporter.otlp.proto.grpc"),
@@ -209,24 +216,29 @@ def test_a_live_program_arrives_as_its_runs(settings, tmp_path, program, instrum
                              env=env, cwd=REPO, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, (out.stdout + out.stderr)[-4000:]
 
-        def arrived() -> tuple[dict[str, list[dict]], str, str]:
-            runs, root, child = root_and_child(_committed_runs(settings))
+        def arrived() -> tuple[dict[str, list[dict]], str, list[str]]:
+            committed = _committed_runs(settings)
+            if program in s.LANGGRAPH_SHAPES:
+                check_shape(program, instrumentation, committed)
+                return committed, *shape_runs(committed, program)
+            runs, root, child = root_and_child(committed)
             check_runs_child_runs_and_the_handoff(program, instrumentation, runs, root, child)
             check_llm_calls_with_content_cache_keys_and_usage(program, instrumentation, runs, root, child)
             check_tool_call_and_return_pairs(program, instrumentation, runs, root, child)
-            return runs, root, child
+            return runs, root, [child]
 
-        runs, root, child = _eventually("the program's runs, whole", arrived)
+        runs, root, children = _eventually("the program's runs, whole", arrived)
 
-        # The audit store agrees: the handoff's transitions and the script's tokens.
+        # The audit store agrees: each handoff's transitions and the script's tokens.
         def transitions() -> None:
             rows = _sql_rows(settings, f"SELECT phase, child_run_id FROM transitions WHERE parent_run_id = '{root}'")
-            assert rows is not None and len(rows) == 3, rows
-            assert sorted(r[0] for r in rows) == ["child.completed", "dispatch.began", "dispatch.succeeded"]
-            assert {r[1] for r in rows if r[0] != "dispatch.began"} == {child}
+            assert rows is not None and len(rows) == 3 * len(children), rows
+            assert sorted(r[0] for r in rows) == sorted(
+                ["child.completed", "dispatch.began", "dispatch.succeeded"] * len(children))
+            assert {r[1] for r in rows if r[0] != "dispatch.began"} == set(children)
 
         _eventually("the handoff transitions", transitions)
-        script = SCRIPTS[program][2]
+        script = s.LANGGRAPH_SHAPES[program][1] if program in s.LANGGRAPH_SHAPES else SCRIPTS[program][2]
         expected = (sum(c[2] for c in script), sum(c[3] for c in script))
         _eventually("usage equal to the script's tokens", lambda: _check_equal(_usage(settings), expected))
         # Nothing refused anywhere: the unauthorized requests above left no rejection either.
