@@ -20,7 +20,9 @@ later emission (still contiguous; causation still names earlier events).
 
 Runs: run id = ``gen_ai.conversation.id``, inherited from the nearest ancestor span
 that has one, else the trace id. An ``invoke_agent`` span whose run differs from its
-parent span's is a **child run**; its parent run gets the RFC 0037 §B handoff
+parent span's is a **child run**, and so is the target of a handoff (:func:`_handoffs`: a
+framework's handoff span, or a LangGraph agent node another node hands control to); its parent
+run gets the RFC 0037 §B handoff
 (``runOrchestrator.decided`` → ``dispatch.began`` → ``dispatch.succeeded`` →
 ``child.completed``/``child.failed``, each caused by the previous one). A run's ``run.started``
 names its data subject from the span that starts it (:func:`agentlog.core.otel_read.subject`).
@@ -358,9 +360,8 @@ def _graph_handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[
             name = _node_of(scope)
             if scope not in agents or name == entry or target in found:
                 continue
-            told = [(sid, execution_around(sid)) for sid in routes if sid not in consumed
-                    and int(pending[sid]["startNs"]) <= t0 and readings[sid].target == name]
-            told = [(sid, sender) for sid, sender in told if sender is not None]
+            told = [(sid, sender) for sid in routes if sid not in consumed and int(pending[sid]["startNs"]) <= t0
+                    and readings[sid].target == name and (sender := execution_around(sid)) is not None]
             if told:
                 origin, sender = told[0]
                 consumed.update(sid for sid, s in told if s == sender)  # a PARENT goto is recorded at each level
