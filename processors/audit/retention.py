@@ -62,7 +62,7 @@ _UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^(\d+)([smhd])$")
 _CLASS = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: How many runs one DELETE names.
-_CHUNK = 1_000
+_CHUNK = 10_000
 
 
 @dataclass(frozen=True)
