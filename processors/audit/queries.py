@@ -357,6 +357,9 @@ WITH
         WHERE ({model:String} = ''
                OR run_id IN (SELECT run_id FROM usage_hourly WHERE model = {model:String}))
           AND ({search:String} = '' OR positionCaseInsensitive(run_id, {search:String}) > 0)
+          AND ({run_class:String} = '' OR run_id IN (
+                SELECT run_id FROM events
+                WHERE type = 'run.started' AND JSONExtractString(payload, 'runClass') = {run_class:String}))
         GROUP BY run_id
         HAVING started_at >= {since:DateTime64(3, 'UTC')} AND started_at < {until:DateTime64(3, 'UTC')}
            AND ({status:String} = '' OR status = {status:String})
@@ -367,6 +370,10 @@ WITH
     v AS (
         SELECT run_id, count() AS violations FROM violations
         WHERE run_id IN (SELECT run_id FROM r) GROUP BY run_id
+    ),
+    cl AS (
+        SELECT run_id, any(JSONExtractString(payload, 'runClass')) AS run_class FROM events
+        WHERE run_id IN (SELECT run_id FROM r) AND type = 'run.started' GROUP BY run_id
     ),
     rv AS (
         SELECT source_run_id, count() AS replays,
@@ -385,6 +392,7 @@ WITH
 SELECT
     r.run_id AS run_id,
     r.status AS status,
+    ifNull(cl.run_class, '') AS run_class,
     r.started_at AS started_at,
     r.ended_at AS ended_at,
     toUnixTimestamp64Milli(r.ended_at) - toUnixTimestamp64Milli(r.started_at) AS duration_ms,
@@ -406,6 +414,7 @@ SELECT
     ifNull(rv.replays_not_matching, 0) AS replays_not_matching
 FROM r
 LEFT JOIN v ON v.run_id = r.run_id
+LEFT JOIN cl ON cl.run_id = r.run_id
 LEFT JOIN rv ON rv.source_run_id = r.run_id
 WHERE ({flagged:UInt8} = 0 OR notEmpty(flags))
   AND ({verdict:String} = '' OR last_verdict = {verdict:String})
@@ -558,8 +567,8 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
         NamedQuery("refusals", "refusal rate per provider/model: envelope.refusal vs agent.invocation.completed",
                    (_RUN_FILTER,), _REFUSALS),
         NamedQuery("usage", "tokens and cost per run and model (provider.usage)", (_RUN_FILTER,), _USAGE),
-        NamedQuery("runs", "runs in a time window with status, duration, events, cost, flags and replay verdicts "
-                   "(newest first, paged)",
+        NamedQuery("runs", "runs in a time window with status, class, duration, events, cost, flags and replay "
+                   "verdicts (newest first, paged)",
                    (Param("since", _TIME, default="1970-01-01T00:00:00Z",
                           help="runs whose first event is at or after this time (ISO 8601, UTC if no offset)"),
                     Param("until", _TIME, default="2299-12-31T23:59:59Z",
@@ -570,6 +579,7 @@ NAMED_QUERIES: dict[str, NamedQuery] = {
                     Param("flagged", "UInt8", default="0", help="1 = only runs with a non-empty flags"),
                     Param("verdict", help="runs whose last replay verdict is this ('' = all)"),
                     Param("search", help="runs whose id contains this, case-insensitive ('' = all)"),
+                    Param("run_class", help="runs of this class (run.started runClass; '' = all)"),
                     Param("limit", "UInt64", default="100", help="page size"),
                     Param("offset", "UInt64", default="0", help="rows to skip (page * limit)")),
                    _RUNS),
@@ -725,10 +735,11 @@ class AuditQueries:
 
     def runs(self, *, since: str | None = None, until: str | None = None, status: str | None = None,
              model: str | None = None, flagged: bool | int | None = None, verdict: str | None = None,
-             search: str | None = None, limit: int | None = None, offset: int | None = None) -> QueryResult:
+             search: str | None = None, run_class: str | None = None, limit: int | None = None,
+             offset: int | None = None) -> QueryResult:
         return self.run("runs", since=since, until=until, status=status, model=model,
                         flagged=None if flagged is None else int(flagged), verdict=verdict, search=search,
-                        limit=limit, offset=offset)
+                        run_class=run_class, limit=limit, offset=offset)
 
     def replay_verdicts(self, source_run_id: str | None = None, *, verdict: str | None = None,
                         limit: int | None = None) -> QueryResult:

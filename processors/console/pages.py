@@ -66,7 +66,7 @@ __all__ = [
 LIVE_POLL_MS = 2000
 VERDICTS = ("match", "diverged", "diverged_at_refusal", "what-if")
 #: Query-string filters of the runs page, in the ``runs`` named query's names.
-RUNS_FILTERS = ("since", "until", "status", "model", "flagged", "verdict")
+RUNS_FILTERS = ("since", "until", "status", "run_class", "model", "flagged", "verdict")
 _PAYLOAD_CHARS = 4000
 #: Keys per part of the state panel: a long run's handoffs and channels are thousands, and the panel is part of
 #: the first page (what the index changed is always shown, then the latest keys).
@@ -292,6 +292,7 @@ def render_runs_page(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, st
 <label>status<select name="status">{status_opts}</select></label>
 <label>since<input name="since" placeholder="2026-11-22T00:00:00Z" value="{esc(filters.get('since', ''))}"></label>
 <label>until<input name="until" placeholder="ISO 8601" value="{esc(filters.get('until', ''))}"></label>
+<label>class<input name="run_class" size="8" placeholder="prod" value="{esc(filters.get('run_class', ''))}"></label>
 <label>model<input name="model" placeholder="claude-sonnet-4" value="{esc(filters.get('model', ''))}"></label>
 <label>last replay verdict<select name="verdict">{verdict_opts}</select></label>
 <label><span><input type="checkbox" name="flagged" value="1"{flagged}> flagged only</span></label>
@@ -304,12 +305,14 @@ def render_runs_page(rows: Sequence[Mapping[str, Any]], filters: Mapping[str, st
                    if r.get("replays") else "")
         body_rows.append(
             f'<tr class="run" data-run-id="{esc(r["run_id"])}"><td><a href="{run_href(r["run_id"])}">'
-            f'{esc(r["run_id"])}</a></td><td>{_badge(r.get("status"))}</td><td>{esc(_time(r.get("started_at")))}</td>'
+            f'{esc(r["run_id"])}</a></td><td>{_badge(r.get("status"))}</td><td>{esc(r.get("run_class") or "")}</td>'
+            f'<td>{esc(_time(r.get("started_at")))}</td>'
             f'<td>{esc(_duration(r.get("duration_ms")))}</td><td>{esc(r.get("events"))}</td>'
             f'<td>{esc(r.get("cost_cents"))}¢</td><td>{esc(r.get("input_tokens"))} / {esc(r.get("output_tokens"))}</td>'
             f'<td>{esc(r.get("refusals"))}</td><td>{esc(r.get("violations"))}</td>'
             f'<td>{"".join(_badge(f) for f in r.get("flags") or [])}</td><td>{replays}</td></tr>')
-    table = ("<table class=\"list\"><thead><tr><th>run</th><th>status</th><th>started (UTC)</th><th>duration</th>"
+    table = ("<table class=\"list\"><thead><tr><th>run</th><th>status</th><th>class</th><th>started (UTC)</th>"
+             "<th>duration</th>"
              "<th>events</th><th>cost</th><th>tokens in / out</th><th>refusals</th><th>violations</th><th>flags</th>"
              f"<th>replays</th></tr></thead><tbody id=\"runs-body\" data-live>{''.join(body_rows)}</tbody></table>")
     if not rows:

@@ -314,6 +314,18 @@ def test_runs_lists_each_run_from_its_events(loaded_store):
     assert e.value.code == "bad_param"
 
 
+def test_runs_shows_and_filters_by_run_class(store):
+    batches = audit_batches()
+    for rec in batches["committed"]:
+        if rec["doc"]["type"] == "run.started" and rec["doc"]["runId"] == "run-1":
+            rec["doc"]["payload"] = {**rec["doc"]["payload"], "runClass": "ci"}
+    store.insert_records("committed", batches["committed"], dedup_token="classes")
+    every = {r["run_id"]: r["run_class"] for r in rows(store, "runs")}
+    assert every["run-1"] == "ci" and {c for r, c in every.items() if r != "run-1"} == {""}
+    assert [r["run_id"] for r in rows(store, "runs", run_class="ci")] == ["run-1"]
+    assert rows(store, "runs", run_class="prod") == []
+
+
 def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store):
     """The console's filters: model used, flagged only, last replay verdict; paging applies after them."""
     models: dict[str, set[str]] = {}
@@ -339,7 +351,7 @@ def test_runs_filters_by_model_flags_and_last_verdict_before_paging(loaded_store
         expected = sorted(run for run, v in last.items() if v == verdict)
         assert sorted(r["run_id"] for r in rows(loaded_store, "runs", verdict=verdict)) == expected, verdict
     assert any(last.values())
-    assert list(every[0]) == ["run_id", "status", "started_at", "ended_at", "duration_ms", "events",
+    assert list(every[0]) == ["run_id", "status", "run_class", "started_at", "ended_at", "duration_ms", "events",
                               "last_sequence", "cost_cents", "input_tokens", "output_tokens", "refusals",
                               "retries", "failures", "violations", "flags", "replays", "last_verdict",
                               "replays_not_matching"]

@@ -16,7 +16,7 @@ from tests.unit.core.runs import child_runs
 
 pytestmark = pytest.mark.timeout(120)
 
-COLUMNS = ("run_id", "status", "started_at", "ended_at", "duration_ms", "events", "last_sequence", "cost_cents",
+COLUMNS = ("run_id", "status", "run_class", "started_at", "ended_at", "duration_ms", "events", "last_sequence", "cost_cents",
            "input_tokens", "output_tokens", "refusals", "retries", "failures", "violations", "flags", "replays",
            "last_verdict", "replays_not_matching")
 
@@ -27,7 +27,7 @@ def runs(store, **params):
 
 def test_columns_and_params_are_the_fixed_interface():
     assert [p.name for p in NAMED_QUERIES["runs"].params] == [
-        "since", "until", "status", "model", "flagged", "verdict", "search", "limit", "offset"]
+        "since", "until", "status", "model", "flagged", "verdict", "search", "run_class", "limit", "offset"]
 
 
 def test_every_run_newest_first_with_its_figures(loaded_store):
