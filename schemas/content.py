@@ -55,7 +55,7 @@ DEFAULT_CLEAR: Tree = {
 #: Metadata per interpreted event type (``schemas/payloads.py``); everything else in the payload is content.
 CLEAR: Mapping[str, Tree] = {
     "run.started": {"bindings": True, "replayOf": True, "subject": True, "runClass": True, "tags": True,
-                    "parentRunId": True},
+                    "parentRunId": True, "source": True},
     "run.completed": {"status": True},
     "run.failed": {"status": True, "error": _ERROR},
     "run.cancelled": {"status": True},

@@ -43,7 +43,16 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from agentlog.core.otel_read import REFUSAL_REASONS, Malformed, Reading, conversation, read_span, span_attrs, subject
+from agentlog.core.otel_read import (
+    REFUSAL_REASONS,
+    Malformed,
+    Reading,
+    conversation,
+    read_span,
+    run_class,
+    span_attrs,
+    subject,
+)
 from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, EventRejected
@@ -536,14 +545,19 @@ def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str 
     the RFC 0037 §B chain in its parent run (``runOrchestrator.decided`` → ``dispatch.began`` at the
     handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends).
 
-    ``run.started`` names the run's data subject from this span alone (:func:`agentlog.core.otel_read.subject`:
-    ``user.id``, else ``enduser.id``, else the span's own conversation), or leaves it out; a child run's names its
-    parent run (``parentRunId``), as a host's does, so that erasing the parent reaches it."""
+    ``run.started`` says the run came from spans (``source: "opentelemetry"``: a replay refuses it as a source), names
+    the run's data subject from this span alone (:func:`agentlog.core.otel_read.subject`: ``user.id``, else
+    ``enduser.id``, else the span's own conversation) or leaves it out, and its class where the span or its resource
+    names one (:func:`agentlog.core.otel_read.run_class`); a child run's names its parent run (``parentRunId``), as a
+    host's does, so that erasing the parent reaches it."""
     worker = r.name or run
-    started: dict[str, Any] = {"bindings": {}, "agent": worker}
+    started: dict[str, Any] = {"bindings": {}, "agent": worker, "source": "opentelemetry"}
     subject_id = subject(span)
     if subject_id is not None:
         started["subjectId"] = subject_id
+    klass = run_class(span)
+    if klass is not None:
+        started["runClass"] = klass
     if parent_run is not None:  # so that erasing the parent's subject reaches the child run too
         started["parentRunId"] = parent_run
     add("start", "run.started", started)

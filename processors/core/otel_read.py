@@ -347,6 +347,26 @@ def subject(span: Mapping[str, Any]) -> str | None:
         return None
 
 
+#: Where a run's class (``run.started`` ``runClass``, what retention and metrics-only choose by) is read from, in
+#: order: ours, then OpenTelemetry's deployment environment (``deployment.environment`` before semconv 1.27).
+_CLASS_KEYS = ("agentlog.run.class", "deployment.environment.name", "deployment.environment")
+_CLASS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def run_class(span: Mapping[str, Any]) -> str | None:
+    """The class of the run ``span`` starts: the first of :data:`_CLASS_KEYS` on the span, then on its resource,
+    that is a valid class name (letters, digits, ``_``, ``.``, ``-``; at most 64). A value that is not one is passed
+    over, so a stray environment name never costs the run its ``run.started``. None: no class."""
+    own = span_attrs(span)
+    resource = span.get("resource")
+    for key in _CLASS_KEYS:
+        for attrs in (own, resource) if isinstance(resource, dict) else (own,):
+            value = attrs.get(key)
+            if isinstance(value, str) and _CLASS.fullmatch(value):
+                return value
+    return None
+
+
 def _graph_node(attrs: Mapping[str, Any]) -> str | None:
     node = attrs.get("traceloop.association.properties.langgraph_node")
     if isinstance(node, str) and node:

@@ -34,7 +34,6 @@ import asyncio
 import inspect
 import json
 import traceback
-import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,23 +170,11 @@ def load_recorded(source: str | Path, *, settings: Settings | None = None) -> tu
 
 
 def otel_mapped(docs: Sequence[Mapping[str, Any]]) -> bool:
-    """Whether the run was mapped from OpenTelemetry spans by the worker (``agentlog.core.otel``).
-
-    The mapper marks what it keeps of a span it does not map (``payload.source: "opentelemetry"``), and mints
-    every event id as a UUIDv5 of its span, so a run it started has a version-5 ``run.started`` id; a host's
-    events (the SDK, :class:`~agentlog.replay.recorder.Recorder`) have UUIDv7 ids.
+    """Whether the run was mapped from OpenTelemetry spans by the worker (``agentlog.core.otel``): the mapper marks
+    every ``run.started`` it makes, and what it keeps of a span it does not map, ``payload.source: "opentelemetry"``.
     """
-    for doc in docs:
-        payload = doc.get("payload")
-        if isinstance(payload, Mapping) and payload.get("source") == "opentelemetry":
-            return True
-        if doc.get("type") == "run.started":
-            try:
-                if uuid.UUID(str(doc.get("eventId"))).version == 5:
-                    return True
-            except ValueError:
-                pass
-    return False
+    return any(isinstance(payload := doc.get("payload"), Mapping) and payload.get("source") == "opentelemetry"
+               for doc in docs)
 
 
 def refusal(source_id: str, docs: Sequence[Mapping[str, Any]]) -> ReplayError | None:

@@ -108,3 +108,18 @@ def test_a_child_run_names_its_parent_so_that_erasing_the_parent_reaches_it(prog
     assert runs[child][0]["type"] == "run.started"
     assert runs[child][0]["payload"]["parentRunId"] == root
     assert "parentRunId" not in runs[root][0]["payload"]
+
+
+@pytest.mark.parametrize(("attributes", "resource", "expected"), [
+    ({"agentlog.run.class": "ci"}, {"deployment.environment.name": "prod"}, "ci"),
+    ({}, {"deployment.environment.name": "prod"}, "prod"),
+    ({"deployment.environment": "staging"}, {"deployment.environment.name": "prod"}, "prod"),
+    ({"agentlog.run.class": "not a class"}, {"deployment.environment": "dev"}, "dev"),
+    ({"agentlog.run.class": 7}, None, None),
+    ({}, {"service.name": "svc"}, None),
+], ids=["ours-first", "environment-on-the-resource", "name-before-the-old-key", "invalid-passed-over", "not-a-string",
+        "none"])
+def test_the_run_class_is_ours_then_the_deployment_environment(attributes, resource, expected):
+    root = _span("01" * 8, _agent("01", **attributes), resource=resource)
+    [payload] = _started(root).values()
+    assert payload.get("runClass") == expected and payload["source"] == "opentelemetry"
