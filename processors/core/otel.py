@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from agentlog.core.otel_read import (
+    DELEGATE_ARGS,
     REFUSAL_REASONS,
     Malformed,
     Reading,
@@ -286,23 +287,53 @@ def _opaque(span: Mapping[str, Any], add: Any) -> None:
 class _Handoff:
     origin: str | None  # the handoff/route span, None when the trace shows the handoff only by its shape
     source: str | None  # the agent or graph node handing off
+    worker: str | None = None  # the agent taking over, where the target span does not name it
+    #: A target with no span of its own (LlamaIndex's flat workflow): the spans after the handoff, in order; the
+    #: child run starts with the first (the key of this handoff) and ends with the last.
+    segment: tuple[str, ...] = ()
 
 
 #: LangGraph's name of the node a graph starts from: a branch taken from START runs as a task of this node.
 _GRAPH_START = "__start__"
 
 
-def _handoffs(pending: Mapping[str, Mapping[str, Any]],
-              readings: Mapping[str, Reading]) -> tuple[dict[str, _Handoff], set[str]]:
+def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, Reading],
+              base: Mapping[str, str]) -> tuple[dict[str, _Handoff], set[str]]:
     """Target span → handoff, for the spans where control passes to another agent; and the route spans
     those handoffs account for (they add no event of their own).
 
     * a handoff span (OpenAI Agents: ``handoff`` operation, OpenInference ``handoff to <agent>``;
-      the proposed ``gen_ai.agent.handoff.target.name``; an ADK ``transfer_to_agent`` call): the target
-      is the first agent span starting after it, not enclosing it, named as its target when it names one;
-    * LangGraph (:func:`_graph_handoffs`): a node that runs an agent, reached from another node.
+      the proposed ``gen_ai.agent.handoff.target.name``; a handoff tool call: ``transfer_to_<agent>``,
+      ADK's ``transfer_to_agent``, Strands' ``handoff_to_agent``, LlamaIndex's ``handoff``): the target is the first
+      agent span starting after it, not enclosing it, named as its target when it names one; where no agent span
+      of that name follows (LlamaIndex's workflow has none), the spans after the handoff are the target's;
+    * LangGraph (:func:`_graph_handoffs`): a node that runs an agent, reached from another node;
+    * outside a LangGraph graph, an agent inside another agent that calls a model itself (a managed agent called as
+      a tool: smolagents, AutoGen's ``AgentTool``): a delegation from the agent around it; so is a tool span inside
+      which model calls run with no agent span of their own (CrewAI's ``Delegate work to coworker``), to the agent
+      its arguments name. Not where the inner span is in another conversation (``base``: each span's run by
+      conversation), which makes it a child run already.
     """
     start = {sid: int(s["startNs"]) for sid, s in pending.items()}
+    children: dict[str, list[str]] = {}
+    for sid, span in pending.items():
+        children.setdefault(str(span.get("parentSpanId") or ""), []).append(sid)
+
+    def ancestors(sid: str) -> list[str]:
+        """The spans around ``sid`` that this emission holds, nearest first."""
+        return [a for a in _ancestors(pending, sid) if a in pending]
+
+    def below(sid: str) -> list[str]:
+        out, todo = [], list(children.get(sid, []))
+        while todo and len(out) < 100_000:
+            cur = todo.pop()
+            out.append(cur)
+            todo.extend(children.get(cur, []))
+        return out
+
+    def agent_around(sid: str) -> str | None:
+        return next((a for a in ancestors(sid) if _is_agent(pending[a], readings[a])), None)
+
     found: dict[str, _Handoff] = {}
     explicit = sorted((start[sid], sid) for sid, r in readings.items() if r.kind == "handoff")
     for t0, origin in explicit:
@@ -313,8 +344,78 @@ def _handoffs(pending: Mapping[str, Mapping[str, Any]],
                       and start[sid] >= t0 and (r.target is None or c.name == r.target)]
         if candidates:
             found[min(candidates)[2]] = _Handoff(origin, r.source)
+        elif r.target:
+            segment = _segment(origin, pending, children, ancestors(origin), start)
+            if segment and segment[0] not in found:
+                found[segment[0]] = _Handoff(origin, r.source, worker=r.target, segment=segment)
     consumed = _graph_handoffs(pending, readings, found)
+    graph = any(r.scope is not None for r in readings.values())  # a LangGraph trace: its own rule decides
+    for _, sid in sorted((start[sid], sid) for sid in readings) if not graph else ():
+        r = readings[sid]
+        if sid in found or r.kind not in ("agent", "tool") or base[sid] != base.get(
+                str(pending[sid].get("parentSpanId") or ""), base[sid]):
+            continue
+        # The agent whose work this span is part of: the nearest agent span, or child run, around it.
+        around = next((a for a in ancestors(sid) if a in found or _is_agent(pending[a], readings[a])), None)
+        if around is None:
+            continue
+        around_name = (found[around].worker if around in found else None) or readings[around].name
+        inside = below(sid)
+        mine = set(inside)
+        if r.kind == "agent" and r.name != around_name and around not in found and any(
+                readings[b].kind == "llm" and b not in mine and agent_around(b) == around for b in below(around)):
+            # The agent around it works itself (calls a model): it delegates to this one. A root that only
+            # holds agents (OpenAI Agents' workflow) hands nothing to them.
+            found[sid] = _Handoff(None, around_name)
+        elif (r.kind == "tool" and any(readings[b].kind == "llm" for b in inside)
+              and not any(readings[b].kind == "agent" for b in inside)):
+            named = next((r.args[k] for k in DELEGATE_ARGS if isinstance(r.args, dict)
+                          and isinstance(r.args.get(k), str) and r.args[k]), None)
+            found[sid] = _Handoff(None, around_name, worker=named or r.name)
     return found, consumed
+
+
+def _is_agent(span: Mapping[str, Any], r: Reading) -> bool:
+    """An agent's own span: an agent, or a root that is one (an OpenInference AGENT or a GenAI ``invoke_agent``)."""
+    if r.kind == "agent":
+        return True
+    attrs = span_attrs(span)
+    return r.kind == "workflow" and (attrs.get("openinference.span.kind") == "AGENT"
+                                     or attrs.get("gen_ai.operation.name") == "invoke_agent")
+
+
+def _segment(origin: str, pending: Mapping[str, Mapping[str, Any]], children: Mapping[str, list[str]],
+             ancestors: list[str], start: Mapping[str, int]) -> tuple[str, ...]:
+    """The spans that run after a handoff whose target has no span: the later siblings of the nearest span around
+    the handoff (or the handoff itself) that has any, in start order."""
+    for sid in [origin, *ancestors]:
+        parent = str(pending[sid].get("parentSpanId") or "")
+        if not parent:
+            return ()
+        ends = int(pending[sid]["endNs"])
+        later = sorted((start[c], c) for c in children.get(parent, []) if start[c] >= ends and c != sid)
+        if later:
+            return tuple(c for _, c in later)
+    return ()
+
+
+def _folded(pending: Mapping[str, Mapping[str, Any]], readings: dict[str, Reading]) -> set[str]:
+    """Spans that repeat the span around them: a tool call (or handoff) inside a span of the same kind and name is
+    the same call recorded twice (AutoGen's own ``execute_tool`` inside OpenInference's tool span). The outer
+    reading takes what only the inner one records (the call id, the target); the inner maps to nothing."""
+    out: set[str] = set()
+    for sid, r in readings.items():
+        parent = str(pending[sid].get("parentSpanId") or "")
+        outer = readings.get(parent)
+        if outer is None or r.kind not in ("tool", "handoff") or outer.kind != r.kind or outer.name != r.name:
+            continue
+        readings[parent] = replace(outer, call_id=outer.call_id or r.call_id, target=outer.target or r.target,
+                                   source=outer.source or r.source,
+                                   args=outer.args if outer.args is not None else r.args,
+                                   result=outer.result if outer.result is not None else r.result)
+        readings[sid] = replace(r, kind="folded")
+        out.add(sid)
+    return out
 
 
 def _ancestors(pending: Mapping[str, Mapping[str, Any]], sid: str) -> list[str]:
@@ -466,9 +567,26 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
         except Malformed as e:
             readings[sid] = Reading("rejected", name=str(span.get("name") or ""))
             rejected[sid] = str(e)
-    handoffs, routed = _handoffs(pending, readings)
+    folded = _folded(pending, readings)
+    for sid, r in readings.items():
+        if r.kind == "opaque" and not r.family and not pending[sid].get("parentSpanId") and any(
+                p.get("parentSpanId") == sid for p in pending.values()):
+            # A root no instrumentation describes around spans one does (the span a program opens around a team's
+            # run, as AutoGen's tracing guide shows): the trace's run.
+            readings[sid] = Reading("workflow", name=r.name, conversation=r.conversation)
     base = run_ids(pending, known_runs)
-    children = {sid: _child_run(base[sid], readings[sid].name or "agent", sid) for sid in handoffs}
+    handoffs, routed = _handoffs(pending, readings, base)
+    children: dict[str, str] = {}
+    last_of: dict[str, str] = {}  # the last span of a segment → its first (whose handoff it is)
+    worker_of: dict[str, str] = {}  # a child run's span without an agent of its own → the agent it was handed to
+    for sid, h in handoffs.items():
+        children[sid] = _child_run(base[sid], h.worker or readings[sid].name or "agent", sid)
+        for member in h.segment[1:]:
+            children[member] = children[sid]
+        last_of[(h.segment or (sid,))[-1]] = sid
+        for member in h.segment or (sid,):
+            if h.worker:
+                worker_of[member] = h.worker
     runs = run_ids(pending, known_runs, children=children)
     asked = _asked_tool_calls(pending, readings)
     drafts: list[_Draft] = []
@@ -481,12 +599,16 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
         return d
 
     def agent_of(span_id: str) -> str | None:
-        """The name of the nearest enclosing agent (or graph node) span: the LLM call's or tool's node."""
+        """The name of the nearest enclosing agent (or graph node) span: the LLM call's or tool's node; in a
+        child run with no agent span (a delegation tool, the steps after a handoff), the agent handed to."""
         cur, hops = pending.get(span_id), 0
         while cur is not None and hops < 1000:
-            r = readings.get(str(cur["spanId"]))
-            if r is not None and (r.kind == "agent" or (r.kind == "step" and r.node)) and r.name:
+            csid = str(cur["spanId"])
+            r = readings.get(csid)
+            if r is not None and (_is_agent(cur, r) or (r.kind == "step" and r.node)) and r.name:
                 return r.name
+            if csid in worker_of:
+                return worker_of[csid]
             cur, hops = pending.get(cur.get("parentSpanId") or ""), hops + 1
         return None
 
@@ -511,46 +633,75 @@ def plan_trace(trace_id: str, pending: Mapping[str, Mapping[str, Any]], *,
 
         parent_sid = span.get("parentSpanId") or ""
         parent_run = runs.get(parent_sid) or known_runs.get(parent_sid)
+        handoff = handoffs.get(sid)
+        if handoff is not None and handoff.segment and handoff.origin is not None:
+            parent_run = runs[handoff.origin]  # the run that handed off
+        if sid in folded:
+            continue  # the span around it records the same call (see _folded)
         if sid in rejected:
             add("end", "log.appended", {"source": "opentelemetry", "rejected": {
                 "reason": rejected[sid], "traceId": trace_id, "spanId": sid, "name": r.name}})
+        elif handoff is not None and handoff.segment:
+            _run_start(span, r, add, parent_run=parent_run, run=run, handoff=handoff, pending=pending,
+                       readings=readings, agent_of=agent_of)
+            _span_events(span, r, add, start, asked)
         elif sid in handoffs or (r.kind in ("agent", "workflow") and parent_run != run):
-            _run_span(span, r, add, parent_run=parent_run, run=run, handoff=handoffs.get(sid), pending=pending,
-                      readings=readings)
-        elif r.kind in ("agent", "workflow", "step"):
-            key = "agent" if r.kind == "agent" else "node"
-            began = add("start", "node.started", {key: r.name or "node"})
-            if _failed(span):
-                add("end", "node.failed", {key: r.name or "node", "error": _error(span)}, cause=began)
-            else:
-                add("end", "node.completed", {key: r.name or "node"}, cause=began)
-        elif r.kind == "llm":
-            _chat(span, r, add)
-        elif r.kind == "tool":
-            _tool(span, _with_asked_call(r, start, asked), add)
+            ok = _run_start(span, r, add, parent_run=parent_run, run=run, handoff=handoff, pending=pending,
+                            readings=readings, agent_of=agent_of)
+            _run_end(span, add, parent_run=parent_run, run=run, worker=_worker(r, run, handoff), ok=ok)
         elif sid in routed or (r.kind == "handoff" and any(h.origin == sid for h in handoffs.values())):
             pass  # its handoff chain is emitted with the target's run (at the handoff's start)
         else:
-            _opaque(span, add)
+            _span_events(span, r, add, start, asked)
+        first = last_of.get(sid)
+        if first is not None and handoffs[first].segment:  # a segment's last span closes its run
+            h = handoffs[first]
+            _run_end(span, add, parent_run=runs[h.origin] if h.origin else None, run=runs[first],
+                     worker=_worker(readings[first], runs[first], h),
+                     ok=event_id(trace_id, first, "dispatch.succeeded"))
 
     plan = _plan(trace_id, pending, drafts, runs, published)
     plan.rejected = rejected
     return plan
 
 
-def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str | None, run: str,
-              handoff: _Handoff | None, pending: Mapping[str, Mapping[str, Any]],
-              readings: Mapping[str, Reading]) -> None:
-    """A span that is a run: ``run.started`` … ``run.completed``/``run.failed`` and, when it is a child run,
-    the RFC 0037 §B chain in its parent run (``runOrchestrator.decided`` → ``dispatch.began`` at the
-    handoff, ``dispatch.succeeded`` as the child starts, ``child.completed``/``child.failed`` as it ends).
+def _span_events(span: Mapping[str, Any], r: Reading, add: Any, start: int,
+                 asked: list[tuple[int, str, str, Any]]) -> None:
+    """What a span that starts no run says, in its run."""
+    if r.kind in ("agent", "workflow", "step"):
+        key = "agent" if r.kind == "agent" else "node"
+        began = add("start", "node.started", {key: r.name or "node"})
+        if _failed(span):
+            add("end", "node.failed", {key: r.name or "node", "error": _error(span)}, cause=began)
+        else:
+            add("end", "node.completed", {key: r.name or "node"}, cause=began)
+    elif r.kind == "llm":
+        _chat(span, r, add)
+    elif r.kind == "tool":
+        _tool(span, _with_asked_call(r, start, asked), add)
+    else:
+        _opaque(span, add)
+
+
+def _worker(r: Reading, run: str, handoff: _Handoff | None) -> str:
+    return (handoff.worker if handoff is not None and handoff.worker else None) or r.name or run
+
+
+def _run_start(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str | None, run: str,
+               handoff: _Handoff | None, pending: Mapping[str, Mapping[str, Any]],
+               readings: Mapping[str, Reading], agent_of: Callable[[str], str | None]) -> str | None:
+    """A span that starts a run: ``run.started`` and, when it is a child run, the start of the RFC 0037 §B chain
+    in its parent run (``runOrchestrator.decided`` → ``dispatch.began`` at the handoff, ``dispatch.succeeded``
+    as the child starts); :func:`_run_end` ends both. Returns the ``dispatch.succeeded`` event id (None for a
+    root run). The planner is the agent the handoff names, else the agent around the handoff span, else the
+    span around the child run.
 
     ``run.started`` says the run came from spans (``source: "opentelemetry"``: a replay refuses it as a source), names
     the run's data subject from this span alone (:func:`agentlog.core.otel_read.subject`: ``user.id``, else
     ``enduser.id``, else the span's own conversation) or leaves it out, and its class where the span or its resource
     names one (:func:`agentlog.core.otel_read.run_class`); a child run's names its parent run (``parentRunId``), as a
     host's does, so that erasing the parent reaches it."""
-    worker = r.name or run
+    worker = _worker(r, run, handoff)
     started: dict[str, Any] = {"bindings": {}, "agent": worker, "source": "opentelemetry"}
     subject_id = subject(span)
     if subject_id is not None:
@@ -561,15 +712,13 @@ def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str 
     if parent_run is not None:  # so that erasing the parent's subject reaches the child run too
         started["parentRunId"] = parent_run
     add("start", "run.started", started)
-    if _failed(span):
-        add("end", "run.failed", {"error": _error(span)})
-    else:
-        add("end", "run.completed", {})
     if parent_run is None:
-        return
+        return None
     origin = pending.get(handoff.origin) if handoff and handoff.origin else None
     at = int(origin["startNs"]) if origin is not None else None
     planner = handoff.source if handoff and handoff.source else None
+    if planner is None and origin is not None:
+        planner = agent_of(str(origin["spanId"]))
     if planner is None:
         parent = pending.get(span.get("parentSpanId") or "") or {}
         parent_reading = readings.get(str(parent.get("spanId") or ""))
@@ -581,8 +730,22 @@ def _run_span(span: Mapping[str, Any], r: Reading, add: Any, *, parent_run: str 
     chain = {"workerId": worker, "parentRunId": parent_run}
     began = add("start", "core.workflowChain.event", {"phase": "dispatch.began", **chain},
                 cause=decided, role="dispatch.began", target=parent_run, at=at)
-    ok = add("start", "core.workflowChain.event", {"phase": "dispatch.succeeded", "childRunId": run, **chain},
-             cause=began, role="dispatch.succeeded", target=parent_run)
+    ok: str = add("start", "core.workflowChain.event", {"phase": "dispatch.succeeded", "childRunId": run, **chain},
+                  cause=began, role="dispatch.succeeded", target=parent_run)
+    return ok
+
+
+def _run_end(span: Mapping[str, Any], add: Any, *, parent_run: str | None, run: str, worker: str,
+             ok: str | None) -> None:
+    """``run.completed``/``run.failed`` as ``span`` ends and, in a child run's parent, ``child.completed`` /
+    ``child.failed`` caused by ``ok`` (the child's ``dispatch.succeeded``)."""
+    if _failed(span):
+        add("end", "run.failed", {"error": _error(span)})
+    else:
+        add("end", "run.completed", {})
+    if parent_run is None or ok is None:
+        return
+    chain = {"workerId": worker, "parentRunId": parent_run}
     if _failed(span):
         add("end", "core.workflowChain.event",
             {"phase": "child.failed", "childRunId": run, "error": _error(span), **chain},

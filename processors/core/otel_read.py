@@ -30,7 +30,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span", "span_attrs", "subject"]
+__all__ = ["DELEGATE_ARGS", "HANDOFF_TOOLS", "REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span",
+           "span_attrs", "subject"]
 
 _CHAT_OPS = frozenset({"chat", "text_completion", "generate_content"})
 REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
@@ -38,6 +39,14 @@ REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
 _END = frozenset({"__end__", "END"})
 #: ``gen_ai.tool.type`` of Google ADK's built-in ``transfer_to_agent`` tool (a handoff to a sub-agent).
 _ADK_TRANSFER = "TransferToAgentTool"
+#: Handoff tools that name their target in an argument: tool name → the argument. ADK's ``transfer_to_agent`` and
+#: Strands' ``handoff_to_agent`` (``agent_name``), LlamaIndex AgentWorkflow's ``handoff`` (``to_agent``). A tool named
+#: ``transfer_to_<agent>`` (OpenAI Agents, AutoGen, the proposed GenAI handoff) names it in its own name.
+HANDOFF_TOOLS = {"transfer_to_agent": "agent_name", "handoff_to_agent": "agent_name", "handoff": "to_agent"}
+_TRANSFER_PREFIX = "transfer_to_"
+#: Arguments that name the agent a delegation tool hands its task to (CrewAI's ``Delegate work to coworker``:
+#: ``coworker``), besides the handoff tools' own.
+DELEGATE_ARGS = ("coworker", "agent_name", "to_agent", "agent")
 _INDEXED = re.compile(r"^(\d+)\.(.+)$")
 
 
@@ -243,6 +252,17 @@ def _event_messages(span: Mapping[str, Any]) -> tuple[list[dict[str, Any]] | Non
     return inputs or (per_in or None), outputs or (per_out or None)
 
 
+def _details_event_attrs(span: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The attributes of the span's ``gen_ai.client.inference.operation.details`` events, merged (Strands puts
+    the system instructions, the input and the output messages in one event each)."""
+    merged: dict[str, Any] = {}
+    events = span.get("events")
+    for event in events if isinstance(events, list) else []:
+        if isinstance(event, dict) and event.get("name") == "gen_ai.client.inference.operation.details":
+            merged.update(event.get("attributes") or {})
+    return merged
+
+
 def _tool_definitions(value: Any) -> list[dict[str, Any]] | None:
     """Tool definitions flattened to the GenAI form ``{type, name, description?, parameters?}``
     (OpenAI's chat form nests them under ``function``)."""
@@ -285,9 +305,18 @@ def _tool_result(value: Any) -> tuple[Any, str | None]:
     return value, None
 
 
+#: The keys of a Python call recorded as the tool's input (smolagents, LlamaIndex under OpenInference):
+#: ``{"args": [], "kwargs": {…}}`` is a call by keywords, whose arguments are the keywords.
+_CALL_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
 def _tool_args(value: Any) -> Any:
-    """Tool arguments; OpenLLMetry's LangChain callback wraps them as ``{"input_str": "<repr>", …}``."""
+    """Tool arguments; OpenLLMetry's LangChain callback wraps them as ``{"input_str": "<repr>", …}``, and
+    OpenInference records some tools' Python call as ``{"args": [], "kwargs": {…}}``."""
     value = _loose(value)
+    if (isinstance(value, dict) and "kwargs" in value and set(value) <= _CALL_KEYS and not value.get("args")
+            and isinstance(value["kwargs"], dict)):
+        return value["kwargs"]
     if isinstance(value, dict) and isinstance(value.get("input_str"), str):
         text = value["input_str"]
         try:
@@ -446,7 +475,8 @@ def _llm(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Read
         model = _str(attrs, "gen_ai.response.model") or "unknown"
     request: dict[str, Any] | None = None
     if isinstance(messages, list):
-        request = {"provider": provider, "model": model, "messages": _with_system(messages, attrs)}
+        system = attrs if "gen_ai.system_instructions" in attrs else _details_event_attrs(span)
+        request = {"provider": provider, "model": model, "messages": _with_system(messages, system)}
         tools = _tool_definitions(_json(attrs, "gen_ai.tool.definitions")) or _tool_definitions(
             [r.get("tool.json_schema") for r in _indexed(attrs, "llm.tools.")])
         if tools:
@@ -497,10 +527,43 @@ def _tool(span: Mapping[str, Any], attrs: Mapping[str, Any], family: str) -> Rea
         args = _tool_args(attrs.get("input.value", attrs.get("traceloop.entity.input")))
     raw = attrs.get("gen_ai.tool.call.result", attrs.get("output.value", attrs.get("traceloop.entity.output")))
     result, named_call = _tool_result(raw)
-    call_id = (_str(attrs, "gen_ai.tool.call.id") or _str(attrs, "tool_call.id") or _str(attrs, "tool.id")
-               or named_call)
-    return Reading("tool", family, name=name, call_id=call_id, args=args, result=result,
+    call_id = (_str(attrs, "gen_ai.tool.call.id") or _str(attrs, "tool_call.id") or _str(attrs, "tool.call_id")
+               or _str(attrs, "tool.id") or named_call)
+    # Inside a LangGraph graph a handoff tool is a tool like any other: the graph's own rule finds the handoff
+    # (agentlog.core.otel._graph_handoffs), whichever tool or edge moved control.
+    kind, target = _handoff_tool(name, args) if _graph_scope(attrs) is None else ("tool", None)
+    return Reading(kind, family, name=name, call_id=call_id, args=args, result=result, target=target,
+                   source=_str(attrs, "gen_ai.agent.name") if kind == "handoff" else None,
                    conversation=conversation(attrs), node=_graph_node(attrs))
+
+
+def _handoff_tool(name: str, args: Any) -> tuple[str, str | None]:
+    """(``"handoff"``, its target or None) for a tool call that hands control to another agent, else
+    (``"tool"``, None): a tool of :data:`HANDOFF_TOOLS` (its target in its argument; without captured arguments
+    the target is the next agent to start), or one named ``transfer_to_<agent>``. LlamaIndex's ``handoff`` is a
+    common tool name, so it counts only when its argument names the agent."""
+    if name in HANDOFF_TOOLS:
+        target = args.get(HANDOFF_TOOLS[name]) if isinstance(args, dict) else None
+        target = target if isinstance(target, str) and target else None
+        if target is not None or name != "handoff":
+            return "handoff", target
+    if name.startswith(_TRANSFER_PREFIX) and len(name) > len(_TRANSFER_PREFIX):
+        return "handoff", name[len(_TRANSFER_PREFIX):]
+    return "tool", None
+
+
+def _agent_name(attrs: Mapping[str, Any], name: str) -> str:
+    """An agent span's agent: ``gen_ai.agent.name`` / ``agent.name``, else what the span name says of it (the GenAI
+    conventions name the span ``invoke_agent <agent>``; OpenInference's instrumentors name a method's span
+    ``<owner>.<method>``, and an agent's owner is the agent: smolagents' ``researcher.run``, AutoGen's
+    ``triage.on_messages_stream``, CrewAI's ``supervisor._execute_core``)."""
+    named = _str(attrs, "gen_ai.agent.name") or _str(attrs, "agent.name")
+    if named:
+        return named
+    if name.startswith("invoke_agent "):
+        return name[len("invoke_agent "):]
+    owner, dot, _ = name.partition(".")
+    return owner if dot and owner else name
 
 
 def _adk_transfer(name: str, attrs: Mapping[str, Any], conv: str | None) -> Reading:
@@ -519,7 +582,13 @@ def _openinference(span: Mapping[str, Any], attrs: Mapping[str, Any], kind: str)
     conv, node = conversation(attrs), _graph_node(attrs)
     name = str(span.get("name") or "")
     if kind == "LLM":
-        return _llm(span, attrs, "openinference")
+        r = _llm(span, attrs, "openinference")
+        if r.request is None and r.output is None and not r.usage and not r.finish_reasons:
+            # OpenInference marks every method of an LLM class LLM (LlamaIndex's _prepare_chat_with_tools, the
+            # wrapper around a streamed call): a span that records no messages, no tokens and no finish reason
+            # is no model call.
+            return Reading("step", "openinference", name=name, conversation=conv, node=node)
+        return r
     if kind == "TOOL":
         # The OpenAI Agents instrumentation records a handoff as a TOOL span "handoff to <agent>"
         # with the two agents as input/output values (and no tool.name).
@@ -530,9 +599,10 @@ def _openinference(span: Mapping[str, Any], attrs: Mapping[str, Any], kind: str)
         return _tool(span, attrs, "openinference")
     if kind in ("AGENT", "CHAIN"):
         if not span.get("parentSpanId"):
-            return Reading("workflow", "openinference", name=name, conversation=conv, node=node)
+            return Reading("workflow", "openinference", name=_agent_name(attrs, name) if kind == "AGENT" else name,
+                           conversation=conv, node=node)
         if kind == "AGENT":
-            return Reading("agent", "openinference", name=_str(attrs, "agent.name") or name, conversation=conv,
+            return Reading("agent", "openinference", name=_agent_name(attrs, name), conversation=conv,
                            node=node, source=_str(attrs, "graph.node.parent_id"))
         return Reading("step", "openinference", name=name, conversation=conv, node=node)
     return Reading("opaque", "openinference", name=name, conversation=conv)
@@ -565,7 +635,7 @@ def _classify(span: Mapping[str, Any]) -> Reading:
     if op == "invoke_agent":
         # OpenLLMetry's LangGraph root has a second invoke_agent inside it ("<graph>.workflow"): a step.
         kind = "step" if traceloop == "workflow" and span.get("parentSpanId") else "agent"
-        return Reading(kind, "genai", name=_str(attrs, "gen_ai.agent.name") or name, conversation=conv, node=node)
+        return Reading(kind, "genai", name=_agent_name(attrs, name), conversation=conv, node=node)
     if op in _CHAT_OPS:
         return _llm(span, attrs, "genai")
     if op == "execute_tool":
@@ -592,6 +662,11 @@ def _classify(span: Mapping[str, Any]) -> Reading:
     if op == "execute_task" or (op is None and traceloop == "task"):
         return Reading("step", "genai", name=_str(attrs, "gen_ai.task.name") or _str(attrs, "traceloop.entity.name")
                        or name, conversation=conv, node=node)
+    if op is not None and op.startswith(("invoke_", "execute_")):
+        # Another framework's own run or step (Strands' invoke_swarm root and execute_event_loop_cycle): what
+        # runs an agent's work, not a definition (create_agent) nor an event we could misread.
+        return Reading("workflow" if not span.get("parentSpanId") else "step", "genai", name=name,
+                       conversation=conv, node=node)
     oi_kind = attrs.get("openinference.span.kind")
     if op is None and isinstance(oi_kind, str):
         return _openinference(span, attrs, oi_kind.upper())

@@ -5,6 +5,12 @@
     python -m tests.otel_corpus.record --one adk.genai # one fixture, in this process
     python -m tests.otel_corpus.record --show langgraph.openinference   # one fixture as OTLP/JSON
     python -m tests.otel_corpus.record --live langgraph.openinference   # export to OTEL_EXPORTER_OTLP_*
+    python -m tests.otel_corpus.record --frameworks [crewai …]   # CrewAI, LlamaIndex, smolagents, Strands, AutoGen
+
+CrewAI, LlamaIndex, smolagents, Strands and AutoGen run in environments of their own (their pins conflict with
+the main venv's; :mod:`tests.otel_corpus.envs` builds them), their programs in ``tests/otel_corpus/recorders/``
+against a fake OpenAI server on loopback (:mod:`tests.otel_corpus.fake_openai`) answering
+:mod:`tests.otel_corpus.script_frameworks`.
 
 ``--live`` runs the same program with the exporter a user configures through the standard
 ``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``_PROTOCOL`` (``grpc`` or ``http/protobuf``) / ``_HEADERS``
@@ -43,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.otel_corpus import script as s
+from tests.otel_corpus import script_frameworks as fw
 
 HERE = Path(__file__).parent
 
@@ -618,8 +625,16 @@ def _adk(provider: Any, instrumentation: str) -> None:
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 
 
+def _framework(name: str) -> Any:
+    """The program of ``tests/otel_corpus/recorders/<name>.py`` (run in the framework's own environment)."""
+    def run(provider: Any, instrumentation: str) -> None:
+        importlib.import_module(f"tests.otel_corpus.recorders.{name}").run(provider, instrumentation)
+    return run
+
+
 PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk,
-            **{name: functools.partial(_langgraph_shape, name) for name in s.LANGGRAPH_SHAPES}}
+            **{name: functools.partial(_langgraph_shape, name) for name in s.LANGGRAPH_SHAPES},
+            **{name: _framework(name) for name in fw.FRAMEWORKS}}
 #: The module a case beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
 _NEEDS = {"adk.genai": "google.adk", "adk.openinference": "openinference.instrumentation.google_adk"}
 
@@ -690,6 +705,9 @@ def main() -> None:
     parser.add_argument("--show", help="program.instrumentation: print the fixture as OTLP JSON")
     parser.add_argument("--live", help="program.instrumentation: run it, exporting as OTEL_EXPORTER_OTLP_* say")
     parser.add_argument("--save", type=Path, help="with --live: write each request body sent into this directory")
+    parser.add_argument("--frameworks", nargs="*", metavar="NAME",
+                        help=f"record these frameworks' cases (all without a name), each in its own environment: "
+                             f"{', '.join(fw.FRAMEWORKS)}")
     args = parser.parse_args()
     if args.show:
         print(show(args.show))
@@ -703,6 +721,16 @@ def main() -> None:
         for path in record_one(program, instrumentation):
             print(f"{path.relative_to(Path.cwd()) if path.is_relative_to(Path.cwd()) else path}: "
                   f"{path.stat().st_size} bytes")
+        return
+    selected = fw.FRAMEWORKS if args.frameworks == [] else args.frameworks
+    if selected is not None:  # each in the framework's own environment (tests/otel_corpus/envs.py)
+        from tests.otel_corpus import envs
+
+        for program, instrumentation in fw.CASES:
+            if program in selected:
+                subprocess.run([str(envs.ensure(program)), "-m", "tests.otel_corpus.record", "--one",
+                                f"{program}.{instrumentation}"], check=True, cwd=HERE.parents[1],
+                               env={**os.environ, "PYTHONPATH": str(HERE.parents[1])})
         return
     cases = [(p, i) for p in (*s.PROGRAMS, *s.LANGGRAPH_SHAPES) for i in s.INSTRUMENTATIONS]
     for program, instrumentation in s.EXTRA_CASES:
