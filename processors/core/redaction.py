@@ -720,6 +720,12 @@ class Redactor:
             wrapped[VALUE] = redacted
         return {**out.doc, "payload": wrapped}
 
+    def request(self, request: dict[str, Any]) -> dict[str, Any]:
+        """A model request as the sequencer stores it in an ``agent.invocation.started``: what a replay of a redacted
+        recording looks its calls up by (:mod:`agentlog.core.result_cache`)."""
+        doc = self.redact({"type": "agent.invocation.started", "payload": {"request": request}}).doc
+        return dict(doc["payload"]["request"])
+
     def rejection(self, rejected: Mapping[str, Any], members: Iterable[str], run_class: str | None = None,
                   ) -> dict[str, Any]:
         """A rejection record (``schemas/CONTRACT.md``) with its content ``members`` redacted: ``raw`` (the original

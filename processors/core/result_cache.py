@@ -11,6 +11,11 @@ numbers from 0 get the same keys. LLM calls are keyed by their recorded ``cacheK
 §A); tool calls by ``sha256(JCS({"tool", "args"}))`` (:func:`tool_cache_key`). The same call
 made twice in one attempt keeps both results, in order (``occurrence``).
 
+A call whose event the sequencer redacted (``$redactions`` in its payload) is also keyed by the cache key of its
+request *as stored*: the host computed ``cacheKey`` over the original text, and a replay that reads the recorded
+(redacted) input asks the redacted request, whose key is the stored one once the replay's request is redacted by
+the same policy (:class:`agentlog.replay.mock.MockReplaySession` tries that key when the first one misses).
+
 A miss must say *why*: the most common complaint about record/replay tools is "why did my
 request miss?". The cache therefore also keeps each recorded call's request (the LLM request
 with its recipe, or the tool name and arguments) by (runId, nodeId, attempt), and
@@ -32,8 +37,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentlog.schemas.cachekey import project_request
+from agentlog.schemas.cachekey import cache_key, project_request
 from agentlog.schemas.canonical import jcs, sha256_hex
+from agentlog.schemas.content import REDACTIONS
 from agentlog.schemas.errors import AgentlogError, ReplayError
 from agentlog.schemas.stability import Segment, format_path
 
@@ -102,6 +108,7 @@ class ResultCache:
     def _fill_run(self, run_id: str, docs: list[Mapping[str, Any]]) -> None:
         retries: dict[str | None, int] = {}
         pending_llm: dict[str | None, str] = {}
+        pending_stored: dict[str | None, str] = {}  # the key of a redacted request as stored
         pending_tools: dict[Any, tuple[str | None, int, str, Any]] = {}
         for doc in docs:
             kind = doc.get("type")
@@ -114,12 +121,16 @@ class ResultCache:
             elif kind == "agent.invocation.started":
                 if isinstance(payload.get("cacheKey"), str):
                     pending_llm[node] = payload["cacheKey"]
+                    stored = _stored_key(payload)
+                    if stored is not None:
+                        pending_stored[node] = stored
                     self._call(run_id, node, attempt, {
                         "kind": "llm", "cacheKey": payload["cacheKey"], "request": payload.get("request"),
                         "recipe": payload.get("recipe")})
             elif kind in ("agent.invocation.completed", "envelope.refusal"):
                 key = payload.get("cacheKey") or pending_llm.get(node)
                 pending_llm.pop(node, None)
+                stored = pending_stored.pop(node, None)
                 if not isinstance(key, str):
                     continue  # no key recorded anywhere: nothing a replay could look up
                 if kind == "agent.invocation.completed":
@@ -132,6 +143,8 @@ class ResultCache:
                     if reason is not None:
                         result["reason"] = reason
                 self._add((run_id, node, attempt, key), result)
+                if stored is not None and stored != key:
+                    self._add((run_id, node, attempt, stored), result)
             elif kind == "agent.toolCalled":
                 tool, args = payload.get("tool"), payload.get("args")
                 pending_tools[payload.get("callId")] = (node, attempt, tool_cache_key(tool, args), tool)
@@ -279,6 +292,17 @@ class ResultCache:
             for result in results:
                 cache._add(key, result)
         return cache
+
+
+def _stored_key(payload: Mapping[str, Any]) -> str | None:
+    """The cache key of a redacted call's request as stored (None: not redacted, or no request to key)."""
+    request, recipe = payload.get("request"), payload.get("recipe")
+    if REDACTIONS not in payload or not isinstance(request, dict):
+        return None
+    try:
+        return cache_key(request, recipe if isinstance(recipe, str) else "v2")
+    except AgentlogError:  # a request the recipe cannot key was never keyed by the host either
+        return None
 
 
 def _node_id(doc: Mapping[str, Any]) -> str | None:

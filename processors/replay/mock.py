@@ -6,11 +6,13 @@ tool, and gets what the original run observed, keyed as RFC 0041 §C keys it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from agentlog.core.result_cache import ReplayCacheMiss, ResultCache, tool_cache_key
+from agentlog.schemas.cachekey import cache_key as key_of
 from agentlog.schemas.canonical import jcs
-from agentlog.schemas.errors import ReplayError
+from agentlog.schemas.errors import AgentlogError, ReplayError
 from agentlog.streams.reader import read_run
 from agentlog.streams.settings import Settings
 
@@ -40,9 +42,13 @@ class MockReplaySession:
     against the recorded call at the same position first (:meth:`ResultCache.diagnose`).
     """
 
-    def __init__(self, cache: ResultCache, source_run_id: str) -> None:
+    def __init__(self, cache: ResultCache, source_run_id: str,
+                 redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
         self.cache = cache
         self.source_run_id = source_run_id
+        #: The deployment's redaction of a request, for a recording the sequencer redacted: a call that misses
+        #: by its key is looked up by the key of its request redacted, which is how the recording keeps it.
+        self.redact = redact
         self._occurrences: dict[tuple[str | None, int, str], int] = {}
         self._positions: dict[tuple[str | None, int, str], int] = {}
 
@@ -69,6 +75,14 @@ class MockReplaySession:
 
         Pass the ``request`` the key was computed from and a miss says which field changed the key.
         """
+        if (self.redact is not None and request is not None
+                and self.cache.lookup(self.source_run_id, node_id, attempt, cache_key) is None):
+            try:
+                redacted = key_of(self.redact(request))
+            except AgentlogError:
+                redacted = cache_key
+            if self.cache.lookup(self.source_run_id, node_id, attempt, redacted) is not None:
+                cache_key = redacted
         return self._next(node_id, attempt, cache_key, "LLM result", "llm", request=request)
 
     def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:

@@ -197,10 +197,21 @@ def _as_stored(original: Sequence[Mapping[str, Any]], docs: list[dict[str, Any]]
     too): a redacted run replayed by an unchanged program is a ``match``. A recording that shows no redaction (no
     ``$redactions`` in any event: from before redaction, or a policy that found nothing) is compared as it is.
     """
-    if not any(isinstance(d.get("payload"), Mapping) and REDACTIONS in d["payload"] for d in original):
+    if not _shows_redaction(original):
         return docs
     redactor = load_redactor(settings or load_settings())
     return [redactor.stored(doc) for doc in docs]
+
+
+def _shows_redaction(original: Sequence[Mapping[str, Any]]) -> bool:
+    return any(isinstance(d.get("payload"), Mapping) and REDACTIONS in d["payload"] for d in original)
+
+
+def _request_redaction(original: Sequence[Mapping[str, Any]],
+                       settings: Settings | None) -> Callable[[dict[str, Any]], dict[str, Any]] | None:
+    """How the deployment redacts a model request, for a recording that shows redaction (None otherwise): a call
+    whose input held a secret was keyed by the host over the original text, and is asked the redacted text."""
+    return load_redactor(settings or load_settings()).request if _shows_redaction(original) else None
 
 
 def _bindings(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -317,7 +328,8 @@ def replay_recorded(
     if refused is not None:
         raise refused
     replay_id = run_id or f"{source_id}.replay-{uuid7()[-12:]}"
-    session = results or MockReplaySession(ResultCache.from_events(original), source_id)
+    session = results or MockReplaySession(ResultCache.from_events(original), source_id,
+                                           _request_redaction(original, settings))
     asked, recorded = recorded_input(original)
     recorder = Recorder(replay_id, mode=mode, tools=tools, results=session,
                         bindings={**_bindings(original), **(bindings or {})},

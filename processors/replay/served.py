@@ -26,7 +26,7 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from agentlog.core.result_cache import ResultCache, tool_cache_key
@@ -53,12 +53,14 @@ def _int(params: Mapping[str, Any], name: str) -> int | None:
     return value if value >= 0 else None
 
 
-def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, Any]) -> tuple[int, dict[str, Any]]:
+def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, Any],
+                   redact: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> tuple[int, dict[str, Any]]:
     """Answer one lookup: ``node``, ``attempt`` (default 0), ``occurrence`` (default 0) and one of
     ``cacheKey`` (an LLM call, or a tool call's key), ``tool`` + ``argsDigest`` (sha256 of the
     JCS arguments) or, in a POST body, ``tool`` + ``args`` / ``request`` (for a field-level diff;
     a request without ``cacheKey`` is keyed with ``recipe``, default v2, RFC 0041 §A); ``position``
-    (optional) for the diagnosis of a miss."""
+    (optional) for the diagnosis of a miss. ``redact``: the deployment's redaction of a request, tried on a miss
+    of a call whose request came along (the recording keeps a redacted call under its stored request's key too)."""
     node = params.get("node") or None
     attempt, occurrence = _int(params, "attempt"), _int(params, "occurrence")
     position = _int(params, "position") if params.get("position") is not None else None
@@ -84,6 +86,14 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
     if key is None and tool is None:
         return _bad("name the call: cacheKey, or tool with argsDigest (or args in a POST body)")
     found = cache.lookup(source_run_id, node, attempt, key, occurrence=occurrence) if key is not None else None
+    if found is None and redact is not None and tool is None and isinstance(request, dict):
+        try:
+            stored = cache_key(redact(request), str(params.get("recipe") or "v2"))
+        except AgentlogError:
+            stored = None
+        if stored is not None and (hit := cache.lookup(source_run_id, node, attempt, stored,
+                                                       occurrence=occurrence)) is not None:
+            key, found = stored, hit
     if found is not None:
         return 200, {"sourceRunId": source_run_id, "nodeId": node, "attempt": attempt, "cacheKey": key,
                      "occurrence": occurrence, "result": found}

@@ -135,7 +135,7 @@ def application(wiring: Wiring) -> aioweb.Application:
             return aioweb.json_response(
                 {"error": {"code": "replay_source_missing",
                            "message": f"the committed log holds no events of run {source_run_id!r}"}}, status=404)
-        status, payload = results_answer(cache, source_run_id, params)
+        status, payload = results_answer(cache, source_run_id, params, wiring.redactor.request)
         return aioweb.json_response(payload, status=status)
 
     router = http.router
