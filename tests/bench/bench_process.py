@@ -194,6 +194,14 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, shor
     return max(1e-3, last - first)
 
 
+async def from_the_start(consumer: AIOKafkaConsumer, settings: Settings) -> None:
+    """Assign ``consumer`` every partition of the ingest topic, at its first record."""
+    topic = topic_name(settings, "ingest")
+    parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+    consumer.assign(parts)
+    await consumer.seek_to_beginning(*parts)
+
+
 def _producer(settings: Settings) -> AIOKafkaProducer:
     return AIOKafkaProducer(**client_kwargs(settings), acks="all", enable_idempotence=True,
                             linger_ms=5, max_batch_size=1 << 20)
@@ -208,10 +216,7 @@ async def _bare(settings: Settings, n: int) -> float:
     await producer.start()
     log_topic = topic_name(settings, "log")
     try:
-        topic = topic_name(settings, "ingest")
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
+        await from_the_start(consumer, settings)
         done = 0
         while done < n:
             batches = await consumer.getmany(timeout_ms=500, max_records=2000)
@@ -244,10 +249,7 @@ async def _raw(settings: Settings, n: int) -> float:
     runs: dict[str, dict] = {}
     log_topic = topic_name(settings, "log")
     try:
-        topic = topic_name(settings, "ingest")
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
+        await from_the_start(consumer, settings)
         done = 0
         while done < n:
             batches = await consumer.getmany(timeout_ms=500, max_records=2000)

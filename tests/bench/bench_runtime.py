@@ -30,12 +30,11 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from agentlog.streams.admin import ensure_topics
-from agentlog.streams.reader import _partitions
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext, own, workload
-from tests.bench.bench_process import _bare, _run_subprocess, _span
+from tests.bench.bench_process import _bare, _run_subprocess, _span, from_the_start
 
 REPO = Path(__file__).resolve().parents[2]
 #: Records one transaction holds at most (one ``getmany``): the worker's batch size.
@@ -60,10 +59,7 @@ async def _tx_loop(settings: Settings, n: int, work: Any = None) -> float:
     await producer.start()
     log_topic = topic_name(settings, "log")
     try:
-        topic = topic_name(settings, "ingest")
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
-        consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
+        await from_the_start(consumer, settings)
         done = 0
         while done < n:
             batches = await consumer.getmany(timeout_ms=500, max_records=BATCH)
