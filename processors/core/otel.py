@@ -324,7 +324,8 @@ def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, R
         return [a for a in _ancestors(pending, sid) if a in pending]
 
     def below(sid: str) -> list[str]:
-        out, todo = [], list(children.get(sid, []))
+        out: list[str] = []
+        todo = list(children.get(sid, []))
         while todo and len(out) < 100_000:
             cur = todo.pop()
             out.append(cur)
