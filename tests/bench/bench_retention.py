@@ -63,8 +63,8 @@ def measure(events: int, *, reps: int = 3, directory: Path | None = None) -> dic
             baseline_s, _ = _seconds(lambda: store.command("DELETE FROM events WHERE run_id IN {runs:Array(String)}",
                                                            {"runs": plain}))
             ours_s, deleted = _seconds(lambda: drop_runs(store, ours))
-            left = store.query("SELECT count() FROM events WHERE run_id IN {runs:Array(String)}",
-                               {"runs": expired}).rows[0][0]
+            # the ci runs are every tenth (a list of them all as an IN set makes ClickHouse's index analysis crawl)
+            left = store.query("SELECT count() FROM events WHERE toUInt64(substring(run_id, 5)) % 10 = 0").rows[0][0]
     finally:
         if own:
             shutil.rmtree(path, ignore_errors=True)
