@@ -13,8 +13,9 @@ its children.
 
 The audit sink sweeps (:func:`sweeping`) every tenth of the shortest duration (at least every second, at most every
 minute, unless finding took long: see :data:`SWEEP_SHARE`): it finds the expired runs from ``run_rollup`` and the
-``run.started`` rows, then deletes their rows from every table that holds rows of a run (:data:`RUN_TABLES`: the events, the rollups keyed by run, transitions,
-verdicts, snapshots, checkpoints, …) with lightweight ``DELETE``s, which hide the rows from the next query at once.
+``run.started`` rows, then deletes their rows from every table that holds rows of a run (:data:`RUN_TABLES`: the
+events, the rollups keyed by run, transitions, verdicts, snapshots, checkpoints, …) with lightweight ``DELETE``s,
+which hide the rows from the next query at once.
 The two rollups that count distinct values per worker (``worker_failures``, ``worker_dispatches``) cannot subtract a
 run: their rows for the workers the expired runs touched are deleted and added again from the transitions left
 (:func:`agentlog.audit.rollups.readd_sets`). So the console, the named queries and the rollups lose an expired run
