@@ -18,7 +18,8 @@ an explicit ``null`` is refused unless upstream allows it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import re
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, model_validator
 
@@ -40,6 +41,7 @@ __all__ = [
     "OrchestratorDecision",
     "PAYLOAD_MODELS",
     "ProviderUsage",
+    "RUN_CLASS",
     "ReplayDiverged",
     "ReplayDivergedAtRefusal",
     "ReplayOf",
@@ -123,8 +125,10 @@ class ReplayOf(_Open):
     mode: Literal["verify", "mock", "live", "dry_run"]
 
 
-#: A run's class (``ci``, ``dev``, ``prod``): what retention is chosen by (README "Personal data").
-RunClass = Annotated[StrictStr, Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")] | None
+#: A run's class (``ci``, ``dev``, ``prod``): what retention and metrics-only mode choose by (README "Personal data").
+#: Letters, digits, ``_``, ``.`` and ``-``, at most 64: the one rule for every place a class is named.
+RUN_CLASS: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+RunClass = Annotated[StrictStr, Field(pattern=f"^{RUN_CLASS.pattern}$")] | None
 
 
 class RunStarted(_Open):

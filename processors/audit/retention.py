@@ -39,6 +39,7 @@ from agentlog.audit.rollups import readd_sets
 from agentlog.audit.store import Store
 from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
+from agentlog.schemas.payloads import RUN_CLASS
 
 __all__ = ["RUN_TABLES", "Retention", "drop_runs", "expired_runs", "parse_retention", "sweeping"]
 
@@ -61,7 +62,6 @@ RUN_TABLES: Mapping[str, tuple[str, ...]] = {
 
 _UNITS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION = re.compile(r"^(\d+)([smhd])$")
-_CLASS = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 #: A sweep waits at least this many times as long as the last one took to find the expired runs, so sweeping a
 #: large store takes at most ~5% of a core: finding reads every run's class and last event (5.9 s for 1M runs and
 #: 25M events, ``bench_retention``).
@@ -104,7 +104,7 @@ def parse_retention(text: str) -> Retention:
         if not entry:
             continue
         name, eq, value = (s.strip() for s in entry.partition("="))
-        if not eq or not (name == "*" or _CLASS.match(name)):
+        if not eq or not (name == "*" or RUN_CLASS.fullmatch(name)):
             raise ConfigError(f"AGENTLOG_RETENTION entry {entry!r}: write <class>=<duration> (a class of letters, "
                               "digits, '_', '.', '-'; '*' for every other run)", code="bad_retention")
         if value == "forever":

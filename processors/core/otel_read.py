@@ -30,8 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from agentlog.schemas.payloads import RUN_CLASS
+
 __all__ = ["DELEGATE_ARGS", "HANDOFF_TOOLS", "REFUSAL_REASONS", "Malformed", "Reading", "conversation", "read_span",
-           "span_attrs", "subject"]
+           "run_class", "span_attrs", "subject"]
 
 _CHAT_OPS = frozenset({"chat", "text_completion", "generate_content"})
 REFUSAL_REASONS = frozenset({"content_filter", "refusal", "refused", "safety"})
@@ -379,7 +381,6 @@ def subject(span: Mapping[str, Any]) -> str | None:
 #: Where a run's class (``run.started`` ``runClass``, what retention and metrics-only choose by) is read from, in
 #: order: ours, then OpenTelemetry's deployment environment (``deployment.environment`` before semconv 1.27).
 _CLASS_KEYS = ("agentlog.run.class", "deployment.environment.name", "deployment.environment")
-_CLASS = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 def run_class(span: Mapping[str, Any]) -> str | None:
@@ -391,7 +392,7 @@ def run_class(span: Mapping[str, Any]) -> str | None:
     for key in _CLASS_KEYS:
         for attrs in (own, resource) if isinstance(resource, dict) else (own,):
             value = attrs.get(key)
-            if isinstance(value, str) and _CLASS.fullmatch(value):
+            if isinstance(value, str) and RUN_CLASS.fullmatch(value):
                 return value
     return None
 

@@ -103,6 +103,7 @@ from stdnum import luhn
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.content import REDACTIONS, clear_tree, content_members, is_sealed
 from agentlog.schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.payloads import RUN_CLASS
 
 __all__ = [
     "ACTIONS", "BUILTIN_DETECTORS", "DEFAULT_PHONE_REGIONS", "DEFAULT_POLICY", "FIELD_ACTIONS", "METRICS_ONLY",
@@ -439,7 +440,6 @@ class PolicyFile:
 
 
 _SECTION_KEYS = frozenset({"metrics_only", "detectors", "phone", "patterns", "fields", "classes"})
-_CLASS_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _PATTERN_NAME = re.compile(r"[a-z][a-z0-9_]{0,39}")
 _GLOB = re.compile(r"payload(?:\.(?:\*\*|[^.]+))*")
 
@@ -490,7 +490,7 @@ def _section(data: dict[str, Any], base: Policy, at: tuple[str, ...], fail: _Fai
     classes = set(base.metrics_only_classes)
     for name, section in _table(data, "classes", at, fail).items():
         where = (*at, "classes", name)
-        if not _CLASS_NAME.fullmatch(name):
+        if not RUN_CLASS.fullmatch(name):
             raise fail(where, "a run class is letters, digits, '_', '.' and '-' (at most 64)")
         if not isinstance(section, dict):
             raise fail(where, "a table with `metrics_only`")
