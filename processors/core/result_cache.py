@@ -14,7 +14,7 @@ made twice in one attempt keeps both results, in order (``occurrence``).
 A call whose event the sequencer redacted (``$redactions`` in its payload) is also keyed by the cache key of its
 request *as stored*: the host computed ``cacheKey`` over the original text, and a replay that reads the recorded
 (redacted) input asks the redacted request, whose key is the stored one once the replay's request is redacted by
-the same policy (:class:`agentlog.replay.mock.MockReplaySession` tries that key when the first one misses).
+the same policy (:meth:`ResultCache.redacted_key`, which a lookup that misses tries).
 
 A miss must say *why*: the most common complaint about record/replay tools is "why did my
 request miss?". The cache therefore also keeps each recorded call's request (the LLM request
@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import copy
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -258,6 +258,17 @@ class ResultCache:
         if results is None or occurrence >= len(results):
             return None
         return copy.deepcopy(results[occurrence])
+
+    def redacted_key(self, run_id: str, node_id: str | None, attempt: int, request: dict[str, Any],
+                     redact: Callable[[dict[str, Any]], dict[str, Any]], *, recipe: str = "v2",
+                     occurrence: int = 0) -> str | None:
+        """The key this cache keeps an LLM call under when its recording was redacted: the key of ``request``
+        redacted by ``redact`` (the deployment's policy), if a result is recorded under it; None otherwise."""
+        try:
+            key = cache_key(redact(request), recipe)
+        except AgentlogError:  # a request the recipe cannot key
+            return None
+        return key if self.lookup(run_id, node_id, attempt, key, occurrence=occurrence) is not None else None
 
     def __len__(self) -> int:
         return sum(len(v) for v in self._entries.values())

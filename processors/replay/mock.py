@@ -10,9 +10,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentlog.core.result_cache import ReplayCacheMiss, ResultCache, tool_cache_key
-from agentlog.schemas.cachekey import cache_key as key_of
 from agentlog.schemas.canonical import jcs
-from agentlog.schemas.errors import AgentlogError, ReplayError
+from agentlog.schemas.errors import ReplayError
 from agentlog.streams.reader import read_run
 from agentlog.streams.settings import Settings
 
@@ -77,12 +76,8 @@ class MockReplaySession:
         """
         if (self.redact is not None and request is not None
                 and self.cache.lookup(self.source_run_id, node_id, attempt, cache_key) is None):
-            try:
-                redacted = key_of(self.redact(request))
-            except AgentlogError:
-                redacted = cache_key
-            if self.cache.lookup(self.source_run_id, node_id, attempt, redacted) is not None:
-                cache_key = redacted
+            cache_key = self.cache.redacted_key(self.source_run_id, node_id, attempt, request,
+                                                self.redact) or cache_key
         return self._next(node_id, attempt, cache_key, "LLM result", "llm", request=request)
 
     def recorded_tool(self, node_id: str | None, attempt: int, tool: str, args: Any) -> Any:

@@ -87,13 +87,10 @@ def results_answer(cache: ResultCache, source_run_id: str, params: Mapping[str, 
         return _bad("name the call: cacheKey, or tool with argsDigest (or args in a POST body)")
     found = cache.lookup(source_run_id, node, attempt, key, occurrence=occurrence) if key is not None else None
     if found is None and redact is not None and tool is None and isinstance(request, dict):
-        try:
-            stored = cache_key(redact(request), str(params.get("recipe") or "v2"))
-        except AgentlogError:
-            stored = None
-        if stored is not None and (hit := cache.lookup(source_run_id, node, attempt, stored,
-                                                       occurrence=occurrence)) is not None:
-            key, found = stored, hit
+        stored = cache.redacted_key(source_run_id, node, attempt, request, redact,
+                                    recipe=str(params.get("recipe") or "v2"), occurrence=occurrence)
+        if stored is not None:
+            key, found = stored, cache.lookup(source_run_id, node, attempt, stored, occurrence=occurrence)
     if found is not None:
         return 200, {"sourceRunId": source_run_id, "nodeId": node, "attempt": attempt, "cacheKey": key,
                      "occurrence": occurrence, "result": found}
