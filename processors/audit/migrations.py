@@ -75,7 +75,7 @@ def _migration_files(directory: Path) -> list[tuple[int, str, Path]]:
 # it that the sink and the queries use unchanged. The views run on every shard, from <source>_local into
 # <rollup>_local. The ledger is the one table replicated to every node, unsharded.
 
-_ON_CLUSTER_CLAUSE = "ON CLUSTER '{cluster}'"
+ON_CLUSTER_CLAUSE = "ON CLUSTER '{cluster}'"
 _REPLICA_PATH = "'/clickhouse/tables/{shard}/{database}/%s', '{replica}'"
 _LEDGER_REPLICA_PATH = "'/clickhouse/tables/all/{database}/%s', '{replica}'"
 
@@ -130,10 +130,10 @@ def cluster_statements(stmt: str, *, tables: Collection[str], version: int = 0) 
         select = _SOURCE.sub(lambda m: m.group(0) + "_local" if m.group(3) in tables else m.group(0), stmt[view.end():])
         select = _MERGE_SOURCE.sub(lambda m: f"{m.group(1)}{m.group(2)}_local{m.group(3)}"
                                    if m.group(2) in tables else m.group(0), select)
-        return [f"CREATE MATERIALIZED VIEW IF NOT EXISTS {name} {_ON_CLUSTER_CLAUSE} TO {target}_local AS\n{select}"]
+        return [f"CREATE MATERIALIZED VIEW IF NOT EXISTS {name} {ON_CLUSTER_CLAUSE} TO {target}_local AS\n{select}"]
     if drop := _DROP_TABLE.match(stmt):
         name = drop.group(1)
-        return [f"DROP TABLE IF EXISTS {n} {_ON_CLUSTER_CLAUSE} SYNC"
+        return [f"DROP TABLE IF EXISTS {n} {ON_CLUSTER_CLAUSE} SYNC"
                 for n in ([name, f"{name}_local"] if name in tables else [name])]
     raise StoreError(f"no cluster form for this migration statement: {stmt.splitlines()[0]}",
                      code="cluster_ddl_unsupported")
@@ -151,7 +151,7 @@ def _cluster_table(stmt: str, header: re.Match[str], version: int) -> list[str]:
     args = (_LEDGER_REPLICA_PATH if ledger else _REPLICA_PATH) % local
     if engine.group(2):
         args += f", {engine.group(2)}"
-    ddl = (f"CREATE TABLE IF NOT EXISTS {local} {_ON_CLUSTER_CLAUSE}"
+    ddl = (f"CREATE TABLE IF NOT EXISTS {local} {ON_CLUSTER_CLAUSE}"
            + stmt[header.end():engine.start()]
            + f"ENGINE = Replicated{engine.group(1)}({args})" + stmt[engine.end():])
     if settings := _SETTINGS.search(ddl):
@@ -161,7 +161,7 @@ def _cluster_table(stmt: str, header: re.Match[str], version: int) -> list[str]:
     if ledger:
         return [ddl]
     key = _SHARD_KEYS.get((version, name), order.group(1))
-    return [ddl, f"CREATE TABLE IF NOT EXISTS {name} {_ON_CLUSTER_CLAUSE} AS {local}\n"
+    return [ddl, f"CREATE TABLE IF NOT EXISTS {name} {ON_CLUSTER_CLAUSE} AS {local}\n"
                  f"ENGINE = Distributed('{{cluster}}', currentDatabase(), {local}, cityHash64({key}))"]
 
 

@@ -34,7 +34,9 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+from agentlog.audit.migrations import ON_CLUSTER_CLAUSE
 from agentlog.audit.rollups import readd_sets
 from agentlog.audit.store import Store
 from agentlog.metrics import METRICS
@@ -170,17 +172,23 @@ def expired_runs(store: Store, retention: Retention, now_ms: int) -> list[str]:
     return sorted(out)
 
 
-def _target(store: Store, table: str) -> str:
-    """Where a DELETE of ``table`` runs: the table, or on a cluster its shards' local tables."""
-    engine = store.query("SELECT engine FROM system.tables WHERE database = currentDatabase() AND name = {t:String}",
-                         {"t": table}).rows
-    return f"{table}_local ON CLUSTER '{{cluster}}'" if engine and engine[0][0] == "Distributed" else table
+def _deletes_on_cluster(store: Store) -> bool:
+    """Whether the store is a cluster's (its tables Distributed over ``<t>_local``), where a DELETE runs on the
+    shards' local tables."""
+    engine = store.query("SELECT engine FROM system.tables WHERE database = currentDatabase() "
+                         "AND name = 'events'").rows
+    return bool(engine) and engine[0][0] == "Distributed"
 
 
 def drop_runs(store: Store, runs: Iterable[str]) -> int:
     """Delete every row of ``runs`` from the audit store, keeping the rollups equal to their views. Returns the
     number of events deleted. Idempotent: a sweep cut short is finished by the next one."""
     runs = sorted(set(runs))
+    local = f"_local {ON_CLUSTER_CLAUSE}" if _deletes_on_cluster(store) else ""
+
+    def delete(table: str, where: str, params: dict[str, Any]) -> None:
+        store.command(f"DELETE FROM {table}{local} WHERE {where}", params)
+
     deleted = 0
     for i in range(0, len(runs), _CHUNK):
         chunk = {"runs": runs[i:i + _CHUNK]}
@@ -189,10 +197,8 @@ def drop_runs(store: Store, runs: Iterable[str]) -> int:
             "SELECT DISTINCT worker_id FROM transitions WHERE parent_run_id IN {runs:Array(String)}", chunk).rows]
         for table, columns in RUN_TABLES.items():
             where = " OR ".join(f"{c} IN {{runs:Array(String)}}" for c in columns)
-            store.command(f"DELETE FROM {_target(store, table)} WHERE {where}", chunk)
-        readd_sets(store, "transitions", "worker_id", workers,
-                   delete=lambda rollup, where, params: store.command(
-                       f"DELETE FROM {_target(store, rollup)} WHERE {where}", params))
+            delete(table, where, chunk)
+        readd_sets(store, "transitions", "worker_id", workers, delete=delete)
     return deleted
 
 
