@@ -216,20 +216,20 @@ async def sweeping(store: Store, retention: Retention, *,
         return
     own = store.fork()
     loop = asyncio.get_running_loop()
-    took = 0.0
+    wait = every
     try:
         while True:
-            await asyncio.sleep(max(every, SWEEP_SHARE * took))
+            await asyncio.sleep(wait)
             started = time.monotonic()
             try:
                 runs = await loop.run_in_executor(None, expired_runs, own, retention, int(time.time() * 1000))
-                took = time.monotonic() - started
+                wait = max(every, SWEEP_SHARE * (time.monotonic() - started))
                 if not runs:
                     continue
                 shredded = await shred(runs) if shred is not None else []
                 events = await loop.run_in_executor(None, drop_runs, own, runs)
             except Exception as e:  # noqa: BLE001 - the next sweep retries; the audit sink must not stop for it
-                log.warning("retention: a sweep failed (the next one, in %.0f s, tries again): %r", every, e)
+                log.warning("retention: a sweep failed (the next one, in %.0f s, tries again): %r", wait, e)
                 continue
             METRICS.inc("agentlog_retention_runs_deleted_total", len(runs))
             log.info("retention: %d expired run(s) left the audit store (%d events), %d key(s) deleted",
