@@ -1,4 +1,4 @@
-"""CrewAI, LlamaIndex, smolagents, Strands and AutoGen programs exported live to a real worker, one per framework.
+"""CrewAI, LlamaIndex, smolagents, Strands and AutoGen programs exported live to a real worker, each instrumentation.
 
 Each framework's pins conflict with the main venv's, so its program (``tests/otel_corpus/recorders/``) runs in the
 framework's own environment, ``.venvs/<framework>``, which :func:`tests.otel_corpus.envs.ensure` builds from the
@@ -8,8 +8,7 @@ reaches PyPI, so there it builds). The program runs offline against the scripted
 SDK's ``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables only, as a user's is,
 and sends its spans with a token to an ``agentlog worker``; the runs read back from the committed log pass the
 corpus unit tests' own checks (``tests/unit/core/test_otel_frameworks.py``), and the audit store holds the handoff's
-transitions and the script's tokens. One instrumentation per framework, over gRPC or HTTP in turn (the framework's
-own telemetry where it has one); the corpus tests cover the others.
+transitions and the script's tokens. Every framework × instrumentation of the corpus, over gRPC or HTTP in turn.
 """
 
 from __future__ import annotations
@@ -46,14 +45,20 @@ from tests.unit.core.test_otel_frameworks import (
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow, pytest.mark.timeout(900)]
 
-#: (framework, instrumentation, protocol): one per framework.
+#: (framework, instrumentation, protocol): every framework × instrumentation the corpus records.
 CASES = [
     ("crewai", "openinference", "http/protobuf"),
     ("llama_index", "openinference", "grpc"),
     ("smolagents", "openinference", "http/protobuf"),
     ("strands", "genai", "grpc"),
+    ("strands", "openinference", "http/protobuf"),
     ("autogen", "genai", "http/protobuf"),
+    ("autogen", "openinference", "grpc"),
 ]
+
+
+def test_every_recorded_case_has_a_live_one():
+    assert sorted((f, i) for f, i, _ in CASES) == sorted(fw.CASES)
 
 
 def _environment(framework: str) -> str:
