@@ -1,18 +1,25 @@
 """``agentlog compare A B``: judge a replay against its source run, each given as an export file or a run id.
 
 The same engine the replay processor runs (:func:`agentlog.replay.tree.compare_tree`), fed from
-JSONL files (:func:`agentlog.replay.exported.read_jsonl`) or from the committed log, in any mix: an
+JSONL files (:func:`agentlog.replay.tree.stored_tree`) or from the committed log, in any mix: an
 operator can re-check a verdict — or a test can pin one — offline from two exports, or name the two
 runs the store holds as ``replay-test`` and the console do. Exit codes follow SPEC §7: 0 match,
 1 any divergence (``diverged``, ``diverged_at_refusal``, ``what-if``), 2 the comparison could not run.
+
+Runs of any size: neither side is loaded at once. A file is read through once for a compact record per
+event and its events are read back one index at a time as the comparison walks
+(:class:`agentlog.replay.compare.StoredRun`); a run id's tree is first written from the committed log to a
+temporary file, event by event, and then read the same way.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
+from contextlib import ExitStack
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -21,9 +28,8 @@ from agentlog.cli._output import print_records
 from agentlog.schemas.errors import AgentlogError, ReplayError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
-
     from agentlog.replay import ComparisonResult, Divergence
+    from agentlog.replay.compare import StoredRun
     from agentlog.streams.settings import Settings
 
 EXIT_MATCH, EXIT_DIVERGED, EXIT_ERROR = 0, 1, 2
@@ -43,66 +49,67 @@ def _print_divergences(console: Console, divergences: tuple[Divergence, ...]) ->
 _EXPORT_SUFFIXES = (".jsonl", ".json")
 
 
-def _child_ids(events: Sequence[Mapping[str, Any]]) -> list[str]:
-    """The child runs a run's events name (``payload.childRunId``, as the comparison pairs them), in order."""
-    out: list[str] = []
-    for doc in events:
-        payload = doc.get("payload")
-        child = payload.get("childRunId") if isinstance(payload, dict) else None
-        if isinstance(child, str) and child not in out:
-            out.append(child)
-    return out
+async def _spool_tree(settings: Settings, run_id: str, spool: IO[bytes]) -> int:
+    """Writes a run and its descendants from the committed log to ``spool``, the run first, one event a line: what
+    an exported run tree holds. Returns how many events it wrote.
 
-
-async def _read_tree(settings: Settings, run_id: str) -> list[Mapping[str, Any]]:
-    """A run and its descendants from the committed log, the run first: what an exported run tree holds.
-
-    A child run the log holds no events of is left out; the comparison then reports it (unchecked in the
-    source, missing in the replay) as it does for a file without it.
+    Each event is written as it is read (:func:`agentlog.streams.reader.iter_run`), so the spool, not memory,
+    holds the run. A child run the log holds no events of is left out; the comparison then reports it
+    (unchecked in the source, missing in the replay) as it does for a file without it.
     """
-    from agentlog.streams.reader import read_run
+    from agentlog.streams.reader import iter_run
 
-    events: list[Mapping[str, Any]] = []
+    written = 0
     todo, seen = [run_id], set()
     while todo:
         current = todo.pop(0)
         if current in seen:
             continue
         seen.add(current)
-        docs = [c["doc"] for c in await read_run(settings, current)]
-        events.extend(docs)
-        todo.extend(_child_ids(docs))
-    return events
+        async for item in iter_run(settings, current):
+            doc = item["doc"]
+            spool.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+            written += 1
+            payload = doc.get("payload")
+            child = payload.get("childRunId") if isinstance(payload, dict) else None
+            if isinstance(child, str) and child not in todo:  # the child runs it names, in order
+                todo.append(child)
+    spool.flush()
+    return written
 
 
 class _Sources:
-    """Resolves each side of the comparison to its events; settings are loaded only when a run id needs them."""
+    """Resolves each side of the comparison to its run tree, read back from a file as the comparison goes; a run id
+    is first written from the committed log to a temporary file. Settings are loaded only when a run id needs them."""
 
-    def __init__(self) -> None:
+    def __init__(self, stack: ExitStack) -> None:
+        self._stack = stack
         self._settings: Settings | None = None
 
-    def events(self, arg: str) -> list[Mapping[str, Any]]:
-        from agentlog.replay.exported import read_jsonl
+    def runs(self, arg: str) -> tuple[str, dict[str, StoredRun]]:
+        from agentlog.replay.tree import stored_tree
 
         path = Path(arg)
         if path.is_file():
-            events: list[Mapping[str, Any]] = list(read_jsonl(path))
-            if not events:
+            root, runs = self._stack.enter_context(stored_tree(path))
+            if not runs:
                 raise ReplayError(f"{arg} has no events; nothing to compare")
-            return events
+            return root, runs
         if path.suffix in _EXPORT_SUFFIXES:
             raise ReplayError(f"{arg}: no such file; give an `agentlog export` file or a run id")
         if self._settings is None:
             from agentlog.streams.settings import load_settings
 
             self._settings = load_settings()
-        events = asyncio.run(_read_tree(self._settings, arg))
-        if not events:
+        spool = tempfile.NamedTemporaryFile(prefix="agentlog-compare-", suffix=".jsonl")  # noqa: SIM115 - the stack
+        self._stack.enter_context(spool)  # closes it, once the comparison is done
+        if not asyncio.run(_spool_tree(self._settings, arg, spool)):
             raise ReplayError(
                 f"{arg!r} is neither an existing file nor a run in the committed log "
                 f"({self._settings.topic_prefix}.log at {self._settings.kafka_bootstrap}); give an `agentlog export` "
                 "file or the id of a committed run (check AGENTLOG_TOPIC_PREFIX)", code="run_not_found")
-        return events
+        tree: tuple[str, dict[str, StoredRun]] = self._stack.enter_context(stored_tree(Path(spool.name)))
+        return tree
 
 
 #: How many reordered events the human report lists before summarising.
@@ -171,14 +178,15 @@ def compare_command(
     child runs and the first divergence anywhere is reported with its path.
     """
     # Imported here, not at module level, so `agentlog --help` does not load the replay package.
-    from agentlog.replay.tree import compare_tree, group_runs
+    from agentlog.replay.tree import compare_tree
 
-    sources = _Sources()
     try:
-        o_root, o_runs = group_runs(sources.events(original))
-        r_root, r_runs = group_runs(sources.events(replay))
-        tree = compare_tree(o_runs, r_runs, original_root=o_root, replay_root=r_root, from_seq=from_seq,
-                            collect_all=collect_all, strict=strict)
+        with ExitStack() as stack:
+            sources = _Sources(stack)
+            o_root, o_runs = sources.runs(original)
+            r_root, r_runs = sources.runs(replay)
+            tree = compare_tree(o_runs, r_runs, original_root=o_root, replay_root=r_root, from_seq=from_seq,
+                                collect_all=collect_all, strict=strict)
     except AgentlogError as e:
         typer.echo(f"error[{e.code}]: {e}", err=True)
         raise typer.Exit(EXIT_ERROR) from e

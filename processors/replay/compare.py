@@ -6,6 +6,15 @@ replay processor, the CLI and the tests all get the same verdict from the same b
 State is never interpreted here: observable state at each index comes from
 :mod:`agentlog.core.fold`, the one fold the live processors use.
 
+Runs of any size: a side may instead be a :class:`StoredRun`, whose events stay in their file.
+The engine needs across a run only what a compact record per event holds (type, node, ids, the
+names of what the event is about, the minted ids it carries); it walks the indexes in order,
+reading the two events of one index back, folding one state per side and comparing them there,
+so every check runs on whole events, exactly as for lists, while what it holds grows with the
+number of events, not with their content. The lanes read back the events of a lane only where a
+replay changed that lane (their key is then kept as a digest); the whole state where lanes join
+is a second fold of each run, keeping the states at the joins only.
+
 How two runs are compared (events aligned by ``sequence``; ``fromSeq`` defaults to the replay's
 ``run.started.payload.replayOf.fromSeq``, else 0). At each index the checks run in this order and
 the first that fails is that index's divergence:
@@ -84,16 +93,17 @@ variable would otherwise repeat at every later index).
 from __future__ import annotations
 
 import copy
+import hashlib
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict
 
 from agentlog.core.fold import fold, observable
 from agentlog.core.result_cache import request_diff
 from agentlog.replay.divergence import Divergence, DivergenceEngine
-from agentlog.replay.lanes import JOIN_TYPES, Alignment, align
+from agentlog.replay.lanes import JOIN_TYPES, PAYLOAD_NAMES, Alignment, align
 from agentlog.schemas.cachekey import RECIPE_IDS
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.content import REDACTIONS
@@ -117,6 +127,7 @@ __all__ = [
     "MINTED_ID_FIELDS",
     "REPLAY_COUNTERS",
     "ReplayCounters",
+    "StoredRun",
     "Verdict",
     "compare_outcome",
     "compare_runs",
@@ -370,8 +381,8 @@ def _absence_note(expected: Any, actual: Any) -> str:
 
 
 def compare_runs(
-    original: Sequence[Mapping[str, Any]],
-    replay: Sequence[Mapping[str, Any]],
+    original: Sequence[Mapping[str, Any]] | StoredRun,
+    replay: Sequence[Mapping[str, Any]] | StoredRun,
     *,
     from_seq: int | None = None,
     collect_all: bool = False,
@@ -380,8 +391,9 @@ def compare_runs(
     """Compare a replay run with its source run (see the module docstring for the rules).
 
     Args:
-        original: the source run's events (any order; aligned by ``sequence``).
-        replay: the replay run's events.
+        original: the source run's events (any order; aligned by ``sequence``), or a :class:`StoredRun`,
+            whose events stay where they are stored and are read back one at a time.
+        replay: the replay run's events, or a :class:`StoredRun`.
         from_seq: first index the replay re-executed; default ``replayOf.fromSeq`` of the
             replay's ``run.started``, else 0.
         collect_all: examine every index instead of stopping at the first divergence.
@@ -391,16 +403,16 @@ def compare_runs(
     Raises:
         ReplayError: a side is empty, or holds two events with the same sequence.
     """
-    without = _compare(original, replay, from_seq=from_seq, collect_all=collect_all, strict=strict,
-                       requests=False)
+    orig, rep = _run(original, "original"), _run(replay, "replay")
+    without = _compare(orig, rep, from_seq=from_seq, collect_all=collect_all, strict=strict, requests=False)
     if not without.divergences and not without.binding_diff:
         return without  # call bytes may differ as long as the observable result is the same (SPEC §7)
-    return _compare(original, replay, from_seq=from_seq, collect_all=collect_all, strict=strict, requests=True)
+    return _compare(orig, rep, from_seq=from_seq, collect_all=collect_all, strict=strict, requests=True)
 
 
 def _compare(
-    original: Sequence[Mapping[str, Any]],
-    replay: Sequence[Mapping[str, Any]],
+    orig: _Run,
+    rep: _Run,
     *,
     from_seq: int | None,
     collect_all: bool,
@@ -408,45 +420,50 @@ def _compare(
     requests: bool,
 ) -> ComparisonResult:
     """:func:`compare_runs`, with changed requests reported (``requests``) or not."""
-    orig = _by_sequence(original, "original")
-    rep = _by_sequence(replay, "replay")
     if from_seq is None:
         from_seq = _replay_from_seq(rep)
     if from_seq < 0:
         raise ReplayError(f"fromSeq must be >= 0, got {from_seq}")
-    source_run_id = _run_id(orig)
+    source_run_id = orig.run_id
     binding_diff = _binding_diff(orig, rep)
-    obs_orig = _observables(orig)
-    obs_rep = _observables(rep)
-    alignment = None if strict else align(orig, rep, key=_alignment_key)
+    alignment = None if strict else align(orig.index, rep.index, key=_lane_key(orig, rep))
     reordered: list[dict[str, Any]] = []
     inserted: dict[int, tuple[int, ...]] = {}
-    own_rep, own_obs = rep, obs_rep
+    own_rep = rep
     if alignment is not None and not alignment.identity:
-        reordered = alignment.reordered(orig, rep)
+        reordered = alignment.reordered(orig.index, rep.index)
         inserted = alignment.inserted()
-        rep = _EventIndex(alignment.relaid(orig, rep))
-        obs_rep = _observables(rep)
-    state_memo: dict[tuple[int, int], tuple[Any, Any]] = {}
+        rep = _RelaidRun(own_rep, alignment.relaid_sequences(orig.index))
+    # The states are folded as the walk goes, one per side: only the current one is held.
+    o_state: Any = None
+    r_state: Any = None
+    state_memo = _RecentMemo()
 
     divergences: list[Divergence] = []
     previous_state_diff: tuple[str, bytes, bytes] | None = None
-    ids = _IdMap(source_run_id, _run_id(rep))
-    minted = _MintedIds.learned(orig, rep, source_run_id, _run_id(rep))
+    ids = _IdMap(source_run_id, rep.run_id)
+    minted = _MintedIds.learned(orig, rep, source_run_id, rep.run_id)
     compared_through = -1
-    for i in range(max(max(orig), max(rep)) + 1):
-        o, r = orig.get(i), rep.get(i)
-        if o is None and r is None:
+    for i in range(max(max(orig.index), max(rep.index)) + 1):
+        o_seen, r_seen = orig.index.get(i), rep.index.get(i)
+        if o_seen is None and r_seen is None:
             continue
         compared_through = i
-        departing = [_extra(i, own_rep[r_seq], "the replay inserted this event into its lane before this "
+        departing = [_extra(i, own_rep.index[r_seq], "the replay inserted this event into its lane before this "
                             f"sequence (replay sequence {r_seq})") for r_seq in inserted.get(i, ())]
         divergences.extend(departing)
         if departing and not collect_all:
             break
+        o = orig.doc(i) if o_seen is not None else None
+        r = rep.doc(i) if r_seen is not None else None
+        if o is not None:
+            o_state, _outputs = fold(o_state, o)
+        if r is not None:
+            r_state, _outputs = fold(r_state, r)
         state_diff = None
         if o is not None and r is not None:
-            state_diff = first_difference(obs_orig[i], obs_rep[i], memo=state_memo)
+            state_diff = first_difference(observable(o_state), observable(r_state), memo=state_memo)
+            state_memo.advance()
         id_issue = ids.observe(o, r) if o is not None and r is not None else None
         found = _divergence_at(i, o, r, state_diff, previous_state_diff, id_issue, from_seq, orig, rep, minted,
                                requests)
@@ -456,8 +473,7 @@ def _compare(
             if not collect_all:
                 break
     if alignment is not None and not alignment.identity:
-        divergences = _with_join_divergences(
-            divergences, _join_divergences(orig, own_rep, obs_orig, own_obs, alignment), collect_all)
+        divergences = _with_join_divergences(divergences, _join_divergences(orig, own_rep, alignment), collect_all)
 
     has_refusal = any(d.kind == "refusal" for d in divergences)
     if binding_diff:
@@ -487,39 +503,49 @@ def _compare(
         collect_all=collect_all,
         strict=strict,
         reordered=tuple(reordered),
-        child_pairs=_child_pairs(orig, rep),
+        child_pairs=_child_pairs(orig.index, rep.index),
     )
 
 
-def _join_divergences(
-    orig: Mapping[int, Mapping[str, Any]],
-    own_rep: Mapping[int, Mapping[str, Any]],
-    obs_orig: Mapping[int, dict[str, Any]],
-    own_obs: Mapping[int, dict[str, Any]],
-    alignment: Alignment,
-) -> list[Divergence]:
+def _join_divergences(orig: _Run, own_rep: _Run, alignment: Alignment) -> list[Divergence]:
     # Where lanes meet (and at the end) the whole state must not depend on the interleaving:
     # compare it in the replay's own order, not the re-laid one.
-    checks = [(o, alignment.pairs[o]) for o, doc in orig.items()
+    checks = [(o, alignment.pairs[o]) for o, doc in orig.index.items()
               if doc.get("type") in JOIN_TYPES and o in alignment.pairs]
-    checks.append((max(orig), max(own_rep)))
+    checks.append((max(orig.index), max(own_rep.index)))
+    o_states = _observables_at(orig, {o_seq for o_seq, _ in checks})
+    r_states = _observables_at(own_rep, {r_seq for _, r_seq in checks})
     out: list[Divergence] = []
     seen: set[int] = set()
     for o_seq, r_seq in checks:
         if o_seq in seen:
             continue
         seen.add(o_seq)
-        diff = first_difference(obs_orig[o_seq], own_obs[r_seq])
+        diff = first_difference(o_states[o_seq], r_states[r_seq])
         if diff is None:
             continue
         path, expected, actual = diff
-        o = orig[o_seq]
+        o = orig.index[o_seq]
         out.append(Divergence(
             engine="comparison", at_sequence=o_seq, kind="output", original_event_id=o.get("eventId"),
             node_id=_node_id(o), event_type=o.get("type"), path=path, expected=_plain(expected),
             actual=_plain(actual), aspect="state",
             detail=f"whole observable state differs where the lanes join (replay sequence {r_seq})",
         ))
+    return out
+
+
+def _observables_at(run: _Run, sequences: set[int]) -> dict[int, dict[str, Any]]:
+    """The observable state after each of ``sequences``: the shared fold over the run, the states asked for kept."""
+    out: dict[int, dict[str, Any]] = {}
+    last = max(sequences)
+    state = None
+    for seq in run.index:
+        if seq > last:
+            break
+        state, _outputs = fold(state, run.doc(seq))
+        if seq in sequences:
+            out[seq] = observable(state)
     return out
 
 
@@ -573,8 +599,8 @@ def _divergence_at(
     previous_state_diff: tuple[str, bytes, bytes] | None,
     id_issue: tuple[str, Any, Any, str] | None,
     from_seq: int,
-    orig: Mapping[int, Mapping[str, Any]],
-    rep: Mapping[int, Mapping[str, Any]],
+    orig: _Run,
+    rep: _Run,
     minted: _MintedIds,
     requests: bool,
 ) -> Divergence | None:
@@ -699,20 +725,18 @@ class _MintedIds:
         self._pair(original_run, replay_run)
 
     @classmethod
-    def learned(cls, orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]],
-                original_run: Any, replay_run: Any) -> _MintedIds:
+    def learned(cls, orig: _Run, rep: _Run, original_run: Any, replay_run: Any) -> _MintedIds:
         ids = cls(original_run, replay_run)
-        for seq, o in orig.items():
-            r = rep.get(seq)
+        for seq, o in orig.index.items():
+            r = rep.index.get(seq)
             if r is None or r.get("type") != o.get("type"):
                 continue
-            o_payload, r_payload = o.get("payload"), r.get("payload")
-            if not isinstance(o_payload, Mapping) or not isinstance(r_payload, Mapping):
+            o_ids, r_ids = orig.minted(seq), rep.minted(seq)
+            if o_ids is None or r_ids is None:
                 continue
-            for name in MINTED_ID_FIELDS:
-                ids._pair(o_payload.get(name), r_payload.get(name))
-            for path in _MINTED_ID_PATHS.get(str(o.get("type")), ()):
-                o_found, r_found = get_path(o, path), get_path(r, path)
+            for o_id, r_id in zip(o_ids[0], r_ids[0], strict=True):
+                ids._pair(o_id, r_id)
+            for o_found, r_found in zip(o_ids[1], r_ids[1], strict=True):
                 if len(o_found) == len(r_found):
                     for o_id, r_id in zip(o_found, r_found, strict=True):
                         ids._pair(o_id, r_id)
@@ -863,91 +887,317 @@ def _volatile_for(event_type: Any) -> Callable[[str], bool]:
 
 
 def _causation_mismatch(
-    o: Mapping[str, Any],
-    r: Mapping[str, Any],
-    orig: Mapping[int, Mapping[str, Any]],
-    rep: Mapping[int, Mapping[str, Any]],
+    o: Mapping[str, Any], r: Mapping[str, Any], orig: _Run, rep: _Run
 ) -> tuple[Any, Any, str] | None:
     o_cause, r_cause = o.get("causationId"), r.get("causationId")
     if o_cause is None and r_cause is None:
         return None
-    o_seq = _sequence_of(orig, o_cause)
+    o_seq = orig.sequence_of(o_cause)
     if o_seq is None:
         # Points outside the run (another host) or nowhere: only the same id reproduces it.
         if o_cause == r_cause:
             return None
         return o_cause, r_cause, "original causation is not an event of the run; ids must be equal"
-    expected = rep.get(o_seq, {}).get("eventId")
+    expected = rep.index.get(o_seq, {}).get("eventId")
     if r_cause == expected and expected is not None:
         return None
-    r_seq = _sequence_of(rep, r_cause)
+    r_seq = rep.sequence_of(r_cause)
     where = "nothing in the replay" if r_seq is None else f"sequence {r_seq}"
     return expected, r_cause, f"original is caused by sequence {o_seq}; the replay by {where}"
 
 
-class _EventIndex(dict[int, Mapping[str, Any]]):
-    """Events by sequence that also know the sequence of each eventId (causation lookups)."""
-
-    def __init__(self, by_sequence: Mapping[int, Mapping[str, Any]]) -> None:
-        super().__init__(by_sequence)
-        self.sequence_of_id = {doc.get("eventId"): seq for seq, doc in by_sequence.items()}
+# ---------------------------------------------------------------------------------------------
+# Runs as the comparison reads them
 
 
-def _sequence_of(events: Mapping[int, Mapping[str, Any]], event_id: Any) -> int | None:
-    if not isinstance(event_id, str):
-        return None
-    if isinstance(events, _EventIndex):
-        return events.sequence_of_id.get(event_id)
-    return next((seq for seq, doc in events.items() if doc.get("eventId") == event_id), None)
+class _Run:
+    """One run's events by sequence, as the comparison reads them.
+
+    :attr:`index` holds, by sequence and in sequence order, what the checks look up across the run:
+    the event itself for a run given as a list, a :class:`_Compact` record for a :class:`StoredRun`.
+    :meth:`doc` gives the whole event at one sequence, :meth:`minted` the minted ids it carries, and
+    :attr:`key` is the lanes' alignment key of an :attr:`index` value.
+    """
+
+    index: Mapping[int, Mapping[str, Any]]
+    key: Callable[[Any], Hashable]
+
+    def __init__(self) -> None:
+        self._ids: dict[Any, int] | None = None
+
+    def doc(self, seq: int) -> Mapping[str, Any]:
+        raise NotImplementedError
+
+    def minted(self, seq: int) -> _Candidates:
+        raise NotImplementedError
+
+    def sequence_of(self, event_id: Any) -> int | None:
+        """The sequence of the event with ``event_id`` (the last, should two share it)."""
+        if not isinstance(event_id, str):
+            return None
+        if self._ids is None:
+            self._ids = {doc.get("eventId"): seq for seq, doc in self.index.items()}
+        return self._ids.get(event_id)
+
+    @property
+    def run_id(self) -> Any:
+        return next(iter(self.index.values())).get("runId")
+
+    def started(self) -> Mapping[str, Any] | None:
+        """The first ``run.started`` in sequence order."""
+        seq = next((seq for seq, doc in self.index.items() if doc.get("type") == "run.started"), None)
+        return None if seq is None else self.doc(seq)
 
 
-def _by_sequence(events: Iterable[Mapping[str, Any]], side: str) -> _EventIndex:
-    out: dict[int, Mapping[str, Any]] = {}
-    for doc in events:
-        seq = doc.get("sequence") if isinstance(doc, Mapping) else None
+class _ListedRun(_Run):
+    """A run given as its events in memory."""
+
+    def __init__(self, events: Iterable[Mapping[str, Any]], side: str) -> None:
+        super().__init__()
+        out: dict[int, Mapping[str, Any]] = {}
+        for doc in events:
+            seq = doc.get("sequence") if isinstance(doc, Mapping) else None
+            if type(seq) is not int or seq < 0:
+                raise ReplayError(_BAD_SEQUENCE.format(side=side, seq=seq))
+            if seq in out:
+                raise ReplayError(_TWO_AT.format(side=side, seq=seq))
+            out[seq] = doc
+        if not out:
+            raise ReplayError(_NO_EVENTS.format(side=side))
+        self.index = dict(sorted(out.items()))
+        self.key = _alignment_key
+
+    def doc(self, seq: int) -> Mapping[str, Any]:
+        return self.index[seq]
+
+    def minted(self, seq: int) -> _Candidates:
+        return _minted_candidates(self.index[seq])
+
+
+_BAD_SEQUENCE = "{side} run has an event without a valid sequence: {seq!r}"
+_TWO_AT = "{side} run has two events at sequence {seq}; pass one run's committed log"
+_NO_EVENTS = "{side} run has no events; nothing to compare"
+
+
+class StoredRun(_Run):
+    """A run whose events stay where they are stored (an export file), read back one at a time.
+
+    :meth:`add` takes each event as it is read, with the position ``read`` gives it back from; the
+    run keeps a :class:`_Compact` record per event — its type, node, ids and the names of what it is
+    about, never its content — so comparing two runs holds what the records take plus the events of
+    one index, however large the events are. The comparison reads each event once in sequence order;
+    the lanes read again only the events of the lanes a replay changed.
+    """
+
+    def __init__(self, read: Callable[[int], Mapping[str, Any]], *, shared: dict[Any, Any] | None = None) -> None:
+        super().__init__()
+        self._read = read
+        self._records: dict[int, _Compact] = {}
+        self._problem: str | None = None
+        self._shared: dict[Any, Any] = {} if shared is None else shared
+        self.key = _stored_key
+
+    def add(self, doc: Mapping[str, Any], position: int) -> None:
+        """One event of the run, readable again at ``position``; a problem with its sequence is kept for
+        the comparison to report (a run that is never compared has none to report)."""
+        seq = doc.get("sequence")
+        if self._problem is not None:
+            return
         if type(seq) is not int or seq < 0:
-            raise ReplayError(f"{side} run has an event without a valid sequence: {seq!r}")
-        if seq in out:
-            raise ReplayError(f"{side} run has two events at sequence {seq}; pass one run's committed log")
-        out[seq] = doc
-    if not out:
-        raise ReplayError(f"{side} run has no events; nothing to compare")
-    return _EventIndex(dict(sorted(out.items())))
+            self._problem = _BAD_SEQUENCE.format(side="{side}", seq=seq)
+        elif seq in self._records:
+            self._problem = _TWO_AT.format(side="{side}", seq=seq)
+        else:
+            self._records[seq] = _Compact(doc, position, self._read, self._shared)
+
+    def checked(self, side: str) -> StoredRun:
+        """This run, ready to compare as ``side``.
+
+        Raises:
+            ReplayError: as :func:`compare_runs` for a list of these events.
+        """
+        if self._problem is not None:
+            raise ReplayError(self._problem.replace("{side}", side, 1))
+        if not self._records:
+            raise ReplayError(_NO_EVENTS.format(side=side))
+        if getattr(self, "index", None) is not self._records:
+            self._records = self.index = dict(sorted(self._records.items()))
+        return self
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[Mapping[str, Any]]:
+        """The run's events, each read back as it is handed over."""
+        for record in self._records.values():
+            yield self._read(record.position)
+
+    def doc(self, seq: int) -> Mapping[str, Any]:
+        return self._read(self._records[seq].position)
+
+    def minted(self, seq: int) -> _Candidates:
+        return self._records[seq].minted
 
 
-def _observables(events: Mapping[int, Mapping[str, Any]]) -> dict[int, dict[str, Any]]:
-    # The shared fold, step by step (states_by_index would also hash every state, which
-    # comparison does not need and which dominates its cost).
-    out: dict[int, dict[str, Any]] = {}
-    state = None
-    for seq, doc in events.items():
-        state, _outputs = fold(state, doc)
-        out[seq] = observable(state)
-    return out
+
+def _stored_key(record: _Compact) -> Hashable:
+    # Only lanes whose events differ in identity need the key: read back then, and kept as a digest.
+    if record.key is None:
+        record.key = _digest(_alignment_key(record.read(record.position)))
+    return record.key
 
 
-def _run_started(events: Mapping[int, Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    for doc in events.values():
-        if doc.get("type") == "run.started":
-            return doc
-    return None
+def _digest(key: bytes) -> bytes:
+    return hashlib.blake2b(key, digest_size=16).digest()
 
 
-def _replay_from_seq(rep: Mapping[int, Mapping[str, Any]]) -> int:
-    started = _run_started(rep)
+def _lane_key(orig: _Run, rep: _Run) -> Callable[[Any], Hashable]:
+    """The alignment key both sides are read with: their own when it is one, else the digest of each event's."""
+    if orig.key is rep.key:
+        return orig.key
+    return lambda value: _stored_key(value) if isinstance(value, _Compact) else _digest(_alignment_key(value))
+
+
+class _RelaidRun(_Run):
+    """The replay laid out in the original's order (:meth:`agentlog.replay.lanes.Alignment.relaid_sequences`)."""
+
+    def __init__(self, own: _Run, sequences: Mapping[int, int]) -> None:
+        super().__init__()
+        self._own, self._sequences = own, sequences
+        if isinstance(own, _ListedRun):  # as the list the run came as: copies with the new sequence
+            self.index = {seq: {**own.index[r_seq], "sequence": seq} for seq, r_seq in sequences.items()}
+        else:
+            self.index = {seq: own.index[r_seq] for seq, r_seq in sequences.items()}
+        self.key = own.key
+
+    def doc(self, seq: int) -> Mapping[str, Any]:
+        if isinstance(self._own, _ListedRun):
+            return self.index[seq]
+        return {**self._own.doc(self._sequences[seq]), "sequence": seq}
+
+    def minted(self, seq: int) -> _Candidates:
+        return self._own.minted(self._sequences[seq])
+
+
+def _run(events: Sequence[Mapping[str, Any]] | StoredRun, side: str) -> _Run:
+    return events.checked(side) if isinstance(events, StoredRun) else _ListedRun(events, side)
+
+
+#: The minted ids one event carries (:class:`_MintedIds`): its :data:`MINTED_ID_FIELDS`, then what each of
+#: :data:`_MINTED_ID_PATHS` finds; ``None`` when its payload is no object. Only strings can be ids: any other
+#: value is kept as ``None``, so lists keep their lengths.
+_Candidates = tuple[tuple[str | None, ...], tuple[tuple[str | None, ...], ...]] | None
+
+
+def _minted_candidates(doc: Mapping[str, Any]) -> _Candidates:
+    payload = doc.get("payload")
+    if not isinstance(payload, Mapping):
+        return None
+    fields = tuple(v if isinstance(v := payload.get(name), str) else None for name in MINTED_ID_FIELDS)
+    found = tuple(tuple(v if isinstance(v, str) else None for v in get_path(doc, path))
+                  for path in _MINTED_ID_PATHS.get(str(doc.get("type")), ()))
+    return fields, found
+
+
+#: The payload fields a :class:`_Compact` keeps (string values only): what lanes, child pairs and node ids read.
+_NAMED_FIELDS = tuple(dict.fromkeys((*PAYLOAD_NAMES, "nodeId", "childRunId")))
+
+
+class _Compact(Mapping[str, Any]):
+    """What the comparison looks up across a stored run for one event.
+
+    ``type``, ``nodeId``, ``eventId``, ``runId`` and a ``payload`` of only the names in it
+    (:data:`_NAMED_FIELDS`); where the event is stored and how to read it back; the minted ids it
+    carries; once a lane needs it, its alignment key. Values that repeat from event to event (types,
+    nodes, runs, names) are shared, not kept once per event.
+    """
+
+    __slots__ = ("event_id", "key", "minted", "names", "node_id", "position", "read", "run_id", "type")
+
+    #: The event fields a record answers, by the slot that holds each.
+    _SLOTS = {"type": "type", "nodeId": "node_id", "eventId": "event_id", "runId": "run_id", "payload": "names"}
+
+    def __init__(self, doc: Mapping[str, Any], position: int, read: Callable[[int], Mapping[str, Any]],
+                 shared: dict[Any, Any]) -> None:
+        payload = doc.get("payload")
+        names: dict[str, str] | None = None
+        if isinstance(payload, Mapping):
+            names = {name: value for name in _NAMED_FIELDS if isinstance(value := payload.get(name), str)}
+        self.type = _shared(shared, doc.get("type"))
+        self.node_id = _shared(shared, doc.get("nodeId"))
+        self.event_id = doc.get("eventId")
+        self.run_id = _shared(shared, doc.get("runId"))
+        self.names = _shared(shared, names)
+        self.minted: _Candidates = _shared(shared, _minted_candidates(doc))
+        self.position, self.read = position, read
+        self.key: Hashable | None = None
+
+    def __getitem__(self, name: str) -> Any:
+        slot = self._SLOTS.get(name)
+        value = None if slot is None else getattr(self, slot)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name, slot in self._SLOTS.items() if getattr(self, slot) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _shared(table: dict[Any, Any], value: Any) -> Any:
+    """``value``, or an equal one seen before (one object for all the events that repeat it)."""
+    if isinstance(value, dict):
+        key: Any = ("dict", *value.items())
+        return table.setdefault(key, value)
+    if isinstance(value, tuple):  # its strings shared; itself only when it holds no id, which would not repeat
+        value = tuple(_shared(table, v) for v in value)
+        if any(isinstance(v, str) for v in value):
+            return value
+        return table.setdefault(("tuple", value), value)
+    try:
+        return table.setdefault(value, value)
+    except TypeError:  # not hashable (a malformed event): kept as it is
+        return value
+
+
+class _RecentMemo(dict[tuple[int, int], tuple[Any, Any]]):
+    """A :func:`first_difference` memo that remembers the pairs proven equal at the last comparison only.
+
+    The fold's states share every unchanged sub-object with their predecessor, so the pairs the last
+    index proved equal are the ones this index meets again; older ones would hold states the walk has
+    left behind. :meth:`advance` after each comparison.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._last: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+    def __contains__(self, pair: object) -> bool:
+        if dict.__contains__(self, pair):
+            return True
+        held = self._last.get(pair)  # type: ignore[call-overload]
+        if held is None:
+            return False
+        self[pair] = held  # type: ignore[index]
+        return True
+
+    def advance(self) -> None:
+        self._last = dict(self)
+        self.clear()
+
+
+def _replay_from_seq(rep: _Run) -> int:
+    started = rep.started()
     payload = started.get("payload") if started else None
     replay_of = payload.get("replayOf") if isinstance(payload, Mapping) else None
     value = replay_of.get("fromSeq") if isinstance(replay_of, Mapping) else None
     return value if type(value) is int and value >= 0 else 0
 
 
-def _run_id(events: Mapping[int, Mapping[str, Any]]) -> str | None:
-    first = next(iter(events.values()))
-    return first.get("runId")
-
-
-def _bindings(events: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    started = _run_started(events)
+def _bindings(run: _Run) -> dict[str, Any]:
+    started = run.started()
     if started is None:
         return {}
     payload = started.get("payload")
@@ -958,9 +1208,7 @@ def _bindings(events: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _binding_diff(
-    orig: Mapping[int, Mapping[str, Any]], rep: Mapping[int, Mapping[str, Any]]
-) -> dict[str, dict[str, Any]]:
+def _binding_diff(orig: _Run, rep: _Run) -> dict[str, dict[str, Any]]:
     o, r = _bindings(orig), _bindings(rep)
     return {
         key: {"expected": o.get(key), "actual": r.get(key)}
@@ -986,12 +1234,7 @@ def _refusal_reason(doc: Mapping[str, Any]) -> str | None:
     return None
 
 
-def _replay_event(
-    d: Divergence,
-    source_run_id: str | None,
-    orig: Mapping[int, Mapping[str, Any]],
-    rep: Mapping[int, Mapping[str, Any]],
-) -> dict[str, Any]:
+def _replay_event(d: Divergence, source_run_id: str | None, orig: _Run, rep: _Run) -> dict[str, Any]:
     payload: dict[str, Any] = {"sourceRunId": source_run_id, "atSequence": d.at_sequence}
     if d.kind == "refusal":
         payload["originalEnvelopeKind"] = d.expected
@@ -1000,7 +1243,7 @@ def _replay_event(
             payload["originalEventId"] = d.original_event_id
         if d.node_id is not None:
             payload["nodeId"] = d.node_id
-        refusal = rep[d.at_sequence] if d.actual == "refusal" else orig[d.at_sequence]
+        refusal = rep.doc(d.at_sequence) if d.actual == "refusal" else orig.doc(d.at_sequence)
         reason = _refusal_reason(refusal)
         if reason is not None:
             payload["refusalReason"] = reason
@@ -1011,7 +1254,7 @@ def _replay_event(
     if d.kind == "extra":  # the inserted event, not the source event it departs before
         payload["divergencePoint"] = d.actual
     else:
-        point = orig.get(d.at_sequence) or rep.get(d.at_sequence) or {}
+        point = orig.index.get(d.at_sequence) or rep.index.get(d.at_sequence) or {}
         payload["divergencePoint"] = point.get("type")
     return {"type": "replay.diverged", "payload": payload}
 

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field
 from difflib import SequenceMatcher
 from typing import Any
 
-__all__ = ["JOIN_TYPES", "TERMINAL_TYPES", "Alignment", "align", "identity_key", "lane_of"]
+__all__ = ["JOIN_TYPES", "PAYLOAD_NAMES", "TERMINAL_TYPES", "Alignment", "align", "identity_key", "lane_of"]
 
 #: Run-level status events: every lane has ended or waits here, so the whole state is defined
 #: independently of interleaving (as it is after the last event).
@@ -68,6 +68,9 @@ _WORKER_FIELDS = ("workerId", "childWorkflowId")
 #: Payload fields naming what an event is about: the variable, channel, tool, handoff phase, worker
 #: or agent. Two events of one type and node that name the same things are the same event changed.
 _IDENTITY_FIELDS = ("name", "channel", "tool", "phase", "workerId", "childWorkflowId", "agentId")
+
+#: Every payload field :func:`lane_of` and :func:`identity_key` read; only string values count.
+PAYLOAD_NAMES = tuple(dict.fromkeys(("nodeId", *_WORKER_FIELDS, *_IDENTITY_FIELDS)))
 
 Key = Callable[[Mapping[str, Any]], Hashable]
 
@@ -127,14 +130,14 @@ class Alignment:
                ) -> dict[int, Mapping[str, Any]]:
         """The replay's paired events at their partners' source sequences; extras that depart after
         their lane's end after the original's end (the others are reported where they depart)."""
-        out: dict[int, Mapping[str, Any]] = {}
-        for o_seq in original:
-            r_seq = self.pairs.get(o_seq)
-            if r_seq is not None:
-                out[o_seq] = {**replay[r_seq], "sequence": o_seq}
+        return {seq: {**replay[r_seq], "sequence": seq} for seq, r_seq in self.relaid_sequences(original).items()}
+
+    def relaid_sequences(self, original: Mapping[int, Any]) -> dict[int, int]:
+        """Where :meth:`relaid` lays each replay event: re-laid sequence → replay sequence, in sequence order."""
+        out = {o_seq: r_seq for o_seq in original if (r_seq := self.pairs.get(o_seq)) is not None}
         tail = max(original) + 1
         for n, r_seq in enumerate(r for r in self.extra if r not in self.departs):
-            out[tail + n] = {**replay[r_seq], "sequence": tail + n}
+            out[tail + n] = r_seq
         return out
 
     def reordered(self, original: Mapping[int, Mapping[str, Any]], replay: Mapping[int, Mapping[str, Any]]

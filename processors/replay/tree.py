@@ -21,16 +21,22 @@ silence (the CLI names it, the host replay waits for it).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeAlias
 
-from agentlog.replay.compare import ChildPair, ComparisonResult, compare_runs
+from agentlog.replay.compare import ChildPair, ComparisonResult, StoredRun, compare_runs
 from agentlog.replay.divergence import Divergence
+from agentlog.replay.exported import _is_checkpoint
+from agentlog.schemas.canonical import loads_strict
+from agentlog.schemas.errors import AgentlogError, ReplayError
 
-__all__ = ["TreeComparison", "compare_tree", "group_runs"]
+__all__ = ["TreeComparison", "compare_tree", "group_runs", "stored_tree"]
 
-Events = Sequence[Mapping[str, Any]]
+#: A run's events: in memory, or a :class:`agentlog.replay.compare.StoredRun` read back as it is compared.
+Events: TypeAlias = Sequence[Mapping[str, Any]] | StoredRun
 
 
 @dataclass(frozen=True)
@@ -44,13 +50,78 @@ class TreeComparison:
     unchecked: tuple[dict[str, Any], ...] = ()
 
 
-def group_runs(events: Events) -> tuple[str, dict[str, list[Mapping[str, Any]]]]:
+def group_runs(events: Sequence[Mapping[str, Any]]) -> tuple[str, dict[str, list[Mapping[str, Any]]]]:
     """Events of several runs (an exported tree) by runId, with the first event's run as the root."""
     runs: dict[str, list[Mapping[str, Any]]] = {}
     for doc in events:
         runs.setdefault(str(doc.get("runId")), []).append(doc)
     root = str(events[0].get("runId")) if events else ""
     return root, runs
+
+
+@contextmanager
+def stored_tree(path: Path) -> Iterator[tuple[str, dict[str, StoredRun]]]:
+    """The runs of an export file (:func:`group_runs` of its events), each a :class:`StoredRun` read back from the
+    file as the comparison goes: what the comparison holds does not grow with the events' content.
+
+    The file is read once here, line by line, as :func:`agentlog.replay.exported.read_jsonl` reads it (a
+    RunEventDoc or a CommittedEvent a line; blank lines skipped), and stays open until the block ends.
+
+    Raises:
+        ReplayError: the file cannot be read, a line is not a JSON object, or a line is a signed checkpoint.
+    """
+    try:
+        file = path.open("rb")
+    except OSError as e:
+        raise ReplayError(f"cannot read {path}: {e}") from e
+    with file:
+        def read(position: int) -> Mapping[str, Any]:
+            file.seek(position)
+            return _event(loads_strict(file.readline()))
+
+        runs: dict[str, StoredRun] = {}
+        shared: dict[Any, Any] = {}  # what repeats from event to event, one object for the whole file
+        root = ""
+        for position, value in _export_objects(path, file):
+            doc = _event(value)
+            run_id = str(doc.get("runId"))
+            if not runs:
+                root = run_id
+            runs.setdefault(run_id, StoredRun(read, shared=shared)).add(doc, position)
+        yield root, runs
+
+
+def _export_objects(path: Path, file: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(position, object)`` of every non-blank line, checked as
+    :func:`agentlog.replay.exported.export_lines` checks them, with the same messages."""
+    position = 0
+    for number, raw in enumerate(file, start=1):
+        at, position = position, position + len(raw)
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ReplayError(f"cannot read {path}: {e}") from e
+        if not line.strip():
+            continue
+        try:
+            value = loads_strict(line)
+        except AgentlogError as e:
+            raise ReplayError(f"{path}:{number}: {e}") from e
+        if not isinstance(value, dict):
+            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
+        if _is_checkpoint(value):
+            raise ReplayError(
+                f"{path}:{number}: a signed checkpoint, not a RunEventDoc; an export holds run events only. "
+                "Put the checkpoints in a file of their own, one per line (`agentlog export --checkpoints PATH` "
+                "writes one), and give it to `agentlog verify --checkpoints PATH`")
+        yield at, value
+
+
+def _event(value: Any) -> dict[str, Any]:
+    """A RunEventDoc, bare or out of its CommittedEvent."""
+    if isinstance(value.get("doc"), dict) and "hash" in value:
+        return value["doc"]  # type: ignore[no-any-return]
+    return value  # type: ignore[no-any-return]
 
 
 def compare_tree(
@@ -118,7 +189,7 @@ def _hop(o_id: str, r_id: str, pair: ChildPair) -> dict[str, Any]:
 
 
 def _missing_child(original_child: Events, pair: ChildPair) -> ComparisonResult:
-    first = min(original_child, key=lambda d: d.get("sequence", 0)) if original_child else {}
+    first: Mapping[str, Any] = min(original_child, key=lambda d: d.get("sequence", 0)) if original_child else {}
     why = ("the replay's dispatch names no child run" if pair.replay_child is None
            else f"the replay's child run {pair.replay_child} has no events")
     d = Divergence(engine="comparison", at_sequence=0, kind="missing", path=None, expected=first.get("type"),
