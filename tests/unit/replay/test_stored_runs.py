@@ -160,17 +160,17 @@ def test_a_bad_run_in_a_file_is_the_same_error_as_in_memory(tmp_path: Path) -> N
     twice = root + [root[5]]
     with pytest.raises(ReplayError) as in_memory:
         compare_runs(root, twice)
-    with _stored(_write(tmp_path / "o.jsonl", root)) as o, _stored(_write(tmp_path / "r.jsonl", twice)) as r:
-        with pytest.raises(ReplayError) as streamed:
-            compare_runs(o, r)
+    with (_stored(_write(tmp_path / "o.jsonl", root)) as o, _stored(_write(tmp_path / "r.jsonl", twice)) as r,
+          pytest.raises(ReplayError) as streamed):
+        compare_runs(o, r)
     assert str(streamed.value) == str(in_memory.value) == (
         "replay run has two events at sequence 5; pass one run's committed log")
     unsequenced = [{**root[0], "sequence": "x"}, *root[1:]]
     with pytest.raises(ReplayError) as in_memory:
         compare_runs(unsequenced, root)
-    with _stored(_write(tmp_path / "u.jsonl", unsequenced)) as u, _stored(tmp_path / "o.jsonl") as o:
-        with pytest.raises(ReplayError) as streamed:
-            compare_runs(u, o)
+    with (_stored(_write(tmp_path / "u.jsonl", unsequenced)) as u, _stored(tmp_path / "o.jsonl") as o,
+          pytest.raises(ReplayError) as streamed):
+        compare_runs(u, o)
     assert str(streamed.value) == str(in_memory.value)
 
 
