@@ -625,16 +625,17 @@ def _adk(provider: Any, instrumentation: str) -> None:
     assert next(calls, None) is None, "the program made fewer model calls than scripted"
 
 
-def _framework(name: str) -> Any:
+def _framework(name: str, **options: Any) -> Any:
     """The program of ``tests/otel_corpus/recorders/<name>.py`` (run in the framework's own environment)."""
     def run(provider: Any, instrumentation: str) -> None:
-        importlib.import_module(f"tests.otel_corpus.recorders.{name}").run(provider, instrumentation)
+        importlib.import_module(f"tests.otel_corpus.recorders.{name}").run(provider, instrumentation, **options)
     return run
 
 
 PROGRAMS = {"openai_agents": _openai_agents, "langgraph": _langgraph, "adk": _adk,
             **{name: functools.partial(_langgraph_shape, name) for name in s.LANGGRAPH_SHAPES},
-            **{name: _framework(name) for name in fw.FRAMEWORKS}}
+            **{name: _framework(name) for name in fw.FRAMEWORKS},
+            "autogen_spanned": _framework("autogen", root_span=True)}
 #: The module a case beside the grid needs (the frameworks extra installs it; without it the rest is recorded).
 _NEEDS = {"adk.genai": "google.adk", "adk.openinference": "openinference.instrumentation.google_adk"}
 
@@ -726,9 +727,9 @@ def main() -> None:
     if selected is not None:  # each in the framework's own environment (tests/otel_corpus/envs.py)
         from tests.otel_corpus import envs
 
-        for program, instrumentation in fw.CASES:
-            if program in selected:
-                subprocess.run([str(envs.ensure(program)), "-m", "tests.otel_corpus.record", "--one",
+        for program, instrumentation, framework in (*((p, i, p) for p, i in fw.CASES), *fw.SPANNED_CASES):
+            if framework in selected:
+                subprocess.run([str(envs.ensure(framework)), "-m", "tests.otel_corpus.record", "--one",
                                 f"{program}.{instrumentation}"], check=True, cwd=HERE.parents[1],
                                env={**os.environ, "PYTHONPATH": str(HERE.parents[1])})
         return

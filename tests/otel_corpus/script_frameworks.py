@@ -72,5 +72,8 @@ AGENTS = {"crewai": (s.SUPERVISOR, s.RESEARCHER), "smolagents": (s.SUPERVISOR, s
 HANDOFF_TOOL = {"crewai": DELEGATE_TOOL, "smolagents": s.RESEARCHER, "llama_index": LLAMA_HANDOFF_TOOL,
                 "strands": STRANDS_HANDOFF_TOOL, "autogen": AUTOGEN_HANDOFF_TOOL}
 #: AutoGen's team run inside a span the program opens, as AutoGen's tracing guide does (its runtime's spans
-#: are otherwise each a trace of their own).
+#: are otherwise each a trace of their own): under its own telemetry always, under OpenInference (whose
+#: instrumentor opens the team's span itself) in the ``autogen_spanned`` program.
 AUTOGEN_ROOT_SPAN = "support"
+#: Programs beside the grid, (program, instrumentation, framework whose environment and script they use).
+SPANNED_CASES = (("autogen_spanned", "openinference", "autogen"),)

@@ -2,9 +2,12 @@
 
 ``genai``: AutoGen's own spans (``invoke_agent``, ``execute_tool``; through the global tracer provider) and, for
 the model calls, which AutoGen does not trace, OpenLLMetry's OpenAI instrumentor, as AutoGen's tracing guide sets
-it up. ``openinference``: OpenInference's AgentChat instrumentor (AutoGen's own spans come along). Either way the
-program opens a span around the team's run, as the guide does: without it each message of AutoGen's runtime
-starts a trace of its own.
+it up. ``openinference``: OpenInference's AgentChat instrumentor (AutoGen's own spans come along).
+
+Under ``genai`` the program opens a span around the team's run, as AutoGen's tracing guide does: without it each
+message of AutoGen's runtime starts a trace of its own. OpenInference's instrumentor opens one itself (the team's
+``run_stream``), so the program adds only the instrumentor lines; ``root_span=True`` opens the guide's span there
+too (the ``autogen_spanned`` program).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from tests.otel_corpus.fake_openai import FakeOpenAI
 from tests.otel_corpus.recorders import replies
 
 
-def run(provider: Any, instrumentation: str) -> None:
+def run(provider: Any, instrumentation: str, *, root_span: bool | None = None) -> None:
     from opentelemetry import trace
 
     trace.set_tracer_provider(provider)
@@ -38,6 +41,8 @@ def run(provider: Any, instrumentation: str) -> None:
     from autogen_agentchat.teams import Swarm
     from autogen_ext.models.openai import OpenAIChatCompletionClient
 
+    if root_span is None:
+        root_span = instrumentation == "genai"
     fake = FakeOpenAI(replies("autogen"))
 
     async def lookup_order(order_id: str) -> str:
@@ -58,12 +63,12 @@ def run(provider: Any, instrumentation: str) -> None:
                                 system_message=s.SPECIALIST_INSTRUCTIONS)
     team = Swarm([triage, specialist], termination_condition=SourceMatchTermination([s.SPECIALIST]))
 
-    async def support() -> Any:
+    async def spanned() -> Any:
         with trace.get_tracer("agentlog-corpus").start_as_current_span(f.AUTOGEN_ROOT_SPAN):
             return await team.run(task=s.AGENTS_USER)
 
     try:
-        result = asyncio.run(support())
+        result = asyncio.run(spanned() if root_span else team.run(task=s.AGENTS_USER))
     finally:
         fake.close()
     answer = result.messages[-1].content

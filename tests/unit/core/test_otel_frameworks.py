@@ -228,3 +228,26 @@ def test_a_framework_sending_the_proposed_handoff_shape_needs_no_release(attribu
     runs = _strands_with_handoff(**attributes)
     root, child = framework_runs(runs, "strands")
     check_runs_and_the_handoff("strands", runs, root, child)
+
+
+# --- AutoGen with and without a span around the team's run ---------------------------------------------------------
+
+def test_autogen_under_openinference_needs_no_span_around_the_team():
+    """The program adds only the instrumentor lines: its trace's root is the instrumentor's own span of the team."""
+    spans = spans_of("autogen", "openinference")
+    assert fw.AUTOGEN_ROOT_SPAN not in {sp["name"] for sp in spans}
+    runs = mapped(spans)
+    root, child = framework_runs(runs, "autogen")
+    check_runs_and_the_handoff("autogen", runs, root, child)
+
+
+@pytest.mark.parametrize("program,instrumentation,framework", fw.SPANNED_CASES)
+def test_a_program_opening_the_tracing_guides_span_arrives_the_same(program, instrumentation, framework):
+    """AutoGen's tracing guide opens a span around the team's run; under OpenInference the runs are the same."""
+    spans = spans_of(program, instrumentation)
+    assert fw.AUTOGEN_ROOT_SPAN in {sp["name"] for sp in spans if not sp.get("parentSpanId")}
+    runs = mapped(spans)
+    root, child = framework_runs(runs, framework)
+    check_runs_and_the_handoff(framework, runs, root, child)
+    check_llm_calls(framework, runs, root, child)
+    check_tool_pairs(framework, instrumentation, runs, root, child)
