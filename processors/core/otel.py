@@ -306,7 +306,9 @@ def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, R
       the proposed ``gen_ai.agent.handoff.target.name``; a handoff tool call: ``transfer_to_<agent>``,
       ADK's ``transfer_to_agent``, Strands' ``handoff_to_agent``, LlamaIndex's ``handoff``): the target is the first
       agent span starting after it, not enclosing it, named as its target when it names one; where no agent span
-      of that name follows (LlamaIndex's workflow has none), the spans after the handoff are the target's;
+      of that name follows (LlamaIndex's workflow has none), the spans after the handoff are the target's. Where
+      the handoff does not name its source, the agent a workflow step around it or before it names is (LlamaIndex's
+      steps name the current agent in the events they receive);
     * LangGraph (:func:`_graph_handoffs`): a node that runs an agent, reached from another node;
     * outside a LangGraph graph, an agent inside another agent that calls a model itself (a managed agent called as
       a tool: smolagents, AutoGen's ``AgentTool``): a delegation from the agent around it; so is a tool span inside
@@ -335,10 +337,19 @@ def _handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[str, R
     def agent_around(sid: str) -> str | None:
         return next((a for a in ancestors(sid) if _is_agent(pending[a], readings[a])), None)
 
+    at_work = sorted((start[sid], sid) for sid, r in readings.items() if r.agent)
+
+    def agent_at_work(sid: str) -> str | None:
+        """The agent a workflow step around the span, else the latest one started before it, names (LlamaIndex)."""
+        around = next((readings[a].agent for a in ancestors(sid) if readings[a].agent), None)
+        return around or next((readings[s].agent for t, s in reversed(at_work) if t <= start[sid]), None)
+
     found: dict[str, _Handoff] = {}
     explicit = sorted((start[sid], sid) for sid, r in readings.items() if r.kind == "handoff")
     for t0, origin in explicit:
         r = readings[origin]
+        if r.source is None and at_work:
+            r = replace(r, source=agent_at_work(origin))
         enclosing = set(_ancestors(pending, origin))
         candidates = [(start[sid], len(_ancestors(pending, sid)), sid) for sid, c in readings.items()
                       if sid not in found and sid != origin and sid not in enclosing and c.kind == "agent"

@@ -76,6 +76,9 @@ class Reading:
     scope: str | None = None
     source: str | None = None
     target: str | None = None
+    #: The agent at work in a workflow step that names it (LlamaIndex's AgentWorkflow events carry
+    #: ``current_agent_name``), where no agent span says who works.
+    agent: str | None = None
     # llm
     provider: str = "unknown"
     model: str = "unknown"
@@ -407,6 +410,18 @@ def _graph_node(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
+#: ``current_agent_name`` in the event a LlamaIndex AgentWorkflow step receives, as OpenInference records it in
+#: ``input.value``: the event's repr (``AgentSetup(…, current_agent_name='triage')``), inside JSON or alone.
+_CURRENT_AGENT = re.compile(r"""current_agent_name=(?:'([^'\\]+)'|\\?"([^"\\]+)\\?")""")
+
+
+def _current_agent(attrs: Mapping[str, Any]) -> str | None:
+    """The agent a workflow step works for, as the event it receives names it (the input's last mention)."""
+    value = attrs.get("input.value")
+    found = _CURRENT_AGENT.findall(value) if isinstance(value, str) else []
+    return next((a or b for a, b in reversed(found) if a or b), None)
+
+
 def _graph_scope(attrs: Mapping[str, Any]) -> str | None:
     """LangGraph's ``langgraph_checkpoint_ns`` (OpenLLMetry's association property, OpenInference's metadata)."""
     scope = attrs.get("traceloop.association.properties.langgraph_checkpoint_ns")
@@ -605,7 +620,7 @@ def _openinference(span: Mapping[str, Any], attrs: Mapping[str, Any], kind: str)
         if kind == "AGENT":
             return Reading("agent", "openinference", name=_agent_name(attrs, name), conversation=conv,
                            node=node, source=_str(attrs, "graph.node.parent_id"))
-        return Reading("step", "openinference", name=name, conversation=conv, node=node)
+        return Reading("step", "openinference", name=name, conversation=conv, node=node, agent=_current_agent(attrs))
     return Reading("opaque", "openinference", name=name, conversation=conv)
 
 

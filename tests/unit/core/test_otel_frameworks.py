@@ -19,6 +19,7 @@ import json
 import pytest
 
 from agentlog.core.fold import fold_all
+from agentlog.core.otel_read import read_span
 from agentlog.schemas.cachekey import cache_key
 from tests.otel_corpus import script as s
 from tests.otel_corpus import script_frameworks as fw
@@ -26,9 +27,6 @@ from tests.unit.core.test_otel_corpus import _mapped_call, check_log, mapped, of
 
 CASES = list(fw.CASES)
 IDS = [f"{f}-{i}" for f, i in CASES]
-#: The agent each program's handing agent is recorded as. OpenInference's LlamaIndex spans never name the agent at
-#: work (an AgentWorkflow's steps are the workflow's): the handoff comes from the workflow, its root span.
-PLANNER = {"llama_index": "AgentWorkflow.run"}
 #: What the first user message says, as each story's agents receive it (inside framework text at times).
 ASKED = {"crewai": fw.CREW_TASK, "smolagents": fw.CREW_TASK}
 #: The tool each program runs: (the agent running it, name, arguments, the result as its framework records it).
@@ -76,7 +74,7 @@ def check_runs_and_the_handoff(framework: str, runs: dict[str, list[dict]], root
                                          "parentRunId": root}
     assert child.startswith(f"{root}/{worker}/")
     assert of(runs[root], "runOrchestrator.decided") == [
-        {"agentId": PLANNER.get(framework, source), "decision": {"nextWorkerIds": [worker]}}]
+        {"agentId": source, "decision": {"nextWorkerIds": [worker]}}]
     chain = of(runs[root], "core.workflowChain.event")
     assert [p["phase"] for p in chain] == ["dispatch.began", "dispatch.succeeded", "child.completed"]
     assert {p.get("childRunId") for p in chain} == {None, child}
@@ -185,6 +183,27 @@ def test_llamaindex_spans_marked_llm_that_call_no_model_are_no_calls():
     assert sum(len(of(e, "agent.invocation.started")) for e in runs.values()) == len(fw.CALLS["llama_index"])
 
 
+def test_llamaindex_the_agent_that_hands_off_plans_the_handoff():
+    """No LlamaIndex span is an agent's: the workflow's steps name the agent at work in the events they receive
+    (``current_agent_name``), and the step before the handoff names triage."""
+    runs = mapped(spans_of("llama_index", "openinference"))
+    root, child = framework_runs(runs, "llama_index")
+    assert [p["agentId"] for p in of(runs[root], "runOrchestrator.decided")] == [s.TRIAGE]
+    assert {p["workerId"] for p in of(runs[root], "core.workflowChain.event")} == {s.SPECIALIST}
+
+
+def test_llamaindex_steps_that_name_no_agent_leave_the_handoff_to_the_workflow():
+    """Where no step records the event it receives, the handoff is the workflow's, as its root span says."""
+    spans = spans_of("llama_index", "openinference")
+    for sp in spans:
+        if sp["attributes"].get("openinference.span.kind") == "CHAIN":
+            sp["attributes"].pop("input.value", None)
+    runs = mapped(spans)
+    root, _ = framework_runs(runs, "llama_index")
+    (root_span,) = [sp for sp in spans if not sp.get("parentSpanId")]
+    assert [p["agentId"] for p in of(runs[root], "runOrchestrator.decided")] == [root_span["name"]]
+
+
 @pytest.mark.parametrize("framework,instrumentation", CASES, ids=IDS)
 def test_a_refusal_is_an_envelope_refusal(framework, instrumentation):
     span = next(sp for sp in spans_of(framework, instrumentation)
@@ -251,3 +270,15 @@ def test_a_program_opening_the_tracing_guides_span_arrives_the_same(program, ins
     check_runs_and_the_handoff(framework, runs, root, child)
     check_llm_calls(framework, runs, root, child)
     check_tool_pairs(framework, instrumentation, runs, root, child)
+
+
+@pytest.mark.parametrize("value,agent", [
+    ('{"ctx": "<Context>", "ev": "AgentSetup(input=[2 items], current_agent_name=\'triage\')"}', "triage"),
+    ('{"ev": "AgentOutput(response=x, current_agent_name=\\"refund specialist\\")"}', "refund specialist"),
+    ("AgentInput(input=[], current_agent_name='triage')", "triage"),
+    ('{"init_state": "current_agent_name: str"}', None),
+], ids=["repr-in-json", "escaped-double-quotes", "repr", "a-schema-not-an-event"])
+def test_a_workflow_step_names_the_agent_its_event_names(value, agent):
+    span = {"traceId": "t", "spanId": "s", "parentSpanId": "p", "name": "AgentWorkflow.run_agent_step",
+            "startNs": "1", "endNs": "2", "attributes": {"openinference.span.kind": "CHAIN", "input.value": value}}
+    assert read_span(span).agent == agent
