@@ -445,9 +445,11 @@ def _graph_handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[
 
     Each node execution (a task) has its namespace, ``<node>:<task id>``, and a subgraph's tasks extend the
     namespace of the node running it (``researcher:<id>|llm:<id>``); both instrumentation families put it on a
-    node's spans. A node execution that runs a graph of its own (a compiled subgraph, ``create_react_agent``,
-    the agents of ``create_supervisor`` and ``create_swarm``) is an **agent**; every other node (a router, a
-    formatter, a function calling a model) is a plain node of the run it is in. An agent's execution is a
+    node's spans. A node execution that runs a graph of its own in which a model is called (a compiled subgraph,
+    ``create_react_agent``, the agents of ``create_supervisor`` and ``create_swarm``, or a compiled graph a node
+    function invokes, which LangGraph runs in the calling node's namespace: how supervisors are often written) is
+    an **agent**; every other node (a router, a formatter, a function calling a model, a graph calling none) is a
+    plain node of the run it is in. An agent's execution is a
     child run unless it is its graph's entry node (the first node that ran, whose agent the run itself is:
     a supervisor getting control back, a swarm's default agent). However control reached it (a conditional
     edge, ``Command(goto=…)``, ``Command(graph=Command.PARENT, …)`` from inside a sibling, a handoff tool,
@@ -462,7 +464,9 @@ def _graph_handoffs(pending: Mapping[str, Mapping[str, Any]], readings: Mapping[
             if r.scope not in first or key < first[r.scope]:
                 first[r.scope] = key
     execution_of = {key[2]: scope for scope, key in first.items()}  # outermost span → its namespace
-    agents = {_graph_of(scope) for scope in first} & set(first)
+    calling = {r.scope for r in readings.values() if r.kind == "llm" and r.scope is not None}
+    agents = {graph for graph in {_graph_of(scope) for scope in first} & set(first)
+              if any(scope.startswith(f"{graph}|") for scope in calling)}
     graphs: dict[str, list[str]] = {}  # a graph's namespace ("" for the root graph) → its executions by start
     for scope in sorted(first, key=first.__getitem__):
         graphs.setdefault(_graph_of(scope), []).append(scope)

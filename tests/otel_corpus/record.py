@@ -522,8 +522,67 @@ def _send(model: Any) -> Any:
     return graph.compile()
 
 
+def _invoked(model: Any) -> Any:
+    """Compiled graphs invoked inside node functions: supervisor → researcher (a function running the researcher's
+    own graph, model → ToolNode → model) → supervisor → formatter (a function running a graph that calls no model)."""
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    supervisor_model = model(agent=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL).bind_tools(
+        [_transfer_tool(s.RESEARCHER)])
+
+    def supervisor(state) -> dict[str, Any]:
+        reply = supervisor_model.invoke(state["messages"])
+        done = [ToolMessage(content=f"Transferred to {c['name'].removeprefix('transfer_to_')}", tool_call_id=c["id"],
+                            name=c["name"]) for c in reply.tool_calls]
+        return {"messages": [reply, *done]}
+
+    def route(state) -> str:
+        reply = next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
+        return s.RESEARCHER if reply.tool_calls else s.FORMATTER
+
+    search = _search_tool()
+    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools([search])
+
+    def call_model(state) -> dict[str, Any]:
+        return {"messages": [researcher_model.invoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("llm", call_model)
+    inner.add_node("tools", ToolNode([search]))
+    inner.add_edge(START, "llm")
+    inner.add_conditional_edges("llm", tools_condition, {"tools": "tools", END: END})
+    inner.add_edge("tools", "llm")
+    research = inner.compile()
+
+    def researcher(state) -> dict[str, Any]:
+        return {"messages": research.invoke({"messages": state["messages"]})["messages"][len(state["messages"]):]}
+
+    def report(state) -> dict[str, Any]:
+        return {"messages": [AIMessage(content=f"Report: {state['messages'][-1].content}")]}
+
+    plain = StateGraph(MessagesState)
+    plain.add_node("report", report)
+    plain.add_edge(START, "report")
+    formatting = plain.compile()
+
+    def formatter(state) -> dict[str, Any]:
+        return {"messages": formatting.invoke({"messages": state["messages"]})["messages"][len(state["messages"]):]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node(s.SUPERVISOR, supervisor)
+    graph.add_node(s.RESEARCHER, researcher)
+    graph.add_node(s.FORMATTER, formatter)
+    graph.add_edge(START, s.SUPERVISOR)
+    graph.add_conditional_edges(s.SUPERVISOR, route, [s.RESEARCHER, s.FORMATTER])
+    graph.add_edge(s.RESEARCHER, s.SUPERVISOR)
+    graph.add_edge(s.FORMATTER, END)
+    return graph.compile()
+
+
 _SHAPES = {"lg_routed": _routed, "lg_parent": _parent, "lg_supervisor": _supervisor_package, "lg_swarm": _swarm,
-           "lg_send": _send}
+           "lg_send": _send, "lg_invoked": _invoked}
 
 
 def _langgraph_shape(program: str, provider: Any, instrumentation: str) -> None:

@@ -130,6 +130,18 @@ SEND_CALLS = [
 #: What the search tool answers for each topic of the fan-out.
 TOPIC_RESULTS = {TOPICS[0]: "2 papers on event logs", TOPICS[1]: "1 paper on handoffs"}
 
+#: Compiled graphs invoked inside node functions (``def researcher(state): return research.invoke(state)``), not
+#: added as nodes: the supervisor node calls transfer_to_researcher, a conditional edge routes to the researcher
+#: node, whose function runs the researcher's own graph (model → ToolNode → model); control returns to the
+#: supervisor, which answers; the formatter node's function runs a graph of one plain node (no model).
+INVOKED_THREAD = "thread-invoked-7"
+INVOKED_CALLS = [
+    (SUPERVISOR, {"tool": TO_RESEARCHER, "args": {}}, 20, 5, None),
+    (RESEARCHER, SEARCH_CALL, 25, 8, None),
+    (RESEARCHER, {"text": RESEARCHER_ANSWER}, 40, 11, None),
+    (SUPERVISOR, {"text": SUPERVISOR_ANSWER}, 52, 9, None),
+]
+
 #: program → (thread id, model calls). Recorded under INSTRUMENTATIONS.
 LANGGRAPH_SHAPES = {
     "lg_routed": (ROUTED_THREAD, ROUTED_CALLS),
@@ -137,4 +149,5 @@ LANGGRAPH_SHAPES = {
     "lg_supervisor": (SUPERVISOR_THREAD, SUPERVISOR_CALLS),
     "lg_swarm": (SWARM_THREAD, SWARM_CALLS),
     "lg_send": (SEND_THREAD, SEND_CALLS),
+    "lg_invoked": (INVOKED_THREAD, INVOKED_CALLS),
 }

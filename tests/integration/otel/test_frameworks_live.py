@@ -2,11 +2,12 @@
 
 For each program × instrumentation of ``tests/otel_corpus`` (OpenAI Agents SDK and LangGraph, each under
 OpenLLMetry and OpenInference; Google ADK under its own instrumentation and OpenInference; LangGraph's supervisor
-routing by conditional edges to a compiled subgraph and a ``create_react_agent``, under both), ``python -m
+routing by conditional edges to a compiled subgraph and a ``create_react_agent``, and to node functions that
+invoke compiled graphs, under both), ``python -m
 tests.otel_corpus.record --live`` runs the recorder's own program (scripted models, offline: ADK's is a
 ``BaseLlm``) with the SDK's ``OTLPSpanExporter`` configured by the standard ``OTEL_EXPORTER_OTLP_*`` variables
 only, as a user's program is, and sends its spans to an ``agentlog worker`` bound beyond loopback
-(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Four cases export over OTLP/gRPC, four over OTLP/HTTP; each
+(``0.0.0.0``) with ``AGENTLOG_WEB_TOKEN`` set. Five cases export over OTLP/gRPC, five over OTLP/HTTP; each
 sends the token as ``OTEL_EXPORTER_OTLP_HEADERS`` says.
 
 The runs are read back from the committed log (``agentlog export``) and the audit store (``agentlog
@@ -65,6 +66,8 @@ CASES = [
     ("adk", "openinference", "grpc"),
     ("lg_routed", "openllmetry", "http/protobuf"),
     ("lg_routed", "openinference", "grpc"),
+    ("lg_invoked", "openllmetry", "grpc"),
+    ("lg_invoked", "openinference", "http/protobuf"),
 ]
 #: What each case needs in the test process (the program itself runs in a child process), by program, by
 #: instrumentation, by protocol and by program.instrumentation.

@@ -3,7 +3,8 @@
 The programs (``tests/otel_corpus/record.py``, scripted in :data:`tests.otel_corpus.script.LANGGRAPH_SHAPES`)
 hand control from agent to agent each in one of LangGraph's ways: a conditional edge to a compiled subgraph and to
 a ``create_react_agent`` node, ``Command(graph=Command.PARENT, goto=…)`` from inside a subgraph,
-``langgraph-supervisor``'s handoff tools, ``langgraph-swarm``'s, and a ``Send`` fan-out to concurrent workers.
+``langgraph-supervisor``'s handoff tools, ``langgraph-swarm``'s, a ``Send`` fan-out to concurrent workers, and node
+functions invoking compiled graphs (one calling a model, an agent; one calling none, no agent).
 What each program does, below, is written from the program: which agent hands control to which (:data:`HANDOFFS`)
 and which tool calls run as tools (:data:`RAN`); the model calls, tokens and tool arguments come from the script.
 ``Command(goto=…)`` is the corpus's ``langgraph`` program (``test_otel_corpus.py``).
@@ -32,12 +33,15 @@ HANDOFFS = {
     "lg_supervisor": [(s.SUPERVISOR, s.RESEARCHER)],  # its transfer_to_researcher tool; back to the supervisor
     "lg_swarm": [(s.RESEARCHER, s.WRITER)],  # create_handoff_tool(agent_name="writer")
     "lg_send": [(s.PLANNER, s.WORKER), (s.PLANNER, s.WORKER)],  # one Send per topic
+    # The researcher's function invokes a graph calling a model: an agent. The formatter's invokes a graph calling
+    # none: a node of the thread's run.
+    "lg_invoked": [(s.SUPERVISOR, s.RESEARCHER)],
 }
 #: program → the tools that run as tools (a tool node calls them): the search tool everywhere, the handoff tools of
 #: langgraph-supervisor and langgraph-swarm. The routed program's graph routes on its transfer calls and the parent
 #: program's hand_off node answers its own: the model asked for them, nothing ran them.
 RAN = {"lg_routed": {s.SEARCH_TOOL}, "lg_parent": {s.SEARCH_TOOL}, "lg_supervisor": {s.SEARCH_TOOL, s.TO_RESEARCHER},
-       "lg_swarm": {s.SEARCH_TOOL, s.TO_WRITER}, "lg_send": {s.SEARCH_TOOL}}
+       "lg_swarm": {s.SEARCH_TOOL, s.TO_WRITER}, "lg_send": {s.SEARCH_TOOL}, "lg_invoked": {s.SEARCH_TOOL}}
 
 
 def shape_runs(runs: dict[str, list[dict]], program: str) -> tuple[str, list[str]]:
@@ -196,3 +200,14 @@ def test_parallel_workers_run_concurrently_each_a_child_run():
         assert phases.index(("dispatch.succeeded", children[1])) < phases.index(("child.completed", children[0]))
         searched = {run: [p["args"]["query"] for p in of(runs[run], "agent.toolCalled")] for run in children}
         assert sorted(searched.values()) == sorted([t] for t in s.TOPICS)
+
+
+@pytest.mark.parametrize("instrumentation", s.INSTRUMENTATIONS)
+def test_a_graph_a_node_function_invokes_is_an_agent_when_it_calls_a_model(instrumentation):
+    """The researcher's function invokes a graph calling a model: a child run. The formatter's invokes a graph of one
+    plain node: the formatter and that node stay in the thread's run."""
+    runs = runs_of("lg_invoked", instrumentation)
+    thread, children = shape_runs(runs, "lg_invoked")
+    assert [of(runs[c], "run.started")[0]["agent"] for c in children] == [s.RESEARCHER]
+    nodes = {p.get("node") for p in of(runs[thread], "node.started")}
+    assert {s.FORMATTER, "report"} <= nodes
