@@ -57,6 +57,7 @@ async def _spool_tree(settings: Settings, run_id: str, spool: IO[bytes]) -> int:
     holds the run. A child run the log holds no events of is left out; the comparison then reports it
     (unchecked in the source, missing in the replay) as it does for a file without it.
     """
+    from agentlog.schemas.canonical import jcs
     from agentlog.streams.reader import iter_run
 
     written = 0
@@ -68,7 +69,7 @@ async def _spool_tree(settings: Settings, run_id: str, spool: IO[bytes]) -> int:
         seen.add(current)
         async for item in iter_run(settings, current):
             doc = item["doc"]
-            spool.write(json.dumps(doc, ensure_ascii=False).encode() + b"\n")
+            spool.write(jcs(doc) + b"\n")  # as `agentlog export` writes it
             written += 1
             payload = doc.get("payload")
             child = payload.get("childRunId") if isinstance(payload, dict) else None

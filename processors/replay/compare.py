@@ -1122,7 +1122,8 @@ class _Compact(Mapping[str, Any]):
         payload = doc.get("payload")
         names: dict[str, str] | None = None
         if isinstance(payload, Mapping):
-            names = {name: value for name in _NAMED_FIELDS if isinstance(value := payload.get(name), str)}
+            names = {name: _shared(shared, value) for name in _NAMED_FIELDS
+                     if isinstance(value := payload.get(name), str)}
         self.type = _shared(shared, doc.get("type"))
         self.node_id = _shared(shared, doc.get("nodeId"))
         self.event_id = doc.get("eventId")

@@ -196,7 +196,8 @@ class _LaneDiff:
         self.inserts: list[tuple[int, int]] = []
 
     def result(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-        if [identity_key(doc) for doc in self.original] == [identity_key(doc) for doc in self.replay]:
+        if len(self.original) == len(self.replay) and all(
+                identity_key(o) == identity_key(r) for o, r in zip(self.original, self.replay, strict=True)):
             # Event for event the same identities: nothing inserted or removed, every event pairs
             # with its counterpart in order (the common case, without a key of every payload).
             self.pairs = [(i, i) for i in range(len(self.original))]

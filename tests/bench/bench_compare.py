@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from agentlog.schemas.canonical import jcs
 from tests.bench.workload import long_run
 from tests.unit.core.runs import child_runs
 from tests.unit.replay.runs import as_replay
@@ -125,9 +126,10 @@ def replay_tree(docs: list[dict[str, Any]], replay_run_id: str) -> list[dict[str
 
 
 def write_jsonl(path: Path, docs: list[dict[str, Any]]) -> int:
-    with path.open("w", encoding="utf-8") as f:
+    """The docs as ``agentlog export`` writes them: one JCS line each."""
+    with path.open("wb") as f:
         for doc in docs:
-            f.write(json.dumps(doc, ensure_ascii=False) + "\n")
+            f.write(jcs(doc) + b"\n")
     return path.stat().st_size
 
 
