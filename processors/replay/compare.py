@@ -1021,7 +1021,8 @@ class StoredRun(_Run):
         if not self._records:
             raise ReplayError(_NO_EVENTS.format(side=side))
         if getattr(self, "index", None) is not self._records:
-            self._records = self.index = dict(sorted(self._records.items()))
+            self._records = dict(sorted(self._records.items()))
+            self.index = self._records
         return self
 
     def __len__(self) -> int:

@@ -77,7 +77,7 @@ def stored_tree(path: Path) -> Iterator[tuple[str, dict[str, StoredRun]]]:
     with file:
         def read(position: int) -> Mapping[str, Any]:
             file.seek(position)
-            return _event(loads_strict(file.readline()))
+            return _event(loads_strict(file.readline().rstrip(_LINE_END)))
 
         runs: dict[str, StoredRun] = {}
         shared: dict[Any, Any] = {}  # what repeats from event to event, one object for the whole file
@@ -91,6 +91,11 @@ def stored_tree(path: Path) -> Iterator[tuple[str, dict[str, StoredRun]]]:
         yield root, runs
 
 
+#: What ends a line; parsed without it, a JCS line (what `agentlog export` writes) is read on the strict reader's
+#: fast path.
+_LINE_END = b"\r\n"
+
+
 def _export_objects(path: Path, file: Iterable[bytes]) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(position, object)`` of every non-blank line, checked as
     :func:`agentlog.replay.exported.export_lines` checks them, with the same messages."""
@@ -98,7 +103,7 @@ def _export_objects(path: Path, file: Iterable[bytes]) -> Iterator[tuple[int, di
     for number, raw in enumerate(file, start=1):
         at, position = position, position + len(raw)
         try:
-            line = raw.decode("utf-8")
+            line = raw.rstrip(_LINE_END).decode("utf-8")
         except UnicodeDecodeError as e:
             raise ReplayError(f"cannot read {path}: {e}") from e
         if not line.strip():
