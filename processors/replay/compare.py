@@ -95,6 +95,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import threading
+from array import array
 from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -993,6 +994,7 @@ class StoredRun(_Run):
         super().__init__()
         self._read = read
         self._records: dict[int, _Compact] = {}
+        self._positions = array("q")  # every event's, in the order added, those of a run with a problem too
         self._problem: str | None = None
         self._shared: dict[Any, Any] = {} if shared is None else shared
         self.key = _stored_key
@@ -1001,6 +1003,7 @@ class StoredRun(_Run):
         """One event of the run, readable again at ``position``; a problem with its sequence is kept for
         the comparison to report (a run that is never compared has none to report)."""
         seq = doc.get("sequence")
+        self._positions.append(position)
         if self._problem is not None:
             return
         if type(seq) is not int or seq < 0:
@@ -1026,19 +1029,18 @@ class StoredRun(_Run):
         return self
 
     def __len__(self) -> int:
-        return len(self._records)
+        return len(self._positions)
 
     def __iter__(self) -> Iterator[Mapping[str, Any]]:
-        """The run's events, each read back as it is handed over."""
-        for record in self._records.values():
-            yield self._read(record.position)
+        """The run's events in the order added, each read back as it is handed over."""
+        for position in self._positions:
+            yield self._read(position)
 
     def doc(self, seq: int) -> Mapping[str, Any]:
         return self._read(self._records[seq].position)
 
     def minted(self, seq: int) -> _Candidates:
         return self._records[seq].minted
-
 
 
 def _stored_key(record: _Compact) -> Hashable:
@@ -1146,6 +1148,9 @@ class _Compact(Mapping[str, Any]):
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
+
+    def __bool__(self) -> bool:
+        return True  # a record stands for an event, as a doc does, even one without these fields
 
 
 def _shared(table: dict[Any, Any], value: Any) -> Any:
