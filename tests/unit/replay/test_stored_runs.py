@@ -220,3 +220,28 @@ def test_a_stored_run_against_a_list_is_judged_as_two_lists(tmp_path: Path) -> N
             assert compare_runs(o, case.replay) == in_memory
         with _stored(_write(tmp_path / "r.jsonl", case.replay)) as r:
             assert compare_runs(case.original, r) == in_memory
+
+
+@pytest.mark.parametrize("lines", [
+    ['{"runId": "a", "sequence": 0}', '{"runId": "a", "sequence": 1'],
+    ['{"runId": "a", "sequence": 0}', "", "[1, 2]"],
+    ['{"runId": "a", "sequence": 0}', json.dumps({"checkpoint": {"runId": "a"}})],
+], ids=["not-json", "not-an-object", "a-checkpoint"])
+def test_a_bad_line_is_the_error_reading_the_export_whole_gives(lines: list[str], tmp_path: Path) -> None:
+    path = tmp_path / "bad.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ReplayError) as whole:
+        read_jsonl(path)
+    with pytest.raises(ReplayError) as streamed, stored_tree(path):
+        pass
+    assert str(streamed.value) == str(whole.value)
+    assert str(whole.value).startswith(f"{path}:{len(lines)}: ")
+
+
+def test_a_committed_event_line_is_read_as_its_doc(tmp_path: Path) -> None:
+    case = sequential_cases()[0]
+    wrapped = [{"doc": doc, "hash": f"h{n}", "prevHash": None} for n, doc in enumerate(case.replay)]
+    _write(tmp_path / "w.jsonl", wrapped)
+    with _stored(tmp_path / "w.jsonl") as r:
+        assert list(r) == case.replay
+        assert compare_runs(case.original, r) == compare_runs(case.original, case.replay)
