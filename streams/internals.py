@@ -15,7 +15,6 @@ both use it without ``streams`` depending on Faust.
 from __future__ import annotations
 
 import asyncio
-import sys
 import types
 from collections import OrderedDict, namedtuple
 from collections.abc import Awaitable, Callable, Coroutine, Generator, Iterable, Mapping
@@ -363,16 +362,6 @@ def membership_probe(app: Any) -> Callable[[], bool]:
         return bool(node.generation == NO_GENERATION)
 
     return dropped
-
-
-def thread_frame(ident: int | None) -> Any:
-    """The frame thread ``ident`` is running now (None if there is no such thread).
-
-    ``sys._current_frames()`` is the standard library's one way to see another thread's stack
-    (the faulthandler and py-spy-style samplers use it); the loop-lag watchdog samples the event
-    loop's thread with it (:mod:`agentlog.worker.lagprobe`).
-    """
-    return sys._current_frames().get(ident) if ident is not None else None
 
 
 def _plain_record(tp: Any, record: Any) -> tuple[int, bytes | None, bytes | None]:

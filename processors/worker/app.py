@@ -59,7 +59,7 @@ from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
-from agentlog.worker import batch, fence, gcpause, halves, handoff, lagprobe, logs, positions, runstate, sequencer
+from agentlog.worker import batch, fence, gcpause, halves, handoff, logs, positions, runstate, sequencer
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
 from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
@@ -323,7 +323,6 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
             logging.getLogger(name).setLevel(level)
 
     gcpause.install(runner)  # no generation-2 pauses over the tables' heap
-    lagprobe.install(runner)  # lagprobe.STALL_LOG_MS, off by default
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring

@@ -193,31 +193,6 @@ def test_the_records_faust_clears_on_resuming_flow_are_reported_by_partition():
     asyncio.run(scenario())
 
 
-def test_a_thread_frame_is_the_stack_that_thread_runs():
-    import threading
-
-    started, release = threading.Event(), threading.Event()
-
-    def parked_in_a_named_function() -> None:
-        started.set()
-        release.wait(10)
-
-    thread = threading.Thread(target=parked_in_a_named_function)
-    thread.start()
-    try:
-        started.wait(10)
-        frame = internals.thread_frame(thread.ident)
-        names = []
-        while frame is not None:
-            names.append(frame.f_code.co_name)
-            frame = frame.f_back
-        assert "parked_in_a_named_function" in names
-        assert internals.thread_frame(None) is None
-    finally:
-        release.set()
-        thread.join()
-
-
 # --- plain (offset, key, value) records out of aiokafka's fetch buffer -------------------------------------
 
 def _batch(base_offset: int, records: list[tuple[bytes | None, bytes]], *, producer_id: int = -1,
