@@ -57,14 +57,23 @@ def export_lines(path: Path, *, code: str | None = None) -> Iterator[tuple[int, 
             line is a signed checkpoint.
     """
     for number, value in json_lines(path, code=code):
-        if not isinstance(value, dict):
-            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)", code=code)
-        if _is_checkpoint(value):
-            raise ReplayError(
-                f"{path}:{number}: a signed checkpoint, not a RunEventDoc; an export holds run events only. "
-                "Put the checkpoints in a file of their own, one per line (`agentlog export --checkpoints PATH` "
-                "writes one), and give it to `agentlog verify --checkpoints PATH`", code=code)
-        yield number, value
+        yield number, export_object(path, number, value, code=code)
+
+
+def export_object(path: Path, number: int, value: Any, *, code: str | None = None) -> dict[str, Any]:
+    """Line ``number`` of an export, parsed: a RunEventDoc or a CommittedEvent (:func:`export_lines`' check).
+
+    Raises:
+        ReplayError (with ``code``): the line is not a JSON object, or it is a signed checkpoint.
+    """
+    if not isinstance(value, dict):
+        raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)", code=code)
+    if _is_checkpoint(value):
+        raise ReplayError(
+            f"{path}:{number}: a signed checkpoint, not a RunEventDoc; an export holds run events only. "
+            "Put the checkpoints in a file of their own, one per line (`agentlog export --checkpoints PATH` "
+            "writes one), and give it to `agentlog verify --checkpoints PATH`", code=code)
+    return value
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:

@@ -29,7 +29,7 @@ from typing import Any, TypeAlias
 
 from agentlog.replay.compare import ChildPair, ComparisonResult, StoredRun, compare_runs
 from agentlog.replay.divergence import Divergence
-from agentlog.replay.exported import _is_checkpoint
+from agentlog.replay.exported import export_object
 from agentlog.schemas.canonical import loads_strict
 from agentlog.schemas.errors import AgentlogError, ReplayError
 
@@ -112,14 +112,7 @@ def _export_objects(path: Path, file: Iterable[bytes]) -> Iterator[tuple[int, di
             value = loads_strict(line)
         except AgentlogError as e:
             raise ReplayError(f"{path}:{number}: {e}") from e
-        if not isinstance(value, dict):
-            raise ReplayError(f"{path}:{number}: expected a JSON object (a RunEventDoc)")
-        if _is_checkpoint(value):
-            raise ReplayError(
-                f"{path}:{number}: a signed checkpoint, not a RunEventDoc; an export holds run events only. "
-                "Put the checkpoints in a file of their own, one per line (`agentlog export --checkpoints PATH` "
-                "writes one), and give it to `agentlog verify --checkpoints PATH`")
-        yield at, value
+        yield at, export_object(path, number, value)
 
 
 def _event(value: Any) -> dict[str, Any]:
