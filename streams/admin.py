@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from typing import Any
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -156,6 +156,29 @@ def _warn_under_replicated(described: list[dict[str, Any]]) -> None:
     if short:
         log.warning("created %d topic(s) with replicas out of sync (%s); are all brokers up?", len(short),
                     ", ".join(short[:3]) + (" …" if len(short) > 3 else ""))
+
+
+async def describe_partitions(admin: AIOKafkaAdminClient, topics: Iterable[str]) -> dict[str, list[int]]:
+    """The partitions of each of ``topics`` on the broker now, sorted; a topic it does not have, or does not
+    describe to this principal (ACLs), is left out.
+
+    A consumer without a group knows a topic's partitions only once it has fetched that topic's metadata, and
+    aiokafka's consumer has no public call that fetches it (``partitions_for_topic`` answers from what it
+    holds); the admin client asks the broker about exactly these topics.
+    """
+    described = await admin.describe_topics(list(topics))
+    return {t["topic"]: sorted(p["partition"] for p in t["partitions"])
+            for t in described if t["error_code"] == 0 and t["partitions"]}
+
+
+async def topic_partitions(settings: Settings, topics: Iterable[str]) -> dict[str, list[int]]:
+    """:func:`describe_partitions` through an admin client of its own."""
+    topics = list(topics)
+    async with _admin(settings) as admin:
+        try:
+            return await describe_partitions(admin, topics)
+        except KafkaError as e:
+            raise InfraError(f"describing {', '.join(topics)} on {settings.kafka_bootstrap} failed: {e}") from e
 
 
 def ensure_topics_sync(settings: Settings, specs: list[TopicSpec] | None = None) -> list[str]:

@@ -24,10 +24,9 @@ from typing import Any
 FAUST_APP_INTERNALS = ("_new_consumer",)
 FAUST_CONSUMER_INTERNALS = ("_filter_committable_offsets", "_committed_offset", "_acked", "_acked_index",
                             "_read_offset", "_thread")
-AIOKAFKA_CONSUMER_INTERNALS = ("_client", "_fetch_max_wait_ms", "_subscription")
+AIOKAFKA_CONSUMER_INTERNALS = ("_fetch_max_wait_ms", "_subscription")
 FAUST_CONSUMER_THREAD_INTERNALS = ("_create_worker_consumer",)
 FAUST_CONSUMER_THREAD_STATE = ("_consumer",)
-AIOKAFKA_CLIENT_INTERNALS = ("add_topic",)
 FAUST_PRODUCER_INTERNALS = ("_ensure_producer",)
 #: mode's ``FlowControlEvent`` (``app.flow_control``) and the ``FlowControlQueue`` s it clears on resume.
 FLOW_CONTROL_INTERNALS = ("_queues",)
@@ -58,16 +57,6 @@ def kafka_producer(producer: Any) -> Any:
     client, so they share its connection, idempotence and acks settings.
     """
     return producer._ensure_producer()
-
-
-async def load_topic_metadata(consumer: Any, topic: str) -> None:
-    """Make a group-less aiokafka consumer fetch metadata for ``topic``.
-
-    A consumer without a group tracks no topics, so ``partitions_for_topic`` knows
-    nothing until its client is told to add the topic (aiokafka has no public call
-    for that; ``topics()`` fetches metadata into a copy the consumer never reads).
-    """
-    await consumer._client.add_topic(topic)
 
 
 #: A topic partition as Faust's store reads it (``tp.partition``; faust.types.TP has the same fields).

@@ -31,7 +31,7 @@ from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek,
 from agentlog.core.sealing import DataKey, is_sealed, open_event, open_value
 from agentlog.core.sequencing import REJECTION_CONTENT, rejection_sealing
 from agentlog.schemas.errors import InfraError
-from agentlog.streams.internals import load_topic_metadata
+from agentlog.streams.admin import topic_partitions
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, create_private_file
 from agentlog.streams.topics import partition_for, topic_name
@@ -186,12 +186,18 @@ async def _assigned(consumer: AIOKafkaConsumer, settings: Settings,
     """Start ``consumer`` on the keyring's ``partitions`` from their start (all by default; none if the topic does not
     exist yet)."""
     topic = topic_name(settings, "keyring")
-    try:
-        await consumer.start()
-        await load_topic_metadata(consumer, topic)
-    except KafkaError as e:
-        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
-    known = consumer.partitions_for_topic(topic) or set()
+    # The topic's partitions from an admin client (the consumer has no public call for them), beside the start.
+    outcomes: tuple[Any, ...] = await asyncio.gather(consumer.start(), topic_partitions(settings, [topic]),
+                                                     return_exceptions=True)
+    started, described = outcomes
+    if isinstance(started, KafkaError):
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({started}); run `agentlog infra up`"
+                         ) from started
+    if isinstance(started, BaseException):
+        raise started
+    if isinstance(described, BaseException):
+        raise described
+    known = set(described.get(topic, ()))
     wanted = sorted(known if partitions is None else set(partitions) & known)
     tps = [TopicPartition(topic, p) for p in wanted]
     consumer.assign(tps)

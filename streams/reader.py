@@ -11,10 +11,11 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import AsyncGenerator, Callable, Iterable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from agentlog.core.redaction import metrics_only_error, stored_metrics_only
@@ -22,8 +23,9 @@ from agentlog.core.sealing import is_sealed, sealed_paths
 from agentlog.core.sequencing import REJECTION_CONTENT
 from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
+from agentlog.streams.admin import describe_partitions
 from agentlog.streams.codec import decode_ingest, decode_record
-from agentlog.streams.internals import load_topic_metadata, plain_fetched_records
+from agentlog.streams.internals import plain_fetched_records
 from agentlog.streams.keyring import Keyring, load_keyring
 from agentlog.streams.security import acl_hint, client_kwargs
 from agentlog.streams.settings import Settings
@@ -73,15 +75,19 @@ async def _start(consumer: AIOKafkaConsumer, settings: Settings) -> None:
         raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
 
 
-async def _partitions(consumer: AIOKafkaConsumer, topic: str, settings: Settings) -> list[int]:
-    # A group-less consumer tracks no topics, so its metadata knows no partitions until told.
-    await load_topic_metadata(consumer, topic)
-    parts = consumer.partitions_for_topic(topic)
-    if not parts:
-        raise InfraError(
-            f"topic {topic} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`{acl_hint(settings)}"
-        )
-    return sorted(parts)
+async def _start_admin(admin: AIOKafkaAdminClient, settings: Settings) -> None:
+    """Start ``admin``; an unreachable broker is one clear ``InfraError``."""
+    try:
+        await admin.start()
+    except KafkaConnectionError as e:
+        raise InfraError(f"Kafka at {settings.kafka_bootstrap} is unreachable ({e}); run `agentlog infra up`") from e
+
+
+async def _first_failure(*steps: Awaitable[Any]) -> None:
+    """Run ``steps`` side by side to their ends; raise the first one's error, in their order, if any failed."""
+    for outcome in await asyncio.gather(*steps, return_exceptions=True):
+        if isinstance(outcome, BaseException):
+            raise outcome
 
 
 async def _nothing() -> dict[TopicPartition, int]:
@@ -120,44 +126,84 @@ class TopicReader:
     topic, then a run's log, paying one consumer start-up (connection, metadata round trips)
     instead of one per read; for a short replay the start-ups are most of the wall time. Use it
     as an async context manager; reads must not overlap (one consumer, one assignment).
+
+    The topics' partitions come from an admin client started beside the consumer
+    (:func:`agentlog.streams.admin.describe_partitions`), looked up once per topic.
     """
 
     def __init__(self, settings: Settings, *, isolation_level: str = "read_committed",
                  topics: Iterable[str] = ()) -> None:
-        """``topics``: the catalogue topics (short names) the reads will touch, so their metadata
-        is fetched together at the start instead of one round trip per first read of each."""
+        """``topics``: the catalogue topics (short names) the reads will touch, so their partitions
+        are looked up while the consumer starts instead of one round trip per first read of each."""
         self.settings = settings
         self._consumer = _consumer(settings, isolation_level)
+        self._admin = AIOKafkaAdminClient(**client_kwargs(settings), client_id="agentlog-reader")
         self._topics = tuple(topic_name(settings, short) for short in topics)
+        self._partitions: dict[str, list[int]] = {}
         self._plain = False  # whether getmany hands out (offset, key, value) tuples (set once started)
 
     async def __aenter__(self) -> TopicReader:
-        await _start(self._consumer, self.settings)
+        try:
+            await _first_failure(_start(self._consumer, self.settings), self._start_admin())
+        except BaseException:
+            await self._stop()
+            raise
         # Plain tuples per record instead of aiokafka's ConsumerRecord: about 1.5–2 µs less CPU per
         # record read; the public records if this aiokafka has no such hook.
         self._plain = plain_fetched_records(self._consumer)
-        try:
-            await asyncio.gather(*(load_topic_metadata(self._consumer, topic) for topic in self._topics))
-        except BaseException:
-            await self._consumer.stop()
-            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._consumer.stop()
+        await self._stop()
+
+    async def _stop(self) -> None:
+        await asyncio.gather(self._consumer.stop(), self._admin.close())
+
+    async def _start_admin(self) -> None:
+        await _start_admin(self._admin, self.settings)
+        if self._topics:
+            await self._describe(self._topics)
+
+    async def _describe(self, topics: Iterable[str]) -> None:
+        topics = tuple(topics)
+        try:
+            self._partitions.update(await describe_partitions(self._admin, topics))
+        except KafkaError as e:
+            raise InfraError(f"describing {', '.join(topics)} on {self.settings.kafka_bootstrap} failed: {e}") from e
 
     async def _topic_partitions(self, short_name: str, key: str | None) -> list[TopicPartition]:
         topic = topic_name(self.settings, short_name)
-        parts = await _partitions(self._consumer, topic, self.settings)
+        if topic not in self._partitions:
+            await self._describe([topic])
+        parts = self._partitions.get(topic)
+        if not parts:
+            raise InfraError(f"topic {topic} does not exist on {self.settings.kafka_bootstrap}; "
+                             f"run `agentlog infra up`{acl_hint(self.settings)}")
         if key is not None:
             parts = [partition_for(self.settings, key, short_name, partitions=len(parts))]
         return [TopicPartition(topic, p) for p in parts]
+
+    def _track(self, tps: list[TopicPartition]) -> None:
+        """Have the consumer fetch the metadata of ``tps``' topics, which its offset look-ups then wait for.
+
+        aiokafka's consumer fetches the metadata of the topics assigned to it; a look-up of a partition it
+        holds no metadata for fails instead and is retried after ``retry_backoff_ms`` (100 ms), one topic a
+        round. Each partition gets a position and is paused, so the fetcher neither looks a position up
+        (a request of its own, which holds up the read's first fetch, by up to 200 ms) nor fetches; a read
+        assigns its partitions again once it knows where to read.
+        """
+        consumer = self._consumer
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)
+        consumer.pause(*tps)
 
     async def end_marks(self, short_names: Iterable[str]) -> Marks:
         """:func:`end_marks` on this reader's consumer."""
         shorts = tuple(short_names)
         try:
             tps = [tp for short in shorts for tp in await self._topic_partitions(short, None)]
+            self._track(tps)
             ends = await self._consumer.end_offsets(tps)
         except KafkaError as e:
             raise InfraError(f"reading the end offsets of {', '.join(shorts)} from "
@@ -215,6 +261,7 @@ class TopicReader:
         topic = topic_name(self.settings, short_name)
         try:
             tps = await self._topic_partitions(short_name, key)
+            self._track(tps)
             starts = {tp: (from_offsets or {}).get(tp.partition) for tp in tps}
             unset = [tp for tp, o in starts.items() if o is None]
             begin, ends = await asyncio.gather(
@@ -273,7 +320,7 @@ async def read_topic(
     line when ``skip_undecodable`` — ingest may legitimately hold garbage that the
     sequencer rejected. One consumer per call; :class:`TopicReader` reuses one.
     """
-    async with TopicReader(settings, isolation_level=isolation_level) as reader:
+    async with TopicReader(settings, isolation_level=isolation_level, topics=(short_name,)) as reader:
         async for record in reader.read(short_name, key=key, from_offsets=from_offsets, until_end=until_end,
                                         skip_undecodable=skip_undecodable):
             yield record

@@ -44,6 +44,12 @@ from agentlog.worker.ports import Membership, Partition, Source
 
 log = logging.getLogger("agentlog.positions")
 
+#: How long :class:`PartitionStarts`' consumer waits before it retries a look-up. Its first look-up of a
+#: topic always fails once: it holds no metadata for the topic yet, so aiokafka fetches it and retries after
+#: this back-off (the retry waits for that metadata anyway); aiokafka's 100 ms default would be spent
+#: inside a partition's first batch.
+LOOKUP_RETRY_BACKOFF_MS = 10
+
 #: Generations of :meth:`DurablePositions.holding` kept (a few hours of rebalances at most).
 _HELD_GENERATIONS = 64
 
@@ -191,7 +197,8 @@ class PartitionStarts:
     committed nothing (:func:`agentlog.worker.batch.in_order`). Starting a consumer per look-up
     cost a connection, a bootstrap and an all-topics metadata response each time (on a broker with
     thousands of topics, seconds); this one is started once, tracks only the topics asked about
-    (so its metadata refreshes name them), and is asked one ListOffsets request per look-up.
+    (its first look-up of a topic fetches that topic's metadata, and its refreshes name only those),
+    and is asked one ListOffsets request per look-up.
     Faust's own consumer was tried first (``Consumer.earliest_offsets``): its thread answered the
     first call only after up to 1.5 s.
     """
@@ -199,28 +206,28 @@ class PartitionStarts:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self._consumer: AIOKafkaConsumer | None = None
-        self._known: set[str] = set()
         self._lock = asyncio.Lock()
 
     async def start(self, topics: Iterable[str] = ()) -> None:
+        """Start the consumer, and have it fetch ``topics``' metadata now rather than in a batch's first look-up."""
         async with self._lock:
-            await self._started(topics)
+            consumer = await self._started()
+            firsts = [TopicPartition(topic, 0) for topic in topics]
+            if firsts:
+                await consumer.beginning_offsets(firsts)
 
-    async def _started(self, topics: Iterable[str]) -> AIOKafkaConsumer:
+    async def _started(self) -> AIOKafkaConsumer:
         consumer = self._consumer
         if consumer is None:
             consumer = AIOKafkaConsumer(**client_kwargs(self.settings), group_id=None, enable_auto_commit=False,
-                                        client_id="agentlog-partition-starts")
+                                        client_id="agentlog-partition-starts",
+                                        retry_backoff_ms=LOOKUP_RETRY_BACKOFF_MS)
             try:
                 await consumer.start()
             except BaseException:
                 await consumer.stop()
                 raise
             self._consumer = consumer
-        for topic in topics:
-            if topic not in self._known:
-                await internals.load_topic_metadata(consumer, topic)
-                self._known.add(topic)
         return consumer
 
     async def first_offset(self, topic: str, partition: int) -> int:
@@ -228,7 +235,7 @@ class PartitionStarts:
         tp = TopicPartition(topic, partition)
         async with self._lock:
             try:
-                consumer = await self._started([topic])
+                consumer = await self._started()
                 offset: int = (await consumer.beginning_offsets([tp]))[tp]
                 return offset
             except KafkaError as e:  # a fresh consumer next time; this look-up has failed
@@ -242,7 +249,6 @@ class PartitionStarts:
 
     async def _stop(self) -> None:
         consumer, self._consumer = self._consumer, None
-        self._known = set()
         if consumer is not None:
             await consumer.stop()
 

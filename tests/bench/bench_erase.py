@@ -20,9 +20,8 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from agentlog.streams.admin import ensure_topics
+from agentlog.streams.admin import ensure_topics, topic_partitions
 from agentlog.streams.codec import encode_json
-from agentlog.streams.reader import _partitions
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, settings_env
 from agentlog.streams.topics import topic_name
@@ -64,7 +63,7 @@ async def _read_log(settings: Settings) -> int:
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        tps = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+        tps = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends, n = await consumer.end_offsets(tps), 0

@@ -40,10 +40,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from agentlog.streams.admin import ensure_topics
+from agentlog.streams.admin import ensure_topics, topic_partitions
 from agentlog.streams.codec import decode_ingest, decode_record
 from agentlog.streams.publisher import Publisher
-from agentlog.streams.reader import _partitions
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, settings_env
 from agentlog.streams.topics import topic_name
@@ -92,7 +91,7 @@ async def topic_stamps(settings: Settings, short: str, n: int, *, timeout: float
                                 auto_offset_reset="earliest")
     await consumer.start()
     try:
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+        parts = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         stamps: list[int] = []
@@ -197,7 +196,7 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, shor
 async def from_the_start(consumer: AIOKafkaConsumer, settings: Settings) -> None:
     """Assign ``consumer`` every partition of the ingest topic, at its first record."""
     topic = topic_name(settings, "ingest")
-    parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+    parts = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
     consumer.assign(parts)
     await consumer.seek_to_beginning(*parts)
 
@@ -351,7 +350,7 @@ async def read_with_ts(settings: Settings, short: str):
     await consumer.start()
     try:
         topic = topic_name(settings, short)
-        parts = [TopicPartition(topic, p) for p in await _partitions(consumer, topic, settings)]
+        parts = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)
         ends = await consumer.end_offsets(parts)

@@ -47,8 +47,7 @@ from agentlog.cli import app
 from agentlog.core.sealing import ERASED, sealed_paths
 from agentlog.infra.kafka import local
 from agentlog.replay.host import host_verdicts
-from agentlog.streams.admin import ensure_topics, list_topic_names
-from agentlog.streams.internals import load_topic_metadata
+from agentlog.streams.admin import ensure_topics, list_topic_names, topic_partitions
 from agentlog.streams.reader import read_rejections, read_run, read_topic
 from agentlog.streams.replay_client import start_replay
 from agentlog.streams.security import client_kwargs
@@ -194,8 +193,7 @@ async def _records(settings: Settings, topic: str) -> list[bytes]:
                                 isolation_level="read_uncommitted", fetch_max_wait_ms=10)
     await consumer.start()
     try:
-        await load_topic_metadata(consumer, topic)
-        parts = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        parts = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic])).get(topic, ())]
         assert parts, f"no partitions known for {topic}"
         consumer.assign(parts)
         await consumer.seek_to_beginning(*parts)

@@ -244,3 +244,28 @@ def test_one_topic_reader_reads_several_topics_in_turn(settings: Settings) -> No
         assert len(fresh_log) == len(fresh_snaps) == 30
 
     asyncio.run(scenario())
+
+
+def test_a_topic_the_broker_does_not_have_is_one_clear_error(settings: Settings) -> None:
+    """No topics under this prefix yet: each read names the missing topic and the fix; a missing keyring is empty.
+    Once the topics exist, their partitions are what the admin client describes."""
+    from agentlog.schemas.errors import InfraError
+    from agentlog.streams.admin import topic_partitions
+    from agentlog.streams.keyring import load_keyring
+    from agentlog.streams.reader import end_marks, read_topic
+
+    def missing(short: str) -> str:
+        return rf"^topic {topic_name(settings, short)} does not exist on {settings.kafka_bootstrap}; run `agentlog infra up`$"
+
+    async def scenario() -> None:
+        with pytest.raises(InfraError, match=missing("snapshots")):
+            [r async for r in read_topic(settings, "snapshots")]
+        with pytest.raises(InfraError, match=missing("verdicts")):
+            await end_marks(settings, ("verdicts", "violations"))
+        assert len(await load_keyring(settings)) == 0
+        await ensure_topics(settings)
+        log = topic_name(settings, "log")
+        assert await topic_partitions(settings, [log, f"{settings.topic_prefix}.absent"]) == {log: [0, 1]}
+        assert [r async for r in read_topic(settings, "log")] == []
+
+    asyncio.run(scenario())

@@ -12,8 +12,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from agentlog.schemas.cachekey import RECIPE_IDS, cache_key
 from agentlog.schemas.errors import ContractError, EventRejected
 from agentlog.schemas.upstream import upstream_file
+from agentlog.streams.admin import topic_partitions
 from agentlog.streams.codec import decode_ingest
-from agentlog.streams.internals import load_topic_metadata
 from agentlog.streams.publisher import Publisher, SyncPublisher
 from agentlog.streams.reader import read_run, read_topic
 from agentlog.streams.security import client_kwargs
@@ -44,8 +44,7 @@ async def raw_records(settings: Settings) -> list[tuple[int, bytes | None, bytes
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False)
     await consumer.start()
     try:
-        await load_topic_metadata(consumer, topic)
-        tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic))]
+        tps = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
         consumer.assign(tps)
         await consumer.seek_to_beginning(*tps)
         ends = await consumer.end_offsets(tps)
