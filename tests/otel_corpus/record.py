@@ -363,6 +363,26 @@ def _search_tool(results: dict[str, str] | None = None) -> Any:
     return search_papers
 
 
+def _researcher_graph(model: Any) -> Any:
+    """The researcher's graph, not compiled: its model calls the search tool (a ToolNode) until it answers."""
+    from langgraph.graph import END, START, MessagesState, StateGraph
+    from langgraph.prebuilt import ToolNode, tools_condition
+
+    search = _search_tool()
+    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools([search])
+
+    def call_model(state) -> dict[str, Any]:
+        return {"messages": [researcher_model.invoke(state["messages"])]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("llm", call_model)
+    inner.add_node("tools", ToolNode([search]))
+    inner.add_edge(START, "llm")
+    inner.add_conditional_edges("llm", tools_condition, {"tools": "tools", END: END})
+    inner.add_edge("tools", "llm")
+    return inner
+
+
 def _transfer_tool(agent: str) -> Any:
     """The supervisor's transfer_to_<agent> tool as the model sees it (the graph routes on the call; it never runs)."""
     from langchain_core.tools import tool
@@ -380,7 +400,7 @@ def _routed(model: Any) -> Any:
     (create_react_agent) → supervisor → formatter (a plain node)."""
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, create_react_agent, tools_condition
+    from langgraph.prebuilt import create_react_agent
 
     supervisor_model = model(agent=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL).bind_tools(
         [_transfer_tool(s.RESEARCHER), _transfer_tool(s.WRITER)])
@@ -398,18 +418,7 @@ def _routed(model: Any) -> Any:
     def formatter(state) -> dict[str, Any]:
         return {"messages": [AIMessage(content=f"Report: {state['messages'][-1].content}")]}
 
-    search = _search_tool()
-    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools([search])
-
-    def call_model(state) -> dict[str, Any]:
-        return {"messages": [researcher_model.invoke(state["messages"])]}
-
-    inner = StateGraph(MessagesState)
-    inner.add_node("llm", call_model)
-    inner.add_node("tools", ToolNode([search]))
-    inner.add_edge(START, "llm")
-    inner.add_conditional_edges("llm", tools_condition, {"tools": "tools", END: END})
-    inner.add_edge("tools", "llm")
+    inner = _researcher_graph(model)
     writer = create_react_agent(model(agent=s.WRITER, model_name=s.WRITER_MODEL), [], name=s.WRITER)
 
     graph = StateGraph(MessagesState)
@@ -527,7 +536,6 @@ def _invoked(model: Any) -> Any:
     own graph, model → ToolNode → model) → supervisor → formatter (a function running a graph that calls no model)."""
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.graph import END, START, MessagesState, StateGraph
-    from langgraph.prebuilt import ToolNode, tools_condition
 
     supervisor_model = model(agent=s.SUPERVISOR, model_name=s.SUPERVISOR_MODEL).bind_tools(
         [_transfer_tool(s.RESEARCHER)])
@@ -542,18 +550,7 @@ def _invoked(model: Any) -> Any:
         reply = next(m for m in reversed(state["messages"]) if isinstance(m, AIMessage))
         return s.RESEARCHER if reply.tool_calls else s.FORMATTER
 
-    search = _search_tool()
-    researcher_model = model(agent=s.RESEARCHER, model_name=s.RESEARCHER_MODEL).bind_tools([search])
-
-    def call_model(state) -> dict[str, Any]:
-        return {"messages": [researcher_model.invoke(state["messages"])]}
-
-    inner = StateGraph(MessagesState)
-    inner.add_node("llm", call_model)
-    inner.add_node("tools", ToolNode([search]))
-    inner.add_edge(START, "llm")
-    inner.add_conditional_edges("llm", tools_condition, {"tools": "tools", END: END})
-    inner.add_edge("tools", "llm")
+    inner = _researcher_graph(model)
     research = inner.compile()
 
     def researcher(state) -> dict[str, Any]:
