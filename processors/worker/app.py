@@ -59,11 +59,24 @@ from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
-from agentlog.worker import batch, fence, gcpause, halves, handoff, lagprobe, logs, positions, runstate, sequencer
+from agentlog.worker import (
+    batch,
+    fence,
+    gcpause,
+    halves,
+    handoff,
+    lagprobe,
+    logs,
+    positions,
+    runstate,
+    sequencer,
+    txsequencer,
+)
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
 from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
 from agentlog.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
+from agentlog.worker.txlog import KafkaLog
 from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.worker")
@@ -89,6 +102,23 @@ def worker_role(settings: Settings) -> str:
         raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
                           code="bad_worker_role")
     return role
+
+
+#: ``AGENTLOG_SEQUENCER_RUNTIME`` values (:func:`sequencer_runtime`).
+SEQUENCER_RUNTIMES = ("transactions", "faust")
+
+
+def sequencer_runtime(settings: Settings) -> str:
+    """How the sequencer runs: ``settings.sequencer_runtime``.
+
+    Raises:
+        ConfigError: ``bad_sequencer_runtime`` for a value not in :data:`SEQUENCER_RUNTIMES`.
+    """
+    runtime = settings.sequencer_runtime
+    if runtime not in SEQUENCER_RUNTIMES:
+        raise ConfigError(f"AGENTLOG_SEQUENCER_RUNTIME {runtime!r} is not one of {', '.join(SEQUENCER_RUNTIMES)}",
+                          code="bad_sequencer_runtime")
+    return runtime
 
 
 def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
@@ -279,8 +309,12 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     def table(name: str) -> LocalTable:
         return open_table(app, name, settings.partitions, budget)
 
-    tables: dict[str, Table] = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
-                                    if role != "sink" else {})
+    # The handoff agent's table is Faust's; on transactions the sequencer's are its runtime's own (below).
+    tables: dict[str, Table] = {}
+    if role != "sink" and sequencer_runtime(settings) == "transactions":
+        tables = {"links": table("handoff-links")}
+    elif role != "sink":
+        tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
     durable = positions.DurablePositions()
     source, membership = FaustSource(app), FaustMembership(app)
     positions.install(app, durable, source, membership)
@@ -302,7 +336,10 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
         _install_partition_starts(wiring, backfill)
-        sequencer.install(wiring, replay=replay)
+        if sequencer_runtime(settings) == "transactions":
+            _install_sequencer(wiring, budget, replay=replay)
+        else:
+            sequencer.install(wiring, replay=replay)
         batch.install_stall_heal(wiring)
         runstate.install_log_check(wiring)
         handoff.install(wiring)
@@ -327,6 +364,22 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
+
+
+def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
+    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txsequencer`), beside the app.
+
+    Its consumer group is ``<prefix>-sequencer`` and its writers' transactional ids ``<prefix>-sequencer-<p>``; its
+    tables live under the state directory's ``<prefix>-sequencer`` and join ``wiring.tables`` (the lifetimes sweep
+    reads ``runs``; their changelogs are created with the app's).
+    """
+    settings = wiring.settings
+    name = f"{settings.topic_prefix}-sequencer"
+    owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
+    agent = sequencer.build(wiring, replay=replay, fence=owned)
+    tables = txsequencer.sequencer_tables(wiring, settings.state_path / name, budget.open)
+    wiring.tables.update(tables)
+    txsequencer.install(wiring, agent, KafkaLog(settings, name=name, group=name), tables, owned)
 
 
 def _install_keyring(wiring: Wiring) -> None:

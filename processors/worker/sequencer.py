@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 from agentlog.core.checkpoint import is_due, sign_checkpoint
@@ -72,7 +73,8 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.records import run_snapshot
 from agentlog.streams.codec import encode_committed, encode_record
 from agentlog.worker import runstate
-from agentlog.worker.batch import GROUP_SEP, Batch, SourceRecord, batched_agent
+from agentlog.worker.batch import GROUP_SEP, Batch, Handler, Hook, SourceRecord, batched_agent
+from agentlog.worker.fence import Fence
 from agentlog.worker.lifetimes import Lifetimes
 from agentlog.worker.lifetimes import install as install_lifetimes
 from agentlog.worker.signing import load_or_create_signing_key
@@ -89,14 +91,39 @@ INDEX_SEP = GROUP_SEP
 SNAPSHOT_EVERY = 100
 
 
+@dataclass(frozen=True, slots=True)
+class SequencerAgent:
+    """The sequencer's per-record work and its batch hooks, for whichever runtime runs them.
+
+    ``handle`` per record, ``before_commit`` once a batch's records are handled (its snapshots, which
+    name their log records' offsets), ``after_commit`` once the batch is durable (lifetimes, verdicts).
+    """
+
+    handle: Handler
+    before_commit: Hook
+    after_commit: Hook
+    lifetimes: Lifetimes
+
+
 def install(wiring: Wiring, *, replay: bool = True) -> None:
-    """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
+    """Register the one-pass sequencer agent on the batch loop; ``replay=False`` leaves host-replay verdicts out."""
+    agent = build(wiring, replay=replay)
+    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=agent.handle,
+                  before_commit=agent.before_commit, after_commit=agent.after_commit)
+
+
+def build(wiring: Wiring, *, replay: bool = True, fence: Fence | None = None) -> SequencerAgent:
+    """The sequencer's work on ``wiring`` (its run-lifetime sweep registered on the runner).
+
+    ``fence``: whose partitions of ``ingest`` the lifetimes sweep asks closes for (the runtime's own, where it
+    is not the Faust app's).
+    """
     settings = wiring.settings
     max_bytes = settings.max_event_bytes
     snapshot_every, handoff_mode = SNAPSHOT_EVERY, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
     remember = _remember(wiring)
-    lifetimes = Lifetimes(wiring)
+    lifetimes = Lifetimes(wiring, fence=fence)
     install_lifetimes(wiring, lifetimes)
     verdicts = runstate.Verdicts(wiring) if replay else None
 
@@ -308,8 +335,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             elif item[0] == "verdict" and verdicts is not None:
                 verdicts.ask(item[1])
 
-    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=handle,
-                  before_commit=snapshots, after_commit=after)
+    return SequencerAgent(handle=handle, before_commit=snapshots, after_commit=after, lifetimes=lifetimes)
 
 
 def _remember(wiring: Wiring) -> Callable[[int, int, bytes], None]:

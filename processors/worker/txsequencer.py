@@ -1,0 +1,300 @@
+"""The sequencer on Kafka transactions: consume ingest → handle → one transaction per batch, fenced by the broker.
+
+Every batch of an input partition is one transaction of that partition's writer (:mod:`agentlog.worker.txlog`):
+the log records and every other output of the batch (rejections, checkpoints, snapshots, keyring records,
+transitions, …), the changelog records of its table writes, and the partition's next ingest offset
+(``send_offsets_to_transaction``). Either all of it becomes visible to readers (who read committed only) or none
+of it does, so there is no order of acknowledgements to keep (outputs, then tables, then positions), nothing to
+heal (a skipped or stalled offset: the consumer is aiokafka's own, reading from the position the last committed
+transaction noted), and no fence of our own: a member that lost a partition is fenced by the broker the moment
+the partition's new owner opens its writer, and its next commit fails (:class:`agentlog.worker.txlog.Fenced`).
+
+The per-record work is the sequencer's own (:func:`agentlog.worker.sequencer.build`), handed a :class:`TxBatch`
+(the part of :class:`agentlog.worker.batch.Batch` it uses: reads through the batch's own writes, staged writes,
+outputs). State is in :class:`agentlog.worker.txstate.StateTable` s, restored from their changelogs' tails
+when a partition is assigned, after its writer is opened (which ends any transaction its earlier owner left open).
+
+A batch that fails to commit is a crash of the batch: nothing of it is visible, and its records are read again
+from the committed position by whoever owns the partition. The one thing outside the transaction is the worker's
+keyring in memory: a key minted in a batch that did not commit is known locally but not on the keyring topic,
+so such a failure stops the runtime (the worker exits and its restart reads the keyring from the topic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+
+from agentlog.metrics import METRICS
+from agentlog.streams.security import client_kwargs
+from agentlog.worker.batch import BATCH_MAX, GROUP_SEP, SourceRecord
+from agentlog.worker.fence import Fence
+from agentlog.worker.sequencer import SequencerAgent
+from agentlog.worker.tables import encode
+from agentlog.worker.txlog import Appended, Fenced, RecordLog, Transaction, Writer
+from agentlog.worker.txstate import StateTable
+from agentlog.worker.wiring import Wiring
+
+log = logging.getLogger("agentlog.txsequencer")
+
+#: The sequencer's tables, by the short names it uses, and the names their changelogs and databases carry
+#: (the Faust app's table names: a worker that ran the sequencer as a Faust agent restores from the same
+#: changelogs).
+TABLE_NAMES = {"index": "seq-index", "runs": "run-state", "closed": "run-closed"}
+
+#: The longest a fetch waits at the broker when nothing is there (latency of a trickle).
+FETCH_WAIT_MS = 100
+
+
+class TxBatch:
+    """One batch of one input partition, handled inside its transaction (what the sequencer's handle uses)."""
+
+    def __init__(self, wiring: Wiring, tables: dict[str, StateTable], tx: Transaction, partition: int) -> None:
+        self.wiring = wiring
+        self.partition = partition
+        self.collected: list[Any] = []
+        self._tables = tables
+        self._tx = tx
+        self._writes: dict[tuple[str, str], Any] = {}
+        self._grouped: dict[tuple[str, str], set[str]] = {}
+        #: Records whose landing someone asked about: (where, on_acked, value), resolved once committed.
+        self._acked: list[tuple[Awaitable[Appended], Any, bytes | None]] = []
+        self.minted = False
+
+    def get(self, table: str, key: str) -> Any:
+        hit = self._writes.get((table, key), _MISSING)
+        return self._tables[table].get(self.partition, key) if hit is _MISSING else hit
+
+    def set(self, table: str, partition: int, key: str, value: Any) -> None:
+        self._writes[(table, key)] = value
+        if (end := key.find(GROUP_SEP)) >= 0:
+            self._grouped.setdefault((table, key[:end + 1]), set()).add(key)
+
+    def keys_from(self, table: str, prefix: str) -> list[str]:
+        keys = set(self._tables[table].keys_from(self.partition, prefix))
+        if prefix.endswith(GROUP_SEP) and prefix.find(GROUP_SEP) == len(prefix) - 1:
+            written: Iterable[str] = self._grouped.get((table, prefix), ())
+        else:
+            written = [key for name, key in self._writes if name == table and key.startswith(prefix)]
+        for key in written:
+            if self._writes[(table, key)] is None:
+                keys.discard(key)
+            else:
+                keys.add(key)
+        return sorted(keys)
+
+    async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
+                   on_acked: Any = None) -> asyncio.Future[Appended] | None:
+        names = self.wiring.topic_names
+        topic = names.get(short)
+        if topic is None:
+            topic = names[short] = self.wiring.topics[short].get_topic_name()
+        if short == "keyring":
+            self.minted = True
+        where = await self._tx.send(topic, key.encode("utf-8") if key is not None else None, value)
+        if not want and on_acked is None:
+            return None
+        landed = asyncio.ensure_future(where)
+        if on_acked is not None:
+            self._acked.append((landed, on_acked, value))
+        return landed if want else None
+
+    async def stage(self) -> list[tuple[StateTable, list[tuple[str, Any, tuple[bytes, bytes | None]]],
+                                        Awaitable[Appended]]]:
+        """Send the changelog records of the batch's writes; what to write locally once the transaction commits."""
+        by_table: dict[str, list[tuple[str, Any, tuple[bytes, bytes | None]]]] = {}
+        for (name, key), value in self._writes.items():
+            by_table.setdefault(name, []).append((key, value, (encode(key), None if value is None else encode(value))))
+        staged = []
+        for name, writes in by_table.items():
+            table = self._tables[name]
+            last: Awaitable[Appended] | None = None
+            for _, _, (raw_key, raw_value) in writes:
+                last = await self._tx.send(table.changelog, raw_key, raw_value, self.partition)
+            assert last is not None
+            staged.append((table, writes, asyncio.ensure_future(last)))
+        return staged
+
+    async def committed(self) -> None:
+        """Tell whoever asked where their records landed (the transaction is committed)."""
+        for landed, on_acked, value in self._acked:
+            where = await landed
+            on_acked(where.partition, where.offset, value)
+
+
+_MISSING = object()
+
+
+class TxSequencer:
+    """The sequencer's loop on Kafka transactions: one consumer, a writer and restored state per partition."""
+
+    def __init__(self, wiring: Wiring, agent: SequencerAgent, records: RecordLog, tables: dict[str, StateTable],
+                 fence: Fence, *, group: str) -> None:
+        self._wiring = wiring
+        self._agent = agent
+        self._log = records
+        self._tables = tables
+        self._fence = fence
+        self._group = group
+        self._topic = wiring.topics["ingest"].get_topic_name()
+        self._writers: dict[int, Writer] = {}
+        self._busy = asyncio.Lock()  # a batch in progress: a rebalance waits for it
+        self._consumer: AIOKafkaConsumer | None = None
+        self._lost: dict[int, float] = {}  # partitions a newer writer fenced us out of: since when (loop time)
+
+    async def run(self) -> None:
+        settings = self._wiring.settings
+        consumer = self._consumer = AIOKafkaConsumer(
+            **client_kwargs(settings), group_id=self._group, enable_auto_commit=False,
+            auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=FETCH_WAIT_MS,
+            max_partition_fetch_bytes=8 << 20, session_timeout_ms=int(settings.session_timeout_s * 1000),
+            heartbeat_interval_ms=int(min(3.0, settings.session_timeout_s / 3) * 1000))
+        consumer.subscribe([self._topic], listener=_Listener(self))
+        await consumer.start()
+        try:
+            while True:
+                got = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=BATCH_MAX)
+                for tp, messages in got.items():
+                    if messages:
+                        await self.handle_batch(tp, messages)
+                if self._lost:
+                    await self._reclaim()
+        finally:
+            await consumer.stop()
+            for writer in self._writers.values():
+                await writer.close()
+            self._writers.clear()
+            for table in self._tables.values():
+                table.close_all()
+
+    async def handle_batch(self, tp: TopicPartition, messages: list[Any]) -> None:
+        async with self._busy:
+            writer = self._writers.get(tp.partition)
+            if writer is None:
+                return  # revoked while fetched
+            agent = self._agent
+            batch: TxBatch | None = None
+            try:
+                async with writer.transaction() as tx:
+                    batch = TxBatch(self._wiring, self._tables, tx, tp.partition)
+                    for m in messages:
+                        await agent.handle(batch, SourceRecord(tp.topic, tp.partition, m.offset, m.timestamp,
+                                                               m.value or b"", m.key))  # type: ignore[arg-type]
+                    await agent.before_commit(batch)  # type: ignore[arg-type]
+                    staged = await batch.stage()
+                    tx.consumed(tp.topic, tp.partition, messages[-1].offset + 1)
+            except Fenced as e:
+                METRICS.inc("agentlog_batches_fenced_total", agent="sequencer")
+                log.warning("ingest partition %d: a batch was fenced (%s): another worker owns it now", tp.partition, e)
+                if batch is not None and batch.minted:
+                    raise  # keys minted locally that no committed record holds: restart from the keyring topic
+                await self._fenced(tp)
+                return
+            METRICS.inc("agentlog_batches_total", agent="sequencer")
+            METRICS.inc("agentlog_batch_events_total", len(messages), agent="sequencer")
+            for table, writes, last in staged:
+                table.put_many(tp.partition, writes, restored_to=(await last).offset)
+            await batch.committed()
+            await agent.after_commit(batch)  # type: ignore[arg-type]
+
+    async def _fenced(self, tp: TopicPartition) -> None:
+        """A newer writer holds the partition: drop it (writer, state) and read none of it until it is ours again.
+
+        It is ours again when the group assigns it to this member in a later rebalance, or when the group
+        still says it is ours a whole session timeout later (the fence was a transaction that outlived its
+        timeout, not a new owner): then the writer is opened again (fencing whatever wrote meanwhile) and it
+        is read on from the position its last committed transaction noted.
+        """
+        await self._release([tp.partition], drop=False)
+        self._lost[tp.partition] = asyncio.get_running_loop().time()
+        if self._consumer is not None and tp in self._consumer.assignment():
+            self._consumer.pause(tp)
+
+    async def _reclaim(self) -> None:
+        """Take back the partitions :meth:`_fenced` dropped that the group still gives this member."""
+        consumer = self._consumer
+        now = asyncio.get_running_loop().time()
+        wait_s = self._wiring.settings.session_timeout_s
+        for partition, since in list(self._lost.items()):
+            if now - since < wait_s:
+                continue
+            del self._lost[partition]
+            tp = TopicPartition(self._topic, partition)
+            if consumer is None or tp not in consumer.assignment():
+                continue
+            async with self._busy:
+                await self._acquire([partition])
+                position = await self._log.position(tp.topic, tp.partition)
+                if position is None:
+                    await consumer.seek_to_beginning(tp)
+                else:
+                    consumer.seek(tp, position)
+                consumer.resume(tp)
+
+    async def _acquire(self, partitions: Iterable[int]) -> None:
+        for partition in partitions:
+            # The writer first: opening it ends any transaction an earlier owner left open, so the
+            # changelogs' committed tail is final when the restore reads it.
+            self._writers[partition] = await self._log.writer(partition)
+            restored = 0
+            for table in self._tables.values():
+                restored += await table.restore(self._log, partition)
+            log.info("ingest partition %d: state restored (%d changelog records)", partition, restored)
+
+    async def _release(self, partitions: Iterable[int], *, drop: bool) -> None:
+        for partition in partitions:
+            writer = self._writers.pop(partition, None)
+            if writer is not None:
+                await writer.close()
+            for table in self._tables.values():
+                table.close(partition, drop=drop)
+
+    async def assigned(self, tps: Iterable[TopicPartition]) -> None:
+        async with self._busy:
+            now = {tp.partition for tp in tps if tp.topic == self._topic}
+            self._lost.clear()  # a new assignment: every partition of it is acquired afresh
+            await self._release(sorted(set(self._writers) - now), drop=True)
+            await self._acquire(sorted(now - set(self._writers)))
+            if self._consumer is not None:
+                self._consumer.resume(*self._consumer.paused())
+            self._fence.assigned([TopicPartition(self._topic, p) for p in sorted(now)])
+
+    async def revoked(self) -> None:
+        async with self._busy:  # the batch in progress ends (committed or not) before the group moves on
+            pass
+
+
+class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, runtime: TxSequencer) -> None:
+        self._runtime = runtime
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        await self._runtime.revoked()
+
+    async def on_partitions_assigned(self, assigned: Any) -> None:
+        await self._runtime.assigned(assigned)
+
+
+def sequencer_tables(wiring: Wiring, root: Path, opener: Any) -> dict[str, StateTable]:
+    """The sequencer's tables under ``root`` (``opener(path, ttl_s)`` opens a database), changelogs by app id."""
+    app_id = f"{wiring.settings.topic_prefix}-worker"
+    ttl = {"closed": int(wiring.settings.run_closed_retention_s)}
+
+    def opener_of(ttl_s: int | None) -> Any:
+        return lambda path: opener(path, ttl_s)
+
+    return {short: StateTable(name, f"{app_id}-{name}-changelog", root, opener=opener_of(ttl.get(short)))
+            for short, name in TABLE_NAMES.items()}
+
+
+def install(wiring: Wiring, agent: SequencerAgent, records: RecordLog, tables: dict[str, StateTable],
+            fence: Fence) -> TxSequencer:
+    """Run the sequencer on its own transactional loop as a task of the worker (group ``<prefix>-sequencer``)."""
+    runtime = TxSequencer(wiring, agent, records, tables, fence, group=f"{wiring.settings.topic_prefix}-sequencer")
+    wiring.runner.task(runtime.run)
+    return runtime
