@@ -377,7 +377,7 @@ def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> 
     name = f"{settings.topic_prefix}-sequencer"
     owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
     agent = sequencer.build(wiring, replay=replay, fence=owned)
-    tables = txsequencer.sequencer_tables(wiring, settings.state_path / name, budget.open)
+    tables = txsequencer.sequencer_tables(settings, settings.state_path / name, budget.open)
     wiring.tables.update(tables)
     txsequencer.install(wiring, agent, KafkaLog(settings, name=name, group=name), tables, owned)
 

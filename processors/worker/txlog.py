@@ -22,7 +22,7 @@ contract suite (``tests/contract/test_txlog.py``) runs against both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Generator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -203,15 +203,23 @@ class _KafkaTransaction:
             sent = await self._producer.send(topic, value, key=key, partition=partition)
         except (ProducerFenced, InvalidProducerEpoch) as e:
             raise Fenced(str(e)) from e
-        return _appended(topic, sent)
+        return _Landing(topic, sent)
 
     def consumed(self, topic: str, partition: int, position: int) -> None:
         self.positions[TopicPartition(topic, partition)] = position
 
 
-async def _appended(topic: str, sent: Awaitable[Any]) -> Appended:
-    meta = await sent
-    return Appended(topic, meta.partition, meta.offset)
+class _Landing:
+    """Where a record sent in a transaction lands once its batch is acknowledged (awaitable; free if never awaited)."""
+
+    __slots__ = ("_sent", "_topic")
+
+    def __init__(self, topic: str, sent: asyncio.Future[Any]) -> None:
+        self._topic, self._sent = topic, sent
+
+    def __await__(self) -> Generator[Any, None, Appended]:
+        meta = yield from self._sent.__await__()
+        return Appended(self._topic, meta.partition, meta.offset)
 
 
 class _KafkaWriter:

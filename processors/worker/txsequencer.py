@@ -32,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from agentlog.metrics import METRICS
 from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
 from agentlog.worker.batch import BATCH_MAX, GROUP_SEP, SourceRecord
 from agentlog.worker.fence import Fence
 from agentlog.worker.sequencer import SequencerAgent
@@ -110,7 +111,7 @@ class TxBatch:
         by_table: dict[str, list[tuple[str, Any, tuple[bytes, bytes | None]]]] = {}
         for (name, key), value in self._writes.items():
             by_table.setdefault(name, []).append((key, value, (encode(key), None if value is None else encode(value))))
-        staged = []
+        staged: list[tuple[StateTable, list[tuple[str, Any, tuple[bytes, bytes | None]]], Awaitable[Appended]]] = []
         for name, writes in by_table.items():
             table = self._tables[name]
             last: Awaitable[Appended] | None = None
@@ -237,14 +238,17 @@ class TxSequencer:
                 consumer.resume(tp)
 
     async def _acquire(self, partitions: Iterable[int]) -> None:
-        for partition in partitions:
-            # The writer first: opening it ends any transaction an earlier owner left open, so the
-            # changelogs' committed tail is final when the restore reads it.
-            self._writers[partition] = await self._log.writer(partition)
-            restored = 0
-            for table in self._tables.values():
-                restored += await table.restore(self._log, partition)
-            log.info("ingest partition %d: state restored (%d changelog records)", partition, restored)
+        """Open the writers of ``partitions``, then restore their tables (each step concurrently)."""
+        partitions = list(partitions)
+        if not partitions:
+            return
+        # The writers first: opening one ends any transaction an earlier owner left open, so the
+        # changelogs' committed tail is final when the restore reads it.
+        writers = await asyncio.gather(*(self._log.writer(p) for p in partitions))
+        self._writers.update(zip(partitions, writers, strict=True))
+        restored = await asyncio.gather(*(table.restore(self._log, p)
+                                          for p in partitions for table in self._tables.values()))
+        log.info("ingest partitions %s: state restored (%d changelog records)", partitions, sum(restored))
 
     async def _release(self, partitions: Iterable[int], *, drop: bool) -> None:
         for partition in partitions:
@@ -280,10 +284,10 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._runtime.assigned(assigned)
 
 
-def sequencer_tables(wiring: Wiring, root: Path, opener: Any) -> dict[str, StateTable]:
+def sequencer_tables(settings: Settings, root: Path, opener: Any) -> dict[str, StateTable]:
     """The sequencer's tables under ``root`` (``opener(path, ttl_s)`` opens a database), changelogs by app id."""
-    app_id = f"{wiring.settings.topic_prefix}-worker"
-    ttl = {"closed": int(wiring.settings.run_closed_retention_s)}
+    app_id = f"{settings.topic_prefix}-worker"
+    ttl = {"closed": int(settings.run_closed_retention_s)}
 
     def opener_of(ttl_s: int | None) -> Any:
         return lambda path: opener(path, ttl_s)

@@ -42,7 +42,7 @@ def _runtime(tmp_path: Path, records: MemoryLog, wiring: Wiring | None = None) -
     wiring = wiring or memory_wiring(Settings(home=tmp_path))
     owned = Fence()
     agent = sequencer.build(wiring, replay=False, fence=owned)
-    tables = txsequencer.sequencer_tables(wiring, tmp_path / "state", lambda path, ttl: plain_opener(path))
+    tables = txsequencer.sequencer_tables(wiring.settings, tmp_path / "state", lambda path, ttl: plain_opener(path))
     wiring.tables.update(tables)
     return txsequencer.TxSequencer(wiring, agent, records, tables, owned, group="agentlog-sequencer")
 
