@@ -90,7 +90,7 @@ class TxBatch:
         return sorted(keys)
 
     async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
-                   on_acked: Any = None) -> asyncio.Future[Appended] | None:
+                   on_acked: Any = None) -> Awaitable[Appended] | None:
         names = self.wiring.topic_names
         topic = names.get(short)
         if topic is None:
@@ -100,10 +100,9 @@ class TxBatch:
         where = await self._tx.send(topic, key.encode("utf-8") if key is not None else None, value)
         if not want and on_acked is None:
             return None
-        landed = asyncio.ensure_future(where)
-        if on_acked is not None:
-            self._acked.append((landed, on_acked, value))
-        return landed if want else None
+        if on_acked is not None:  # told once the transaction commits (:meth:`committed`)
+            self._acked.append((where, on_acked, value))
+        return where if want else None  # awaitable more than once: its batch's acknowledgement
 
     async def stage(self) -> list[tuple[StateTable, list[tuple[str, Any, tuple[bytes, bytes | None]]],
                                         Awaitable[Appended]]]:
@@ -118,7 +117,7 @@ class TxBatch:
             for _, _, (raw_key, raw_value) in writes:
                 last = await self._tx.send(table.changelog, raw_key, raw_value, self.partition)
             assert last is not None
-            staged.append((table, writes, asyncio.ensure_future(last)))
+            staged.append((table, writes, last))
         return staged
 
     async def committed(self) -> None:
