@@ -184,8 +184,8 @@ class TxSequencer:
                     batch = TxBatch(self._wiring, self._tables, tx, tp.partition)
                     for m in messages:
                         await agent.handle(batch, SourceRecord(tp.topic, tp.partition, m.offset, m.timestamp,
-                                                               m.value or b"", m.key))  # type: ignore[arg-type]
-                    await agent.before_commit(batch)  # type: ignore[arg-type]
+                                                               m.value or b"", m.key))
+                    await agent.before_commit(batch)
                     staged = await batch.stage()
                     tx.consumed(tp.topic, tp.partition, messages[-1].offset + 1)
             except Fenced as e:
@@ -200,7 +200,7 @@ class TxSequencer:
             for table, writes, last in staged:
                 table.put_many(tp.partition, writes, restored_to=(await last).offset)
             await batch.committed()
-            await agent.after_commit(batch)  # type: ignore[arg-type]
+            await agent.after_commit(batch)
 
     async def _fenced(self, tp: TopicPartition) -> None:
         """A newer writer holds the partition: drop it (writer, state) and read none of it until it is ours again.
