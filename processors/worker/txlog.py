@@ -22,7 +22,7 @@ contract suite (``tests/contract/test_txlog.py``) runs against both.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Generator
+from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -33,6 +33,12 @@ from aiokafka.partitioner import murmur2
 
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
+
+#: A partition of a topic, as :meth:`RecordLog.read` names what it reads.
+Where = tuple[str, int]
+
+#: The longest a fetch of :meth:`KafkaLog.read` waits at the broker (a read ends at the end offsets it took first).
+READ_WAIT_MS = 100
 
 
 class Fenced(Exception):
@@ -92,11 +98,11 @@ class RecordLog(Protocol):
         """The writer of input ``partition``, fencing any earlier one (its open transaction is aborted)."""
         ...
 
-    async def read(self, topic: str, partition: int, start: int) -> list[LogRecord]:
-        """The committed records of ``topic[partition]`` from offset ``start`` to the partition's end.
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        """The committed records of each ``(topic, partition)`` from its offset in ``starts`` to its end now.
 
-        The end is the partition's last record: a transaction still open there is waited for (committed, its
-        records are read; aborted, they never are).
+        The end is the partition's last stable offset: records of a transaction still open are not read (once
+        a writer is open, no earlier transaction of its partition is: what a restore after acquiring reads).
         """
         ...
 
@@ -179,8 +185,9 @@ class MemoryLog:
         epoch = self._epochs[partition] = self._epochs.get(partition, 0) + 1
         return _MemoryWriter(self, partition, epoch)
 
-    async def read(self, topic: str, partition: int, start: int) -> list[LogRecord]:
-        return [rec for rec, committed in self.held(topic, partition).records[start:] if committed]
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        return {(topic, partition): [rec for rec, committed in self.held(topic, partition).records[start:] if committed]
+                for (topic, partition), start in starts.items()}
 
     async def position(self, topic: str, partition: int) -> int | None:
         return self.positions.get((topic, partition))
@@ -258,24 +265,29 @@ class KafkaLog:
         await producer.start()  # init_transactions: the broker fences the id's earlier producer, aborts its open one
         return _KafkaWriter(producer, self._group)
 
-    async def read(self, topic: str, partition: int, start: int) -> list[LogRecord]:
-        tp = TopicPartition(topic, partition)
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        out: dict[Where, list[LogRecord]] = {where: [] for where in starts}
+        if not starts:
+            return out
         consumer = AIOKafkaConsumer(**client_kwargs(self._settings), group_id=None, enable_auto_commit=False,
-                                    isolation_level="read_committed")
+                                    isolation_level="read_committed", fetch_max_wait_ms=READ_WAIT_MS)
         await consumer.start()
         try:
-            consumer.assign([tp])
-            begin = (await consumer.beginning_offsets([tp]))[tp]
-            consumer.seek(tp, max(start, begin))
-            out: list[LogRecord] = []
-            while True:
-                got = await consumer.getmany(tp, timeout_ms=200)
-                out.extend(LogRecord(m.offset, m.timestamp, m.key, m.value) for m in got.get(tp, ()))
-                # Read committed, the position stops at the first open transaction's records until it ends (its
-                # commit markers are written after the commit returns): the end is the high watermark reached.
-                high = consumer.highwater(tp)
-                if high is not None and await consumer.position(tp) >= high:
-                    break
+            tps = [TopicPartition(topic, partition) for topic, partition in starts]
+            consumer.assign(tps)
+            begins, ends = await consumer.beginning_offsets(tps), await consumer.end_offsets(tps)
+            pending = set()
+            for tp in tps:
+                consumer.seek(tp, first := max(starts[(tp.topic, tp.partition)], begins[tp]))
+                if first < ends[tp]:
+                    pending.add(tp)
+            while pending:
+                got = await consumer.getmany(*pending, timeout_ms=READ_WAIT_MS)
+                for tp, messages in got.items():
+                    out[(tp.topic, tp.partition)].extend(LogRecord(m.offset, m.timestamp, m.key, m.value)
+                                                         for m in messages if m.offset < ends[tp])
+                # The position passes commit markers too, so it reaches the end with or without a record there.
+                pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
             return out
         finally:
             await consumer.stop()

@@ -17,7 +17,8 @@ when a partition is assigned, after its writer is opened (which ends any transac
 A batch that fails to commit is a crash of the batch: nothing of it is visible, and its records are read again
 from the committed position by whoever owns the partition. The one thing outside the transaction is the worker's
 keyring in memory: a key minted in a batch that did not commit is known locally but not on the keyring topic,
-so such a failure stops the runtime (the worker exits and its restart reads the keyring from the topic).
+so a fenced batch forgets the keys it minted (the partition's owner mints them, and the keyring topic brings them),
+and a partition is taken only once the worker's keyring holds every key committed on it.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
+from agentlog.core.keyring import KeyRecord
 from agentlog.metrics import METRICS
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
@@ -65,7 +67,8 @@ class TxBatch:
         self._grouped: dict[tuple[str, str], set[str]] = {}
         #: Records whose landing someone asked about: (where, on_acked, value), resolved once committed.
         self._acked: list[tuple[Awaitable[Appended], Any, bytes | None]] = []
-        self.minted = False
+        #: Keyring records this batch sent: the keys it minted, which only its commit makes known to others.
+        self.minted: list[bytes] = []
 
     def get(self, table: str, key: str) -> Any:
         hit = self._writes.get((table, key), _MISSING)
@@ -96,7 +99,7 @@ class TxBatch:
         if topic is None:
             topic = names[short] = self.wiring.topics[short].get_topic_name()
         if short == "keyring":
-            self.minted = True
+            self.minted.append(value)
         where = await self._tx.send(topic, key.encode("utf-8") if key is not None else None, value)
         if not want and on_acked is None:
             return None
@@ -191,8 +194,9 @@ class TxSequencer:
             except Fenced as e:
                 METRICS.inc("agentlog_batches_fenced_total", agent="sequencer")
                 log.warning("ingest partition %d: a batch was fenced (%s): another worker owns it now", tp.partition, e)
-                if batch is not None and batch.minted:
-                    raise  # keys minted locally that no committed record holds: restart from the keyring topic
+                keyring = self._wiring.keyring
+                for value in batch.minted if batch is not None and keyring is not None else ():
+                    keyring.forget(KeyRecord.from_value(value))  # the partition's owner mints its own
                 await self._fenced(tp)
                 return
             METRICS.inc("agentlog_batches_total", agent="sequencer")
@@ -245,9 +249,24 @@ class TxSequencer:
         # changelogs' committed tail is final when the restore reads it.
         writers = await asyncio.gather(*(self._log.writer(p) for p in partitions))
         self._writers.update(zip(partitions, writers, strict=True))
-        restored = await asyncio.gather(*(table.restore(self._log, p)
-                                          for p in partitions for table in self._tables.values()))
-        log.info("ingest partitions %s: state restored (%d changelog records)", partitions, sum(restored))
+        await self._keys_of(partitions)
+        tables = self._tables.values()
+        tails = await self._log.read({(t.changelog, p): t.tail_start(p) for p in partitions for t in tables})
+        restored = sum(t.restore(p, tails[(t.changelog, p)]) for p in partitions for t in tables)
+        log.info("ingest partitions %s: state restored (%d changelog records)", partitions, restored)
+
+    async def _keys_of(self, partitions: list[int]) -> None:
+        """Wait until the worker's keyring holds every key committed on ``partitions`` (co-partitioned with ingest).
+
+        Their earlier owner's transactions are final once the writers are open; a record it sealed and left
+        uncommitted comes again, and must be sealed under the key its run already has, not a new one.
+        """
+        keyring, consumer = self._wiring.keyring, self._consumer
+        if keyring is None or consumer is None:
+            return
+        topic = self._wiring.topics["keyring"].get_topic_name()
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        await keyring.reached({tp.partition: end for tp, end in ends.items()})
 
     async def _release(self, partitions: Iterable[int], *, drop: bool) -> None:
         for partition in partitions:

@@ -24,7 +24,7 @@ import orjson
 import rocksdict
 
 from agentlog.worker.tables import encode
-from agentlog.worker.txlog import RecordLog
+from agentlog.worker.txlog import LogRecord
 
 #: The key a partition's database keeps the offset of the last changelog record it reflects under (not JSON,
 #: so never a table key).
@@ -75,10 +75,13 @@ class StateTable:
         raw = self._db(partition).get(RESTORED_KEY)
         return None if raw is None else int(raw)
 
-    async def restore(self, log: RecordLog, partition: int) -> int:
-        """Apply the changelog's committed records past :meth:`restored_to`; returns how many were applied."""
+    def tail_start(self, partition: int) -> int:
+        """The first changelog offset the local copy of ``partition`` does not reflect (where a restore reads from)."""
         last = self.restored_to(partition)
-        records = await log.read(self.changelog, partition, 0 if last is None else last + 1)
+        return 0 if last is None else last + 1
+
+    def restore(self, partition: int, records: Sequence[LogRecord]) -> int:
+        """Apply the changelog's committed records past :meth:`tail_start`; returns how many were applied."""
         if records:
             batch = rocksdict.WriteBatch(raw_mode=True)
             for rec in records:

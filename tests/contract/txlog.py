@@ -18,6 +18,11 @@ from agentlog.worker.txlog import Fenced, RecordLog
 Body = Callable[[RecordLog, str, str, str], Awaitable[None]]
 
 
+async def tail(log: RecordLog, topic: str, partition: int, start: int) -> list[Any]:
+    """:meth:`RecordLog.read` of one partition."""
+    return (await log.read({(topic, partition): start}))[(topic, partition)]
+
+
 class LogContract:
     """What every :class:`RecordLog` guarantees: atomic records + positions, committed reads, fencing."""
 
@@ -46,7 +51,7 @@ class LogContract:
                 tx.consumed(ingest, 0, 7)
             where = [await a, await b]
             await writer.close()
-            read = await log.read(out, 1, 0)
+            read = await tail(log, out, 1, 0)
             assert [(r.offset, r.key, r.value) for r in read] == [(w.offset, b"k", v)
                                                                   for w, v in zip(where, (b"one", b"two"), strict=True)]
             assert where[1].offset == where[0].offset + 1
@@ -63,8 +68,8 @@ class LogContract:
                     sent.append(await tx.send(changelog, b"k", value, 0))
             offsets = [(await s).offset for s in sent]
             await writer.close()
-            assert [r.value for r in await log.read(changelog, 0, offsets[1])] == [b"b", b"c"]
-            assert await log.read(changelog, 0, offsets[2] + 1) == []
+            assert [r.value for r in await tail(log, changelog, 0, offsets[1])] == [b"b", b"c"]
+            assert await tail(log, changelog, 0, offsets[2] + 1) == []
 
         self.run(body)
 
@@ -81,7 +86,7 @@ class LogContract:
                 tx.consumed(ingest, 1, 3)
             await kept
             await writer.close()
-            assert [r.value for r in await log.read(out, 0, 0)] == [b"kept"]
+            assert [r.value for r in await tail(log, out, 0, 0)] == [b"kept"]
             assert await log.position(ingest, 1) == 3
 
         self.run(body)
@@ -104,7 +109,7 @@ class LogContract:
             await after
             await zombie.close()
             await successor.close()
-            assert [r.value for r in await log.read(out, 0, 0)] == [b"before", b"after"]
+            assert [r.value for r in await tail(log, out, 0, 0)] == [b"before", b"after"]
             assert await log.position(ingest, 0) == 2
 
         self.run(body)
@@ -121,7 +126,23 @@ class LogContract:
                 await s
             await w0.close()
             await w1.close()
-            assert sorted(r.value for r in await log.read(out, 0, 0) if r.value) == [b"p0", b"p1"]
+            assert sorted(r.value for r in await tail(log, out, 0, 0) if r.value) == [b"p0", b"p1"]
             assert (await log.position(ingest, 0), await log.position(ingest, 1)) == (4, 4)
+
+        self.run(body)
+
+    def test_one_read_takes_several_partitions_each_from_its_offset(self) -> None:
+        async def body(log: RecordLog, ingest: str, out: str, changelog: str) -> None:
+            writer = await log.writer(0)
+            sent = []
+            async with writer.transaction() as tx:
+                for topic, partition, value in ((out, 0, b"o0"), (out, 1, b"o1"), (changelog, 0, b"c0"),
+                                                (changelog, 0, b"c1")):
+                    sent.append(await tx.send(topic, None, value, partition))
+            second_c = (await sent[3]).offset
+            await writer.close()
+            read = await log.read({(out, 0): 0, (out, 1): 0, (changelog, 0): second_c, (changelog, 1): 0})
+            assert {where: [r.value for r in records] for where, records in read.items()} == {
+                (out, 0): [b"o0"], (out, 1): [b"o1"], (changelog, 0): [b"c1"], (changelog, 1): []}
 
         self.run(body)

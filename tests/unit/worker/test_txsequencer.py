@@ -57,7 +57,7 @@ async def _feed(runtime: txsequencer.TxSequencer, docs: list[dict[str, Any]], fi
 
 
 def _log(records: MemoryLog) -> list[dict[str, Any]]:
-    return [decode_record(r.value) for r in asyncio.run(records.read("agentlog.log", 0, 0))]
+    return [decode_record(r.value) for r in asyncio.run(records.read({("agentlog.log", 0): 0}))[("agentlog.log", 0)]]
 
 
 def test_a_batch_commits_its_log_records_with_their_state_hashes_and_its_position(tmp_path):
@@ -69,7 +69,7 @@ def test_a_batch_commits_its_log_records_with_their_state_hashes_and_its_positio
     assert [r["stateHash"] for r in logged] == [h for _, h in states_by_index([r["doc"] for r in logged])]
     assert [runtime._wiring.keyring.open(r["doc"]) for r in logged] == docs
     assert asyncio.run(records.position(INGEST, 0)) == len(docs)
-    keys = asyncio.run(records.read("agentlog.keyring", 0, 0))
+    keys = asyncio.run(records.read({("agentlog.keyring", 0): 0}))[("agentlog.keyring", 0)]
     assert [k.key for k in keys] == [b"tx-fold"]
 
 
@@ -85,7 +85,7 @@ def test_a_restart_restores_the_runs_from_the_changelog_and_goes_on_where_it_lef
     logged = _log(records)
     assert [r["doc"]["sequence"] for r in logged] == [d["sequence"] for d in docs]  # no gap, no repeat
     assert [r["stateHash"] for r in logged] == [h for _, h in states_by_index([r["doc"] for r in logged])]
-    assert not asyncio.run(records.read("agentlog.rejections", 0, 0))
+    assert not asyncio.run(records.read({("agentlog.rejections", 0): 0}))[("agentlog.rejections", 0)]
 
 
 def test_a_fenced_batch_leaves_nothing_and_its_records_are_handled_by_the_new_writer(tmp_path):
