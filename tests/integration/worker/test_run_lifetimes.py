@@ -43,14 +43,14 @@ async def _changelog(settings, table: str) -> list[tuple[str, bytes | None]]:
         parts = [TopicPartition(topic, p) for p in range(settings.partitions)]
         consumer.assign(parts)
         ends = await consumer.end_offsets(parts)
-        seen = {tp: -1 for tp in parts}
         out: list[tuple[str, bytes | None]] = []
         for _ in range(60):
-            if all(seen[tp] >= ends[tp] - 1 for tp in parts):
+            # The position, not the last record's offset: a changelog written in transactions ends in a commit
+            # marker, which takes an offset and is never a record.
+            if all([await consumer.position(tp) >= ends[tp] for tp in parts]):
                 break
-            for tp, messages in (await consumer.getmany(timeout_ms=500)).items():
+            for messages in (await consumer.getmany(timeout_ms=500)).values():
                 out.extend((m.key.decode(), m.value) for m in messages)
-                seen[tp] = messages[-1].offset
         return out
     finally:
         await consumer.stop()
