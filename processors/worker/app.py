@@ -369,12 +369,12 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
     """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txsequencer`), beside the app.
 
-    Its consumer group is ``<prefix>-sequencer`` and its writers' transactional ids ``<prefix>-sequencer-<p>``; its
-    tables live under the state directory's ``<prefix>-sequencer`` and join ``wiring.tables`` (the lifetimes sweep
-    reads ``runs``; their changelogs are created with the app's).
+    Its consumer group is :func:`txsequencer.runtime_name`, its writers' transactional ids are that name and
+    ``-<p>``, and its tables live in the state directory under that name; they join ``wiring.tables`` (the
+    lifetimes sweep reads ``runs``; their changelogs are created with the app's).
     """
     settings = wiring.settings
-    name = f"{settings.topic_prefix}-sequencer"
+    name = txsequencer.runtime_name(settings)
     owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
     agent = sequencer.build(wiring, replay=replay, fence=owned)
     tables = txsequencer.sequencer_tables(settings, settings.state_path / name, budget.open)

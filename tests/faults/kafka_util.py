@@ -3,7 +3,7 @@
 Progress is the committed log's end offsets; "drained" is every group the worker reads with having
 consumed every record of every topic it reads (ingest; handoff-links, OTel spans and events) and, when
 the worker runs the audit sink, the sink's own group having consumed every record of the topics it
-stores. Ingest is read by the sequencer's group (``<prefix>-sequencer``, which commits its position in
+stores. Ingest is read by the sequencer's group (``<prefix>-worker-sequencer``, which commits its position in
 each batch's transaction) or, on the Faust runtime, by the Faust group (``<prefix>-worker``, which commits
 per partition the lowest durable position of the agents reading the topic: processors/worker/positions.py);
 the sink commits a batch only after its insert returned, so a drained sink group means ClickHouse holds
@@ -25,6 +25,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import topic_name
+from agentlog.worker.txsequencer import runtime_name
 
 #: What the worker's sequencer and Faust groups read: ingest (sequencing and the fold in one pass) and
 #: handoff-links. The log is read by the worker's log check and the audit sink, each in a group of its own.
@@ -46,7 +47,7 @@ class Offsets:
                                      isolation_level="read_committed")
         self.admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=20_000)
         self.group = f"{settings.topic_prefix}-worker"
-        self.sequencer = (f"{settings.topic_prefix}-sequencer" if settings.sequencer_runtime == "transactions"
+        self.sequencer = (runtime_name(settings) if settings.sequencer_runtime == "transactions"
                           else self.group)
 
     async def __aenter__(self) -> Offsets:
