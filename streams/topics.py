@@ -96,6 +96,26 @@ def catalogue(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
+def sequencer_group(settings: Settings) -> str:
+    """The sequencer's consumer group on its transactional runtime, also its writers' transactional-id prefix.
+
+    Under the worker's own ``<prefix>-worker``, the prefix the secure broker's ACLs give the worker's groups and
+    transactional ids (``infra/kafka/secure.py``).
+    """
+    return f"{settings.topic_prefix}-worker-sequencer"
+
+
+def reading_group(settings: Settings, short: str) -> str:
+    """The consumer group whose committed offsets say how far the worker has taken topic ``short``.
+
+    Ingest is the sequencer's (:func:`sequencer_group`; its Faust app's with ``AGENTLOG_SEQUENCER_RUNTIME=faust``);
+    every other topic the worker reads as a stream (handoff links, OTel spans and events) is its Faust app's.
+    """
+    if short == "ingest" and settings.sequencer_runtime == "transactions":
+        return sequencer_group(settings)
+    return f"{settings.topic_prefix}-worker"
+
+
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:
     """The partition Kafka's default partitioner puts ``run_id`` on.
 

@@ -58,7 +58,7 @@ from agentlog.streams.keyring import Keyring, follow_keyring
 from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
-from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
+from agentlog.streams.topics import TopicSpec, catalogue, durability_config, sequencer_group, topic_name
 from agentlog.worker import (
     batch,
     fence,
@@ -369,12 +369,12 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
     """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txsequencer`), beside the app.
 
-    Its consumer group is :func:`txsequencer.runtime_name`, its writers' transactional ids are that name and
-    ``-<p>``, and its tables live in the state directory under that name; they join ``wiring.tables`` (the
-    lifetimes sweep reads ``runs``; their changelogs are created with the app's).
+    Its consumer group is :func:`agentlog.streams.topics.sequencer_group`, its writers' transactional ids are that
+    name and ``-<p>``, and its tables live in the state directory under that name; they join ``wiring.tables``
+    (the lifetimes sweep reads ``runs``; their changelogs are created with the app's).
     """
     settings = wiring.settings
-    name = txsequencer.runtime_name(settings)
+    name = sequencer_group(settings)
     owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
     agent = sequencer.build(wiring, replay=replay, fence=owned)
     tables = txsequencer.sequencer_tables(settings, settings.state_path / name, budget.open)

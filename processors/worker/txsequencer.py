@@ -35,6 +35,7 @@ from agentlog.core.keyring import KeyRecord
 from agentlog.metrics import METRICS
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
+from agentlog.streams.topics import sequencer_group
 from agentlog.worker.batch import BATCH_MAX, GROUP_SEP, SourceRecord
 from agentlog.worker.fence import Fence
 from agentlog.worker.sequencer import SequencerAgent
@@ -302,15 +303,6 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._runtime.assigned(assigned)
 
 
-def runtime_name(settings: Settings) -> str:
-    """The sequencer runtime's consumer group, its writers' transactional-id prefix and its state directory.
-
-    Under the worker's own ``<prefix>-worker``, the prefix the secure broker's ACLs give the worker's groups and
-    transactional ids (``infra/kafka/secure.py``).
-    """
-    return f"{settings.topic_prefix}-worker-sequencer"
-
-
 def sequencer_tables(settings: Settings, root: Path, opener: Any) -> dict[str, StateTable]:
     """The sequencer's tables under ``root`` (``opener(path, ttl_s)`` opens a database), changelogs by app id."""
     app_id = f"{settings.topic_prefix}-worker"
@@ -325,7 +317,7 @@ def sequencer_tables(settings: Settings, root: Path, opener: Any) -> dict[str, S
 
 def install(wiring: Wiring, agent: SequencerAgent, records: RecordLog, tables: dict[str, StateTable],
             fence: Fence) -> TxSequencer:
-    """Run the sequencer on its own transactional loop as a task of the worker (group :func:`runtime_name`)."""
-    runtime = TxSequencer(wiring, agent, records, tables, fence, group=runtime_name(wiring.settings))
+    """Run the sequencer on its own transactional loop as a task of the worker (group ``sequencer_group``)."""
+    runtime = TxSequencer(wiring, agent, records, tables, fence, group=sequencer_group(wiring.settings))
     wiring.runner.task(runtime.run)
     return runtime

@@ -24,8 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import topic_name
-from agentlog.worker.txsequencer import runtime_name
+from agentlog.streams.topics import reading_group, topic_name
 
 #: What the worker's sequencer and Faust groups read: ingest (sequencing and the fold in one pass) and
 #: handoff-links. The log is read by the worker's log check and the audit sink, each in a group of its own.
@@ -47,8 +46,6 @@ class Offsets:
                                      isolation_level="read_committed")
         self.admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=20_000)
         self.group = f"{settings.topic_prefix}-worker"
-        self.sequencer = (runtime_name(settings) if settings.sequencer_runtime == "transactions"
-                          else self.group)
 
     async def __aenter__(self) -> Offsets:
         await self.consumer.start()
@@ -74,13 +71,13 @@ class Offsets:
     async def lag(self, shorts: tuple[str, ...] = CONSUMED, *, group: str | None = None) -> int:
         """Records the worker's groups (or ``group``) have not consumed yet, over ``shorts``.
 
-        Without ``group``, ingest is the sequencer's group's and every other topic the Faust group's.
+        Without ``group``, each topic's is the group that reads it (``reading_group``).
         """
         ends = await self.ends(shorts)
-        ingest = topic_name(self.settings, "ingest")
+        readers = {topic_name(self.settings, short): reading_group(self.settings, short) for short in shorts}
         by_group: dict[str, list[TopicPartition]] = {}
         for tp in ends:
-            reader = group or (self.sequencer if tp.topic == ingest else self.group)
+            reader = group or readers[tp.topic]
             by_group.setdefault(reader, []).append(tp)
         lag = 0
         for reader, tps in by_group.items():

@@ -24,6 +24,7 @@ from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import sequencer_group
 from agentlog.worker import txsequencer
 from agentlog.worker.sequencer import INDEX_SEP
 from agentlog.worker.tables import RocksBudget, sequencer_tables
@@ -152,7 +153,7 @@ def _state_tables(settings, state_dir) -> dict:
         app = faust.App(f"{settings.topic_prefix}-worker", broker="kafka://127.0.0.1:1", store="rocksdb://",
                         autodiscover=False, datadir=str(state_dir / f"{settings.topic_prefix}-worker"))
         return sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
-    return txsequencer.sequencer_tables(settings, state_dir / txsequencer.runtime_name(settings), budget.open)
+    return txsequencer.sequencer_tables(settings, state_dir / sequencer_group(settings), budget.open)
 
 
 def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplicate_nothing(settings):
