@@ -96,23 +96,28 @@ def catalogue(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
-def sequencer_group(settings: Settings) -> str:
-    """The sequencer's consumer group on its transactional runtime, also its writers' transactional-id prefix.
+#: The worker's agents on its transactional runtime, by the topic each reads (``agent_runtime="transactions"``).
+TX_AGENTS = {"ingest": "sequencer", "spans": "otel-spans", "otel-events": "otel-sequencer"}
+
+
+def agent_group(settings: Settings, name: str) -> str:
+    """The consumer group of the worker's agent ``name`` on its transactional runtime, also its writers' prefix.
 
     Under the worker's own ``<prefix>-worker``, the prefix the secure broker's ACLs give the worker's groups and
     transactional ids (``infra/kafka/secure.py``).
     """
-    return f"{settings.topic_prefix}-worker-sequencer"
+    return f"{settings.topic_prefix}-worker-{name}"
 
 
 def reading_group(settings: Settings, short: str) -> str:
     """The consumer group whose committed offsets say how far the worker has taken topic ``short``.
 
-    Ingest is the sequencer's (:func:`sequencer_group`; its Faust app's with ``AGENTLOG_SEQUENCER_RUNTIME=faust``);
-    every other topic the worker reads as a stream (handoff links, OTel spans and events) is its Faust app's.
+    On the transactional runtime, ingest, spans and otel-events are read each by its agent's group
+    (:data:`TX_AGENTS`); every other topic the worker reads as a stream (handoff links), and all of them with
+    ``AGENTLOG_AGENT_RUNTIME=faust``, by its Faust app's.
     """
-    if short == "ingest" and settings.sequencer_runtime == "transactions":
-        return sequencer_group(settings)
+    if settings.agent_runtime == "transactions" and short in TX_AGENTS:
+        return agent_group(settings, TX_AGENTS[short])
     return f"{settings.topic_prefix}-worker"
 
 

@@ -17,8 +17,10 @@ otel-spans      spans                 otel-events, rejections                   
 otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
-Every agent runs the one batch loop of :mod:`agentlog.worker.batch` (outputs
-acknowledged before table writes, positions committed only once both are durable).
+The sequencer and the two OTel agents run each on its own loop of Kafka transactions
+(:mod:`agentlog.worker.txruntime`; ``AGENTLOG_AGENT_RUNTIME=faust`` runs them as Faust agents); the handoff agent
+runs the batch loop of :mod:`agentlog.worker.batch` (outputs acknowledged before table writes, positions committed
+only once both are durable).
 
 This is the one module that imports Faust. The runtime and the agents see Faust only through the
 ports of :mod:`agentlog.worker.ports`, which the adapters here implement on the app
@@ -58,7 +60,7 @@ from agentlog.streams.keyring import Keyring, follow_keyring
 from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
-from agentlog.streams.topics import TopicSpec, catalogue, durability_config, sequencer_group, topic_name
+from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
 from agentlog.worker import (
     batch,
     fence,
@@ -70,13 +72,12 @@ from agentlog.worker import (
     positions,
     runstate,
     sequencer,
-    txsequencer,
+    txruntime,
 )
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
 from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
 from agentlog.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
-from agentlog.worker.txlog import KafkaLog
 from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.worker")
@@ -104,20 +105,20 @@ def worker_role(settings: Settings) -> str:
     return role
 
 
-#: ``AGENTLOG_SEQUENCER_RUNTIME`` values (:func:`sequencer_runtime`).
-SEQUENCER_RUNTIMES = ("transactions", "faust")
+#: ``AGENTLOG_AGENT_RUNTIME`` values (:func:`agent_runtime`).
+AGENT_RUNTIMES = ("transactions", "faust")
 
 
-def sequencer_runtime(settings: Settings) -> str:
-    """How the sequencer runs: ``settings.sequencer_runtime``.
+def agent_runtime(settings: Settings) -> str:
+    """How the sequencer runs: ``settings.agent_runtime``.
 
     Raises:
-        ConfigError: ``bad_sequencer_runtime`` for a value not in :data:`SEQUENCER_RUNTIMES`.
+        ConfigError: ``bad_agent_runtime`` for a value not in :data:`AGENT_RUNTIMES`.
     """
-    runtime = settings.sequencer_runtime
-    if runtime not in SEQUENCER_RUNTIMES:
-        raise ConfigError(f"AGENTLOG_SEQUENCER_RUNTIME {runtime!r} is not one of {', '.join(SEQUENCER_RUNTIMES)}",
-                          code="bad_sequencer_runtime")
+    runtime = settings.agent_runtime
+    if runtime not in AGENT_RUNTIMES:
+        raise ConfigError(f"AGENTLOG_AGENT_RUNTIME {runtime!r} is not one of {', '.join(AGENT_RUNTIMES)}",
+                          code="bad_agent_runtime")
     return runtime
 
 
@@ -311,7 +312,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 
     # The handoff agent's table is Faust's; on transactions the sequencer's are its runtime's own (below).
     tables: dict[str, Table] = {}
-    if role != "sink" and sequencer_runtime(settings) == "transactions":
+    if role != "sink" and agent_runtime(settings) == "transactions":
         tables = {"links": table("handoff-links")}
     elif role != "sink":
         tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
@@ -336,7 +337,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
         _install_partition_starts(wiring, backfill)
-        if sequencer_runtime(settings) == "transactions":
+        if agent_runtime(settings) == "transactions":
             _install_sequencer(wiring, budget, replay=replay)
         else:
             sequencer.install(wiring, replay=replay)
@@ -349,7 +350,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
                                           shred=lambda runs: shred_keys(settings, keyring, ready, runs))
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
-        otel_spans.install(wiring)
+        otel_spans.install(wiring, txruntime.TxAgents(wiring, budget.open) if agent_runtime(settings) == "transactions"
+                           else batch.FaustAgents(wiring))
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:
@@ -367,19 +369,16 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 
 
 def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
-    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txsequencer`), beside the app.
+    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txruntime`), beside the app.
 
-    Its consumer group is :func:`agentlog.streams.topics.sequencer_group`, its writers' transactional ids are that
-    name and ``-<p>``, and its tables live in the state directory under that name; they join ``wiring.tables``
-    (the lifetimes sweep reads ``runs``; their changelogs are created with the app's).
+    Its tables join ``wiring.tables`` (the lifetimes sweep reads ``runs``; their changelogs are created with the
+    app's).
     """
-    settings = wiring.settings
-    name = sequencer_group(settings)
     owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
     agent = sequencer.build(wiring, replay=replay, fence=owned)
-    tables = txsequencer.sequencer_tables(settings, settings.state_path / name, budget.open)
+    tables = txruntime.sequencer_tables(wiring.settings, budget.open)
     wiring.tables.update(tables)
-    txsequencer.install(wiring, agent, KafkaLog(settings, name=name, group=name), tables, owned)
+    txruntime.install(wiring, agent, tables, owned, short="ingest", name="sequencer")
 
 
 def _install_keyring(wiring: Wiring) -> None:

@@ -94,12 +94,13 @@ SNAPSHOT_EVERY = 100
 class Staging(Protocol):
     """What the sequencer's work needs of a batch: reads through its own writes, staged writes, outputs.
 
-    :class:`agentlog.worker.batch.Batch` (the Faust batch loop) and :class:`agentlog.worker.txsequencer.TxBatch`
+    :class:`agentlog.worker.batch.Batch` (the Faust batch loop) and :class:`agentlog.worker.txruntime.TxBatch`
     (one Kafka transaction) are the two.
     """
 
     partition: int
     collected: list[Any]
+    wiring: Wiring
 
     def get(self, table: str, key: str) -> Any: ...
 

@@ -1,6 +1,6 @@
 """The log the transactional runtime writes and reads: records and consumed positions appended atomically.
 
-This is the storage-level port of the sequencer's runtime (:mod:`agentlog.worker.txsequencer`), shaped like a log,
+This is the storage-level port of the sequencer's runtime (:mod:`agentlog.worker.txruntime`), shaped like a log,
 not like a stream framework's consumer:
 
 - a :class:`Writer` owns one input partition; :meth:`Writer.transaction` opens a :class:`Transaction` into which

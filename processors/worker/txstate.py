@@ -1,6 +1,6 @@
 """The transactional runtime's local state: per input partition, a table's keys in RocksDB, restored from its changelog.
 
-A :class:`StateTable` is one table of an agent on the transactional runtime (:mod:`agentlog.worker.txsequencer`):
+A :class:`StateTable` is one table of an agent on the transactional runtime (:mod:`agentlog.worker.txruntime`):
 the :class:`agentlog.worker.tables.Table` port, each partition a RocksDB database (``rocksdict``, within the
 worker's :class:`agentlog.worker.tables.RocksBudget`) that holds, beside the keys, the offset of the last changelog
 record it reflects. Its changelog records go out in the transaction of the batch that wrote them, and the local

@@ -1,8 +1,8 @@
 """The worker's sequencer on its runtime of Kafka transactions against bare aiokafka, in the same run.
 
-``bench_process``'s realistic paths, with the sequencer's two runtimes side by side (``AGENTLOG_SEQUENCER_RUNTIME``):
+``bench_process``'s realistic paths, with the sequencer's two runtimes side by side (``AGENTLOG_AGENT_RUNTIME``):
 
-- ``ours``: ``agentlog worker --role process`` on ``transactions`` (:mod:`agentlog.worker.txsequencer`): each batch's
+- ``ours``: ``agentlog worker --role process`` on ``transactions`` (:mod:`agentlog.worker.txruntime`): each batch's
   outputs, changelog records and ingest offsets in one transaction; its log read committed only;
 - ``faust``: the same worker with the sequencer as a Faust agent on the batch loop (the runtime it replaces);
 - ``bare`` and ``bare_tx``: aiokafka consume → produce copying the bytes, without and with transactions
@@ -43,10 +43,10 @@ def run(ctx: BenchContext) -> dict:
     bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
     ours_cpu: dict = {}
     ours = n / _run_subprocess(variant("ours"), WORKER, n, home / "ours.log", cpu=ours_cpu,
-                               env={"AGENTLOG_SEQUENCER_RUNTIME": "transactions"}, isolation_level="read_committed")
+                               env={"AGENTLOG_AGENT_RUNTIME": "transactions"}, isolation_level="read_committed")
     faust_cpu: dict = {}
     faust = n / _run_subprocess(variant("faust"), WORKER, n, home / "faust.log", cpu=faust_cpu,
-                                env={"AGENTLOG_SEQUENCER_RUNTIME": "faust"})
+                                env={"AGENTLOG_AGENT_RUNTIME": "faust"})
     return {
         "ours": ours,
         "baseline": bare,

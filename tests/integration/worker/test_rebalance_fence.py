@@ -65,7 +65,7 @@ async def _count(settings, short: str) -> int:
 def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_move_or_fenced(settings,
                                                                                             revoke_wait_s):
     # The Faust batch loop's fence (the transactional sequencer is fenced by the broker instead).
-    settings = settings.replace(partitions=4, session_timeout_s=10.0, sequencer_runtime="faust")
+    settings = settings.replace(partitions=4, session_timeout_s=10.0, agent_runtime="faust")
     revoke_wait = {"agentlog.worker.fence:REVOKE_WAIT_S": revoke_wait_s}
     prefix = f"fence-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
@@ -136,7 +136,7 @@ async def _whole(settings, n: int) -> bool | None:
 @pytest.mark.parametrize("told", [True, False], ids=["dropped", "control"])
 def test_a_member_the_group_dropped_fences_at_once(settings, told):
     # The Faust batch loop's fence (the transactional sequencer is fenced by the broker instead).
-    settings = settings.replace(partitions=4, session_timeout_s=6.0, sequencer_runtime="faust")
+    settings = settings.replace(partitions=4, session_timeout_s=6.0, agent_runtime="faust")
     prefix = f"drop-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

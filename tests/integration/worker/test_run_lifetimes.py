@@ -24,8 +24,7 @@ from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs
-from agentlog.streams.topics import sequencer_group
-from agentlog.worker import txsequencer
+from agentlog.worker import txruntime
 from agentlog.worker.sequencer import INDEX_SEP
 from agentlog.worker.tables import RocksBudget, sequencer_tables
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
@@ -147,13 +146,13 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
 
 
 def _state_tables(settings, state_dir) -> dict:
-    """The sequencer's tables on disk (its runtime's, by ``settings.sequencer_runtime``), read by partition."""
+    """The sequencer's tables on disk (its runtime's, by ``settings.agent_runtime``), read by partition."""
     budget = RocksBudget(8)
-    if settings.sequencer_runtime == "faust":
+    if settings.agent_runtime == "faust":
         app = faust.App(f"{settings.topic_prefix}-worker", broker="kafka://127.0.0.1:1", store="rocksdb://",
                         autodiscover=False, datadir=str(state_dir / f"{settings.topic_prefix}-worker"))
         return sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
-    return txsequencer.sequencer_tables(settings, state_dir / sequencer_group(settings), budget.open)
+    return txruntime.sequencer_tables(settings.replace(state_dir=str(state_dir)), budget.open)
 
 
 def test_runs_closing_while_the_worker_is_killed_again_and_again_lose_and_duplicate_nothing(settings):

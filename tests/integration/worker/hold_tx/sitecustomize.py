@@ -1,7 +1,7 @@
 """Fault injection for ``test_tx_zombie``: the sequencer's first transaction is held open after its records are sent.
 
 Put on ``PYTHONPATH`` of a worker process (after the checkout). With ``AGENTLOG_TEST_HOLD_FIRST_TX=1`` the first
-:meth:`agentlog.worker.txsequencer.TxBatch.stage` of the process (every output of its batch already sent in the open
+:meth:`agentlog.worker.txruntime.TxBatch.stage` of the process (every output of its batch already sent in the open
 transaction) prints that it holds, then waits ``AGENTLOG_TEST_HOLD_FIRST_TX_S`` seconds (the test SIGSTOPs the
 process meanwhile) before the batch goes on to commit. Later batches are not touched.
 """
@@ -14,7 +14,7 @@ if os.environ.get("AGENTLOG_TEST_HOLD_FIRST_TX") == "1":
     import asyncio
     import sys
 
-    from agentlog.worker.txsequencer import TxBatch
+    from agentlog.worker.txruntime import TxBatch
 
     _stage = TxBatch.stage
     _held: list[bool] = []

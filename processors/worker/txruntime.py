@@ -1,33 +1,37 @@
-"""The sequencer on Kafka transactions: consume ingest → handle → one transaction per batch, fenced by the broker.
+"""The worker's agents on Kafka transactions: consume → handle → one transaction per batch, fenced by the broker.
 
-Every batch of an input partition is one transaction of that partition's writer (:mod:`agentlog.worker.txlog`):
-the log records and every other output of the batch (rejections, checkpoints, snapshots, keyring records,
-transitions, …), the changelog records of its table writes, and the partition's next ingest offset
-(``send_offsets_to_transaction``). Either all of it becomes visible to readers (who read committed only) or none
-of it does, so there is no order of acknowledgements to keep (outputs, then tables, then positions), nothing to
-heal (a skipped or stalled offset: the consumer is aiokafka's own, reading from the position the last committed
-transaction noted), and no fence of our own: a member that lost a partition is fenced by the broker the moment
-the partition's new owner opens its writer, and its next commit fails (:class:`agentlog.worker.txlog.Fenced`).
+The sequencer (ingest), the OTel span mapper (spans) and the OTel run sequencer (otel-events) each run as a
+:class:`TxAgent`: every batch of an input partition is one transaction of that partition's writer
+(:mod:`agentlog.worker.txlog`): the records the batch sends (the log, rejections, checkpoints, snapshots, keyring
+records, transitions, ingest records of mapped spans, …), the changelog records of its table writes, and the
+partition's next input offset (``send_offsets_to_transaction``). Either all of it becomes visible to readers (who
+read committed only) or none of it does, so there is no order of acknowledgements to keep (outputs, then tables,
+then positions), nothing to heal (a skipped or stalled offset: the consumer is aiokafka's own, reading from the
+position the last committed transaction noted), and no fence of our own: a member that lost a partition is fenced
+by the broker the moment the partition's new owner opens its writer, and its next commit fails
+(:class:`agentlog.worker.txlog.Fenced`).
 
-The per-record work is the sequencer's own (:func:`agentlog.worker.sequencer.build`), handed a :class:`TxBatch`
-(the part of :class:`agentlog.worker.batch.Batch` it uses: reads through the batch's own writes, staged writes,
-outputs). State is in :class:`agentlog.worker.txstate.StateTable` s, restored from their changelogs' tails
-when a partition is assigned, after its writer is opened (which ends any transaction its earlier owner left open).
+An agent's per-record work is its own (:class:`Work`: the sequencer's from :func:`agentlog.worker.sequencer.build`,
+the OTel agents' from :mod:`agentlog.worker.spans`), handed a :class:`TxBatch` (the
+:class:`agentlog.worker.sequencer.Staging` port: reads through the batch's own writes, staged writes, outputs).
+State is in :class:`agentlog.worker.txstate.StateTable` s, restored from their changelogs' tails when a partition
+is assigned, after its writer is opened (which ends any transaction its earlier owner left open).
 
 A batch that fails to commit is a crash of the batch: nothing of it is visible, and its records are read again
 from the committed position by whoever owns the partition. The one thing outside the transaction is the worker's
 keyring in memory: a key minted in a batch that did not commit is known locally but not on the keyring topic,
 so a fenced batch forgets the keys it minted (the partition's owner mints them, and the keyring topic brings them),
-and a partition is taken only once the worker's keyring holds every key committed on it.
+and a partition is taken only once the worker's keyring holds every key committed so far.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
@@ -35,16 +39,16 @@ from agentlog.core.keyring import KeyRecord
 from agentlog.metrics import METRICS
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import sequencer_group
+from agentlog.streams.topics import agent_group
 from agentlog.worker.batch import BATCH_MAX, GROUP_SEP, SourceRecord
 from agentlog.worker.fence import Fence
-from agentlog.worker.sequencer import SequencerAgent
+from agentlog.worker.sequencer import Staging, StagingHandler, StagingHook
 from agentlog.worker.tables import encode
-from agentlog.worker.txlog import Appended, Fenced, RecordLog, Transaction, Writer
+from agentlog.worker.txlog import Appended, Fenced, KafkaLog, RecordLog, Transaction, Writer
 from agentlog.worker.txstate import StateTable
 from agentlog.worker.wiring import Wiring
 
-log = logging.getLogger("agentlog.txsequencer")
+log = logging.getLogger("agentlog.txruntime")
 
 #: The sequencer's tables, by the short names it uses, and the names their changelogs and databases carry
 #: (the Faust app's table names: a worker that ran the sequencer as a Faust agent restores from the same
@@ -134,18 +138,49 @@ class TxBatch:
 _MISSING = object()
 
 
-class TxSequencer:
-    """The sequencer's loop on Kafka transactions: one consumer, a writer and restored state per partition."""
+class Work(Protocol):
+    """An agent's work, for the runtime to run: ``handle`` per record, the hooks once per batch.
 
-    def __init__(self, wiring: Wiring, agent: SequencerAgent, records: RecordLog, tables: dict[str, StateTable],
-                 fence: Fence, *, group: str) -> None:
+    ``before_commit`` once a batch's records are handled, inside its transaction; ``after_commit`` once it is
+    committed (work that must see the batch durable: lifetimes, verdicts, key shredding).
+    """
+
+    @property
+    def handle(self) -> StagingHandler: ...
+
+    @property
+    def before_commit(self) -> StagingHook: ...
+
+    @property
+    def after_commit(self) -> StagingHook: ...
+
+
+async def nothing(batch: Staging) -> None:
+    """A hook that does nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Hooks:
+    """A :class:`Work` from functions."""
+
+    handle: StagingHandler
+    before_commit: StagingHook = nothing
+    after_commit: StagingHook = nothing
+
+
+class TxAgent:
+    """An agent's loop on Kafka transactions: one consumer, a writer and restored state per input partition."""
+
+    def __init__(self, wiring: Wiring, work: Work, records: RecordLog, tables: dict[str, StateTable],
+                 fence: Fence, *, short: str, group: str, name: str = "sequencer") -> None:
         self._wiring = wiring
-        self._agent = agent
+        self._name = name
+        self._agent = work
         self._log = records
         self._tables = tables
         self._fence = fence
         self._group = group
-        self._topic = wiring.topics["ingest"].get_topic_name()
+        self._topic = wiring.topics[short].get_topic_name()
         self._writers: dict[int, Writer] = {}
         self._busy = asyncio.Lock()  # a batch in progress: a rebalance waits for it
         self._consumer: AIOKafkaConsumer | None = None
@@ -193,15 +228,17 @@ class TxSequencer:
                     staged = await batch.stage()
                     tx.consumed(tp.topic, tp.partition, messages[-1].offset + 1)
             except Fenced as e:
-                METRICS.inc("agentlog_batches_fenced_total", agent="sequencer")
-                log.warning("ingest partition %d: a batch was fenced (%s): another worker owns it now", tp.partition, e)
+                METRICS.inc("agentlog_batches_fenced_total", agent=self._name)
+                log.warning("%s partition %d: a batch was fenced (%s): another worker owns it now", tp.topic,
+                            tp.partition, e)
                 keyring = self._wiring.keyring
-                for value in batch.minted if batch is not None and keyring is not None else ():
-                    keyring.forget(KeyRecord.from_value(value))  # the partition's owner mints its own
+                if batch is not None and keyring is not None:
+                    for value in batch.minted:
+                        keyring.forget(KeyRecord.from_value(value))  # the partition's owner mints its own
                 await self._fenced(tp)
                 return
-            METRICS.inc("agentlog_batches_total", agent="sequencer")
-            METRICS.inc("agentlog_batch_events_total", len(messages), agent="sequencer")
+            METRICS.inc("agentlog_batches_total", agent=self._name)
+            METRICS.inc("agentlog_batch_events_total", len(messages), agent=self._name)
             for table, writes, last in staged:
                 table.put_many(tp.partition, writes, restored_to=(await last).offset)
             await batch.committed()
@@ -254,19 +291,20 @@ class TxSequencer:
         tables = self._tables.values()
         tails = await self._log.read({(t.changelog, p): t.tail_start(p) for p in partitions for t in tables})
         restored = sum(t.restore(p, tails[(t.changelog, p)]) for p in partitions for t in tables)
-        log.info("ingest partitions %s: state restored (%d changelog records)", partitions, restored)
+        log.info("%s partitions %s: state restored (%d changelog records)", self._topic, partitions, restored)
 
     async def _keys_of(self, partitions: list[int]) -> None:
-        """Wait until the worker's keyring holds every key committed on ``partitions`` (co-partitioned with ingest).
+        """Wait until the worker's keyring holds every key committed so far (``partitions`` are being taken).
 
         Their earlier owner's transactions are final once the writers are open; a record it sealed and left
-        uncommitted comes again, and must be sealed under the key its run already has, not a new one.
+        uncommitted comes again, and must be sealed under the key it had, not a new one. Every partition of
+        the keyring: the sequencer's keys are co-partitioned with ingest, the span mapper's are not.
         """
         keyring, consumer = self._wiring.keyring, self._consumer
-        if keyring is None or consumer is None:
+        if keyring is None or consumer is None or not partitions:
             return
         topic = self._wiring.topics["keyring"].get_topic_name()
-        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in partitions])
+        ends = await consumer.end_offsets([TopicPartition(topic, p) for p in range(self._wiring.settings.partitions)])
         await keyring.reached({tp.partition: end for tp, end in ends.items()})
 
     async def _release(self, partitions: Iterable[int], *, drop: bool) -> None:
@@ -293,7 +331,7 @@ class TxSequencer:
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, runtime: TxSequencer) -> None:
+    def __init__(self, runtime: TxAgent) -> None:
         self._runtime = runtime
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
@@ -303,21 +341,62 @@ class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
         await self._runtime.assigned(assigned)
 
 
-def sequencer_tables(settings: Settings, root: Path, opener: Any) -> dict[str, StateTable]:
-    """The sequencer's tables under ``root`` (``opener(path, ttl_s)`` opens a database), changelogs by app id."""
+def state_root(settings: Settings) -> Path:
+    """Where the transactional runtime's tables live: one directory of the worker's state directory."""
+    return settings.state_path / f"{settings.topic_prefix}-worker-tx"
+
+
+def state_tables(settings: Settings, opener: Any, names: Mapping[str, str],
+                 ttl_s: Mapping[str, int] | None = None) -> dict[str, StateTable]:
+    """Tables by the short names an agent uses, from their names (``opener(path, ttl_s)`` opens a database).
+
+    A table's changelog is named as a Faust table's of the worker's app (``<prefix>-worker-<name>-changelog``).
+    """
     app_id = f"{settings.topic_prefix}-worker"
-    ttl = {"closed": int(settings.run_closed_retention_s)}
+    ttl = ttl_s or {}
 
-    def opener_of(ttl_s: int | None) -> Any:
-        return lambda path: opener(path, ttl_s)
+    def opener_of(ttl: int | None) -> Any:
+        return lambda path: opener(path, ttl)
 
+    root = state_root(settings)
     return {short: StateTable(name, f"{app_id}-{name}-changelog", root, opener=opener_of(ttl.get(short)))
-            for short, name in TABLE_NAMES.items()}
+            for short, name in names.items()}
 
 
-def install(wiring: Wiring, agent: SequencerAgent, records: RecordLog, tables: dict[str, StateTable],
-            fence: Fence) -> TxSequencer:
-    """Run the sequencer on its own transactional loop as a task of the worker (group ``sequencer_group``)."""
-    runtime = TxSequencer(wiring, agent, records, tables, fence, group=sequencer_group(wiring.settings))
+def sequencer_tables(settings: Settings, opener: Any) -> dict[str, StateTable]:
+    """The sequencer's tables (:data:`TABLE_NAMES`); a closed run's marker expires after its retention."""
+    return state_tables(settings, opener, TABLE_NAMES, {"closed": int(settings.run_closed_retention_s)})
+
+
+def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], fence: Fence, *, short: str,
+            name: str) -> TxAgent:
+    """Run ``work`` on topic ``short`` as a loop of Kafka transactions, a task of the worker.
+
+    Its consumer group and its writers' transactional-id prefix are ``agent_group(settings, name)``.
+    """
+    group = agent_group(wiring.settings, name)
+    runtime = TxAgent(wiring, work, KafkaLog(wiring.settings, name=group, group=group), tables, fence, short=short,
+                      group=group, name=name)
     wiring.runner.task(runtime.run)
     return runtime
+
+
+class TxAgents:
+    """Agents on this runtime (:class:`agentlog.worker.ports.Agents`): each its own :class:`TxAgent`."""
+
+    def __init__(self, wiring: Wiring, opener: Any) -> None:
+        """``opener(path, ttl_s)`` opens a table's database (``RocksBudget.open`` in the worker)."""
+        self._wiring, self._opener = wiring, opener
+
+    def table(self, name: str) -> StateTable:
+        table = state_tables(self._wiring.settings, self._opener, {name: name})[name]
+        self._wiring.tables[name] = table
+        return table
+
+    def agent(self, short: str, *, name: str, table: str, handle: StagingHandler,
+              before_commit: StagingHook | None = None, after_commit: StagingHook | None = None) -> Fence:
+        owned = Fence()
+        tables = {table: cast(StateTable, self._wiring.tables[table])}
+        install(self._wiring, Hooks(handle, before_commit or nothing, after_commit or nothing), tables, owned,
+                short=short, name=name)
+        return owned

@@ -1,7 +1,7 @@
 """The sequencer on its transactional runtime, in memory: :class:`agentlog.worker.txlog.MemoryLog` for Kafka.
 
 The sequencer's own work (:func:`agentlog.worker.sequencer.build`) runs batch by batch through
-:meth:`TxSequencer.handle_batch` as the worker's loop hands it fetched records; its tables are RocksDB databases
+:meth:`TxAgent.handle_batch` as the worker's loop hands it fetched records; its tables are RocksDB databases
 under ``tmp_path`` restored from the memory log's changelogs. Expected state hashes come from the reference fold
 (``states_by_index``), never from the runtime.
 """
@@ -18,7 +18,7 @@ import pytest
 from agentlog.core.fold import states_by_index
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
-from agentlog.worker import sequencer, txsequencer
+from agentlog.worker import sequencer, txruntime
 from agentlog.worker.fence import Fence
 from agentlog.worker.memory import TopicPartition, memory_wiring
 from agentlog.worker.txlog import MemoryLog
@@ -38,20 +38,20 @@ class Message:
     key: bytes | None = None
 
 
-def _runtime(tmp_path: Path, records: MemoryLog, wiring: Wiring | None = None) -> txsequencer.TxSequencer:
+def _runtime(tmp_path: Path, records: MemoryLog, wiring: Wiring | None = None) -> txruntime.TxAgent:
     wiring = wiring or memory_wiring(Settings(home=tmp_path))
     owned = Fence()
     agent = sequencer.build(wiring, replay=False, fence=owned)
-    tables = txsequencer.sequencer_tables(wiring.settings, tmp_path / "state", lambda path, ttl: plain_opener(path))
+    tables = txruntime.sequencer_tables(wiring.settings, lambda path, ttl: plain_opener(path))
     wiring.tables.update(tables)
-    return txsequencer.TxSequencer(wiring, agent, records, tables, owned, group="agentlog-sequencer")
+    return txruntime.TxAgent(wiring, agent, records, tables, owned, short="ingest", group="agentlog-sequencer")
 
 
 def _messages(docs: list[dict[str, Any]], first: int = 0) -> list[Message]:
     return [Message(first + i, 1_000 + i, encode_json(doc), doc["runId"].encode()) for i, doc in enumerate(docs)]
 
 
-async def _feed(runtime: txsequencer.TxSequencer, docs: list[dict[str, Any]], first: int = 0) -> None:
+async def _feed(runtime: txruntime.TxAgent, docs: list[dict[str, Any]], first: int = 0) -> None:
     await runtime.assigned([TP])
     await runtime.handle_batch(TP, _messages(docs, first))
 
@@ -126,13 +126,29 @@ def test_the_worker_runs_the_sequencer_on_transactions_and_no_faust_agent_reads_
     assert wiring.tables["runs"].changelog == "unit-worker-run-state-changelog"  # the Faust table's changelog
 
 
-def test_an_unknown_sequencer_runtime_is_refused(tmp_path):
+def test_the_otel_agents_run_on_transactions_too_and_only_handoff_links_is_read_by_faust(tmp_path):
+    from agentlog.streams.settings import load_settings
+    from agentlog.worker.app import build_app
+    from agentlog.worker.spans import HELD, SEQ
+    from agentlog.worker.txstate import StateTable
+
+    settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path,
+                             clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2,
+                             worker_role="process", otlp_port=0)
+    wiring = build_app(settings, replay=False)
+    read_by_faust = {a.channel.get_topic_name() for a in wiring.app.agents.values()}
+    assert read_by_faust == {"unit.handoff-links"}
+    assert {name: type(wiring.tables[name]) for name in (HELD, SEQ)} == dict.fromkeys((HELD, SEQ), StateTable)
+    assert wiring.tables[HELD].changelog == f"unit-worker-{HELD}-changelog"
+
+
+def test_an_unknown_agent_runtime_is_refused(tmp_path):
     from agentlog.schemas.errors import ConfigError
     from agentlog.streams.settings import load_settings
     from agentlog.worker.app import build_app
 
     settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path, worker_role="process",
-                             sequencer_runtime="threads")
+                             agent_runtime="threads")
     with pytest.raises(ConfigError) as raised:
         build_app(settings, replay=False)
-    assert raised.value.code == "bad_sequencer_runtime"
+    assert raised.value.code == "bad_agent_runtime"
