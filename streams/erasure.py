@@ -24,7 +24,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 from aiokafka.errors import ClusterAuthorizationFailedError, KafkaError, TopicAuthorizationFailedError
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -38,7 +38,7 @@ from agentlog.streams.keyring import Keyring, load_keyring, scan_keyring
 from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs, load_security
 from agentlog.streams.settings import Settings
-from agentlog.streams.topics import PLAINTEXT_TOPICS, topic_name
+from agentlog.streams.topics import PLAINTEXT_TOPICS, reading_group, topic_name
 
 __all__ = ["EraseResult", "erase", "keys_left", "read_receipts", "shred_keys"]
 
@@ -95,11 +95,14 @@ async def _count_events(settings: Settings, runs: Iterable[str]) -> dict[str, in
 
 async def _truncate(settings: Settings, admin: AIOKafkaAdminClient) -> dict[str, int]:
     """Delete what the worker has committed from the plaintext topics; ``topic[partition]`` -> new start offset."""
-    group = f"{settings.topic_prefix}-worker"
-    committed = await admin.list_consumer_group_offsets(group)
-    names = {topic_name(settings, short) for short in PLAINTEXT_TOPICS}
-    todo = {tp: RecordsToDelete(meta.offset) for tp, meta in committed.items()
-            if tp.topic in names and meta.offset > 0}
+    todo: dict[TopicPartition, RecordsToDelete] = {}
+    by_group: dict[str, set[str]] = {}
+    for short in PLAINTEXT_TOPICS:
+        by_group.setdefault(reading_group(settings, short), set()).add(topic_name(settings, short))
+    for group, names in by_group.items():
+        committed = await admin.list_consumer_group_offsets(group)
+        todo.update({tp: RecordsToDelete(meta.offset) for tp, meta in committed.items()
+                     if tp.topic in names and meta.offset > 0})
     if not todo:
         return {}
     done = await admin.delete_records(todo, timeout_ms=30_000)

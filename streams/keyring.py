@@ -40,6 +40,10 @@ __all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrapp
 
 log = logging.getLogger("agentlog.keyring")
 
+#: The longest a follower of the topic waits for records before noting how far it has read (an idle partition's
+#: position moves past commit markers without a record): how late a sequencer taking over a partition can start.
+FOLLOW_WAIT_MS = 200
+
 
 def kek_paths(settings: Settings) -> list[Path]:
     """The KEK files: ``kek_file`` (comma-separated, the current one first) or the home's default."""
@@ -82,6 +86,9 @@ class Keyring:
         self._records: dict[str, KeyRecord] = {}
         self._run_of_key: dict[str, str] = {}
         self._keys: dict[str, DataKey] = {}
+        #: Where a follower of the topic has read to, by partition (the next offset), and a signal when it moves.
+        self._read: dict[int, int] = {}
+        self._moved = asyncio.Event()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Keyring:
@@ -114,6 +121,30 @@ class Keyring:
         self.put(record)
         self._keys[key.key_id] = key
         return key, record
+
+    def forget(self, record: KeyRecord) -> None:
+        """Drop ``record``, minted here, whose keyring record never committed (its batch was fenced).
+
+        Whoever owns the run's partition now mints the run's key, or has; that key reaches this keyring through
+        the topic. Nothing happens when ``record`` is no longer the run's latest.
+        """
+        if self._records.get(record.run_id) != record:
+            return
+        del self._records[record.run_id]
+        self._run_of_key.pop(record.key_id, None)
+        self._keys.pop(record.key_id, None)
+
+    def advanced(self, partition: int, position: int) -> None:
+        """A follower of the topic has applied every record of ``partition`` before ``position``."""
+        if position > self._read.get(partition, -1):
+            self._read[partition] = position
+            moved, self._moved = self._moved, asyncio.Event()
+            moved.set()
+
+    async def reached(self, ends: Mapping[int, int]) -> None:
+        """Return once a follower has applied every record before ``ends`` (offsets by partition)."""
+        while any(self._read.get(partition, -1) < end for partition, end in ends.items()):
+            await self._moved.wait()
 
     def record(self, run_id: str) -> KeyRecord | None:
         return self._records.get(run_id)
@@ -251,7 +282,9 @@ async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Ev
     """Keep ``keyring`` up to date with every partition of the topic while the task runs.
 
     ``ready`` is set once the records that were there at the start are applied: the worker's sequencer waits
-    for it, since a run's key must be known before any of its records is sealed again.
+    for it, since a run's key must be known before any of its records is sealed again. Afterwards the keyring
+    notes how far it has read (:meth:`Keyring.reached`): a sequencer taking over a partition waits until the keys
+    its earlier owner committed are applied.
     """
     consumer = _consumer(settings)
     try:
@@ -262,7 +295,9 @@ async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Ev
         ready.set()
         log.info("keyring loaded: %d runs", len(keyring))
         while True:
-            fetched = await consumer.getmany(timeout_ms=1000)
+            for tp in tps:  # past commit markers too, so an idle partition is read to its end
+                keyring.advanced(tp.partition, await consumer.position(tp))
+            fetched = await consumer.getmany(timeout_ms=FOLLOW_WAIT_MS)
             for messages in fetched.values():
                 for m in messages:
                     keyring.apply(m.value)

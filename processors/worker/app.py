@@ -17,8 +17,10 @@ otel-spans      spans                 otel-events, rejections                   
 otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
-Every agent runs the one batch loop of :mod:`agentlog.worker.batch` (outputs
-acknowledged before table writes, positions committed only once both are durable).
+The sequencer and the two OTel agents run each on its own loop of Kafka transactions
+(:mod:`agentlog.worker.txruntime`; ``AGENTLOG_AGENT_RUNTIME=faust`` runs them as Faust agents); the handoff agent
+runs the batch loop of :mod:`agentlog.worker.batch` (outputs acknowledged before table writes, positions committed
+only once both are durable).
 
 This is the one module that imports Faust. The runtime and the agents see Faust only through the
 ports of :mod:`agentlog.worker.ports`, which the adapters here implement on the app
@@ -59,7 +61,7 @@ from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
-from agentlog.worker import batch, fence, gcpause, halves, handoff, logs, positions, runstate, sequencer
+from agentlog.worker import batch, fence, gcpause, halves, handoff, logs, positions, runstate, sequencer, txruntime
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
 from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
@@ -89,6 +91,23 @@ def worker_role(settings: Settings) -> str:
         raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
                           code="bad_worker_role")
     return role
+
+
+#: ``AGENTLOG_AGENT_RUNTIME`` values (:func:`agent_runtime`).
+AGENT_RUNTIMES = ("transactions", "faust")
+
+
+def agent_runtime(settings: Settings) -> str:
+    """How the sequencer runs: ``settings.agent_runtime``.
+
+    Raises:
+        ConfigError: ``bad_agent_runtime`` for a value not in :data:`AGENT_RUNTIMES`.
+    """
+    runtime = settings.agent_runtime
+    if runtime not in AGENT_RUNTIMES:
+        raise ConfigError(f"AGENTLOG_AGENT_RUNTIME {runtime!r} is not one of {', '.join(AGENT_RUNTIMES)}",
+                          code="bad_agent_runtime")
+    return runtime
 
 
 def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
@@ -279,8 +298,12 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     def table(name: str) -> LocalTable:
         return open_table(app, name, settings.partitions, budget)
 
-    tables: dict[str, Table] = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
-                                    if role != "sink" else {})
+    # The handoff agent's table is Faust's; on transactions the sequencer's are its runtime's own (below).
+    tables: dict[str, Table] = {}
+    if role != "sink" and agent_runtime(settings) == "transactions":
+        tables = {"links": table("handoff-links")}
+    elif role != "sink":
+        tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
     durable = positions.DurablePositions()
     source, membership = FaustSource(app), FaustMembership(app)
     positions.install(app, durable, source, membership)
@@ -302,7 +325,10 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
         _install_partition_starts(wiring, backfill)
-        sequencer.install(wiring, replay=replay)
+        if agent_runtime(settings) == "transactions":
+            _install_sequencer(wiring, budget, replay=replay)
+        else:
+            sequencer.install(wiring, replay=replay)
         batch.install_stall_heal(wiring)
         runstate.install_log_check(wiring)
         handoff.install(wiring)
@@ -312,7 +338,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
                                           shred=lambda runs: shred_keys(settings, keyring, ready, runs))
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
-        otel_spans.install(wiring)
+        otel_spans.install(wiring, txruntime.TxAgents(wiring, budget.open) if agent_runtime(settings) == "transactions"
+                           else batch.FaustAgents(wiring))
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:
@@ -326,6 +353,19 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
+
+
+def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
+    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txruntime`), beside the app.
+
+    Its tables join ``wiring.tables`` (the lifetimes sweep reads ``runs``; their changelogs are created with the
+    app's).
+    """
+    owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
+    agent = sequencer.build(wiring, replay=replay, fence=owned)
+    tables = txruntime.sequencer_tables(wiring.settings, budget.open)
+    wiring.tables.update(tables)
+    txruntime.install(wiring, agent, tables, owned, short="ingest", name="sequencer")
 
 
 def _install_keyring(wiring: Wiring) -> None:

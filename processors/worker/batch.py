@@ -37,7 +37,7 @@ from typing import Any
 from aiokafka.partitioner import DefaultPartitioner, murmur2
 
 from agentlog.metrics import METRICS
-from agentlog.worker.fence import Fenced
+from agentlog.worker.fence import Fence, Fenced
 from agentlog.worker.ports import BatchProducer, Event, Message, Partition, Source, Stream
 from agentlog.worker.tables import Table, encode
 from agentlog.worker.wiring import Wiring
@@ -765,3 +765,21 @@ def batched_agent(
 
     agent.__name__ = name.replace("-", "_")
     wiring.runner.agent(wiring.topics[short], name, agent)
+
+
+class FaustAgents:
+    """Agents on the batch loop (:class:`agentlog.worker.ports.Agents`): Faust agents and tables of the app."""
+
+    def __init__(self, wiring: Wiring) -> None:
+        self._wiring = wiring
+
+    def table(self, name: str) -> Table:
+        assert self._wiring.make_table is not None
+        table = self._wiring.tables[name] = self._wiring.make_table(name)
+        return table
+
+    def agent(self, short: str, *, name: str, table: str, handle: Handler, before_commit: Hook | None = None,
+              after_commit: Hook | None = None) -> Fence:
+        batched_agent(self._wiring, short, name=name, table=table, handle=handle, before_commit=before_commit,
+                      after_commit=after_commit)
+        return self._wiring.fence

@@ -21,6 +21,7 @@ from agentlog.core.lifetimes import Reason, close_request, due
 from agentlog.metrics import METRICS
 
 if TYPE_CHECKING:
+    from agentlog.worker.fence import Fence
     from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.lifetimes")
@@ -32,8 +33,10 @@ RESCAN_YIELD_EVERY = 1000
 class Lifetimes:
     """The runs in flight of this worker's ingest partitions, and when each is due to close."""
 
-    def __init__(self, wiring: Wiring) -> None:
+    def __init__(self, wiring: Wiring, *, fence: Fence | None = None) -> None:
         self._wiring = wiring
+        #: Whose ``ingest`` partitions are this worker's (the Faust app's fence unless the sequencer runs elsewhere).
+        self._fence = fence or wiring.fence
         self._grace_s = wiring.settings.run_grace_s
         self._idle_s = wiring.settings.run_idle_s
         #: runId -> (partition, due at (epoch s), next sequence, reason)
@@ -96,7 +99,7 @@ class Lifetimes:
         if wiring.membership.settling():
             return
         topic = wiring.topics["ingest"].get_topic_name()
-        fence = wiring.fence
+        fence = self._fence
         if fence.assignments != self._assignment:
             self._assignment = fence.assignments
             self._scanned.clear()

@@ -202,3 +202,18 @@ class Runner(Protocol):
     def timer(self, interval: float, fn: TaskFn) -> None:
         """Run ``fn`` every ``interval`` seconds while the worker runs."""
         ...
+
+
+class Agents(Protocol):
+    """Where agents of the worker run: the Faust batch loop, or each its own loop of Kafka transactions.
+
+    ``table`` makes (and registers in the wiring) a table by name; ``agent`` runs ``handle`` per record of topic
+    ``short`` (``before_commit`` / ``after_commit`` once per batch) and returns whose partitions it holds (a
+    :class:`agentlog.worker.fence.Fence`: ``partitions(topic)``).
+    """
+
+    def table(self, name: str) -> Any: ...
+
+    def agent(self, short: str, *, name: str, table: str, handle: Callable[[Any, Any], Awaitable[None]],
+              before_commit: Callable[[Any], Awaitable[None]] | None = None,
+              after_commit: Callable[[Any], Awaitable[None]] | None = None) -> Any: ...

@@ -40,7 +40,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, cast
+from dataclasses import dataclass
+from typing import Any, Protocol, cast
 
 from agentlog.core.checkpoint import is_due, sign_checkpoint
 from agentlog.core.keyring import KeyRecord
@@ -72,7 +73,8 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.records import run_snapshot
 from agentlog.streams.codec import encode_committed, encode_record
 from agentlog.worker import runstate
-from agentlog.worker.batch import GROUP_SEP, Batch, SourceRecord, batched_agent
+from agentlog.worker.batch import GROUP_SEP, Acked, SourceRecord, batched_agent
+from agentlog.worker.fence import Fence
 from agentlog.worker.lifetimes import Lifetimes
 from agentlog.worker.lifetimes import install as install_lifetimes
 from agentlog.worker.signing import load_or_create_signing_key
@@ -89,14 +91,65 @@ INDEX_SEP = GROUP_SEP
 SNAPSHOT_EVERY = 100
 
 
+class Staging(Protocol):
+    """What the sequencer's work needs of a batch: reads through its own writes, staged writes, outputs.
+
+    :class:`agentlog.worker.batch.Batch` (the Faust batch loop) and :class:`agentlog.worker.txruntime.TxBatch`
+    (one Kafka transaction) are the two.
+    """
+
+    partition: int
+    collected: list[Any]
+    wiring: Wiring
+
+    def get(self, table: str, key: str) -> Any: ...
+
+    def set(self, table: str, partition: int, key: str, value: Any) -> None: ...
+
+    def keys_from(self, table: str, prefix: str) -> list[str]: ...
+
+    async def send(self, short: str, key: str | None, value: bytes, *, want: bool = False,
+                   on_acked: Acked | None = None) -> Awaitable[Any] | None: ...
+
+
+#: The sequencer's per-record work and its batch hooks, on either kind of batch.
+StagingHandler = Callable[[Staging, SourceRecord], Awaitable[None]]
+StagingHook = Callable[[Staging], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class SequencerAgent:
+    """The sequencer's per-record work and its batch hooks, for whichever runtime runs them.
+
+    ``handle`` per record, ``before_commit`` once a batch's records are handled (its snapshots, which
+    name their log records' offsets), ``after_commit`` once the batch is durable (lifetimes, verdicts).
+    """
+
+    handle: StagingHandler
+    before_commit: StagingHook
+    after_commit: StagingHook
+    lifetimes: Lifetimes
+
+
 def install(wiring: Wiring, *, replay: bool = True) -> None:
-    """Register the one-pass sequencer agent; ``replay=False`` leaves host-replay verdicts out."""
+    """Register the one-pass sequencer agent on the batch loop; ``replay=False`` leaves host-replay verdicts out."""
+    agent = build(wiring, replay=replay)
+    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=agent.handle,
+                  before_commit=agent.before_commit, after_commit=agent.after_commit)
+
+
+def build(wiring: Wiring, *, replay: bool = True, fence: Fence | None = None) -> SequencerAgent:
+    """The sequencer's work on ``wiring`` (its run-lifetime sweep registered on the runner).
+
+    ``fence``: whose partitions of ``ingest`` the lifetimes sweep asks closes for (the runtime's own, where it
+    is not the Faust app's).
+    """
     settings = wiring.settings
     max_bytes = settings.max_event_bytes
     snapshot_every, handoff_mode = SNAPSHOT_EVERY, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
     remember = _remember(wiring)
-    lifetimes = Lifetimes(wiring)
+    lifetimes = Lifetimes(wiring, fence=fence)
     install_lifetimes(wiring, lifetimes)
     verdicts = runstate.Verdicts(wiring) if replay else None
 
@@ -136,12 +189,12 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             minted.append(rec)
         return key
 
-    async def send_keys(batch: Batch, minted: list[KeyRecord]) -> None:
+    async def send_keys(batch: Staging, minted: list[KeyRecord]) -> None:
         for rec in minted:
             await batch.send("keyring", rec.run_id, rec.to_value())
         minted.clear()
 
-    async def reject(batch: Batch, reason: str, detail: str, record: SourceRecord, source: Source,
+    async def reject(batch: Staging, reason: str, detail: str, record: SourceRecord, source: Source,
                      doc: dict[str, Any] | None, *, quotes_content: bool = False) -> None:
         """A rejection record with the original bytes redacted and sealed, and the detail too where it quotes what
         the host sent (``quotes_content``); for a run that was erased, those read ``[erased]``."""
@@ -161,7 +214,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         await batch.send("rejections", run_id, encode_record(stored))
         METRICS.inc("agentlog_events_rejected_total", reason=reason)
 
-    async def handle(batch: Batch, record: SourceRecord) -> None:
+    async def handle(batch: Staging, record: SourceRecord) -> None:
         if not keyring_ready.is_set():
             await keyring_ready.wait()
         source = Source(record.topic, record.partition, record.offset, record.timestamp_ms)
@@ -223,7 +276,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             if decision.reason == "duplicate_event_id":
                 METRICS.inc("agentlog_duplicates_dropped_total")
 
-    async def refuse(batch: Batch, record: SourceRecord, source: Source, doc: dict[str, Any],
+    async def refuse(batch: Staging, record: SourceRecord, source: Source, doc: dict[str, Any],
                      why: Unfoldable) -> None:
         """An accepted event its run's state cannot take: to ``rejections``, nothing of it in the log or tables.
 
@@ -234,7 +287,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                   why.detail)
         await reject(batch, RUN_STATE_UNAVAILABLE, why.detail, record, source, doc, quotes_content=True)
 
-    def close(batch: Batch, source: Source, request: CloseRequest) -> None:
+    def close(batch: Staging, source: Source, request: CloseRequest) -> None:
         """Close the run of a close request: a marker first, then its index and record deleted.
 
         A request the run has moved on from (another event since) or that finds it closed does nothing.
@@ -251,7 +304,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         batch.collected.append(("closed", run_id))
         METRICS.inc("agentlog_runs_closed_total", reason=request["reason"])
 
-    async def _refold(batch: Batch, source: Source, doc: dict[str, Any], seq: int) -> None:
+    async def _refold(batch: Staging, source: Source, doc: dict[str, Any], seq: int) -> None:
         """A redelivered record whose run record did not become durable (a crash between stages): fold it again.
 
         Its outputs were acknowledged before any table write, so nothing is sent again; the record
@@ -272,7 +325,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         batch.collected.append(("head", run_id, adv.record, source.partition))
         METRICS.inc("agentlog_refolded_total")
 
-    async def _folded(batch: Batch, partition: int, run_id: str, doc: dict[str, Any], new: RunRecord,
+    async def _folded(batch: Staging, partition: int, run_id: str, doc: dict[str, Any], new: RunRecord,
                       sends: list[Any], state_hash: str, logged: Awaitable[Any] | None, *, replay: bool) -> None:
         for short, key, out in sends:
             await batch.send(short, key, encode_record(out))
@@ -286,7 +339,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
         if replay and replay_of and doc["type"] in TERMINAL_TYPES:
             batch.collected.append(("verdict", {"replayRunId": run_id, **replay_of}))
 
-    async def snapshots(batch: Batch) -> None:
+    async def snapshots(batch: Staging) -> None:
         for item in batch.collected:
             if item[0] != "snapshot":
                 continue
@@ -297,7 +350,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
                 state=state, state_hash=state_hash, head_hash=head)))
             METRICS.inc("agentlog_snapshots_total")
 
-    async def after(batch: Batch) -> None:
+    async def after(batch: Staging) -> None:
         for item in batch.collected:
             if item[0] == "head":
                 lifetimes.track(item[3], item[1], item[2])
@@ -308,8 +361,7 @@ def install(wiring: Wiring, *, replay: bool = True) -> None:
             elif item[0] == "verdict" and verdicts is not None:
                 verdicts.ask(item[1])
 
-    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=handle,
-                  before_commit=snapshots, after_commit=after)
+    return SequencerAgent(handle=handle, before_commit=snapshots, after_commit=after, lifetimes=lifetimes)
 
 
 def _remember(wiring: Wiring) -> Callable[[int, int, bytes], None]:

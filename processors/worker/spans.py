@@ -81,8 +81,10 @@ from agentlog.schemas.records import RecordSource, Rejection, record_source, rej
 from agentlog.streams.codec import encode_record
 from agentlog.streams.keyring import Keyring
 from agentlog.streams.topics import topic_name
-from agentlog.worker.batch import POSITION_KEY, Batch, SourceRecord, batched_agent
+from agentlog.worker.batch import POSITION_KEY, SourceRecord
 from agentlog.worker.otlp import Receiver
+from agentlog.worker.ports import Agents
+from agentlog.worker.sequencer import Staging
 from agentlog.worker.tables import Table
 from agentlog.worker.wiring import Wiring
 
@@ -133,20 +135,20 @@ def _chunk_key(trace_id: str, offset: int) -> str:
     return f"{trace_id}\x1f\x00{offset}"
 
 
-def _keyring(batch: Batch) -> Keyring:
+def _keyring(batch: Staging) -> Keyring:
     keyring = batch.wiring.keyring
     assert keyring is not None, "the span mapper needs the worker's keyring"
     return keyring
 
 
-async def _keyring_loaded(batch: Batch) -> None:
+async def _keyring_loaded(batch: Staging) -> None:
     """Wait for the keyring the worker had at start: a redelivered record must be sealed under the key it had."""
     ready = batch.wiring.keyring_ready
     if not ready.is_set():
         await ready.wait()
 
 
-async def _key(batch: Batch, key_id: str, *, subject_id: str | None = None,
+async def _key(batch: Staging, key_id: str, *, subject_id: str | None = None,
                parent: str | None = None) -> DataKey | None:
     """The data key of keyring entry ``key_id``, minted if it has none (its record goes to the keyring before any
     record of the batch); None once it was erased. Called only by the one agent that reads the partition the id
@@ -160,7 +162,7 @@ async def _key(batch: Batch, key_id: str, *, subject_id: str | None = None,
     return None if rec.erased else keyring.data_key(key_id)
 
 
-async def _file(batch: Batch, rejected: Rejection, *, subject_id: str | None = None) -> None:
+async def _file(batch: Staging, rejected: Rejection, *, subject_id: str | None = None) -> None:
     """Send ``rejected`` to ``rejections`` with ``raw`` and ``detail`` redacted and sealed (a span's bytes, and a
     reason that can quote its attributes), under the key :func:`rejection_sealing` names, whose parent is the
     rejection's run (so erasing the run or its subject reaches it) and whose subject is ``subject_id`` where a span
@@ -176,7 +178,7 @@ async def _file(batch: Batch, rejected: Rejection, *, subject_id: str | None = N
     await batch.send("rejections", run_id, encode_record(stored))
 
 
-def _held_spans(batch: Batch, trace_id: str, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def _held_spans(batch: Staging, trace_id: str, entry: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """The trace's held spans (spanId → span, in arrival order) and the table keys holding them.
 
     An entry is written after its chunks (:func:`handle`), so every pending span is in one; an
@@ -206,7 +208,7 @@ def _held_spans(batch: Batch, trace_id: str, entry: dict[str, Any]) -> tuple[dic
     return {sid: found[sid] for sid in entry["pending"] if sid in found}, keys
 
 
-async def _publish(batch: Batch, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int,
+async def _publish(batch: Staging, partition: int, trace_id: str, entry: dict[str, Any], now_ms: int,
                    source: RecordSource) -> None:
     """Plan the trace's held spans and send each run's events; ``source``: the record that made it due (the
     position its rejections name)."""
@@ -254,7 +256,7 @@ def _bucket_ms(ttl_ms: int) -> int:
     return max(1000, ttl_ms // 60)
 
 
-def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int) -> None:
+def _remember_published(batch: Staging, partition: int, trace_id: str, now_ms: int) -> None:
     ttl = PUBLISHED_TTL_MS
     if ttl <= 0:
         return
@@ -266,7 +268,7 @@ def _remember_published(batch: Batch, partition: int, trace_id: str, now_ms: int
         batch.set(HELD, partition, oldest, bucket)
 
 
-def _expire(batch: Batch, partition: int, now_ms: int) -> None:
+def _expire(batch: Staging, partition: int, now_ms: int) -> None:
     """Forget published traces older than :data:`PUBLISHED_TTL_MS` (by the tick record's Kafka time).
 
     A forgotten trace whose spans are re-sent is mapped again to the same event ids; the run
@@ -345,7 +347,7 @@ def _tkey(run: str, trace_id: str) -> str:
     return f"{run}\x1ft\x1f{trace_id}"
 
 
-def _repair(batch: Batch, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
+def _repair(batch: Staging, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
     """The run's cursor as its index says, and the event ids found past the cursor.
 
     A batch's table writes become durable one changelog record after another, and a crash can
@@ -367,7 +369,7 @@ def _repair(batch: Batch, p: int, run: str, head: dict[str, Any]) -> tuple[Curso
     return Cursor(nxt, last), recovered
 
 
-def _cursors(batch: Batch) -> dict[str, tuple[int, dict[str, Any]]]:
+def _cursors(batch: Staging) -> dict[str, tuple[int, dict[str, Any]]]:
     """The run cursors this batch moved (run → partition, cursor), written by :func:`_write_cursors`."""
     if not batch.collected:
         batch.collected.append({})
@@ -375,13 +377,13 @@ def _cursors(batch: Batch) -> dict[str, tuple[int, dict[str, Any]]]:
     return cursors
 
 
-async def _write_cursors(batch: Batch) -> None:
+async def _write_cursors(batch: Staging) -> None:
     """Write the batch's run cursors after every index entry of the batch (the order :func:`_repair` relies on)."""
     for run, (p, cursor) in _cursors(batch).items():
         batch.set(SEQ, p, run, cursor)
 
 
-def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
+def _forget(batch: Staging, p: int, run: str, kept: int, nxt: int) -> int:
     """Drop the run's oldest index entries until at most :data:`RUN_INDEX_MAX` events are indexed; the new ``kept``."""
     limit = max(1, RUN_INDEX_MAX)
     while nxt - kept > limit:
@@ -396,7 +398,7 @@ def _forget(batch: Batch, p: int, run: str, kept: int, nxt: int) -> int:
     return kept
 
 
-async def sequence(batch: Batch, rec: SourceRecord) -> None:
+async def sequence(batch: Staging, rec: SourceRecord) -> None:
     """One record of ``otel-events``: give its events the run's next sequences and send them to ``ingest``."""
     await _keyring_loaded(batch)
     try:
@@ -453,7 +455,7 @@ def _span_rejection(span: dict[str, Any], detail: str, source: RecordSource, run
                      raw=base64.b64encode(raw[:RAW_MAX_BYTES]).decode("ascii"))
 
 
-async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | None = None, *,
+async def _reject(batch: Staging, rec: SourceRecord, detail: str, raw: bytes | None = None, *,
                   run_id: str | None = None) -> None:
     """Record ``rec`` (or ``raw``, a part of it) on the rejections topic with ``detail``, under ``run_id``.
 
@@ -466,11 +468,11 @@ async def _reject(batch: Batch, rec: SourceRecord, detail: str, raw: bytes | Non
         raw=base64.b64encode((rec.value if raw is None else raw)[:RAW_MAX_BYTES]).decode("ascii")))
 
 
-def _knobs(batch: Batch) -> dict[str, int]:
+def _knobs(batch: Staging) -> dict[str, int]:
     return {"settle_ms": SETTLE_MS, "grace_ms": GRACE_MS, "max_spans": MAX_HELD_SPANS}
 
 
-async def handle(batch: Batch, rec: SourceRecord) -> None:
+async def handle(batch: Staging, rec: SourceRecord) -> None:
     """One record of ``spans``: a trace's spans to hold (and maybe publish the trace), a refusal the
     receiver forwards, or a tick."""
     await _keyring_loaded(batch)
@@ -549,7 +551,7 @@ async def handle(batch: Batch, rec: SourceRecord) -> None:
         await _publish(batch, p, trace_id, entry, rec.timestamp_ms, _source(rec))
 
 
-def _note_held_key(batch: Batch, partition: int, bucket: int) -> None:
+def _note_held_key(batch: Staging, partition: int, bucket: int) -> None:
     """Remember that hour ``bucket``'s key seals something, so that a tick shreds it (:func:`_shred`)."""
     key = f"{_HELD_KEYS}{partition}"
     live = batch.get(HELD, key) or []
@@ -557,12 +559,12 @@ def _note_held_key(batch: Batch, partition: int, bucket: int) -> None:
         batch.set(HELD, partition, key, sorted([*live, bucket]))
 
 
-def _shredding(batch: Batch, key_id: str) -> bool:
+def _shredding(batch: Staging, key_id: str) -> bool:
     """Whether this batch shreds ``key_id`` once it is durable (a tick before in the batch named it)."""
     return any(item[0] == "shred" and item[1] == key_id for item in batch.collected)
 
 
-def _shred(batch: Batch, partition: int, now_ms: int) -> None:
+def _shred(batch: Staging, partition: int, now_ms: int) -> None:
     """At a tick: name the hours whose held-spans key can go (:func:`agentlog.core.otel_sealing.shreddable`), for
     :func:`_shred_keys` once the batch is durable, and forget those whose key is gone.
 
@@ -589,7 +591,7 @@ def _shred(batch: Batch, partition: int, now_ms: int) -> None:
         batch.set(HELD, partition, key, keep or None)
 
 
-async def _shred_keys(batch: Batch) -> None:
+async def _shred_keys(batch: Staging) -> None:
     """Erase the held-spans keys a tick of this batch named (the batch is durable: every trace held under them is
     out), as an erase does: the marker over the key's record, which the keyring's compaction then removes."""
     keyring = _keyring(batch)
@@ -684,19 +686,18 @@ async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
     return server
 
 
-def install(wiring: Wiring) -> None:
-    """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receivers."""
+def install(wiring: Wiring, agents: Agents) -> None:
+    """Register the two topics and tables, the mapper and run-sequencer agents (on ``agents``' runtime), the tick
+    timer and the receivers."""
     runner, settings = wiring.runner, wiring.settings
 
     wiring.topics["spans"] = runner.topic(topic_name(settings, "spans"))
     wiring.topics["otel-events"] = runner.topic(topic_name(settings, "otel-events"))
-    assert wiring.make_table is not None
     for name in (HELD, SEQ):
-        wiring.tables[name] = wiring.make_table(name)
+        agents.table(name)
     assert not POSITION_KEY.startswith(_PENDING)
-    batched_agent(wiring, "spans", name="otel-spans", table=HELD, handle=handle, after_commit=_shred_keys)
-    batched_agent(wiring, "otel-events", name="otel-sequencer", table=SEQ, handle=sequence,
-                  before_commit=_write_cursors)
+    owned = agents.agent("spans", name="otel-spans", table=HELD, handle=handle, after_commit=_shred_keys)
+    agents.agent("otel-events", name="otel-sequencer", table=SEQ, handle=sequence, before_commit=_write_cursors)
 
     async def otel_tick() -> None:
         # Only partitions holding traces (or published traces due to be forgotten, or a held-spans key due to
@@ -704,7 +705,7 @@ def install(wiring: Wiring) -> None:
         name = wiring.topics["spans"].get_topic_name()
         held = wiring.tables[HELD]
         now_ms = int(time.time() * 1000)
-        for partition in wiring.fence.partitions(name):
+        for partition in owned.partitions(name):
             if (held.get(partition, f"{_PENDING}{partition}") or expirable(held, partition, PUBLISHED_TTL_MS, now_ms)
                     or shred_due(held, partition, now_ms)):
                 await wiring.producer.send(name, None, TICK, partition)

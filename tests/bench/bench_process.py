@@ -81,14 +81,17 @@ async def _publish(settings: Settings, n: int) -> None:
 
 
 async def topic_stamps(settings: Settings, short: str, n: int, *, timeout: float, procs: list | None = None,
-                       wanted: Callable[[str], bool] | None = None) -> list[int]:
+                       wanted: Callable[[str], bool] | None = None,
+                       isolation_level: str = "read_uncommitted") -> list[int]:
     """Broker timestamps (sorted) of the first ``n`` records on a topic, or of those whose key ``wanted``; waits for n.
+
+    ``isolation_level="read_committed"`` counts only records of committed transactions (a transactional writer).
 
     Raises RuntimeError when a process in ``procs`` exits or ``timeout`` passes first.
     """
     topic = topic_name(settings, short)
     consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
-                                auto_offset_reset="earliest")
+                                auto_offset_reset="earliest", isolation_level=isolation_level)
     await consumer.start()
     try:
         parts = [TopicPartition(topic, p) for p in (await topic_partitions(settings, [topic]))[topic]]
@@ -175,7 +178,8 @@ class CpuSampler:
 
 
 def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, short: str = "log",
-                    cpu: dict | None = None, env: dict[str, str] | None = None) -> float:
+                    cpu: dict | None = None, env: dict[str, str] | None = None,
+                    isolation_level: str = "read_uncommitted") -> float:
     """Seconds the process ``args`` (with ``env`` added) took for the n records (broker stamps); ``cpu`` gets its CPU
     per event.
 
@@ -184,7 +188,8 @@ def _run_subprocess(settings: Settings, args: list[str], n: int, log: Path, shor
     proc = _start(settings, args, log, env)
     try:
         with CpuSampler(proc.pid) as sampler:
-            stamps = asyncio.run(topic_stamps(settings, short, n, timeout=600, procs=[proc]))
+            stamps = asyncio.run(topic_stamps(settings, short, n, timeout=600, procs=[proc],
+                                              isolation_level=isolation_level))
     finally:
         _stop(proc)
     first, last = stamps[0] / 1000.0, stamps[n - 1] / 1000.0

@@ -24,7 +24,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 
 from agentlog.streams.admin import ensure_topics
 from agentlog.streams.security import client_kwargs
-from agentlog.streams.topics import topic_name
+from agentlog.streams.topics import reading_group, topic_name
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
 from tests.bench.bench_process import REPO, _start, _stop, topic_stamps
 from tests.bench.workload import TREE_EVENTS, publish
@@ -54,7 +54,7 @@ async def _caught_up(settings, *, quiet_s: float) -> None:
         last_end, since = -1, time.monotonic()
         while True:
             end = sum((await consumer.end_offsets(parts)).values())
-            offsets = await admin.list_consumer_group_offsets(f"{settings.topic_prefix}-worker", partitions=parts)
+            offsets = await admin.list_consumer_group_offsets(reading_group(settings, "ingest"), partitions=parts)
             committed = sum(meta.offset for meta in offsets.values() if meta.offset >= 0)
             if end != last_end:
                 last_end, since = end, time.monotonic()

@@ -19,6 +19,7 @@ from pathlib import Path
 from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import Publisher
 from agentlog.streams.settings import Settings
+from agentlog.streams.topics import reading_group
 from tests.bench import BenchContext, own, workload
 from tests.bench.bench_process import REPO, _start, _stop
 from tests.bench.bench_queryable import log_stamps
@@ -32,8 +33,8 @@ SETTLE_S = 15.0
 
 
 async def _members(settings: Settings) -> tuple[str, int]:
-    """(state, members with an assignment) of the worker's consumer group."""
-    group = await describe_group(settings, f"{settings.topic_prefix}-worker")
+    """(state, members with an assignment) of the consumer group that reads ingest."""
+    group = await describe_group(settings, reading_group(settings, "ingest"))
     return ("", 0) if group is None else (group[0], sum(1 for _, assigned in group[1] if assigned))
 
 

@@ -64,7 +64,8 @@ async def _count(settings, short: str) -> int:
 @pytest.mark.parametrize("revoke_wait_s", [5.0, 0.0], ids=["wait", "no_wait"])
 def test_a_batch_in_progress_at_a_rebalance_is_durable_before_its_partitions_move_or_fenced(settings,
                                                                                             revoke_wait_s):
-    settings = settings.replace(partitions=4, session_timeout_s=10.0)
+    # The Faust batch loop's fence (the transactional sequencer is fenced by the broker instead).
+    settings = settings.replace(partitions=4, session_timeout_s=10.0, agent_runtime="faust")
     revoke_wait = {"agentlog.worker.fence:REVOKE_WAIT_S": revoke_wait_s}
     prefix = f"fence-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
@@ -134,7 +135,8 @@ async def _whole(settings, n: int) -> bool | None:
 
 @pytest.mark.parametrize("told", [True, False], ids=["dropped", "control"])
 def test_a_member_the_group_dropped_fences_at_once(settings, told):
-    settings = settings.replace(partitions=4, session_timeout_s=6.0)
+    # The Faust batch loop's fence (the transactional sequencer is fenced by the broker instead).
+    settings = settings.replace(partitions=4, session_timeout_s=6.0, agent_runtime="faust")
     prefix = f"drop-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)

@@ -52,7 +52,8 @@ def test_acls_let_host_write_only_ingest_and_worker_own_the_prefix_but_not_erase
         "TOPIC PREFIXED p1. User:worker ALL", "TOPIC PREFIXED p1-worker User:worker ALL",
         "TOPIC LITERAL p1.erasures User:worker WRITE DENY", "TOPIC LITERAL p1.ingest User:worker DELETE DENY",
         "TOPIC LITERAL p1.spans User:worker DELETE DENY", "TOPIC LITERAL p1.otel-events User:worker DELETE DENY",
-        "GROUP PREFIXED p1-worker User:worker ALL", "GROUP LITERAL p1.audit-sink User:worker ALL"]
+        "GROUP PREFIXED p1-worker User:worker ALL", "TRANSACTIONAL_ID PREFIXED p1-worker User:worker ALL",
+        "GROUP LITERAL p1.audit-sink User:worker ALL"]
     assert all(len(line.split()) == 5 or line.endswith(" DENY") and len(line.split()) == 6 for line in lines)
 
 

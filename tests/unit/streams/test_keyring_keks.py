@@ -53,3 +53,44 @@ def test_an_erased_run_stays_erased_and_its_tokens_read_erased(tmp_path):
     assert keyring.open(sealed)["payload"]["value"] == "[erased]"
     with pytest.raises(KeyringError, match="never recorded"):
         Keyring(kek, {kek.kek_id: kek}).open(sealed)
+
+
+def _keyring(tmp_path) -> Keyring:
+    return Keyring.from_settings(Settings(home=tmp_path))
+
+
+def test_a_forgotten_key_is_gone_and_the_owners_key_stays(tmp_path):
+    ours, theirs = _keyring(tmp_path), _keyring(tmp_path)
+    _, minted = ours.mint("run-1", None, None)
+    ours.forget(minted)  # its batch was fenced: the record never committed
+    assert ours.record("run-1") is None and ours.data_key("run-1") is None
+    owners_key, owners = theirs.mint("run-1", None, None)
+    ours.apply(owners.to_value())  # the owner's record, from the topic
+    ours.forget(minted)  # a late forget leaves the owner's key alone
+    assert ours.record("run-1") == owners and ours.data_key("run-1") == owners_key
+
+
+def test_reached_waits_for_the_follower_to_read_past_every_end(tmp_path):
+    import asyncio
+
+    keyring = _keyring(tmp_path)
+
+    async def scenario() -> list[str]:
+        seen: list[str] = []
+
+        async def wait() -> None:
+            await keyring.reached({0: 5, 1: 3})
+            seen.append("reached")
+
+        waiter = asyncio.create_task(wait())
+        keyring.advanced(0, 5)
+        await asyncio.sleep(0)
+        seen.append("after partition 0")
+        keyring.advanced(1, 2)
+        await asyncio.sleep(0)
+        seen.append("after partition 1 short of its end")
+        keyring.advanced(1, 4)
+        await asyncio.wait_for(waiter, 1)
+        return seen
+
+    assert asyncio.run(scenario()) == ["after partition 0", "after partition 1 short of its end", "reached"]

@@ -22,7 +22,7 @@ def _wiring(tmp_path):
     # Port 9 (discard): nothing listens there, and nothing here connects.
     settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path,
                              clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2,
-                             worker_role="process")
+                             worker_role="process", agent_runtime="faust")
     return build_app(settings, replay=False)
 
 

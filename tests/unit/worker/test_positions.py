@@ -64,7 +64,7 @@ def test_the_worker_app_commits_through_the_positions(tmp_path):
     # Port 9 (discard): nothing listens there, and nothing here connects anyway.
     settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path,
                              clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2,
-                             worker_role="process")
+                             worker_role="process", agent_runtime="faust")
     wiring = build_app(settings, replay=False)
     consumer = wiring.app.consumer
     assert consumer._filter_committable_offsets.__name__ == "_filter_committable_offsets"

@@ -21,7 +21,7 @@ from agentlog.streams.codec import encode_json
 from agentlog.streams.settings import Settings
 from agentlog.worker import sequencer
 from agentlog.worker import spans as sp
-from agentlog.worker.batch import position_key
+from agentlog.worker.batch import FaustAgents, position_key
 from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
 from agentlog.worker.otlp import decode_request, span_dicts, trace_records
 from agentlog.worker.wiring import Wiring
@@ -110,7 +110,7 @@ def _corpus_spans(name: str) -> list[dict[str, Any]]:
 
 def test_the_otel_run_sequencer_files_a_malformed_record_under_its_run_key(tmp_path: Path) -> None:
     wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
-    sp.install(wiring)
+    sp.install(wiring, FaustAgents(wiring))
     spans = _corpus_spans("openai_agents.openllmetry")
     plan = plan_trace(spans[0]["traceId"], {s["spanId"]: s for s in spans}, published={})
     run, events = next(iter(plan.runs.items()))
@@ -124,7 +124,7 @@ def test_the_otel_run_sequencer_files_a_malformed_record_under_its_run_key(tmp_p
 
 def test_a_span_the_mapper_refuses_is_filed_under_the_run_that_holds_its_place(tmp_path: Path) -> None:
     wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
-    sp.install(wiring)
+    sp.install(wiring, FaustAgents(wiring))
     spans = _corpus_spans("langgraph.openinference")
     broken = next(s for s in spans if s["attributes"].get("openinference.span.kind") == "LLM")
     broken["attributes"]["llm.token_count.prompt"] = "twenty"

@@ -22,7 +22,7 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import EventRejected
 from agentlog.streams.settings import Settings
 from agentlog.worker import spans as sp
-from agentlog.worker.batch import position_key
+from agentlog.worker.batch import FaustAgents, position_key
 from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
 from agentlog.worker.otlp import decode_request, span_dicts, trace_records
 from agentlog.worker.wiring import Wiring
@@ -60,7 +60,7 @@ class _Mapper:
 
     def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
         self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
-        sp.install(self.wiring)
+        sp.install(self.wiring, FaustAgents(self.wiring))
         self.topic = self.wiring.topics["spans"].get_topic_name()
         self.offset = 0
 
@@ -208,7 +208,7 @@ class _RunSequencer:
 
     def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
         self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
-        sp.install(self.wiring)
+        sp.install(self.wiring, FaustAgents(self.wiring))
         self.topic = self.wiring.topics["otel-events"].get_topic_name()
         self.offset = 0
 

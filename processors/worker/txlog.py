@@ -1,0 +1,308 @@
+"""The log the transactional runtime writes and reads: records and consumed positions appended atomically.
+
+This is the storage-level port of the sequencer's runtime (:mod:`agentlog.worker.txruntime`), shaped like a log,
+not like a stream framework's consumer:
+
+- a :class:`Writer` owns one input partition; :meth:`Writer.transaction` opens a :class:`Transaction` into which
+  records of any topic are sent and the input position is noted, and on a clean exit the records and the position
+  become visible together, or (an exception, a crash, a fence) none of them ever does;
+- :meth:`RecordLog.read` reads a partition's committed records from an offset up to its end (what a restore of
+  state from its changelog's tail reads);
+- :meth:`RecordLog.position` is the input position the last committed transaction of a partition noted.
+
+A partition has one writer at a time: opening a writer for it fences the previous one, whose next
+commit raises :class:`Fenced` (a zombie — a member SIGSTOPped past its session, a process the group
+replaced — can write nothing after that). On Kafka that is the broker's own transaction protocol:
+one transactional id per input partition (:class:`KafkaLog`; aiokafka's ``send_offsets_to_transaction``
+takes a group id, not a member's group metadata, so the id per partition is what fences a member that
+lost the partition). :class:`MemoryLog` is the in-memory twin the unit tests run the runtime on; one
+contract suite (``tests/contract/test_txlog.py``) runs against both.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+from aiokafka.partitioner import murmur2
+
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.settings import Settings
+
+#: A partition of a topic, as :meth:`RecordLog.read` names what it reads.
+Where = tuple[str, int]
+
+#: The longest a fetch of :meth:`KafkaLog.read` waits at the broker (a read ends at the end offsets it took first).
+READ_WAIT_MS = 100
+
+
+class Fenced(Exception):
+    """A writer's partition has a newer writer: this transaction is aborted and nothing it sent is ever read."""
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where a record sent in a transaction lands (valid once the transaction commits)."""
+
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """One committed record as :meth:`RecordLog.read` returns it."""
+
+    offset: int
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+
+
+class Transaction(Protocol):
+    """One transaction of a :class:`Writer`: records of any topic, and the input position they complete."""
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None,
+                   partition: int | None = None) -> Awaitable[Appended]:
+        """Queue a record (``partition`` None: the key's, by the default partitioner); await the result for where."""
+        ...
+
+    def consumed(self, topic: str, partition: int, position: int) -> None:
+        """Note that every record of ``topic[partition]`` below ``position`` is handled once this commits."""
+        ...
+
+
+class Writer(Protocol):
+    """The one writer of an input partition (its transactions fence every earlier writer of that partition)."""
+
+    def transaction(self) -> Any:
+        """An async context manager yielding a :class:`Transaction`: committed on exit, aborted on an exception.
+
+        Raises:
+            Fenced: a newer writer of the partition exists (at commit, or at any send).
+        """
+        ...
+
+    async def close(self) -> None: ...
+
+
+class RecordLog(Protocol):
+    """Writers per input partition, committed reads, and the positions transactions committed."""
+
+    async def writer(self, partition: int) -> Writer:
+        """The writer of input ``partition``, fencing any earlier one (its open transaction is aborted)."""
+        ...
+
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        """The committed records of each ``(topic, partition)`` from its offset in ``starts`` to its end now.
+
+        The end is the partition's last stable offset: records of a transaction still open are not read (once
+        a writer is open, no earlier transaction of its partition is: what a restore after acquiring reads).
+        """
+        ...
+
+    async def position(self, topic: str, partition: int) -> int | None:
+        """The input position of ``topic[partition]`` the last committed transaction noted (None: none yet)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+# -- in memory -------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Held:
+    records: list[tuple[LogRecord, bool]] = field(default_factory=list)  # (record, committed)
+
+
+class _MemoryTransaction:
+    def __init__(self, log: MemoryLog, epoch: int, input_partition: int) -> None:
+        self._log, self._epoch, self._input = log, epoch, input_partition
+        self.records: list[tuple[str, int, LogRecord]] = []
+        self.positions: dict[tuple[str, int], int] = {}
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None,
+                   partition: int | None = None) -> Awaitable[Appended]:
+        self._log.check(self._input, self._epoch)
+        part = self._log.partition_of(topic, key) if partition is None else partition
+        held = self._log.held(topic, part)
+        offset = len(held.records)  # a record takes its offset now, as on a broker; aborted, it is never read
+        rec = LogRecord(offset, 0, key, value)
+        held.records.append((rec, False))
+        self.records.append((topic, part, rec))
+        done: asyncio.Future[Appended] = asyncio.get_running_loop().create_future()
+        done.set_result(Appended(topic, part, offset))
+        return done
+
+    def consumed(self, topic: str, partition: int, position: int) -> None:
+        self.positions[(topic, partition)] = position
+
+
+class _MemoryWriter:
+    def __init__(self, log: MemoryLog, partition: int, epoch: int) -> None:
+        self._log, self._partition, self._epoch = log, partition, epoch
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_MemoryTransaction]:
+        tx = _MemoryTransaction(self._log, self._epoch, self._partition)
+        yield tx
+        self._log.check(self._partition, self._epoch)
+        for topic, part, rec in tx.records:
+            held = self._log.held(topic, part)
+            held.records[rec.offset] = (rec, True)
+        self._log.positions.update(tx.positions)
+
+    async def close(self) -> None:
+        pass
+
+
+class MemoryLog:
+    """The :class:`RecordLog` port in memory: uncommitted records take offsets but are never read."""
+
+    def __init__(self, partitions: int = 1) -> None:
+        self._partitions = partitions
+        self._topics: dict[tuple[str, int], _Held] = {}
+        self._epochs: dict[int, int] = {}
+        self.positions: dict[tuple[str, int], int] = {}
+
+    def held(self, topic: str, partition: int) -> _Held:
+        return self._topics.setdefault((topic, partition), _Held())
+
+    def partition_of(self, topic: str, key: bytes | None) -> int:
+        return 0 if key is None else (murmur2(key) & 0x7FFFFFFF) % self._partitions
+
+    def check(self, partition: int, epoch: int) -> None:
+        if self._epochs.get(partition) != epoch:
+            raise Fenced(f"input partition {partition} has a newer writer")
+
+    async def writer(self, partition: int) -> _MemoryWriter:
+        epoch = self._epochs[partition] = self._epochs.get(partition, 0) + 1
+        return _MemoryWriter(self, partition, epoch)
+
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        return {(topic, partition): [rec for rec, committed in self.held(topic, partition).records[start:] if committed]
+                for (topic, partition), start in starts.items()}
+
+    async def position(self, topic: str, partition: int) -> int | None:
+        return self.positions.get((topic, partition))
+
+    async def close(self) -> None:
+        pass
+
+
+# -- on Kafka --------------------------------------------------------------------------------------------------
+
+
+class _KafkaTransaction:
+    def __init__(self, producer: AIOKafkaProducer) -> None:
+        self._producer = producer
+        self.positions: dict[TopicPartition, int] = {}
+
+    async def send(self, topic: str, key: bytes | None, value: bytes | None,
+                   partition: int | None = None) -> Awaitable[Appended]:
+        try:
+            sent = await self._producer.send(topic, value, key=key, partition=partition)
+        except (ProducerFenced, InvalidProducerEpoch) as e:
+            raise Fenced(str(e)) from e
+        return _Landing(topic, sent)
+
+    def consumed(self, topic: str, partition: int, position: int) -> None:
+        self.positions[TopicPartition(topic, partition)] = position
+
+
+class _Landing:
+    """Where a record sent in a transaction lands once its batch is acknowledged (awaitable; free if never awaited)."""
+
+    __slots__ = ("_sent", "_topic")
+
+    def __init__(self, topic: str, sent: asyncio.Future[Any]) -> None:
+        self._topic, self._sent = topic, sent
+
+    def __await__(self) -> Generator[Any, None, Appended]:
+        meta = yield from self._sent.__await__()
+        return Appended(self._topic, meta.partition, meta.offset)
+
+
+class _KafkaWriter:
+    def __init__(self, producer: AIOKafkaProducer, group: str) -> None:
+        self._producer, self._group = producer, group
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[_KafkaTransaction]:
+        producer = self._producer
+        try:
+            async with producer.transaction():
+                tx = _KafkaTransaction(producer)
+                yield tx
+                if tx.positions:
+                    await producer.send_offsets_to_transaction(tx.positions, self._group)
+        except (ProducerFenced, InvalidProducerEpoch) as e:
+            raise Fenced(str(e)) from e
+
+    async def close(self) -> None:
+        await self._producer.stop()
+
+
+class KafkaLog:
+    """The :class:`RecordLog` port on Kafka transactions (aiokafka's public API only).
+
+    ``name`` names the writers' transactional ids (``<name>-<partition>``); ``group`` is the consumer
+    group whose committed offsets the transactions advance (the input's consumer group).
+    """
+
+    def __init__(self, settings: Settings, *, name: str, group: str) -> None:
+        self._settings, self._name, self._group = settings, name, group
+
+    async def writer(self, partition: int) -> _KafkaWriter:
+        producer = AIOKafkaProducer(**client_kwargs(self._settings), transactional_id=f"{self._name}-{partition}",
+                                    enable_idempotence=True, acks="all", linger_ms=5, max_batch_size=1 << 20)
+        await producer.start()  # init_transactions: the broker fences the id's earlier producer, aborts its open one
+        return _KafkaWriter(producer, self._group)
+
+    async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
+        out: dict[Where, list[LogRecord]] = {where: [] for where in starts}
+        if not starts:
+            return out
+        consumer = AIOKafkaConsumer(**client_kwargs(self._settings), group_id=None, enable_auto_commit=False,
+                                    isolation_level="read_committed", fetch_max_wait_ms=READ_WAIT_MS)
+        await consumer.start()
+        try:
+            tps = [TopicPartition(topic, partition) for topic, partition in starts]
+            consumer.assign(tps)
+            begins, ends = await consumer.beginning_offsets(tps), await consumer.end_offsets(tps)
+            pending = set()
+            for tp in tps:
+                consumer.seek(tp, first := max(starts[(tp.topic, tp.partition)], begins[tp]))
+                if first < ends[tp]:
+                    pending.add(tp)
+            while pending:
+                got = await consumer.getmany(*pending, timeout_ms=READ_WAIT_MS)
+                for tp, messages in got.items():
+                    out[(tp.topic, tp.partition)].extend(LogRecord(m.offset, m.timestamp, m.key, m.value)
+                                                         for m in messages if m.offset < ends[tp])
+                # The position passes commit markers too, so it reaches the end with or without a record there.
+                pending = {tp for tp in pending if await consumer.position(tp) < ends[tp]}
+            return out
+        finally:
+            await consumer.stop()
+
+    async def position(self, topic: str, partition: int) -> int | None:
+        tp = TopicPartition(topic, partition)
+        consumer = AIOKafkaConsumer(**client_kwargs(self._settings), group_id=self._group, enable_auto_commit=False,
+                                    isolation_level="read_committed")
+        await consumer.start()
+        try:
+            committed: int | None = await consumer.committed(tp)
+            return committed
+        finally:
+            await consumer.stop()
+
+    async def close(self) -> None:
+        pass
+

@@ -1,0 +1,159 @@
+"""The transactional runtime's local state: per input partition, a table's keys in RocksDB, restored from its changelog.
+
+A :class:`StateTable` is one table of an agent on the transactional runtime (:mod:`agentlog.worker.txruntime`):
+the :class:`agentlog.worker.tables.Table` port, each partition a RocksDB database (``rocksdict``, within the
+worker's :class:`agentlog.worker.tables.RocksBudget`) that holds, beside the keys, the offset of the last changelog
+record it reflects. Its changelog records go out in the transaction of the batch that wrote them, and the local
+database is written only once that transaction is committed, so the database is always a prefix of the committed
+changelog: :meth:`StateTable.restore` (at assignment, after the partition's writer has fenced any earlier one, so
+no transaction of the partition is left open) reads the changelog's tail past that offset and ends at exactly
+what the committed transactions wrote. A worker on a new disk reads the whole (compacted) changelog.
+
+Keys and values are stored as their :func:`agentlog.worker.tables.encode` bytes (JSON), as the changelog holds them.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import orjson
+import rocksdict
+
+from agentlog.worker.tables import encode
+from agentlog.worker.txlog import LogRecord
+
+#: The key a partition's database keeps the offset of the last changelog record it reflects under (not JSON,
+#: so never a table key).
+RESTORED_KEY = b"\x00restored"
+
+_MISSING = object()
+
+#: Opens a database at a path (``RocksBudget.open`` with the table's TTL, in the worker).
+Opener = Callable[[Path], Any]
+
+
+def plain_opener(path: Path) -> Any:
+    """A RocksDB database with rocksdict's defaults (tests, tools)."""
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    return rocksdict.Rdict(str(path), options=options)
+
+
+class StateTable:
+    """One table, per partition a RocksDB database restored from the changelog's tail (module docstring).
+
+    The values last read or written are kept decoded in a small LRU (``cached`` entries), as in
+    :class:`agentlog.worker.tables.LocalTable`: values are never mutated in place (the fold is copy-on-write).
+    """
+
+    def __init__(self, name: str, changelog: str, root: Path, *, opener: Opener = plain_opener,
+                 cached: int = 8192) -> None:
+        self.name = name
+        self.changelog = changelog
+        self._root = root
+        self._opener = opener
+        self._dbs: dict[int, Any] = {}
+        self._cached = cached
+        self._cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+
+    def _path(self, partition: int) -> Path:
+        return self._root / f"{self.name}-{partition}"
+
+    def _db(self, partition: int) -> Any:
+        db = self._dbs.get(partition)
+        if db is None:
+            self._root.mkdir(parents=True, exist_ok=True)
+            db = self._dbs[partition] = self._opener(self._path(partition))
+        return db
+
+    def restored_to(self, partition: int) -> int | None:
+        """The offset of the last changelog record the local copy of ``partition`` reflects (None: none)."""
+        raw = self._db(partition).get(RESTORED_KEY)
+        return None if raw is None else int(raw)
+
+    def tail_start(self, partition: int) -> int:
+        """The first changelog offset the local copy of ``partition`` does not reflect (where a restore reads from)."""
+        last = self.restored_to(partition)
+        return 0 if last is None else last + 1
+
+    def restore(self, partition: int, records: Sequence[LogRecord]) -> int:
+        """Apply the changelog's committed records past :meth:`tail_start`; returns how many were applied."""
+        if records:
+            batch = rocksdict.WriteBatch(raw_mode=True)
+            for rec in records:
+                if rec.key is None:
+                    continue
+                if rec.value is None:
+                    batch.delete(rec.key)
+                else:
+                    batch.put(rec.key, rec.value)
+            batch.put(RESTORED_KEY, str(records[-1].offset).encode())
+            self._db(partition).write(batch)
+        self.forget_cached()
+        return len(records)
+
+    def close(self, partition: int, *, drop: bool = False) -> None:
+        """Close ``partition``'s database (``drop``: delete it too: another worker owns the partition now)."""
+        db = self._dbs.pop(partition, None)
+        if db is not None:
+            db.close()
+        if drop:
+            shutil.rmtree(self._path(partition), ignore_errors=True)
+        self.forget_cached()
+
+    def close_all(self) -> None:
+        for partition in list(self._dbs):
+            self.close(partition)
+
+    def get(self, partition: int, key: str) -> Any:
+        cache = self._cache
+        hit = cache.get((partition, key), _MISSING)
+        if hit is not _MISSING:
+            cache.move_to_end((partition, key))
+            return hit
+        raw = self._db(partition).get(encode(key))
+        value = None if raw is None else orjson.loads(raw)
+        self._remember(partition, key, value)
+        return value
+
+    def put(self, partition: int, key: str, value: Any, encoded: tuple[bytes, bytes | None] | None = None) -> None:
+        self.put_many(partition, [(key, value, encoded or (encode(key), None if value is None else encode(value)))])
+
+    def put_many(self, partition: int, writes: Sequence[tuple[str, Any, tuple[bytes, bytes | None]]],
+                 restored_to: int | None = None) -> None:
+        """Write ``writes`` in one RocksDB write batch, with the changelog offset they bring the copy to."""
+        batch = rocksdict.WriteBatch(raw_mode=True)
+        for _, _, (raw_key, raw_value) in writes:
+            if raw_value is None:
+                batch.delete(raw_key)
+            else:
+                batch.put(raw_key, raw_value)
+        if restored_to is not None:
+            batch.put(RESTORED_KEY, str(restored_to).encode())
+        self._db(partition).write(batch)
+        for key, value, _ in writes:
+            self._remember(partition, key, value)
+
+    def persisted(self, partition: int, offset: int) -> None:
+        self._db(partition).put(RESTORED_KEY, str(offset).encode())
+
+    def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
+        start = encode(prefix)[:-1]  # the JSON string without its closing quote: a byte prefix of the keys
+        for raw in self._db(partition).keys(from_key=start):
+            if not raw.startswith(start):
+                return
+            yield orjson.loads(raw)
+
+    def _remember(self, partition: int, key: str, value: Any) -> None:
+        cache = self._cache
+        cache[(partition, key)] = value
+        cache.move_to_end((partition, key))
+        if len(cache) > self._cached:
+            cache.popitem(last=False)
+
+    def forget_cached(self) -> None:
+        self._cache.clear()

@@ -1,0 +1,60 @@
+"""The worker's sequencer on its runtime of Kafka transactions against bare aiokafka, in the same run.
+
+``bench_process``'s realistic paths, with the sequencer's two runtimes side by side (``AGENTLOG_AGENT_RUNTIME``):
+
+- ``ours``: ``agentlog worker --role process`` on ``transactions`` (:mod:`agentlog.worker.txruntime`): each batch's
+  outputs, changelog records and ingest offsets in one transaction; its log read committed only;
+- ``faust``: the same worker with the sequencer as a Faust agent on the batch loop (the runtime it replaces);
+- ``bare`` and ``bare_tx``: aiokafka consume → produce copying the bytes, without and with transactions
+  (``bench_process._bare``, ``bench_runtime._tx_loop``).
+
+Throughput = N / (last log record's broker timestamp − first one's), as in ``bench_process``. ``ours`` against
+``bare`` is the ratio of the runtime issue's goal (≥ 0.35×).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+from agentlog.streams.admin import ensure_topics
+from agentlog.streams.settings import Settings
+from tests.bench import BenchContext, own, workload
+from tests.bench.bench_process import _bare, _run_subprocess
+from tests.bench.bench_runtime import _tx_loop
+
+REPO = Path(__file__).resolve().parents[2]
+WORKER = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
+
+
+def run(ctx: BenchContext) -> dict:
+    n = 5_000 if ctx.quick else 50_000
+    home = REPO / ".agentlog" / "bench" / f"txprocess-{uuid.uuid4().hex[:6]}"
+
+    def variant(name: str) -> Settings:
+        s = ctx.settings.replace(topic_prefix=own(f"benchtxp{name}{uuid.uuid4().hex[:6]}"), home=home / name,
+                                 partitions=4, replication_factor=1, otlp_port=0)
+        asyncio.run(ensure_topics(s))
+        asyncio.run(workload.publish(s, f"{name}-run", n, concurrent=1000))
+        return s
+
+    bare = n / asyncio.run(_bare(variant("bare"), n))
+    bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
+    ours_cpu: dict = {}
+    ours = n / _run_subprocess(variant("ours"), WORKER, n, home / "ours.log", cpu=ours_cpu,
+                               env={"AGENTLOG_AGENT_RUNTIME": "transactions"}, isolation_level="read_committed")
+    faust_cpu: dict = {}
+    faust = n / _run_subprocess(variant("faust"), WORKER, n, home / "faust.log", cpu=faust_cpu,
+                                env={"AGENTLOG_AGENT_RUNTIME": "faust"})
+    return {
+        "ours": ours,
+        "baseline": bare,
+        "unit": "events/s (realistic runs)",
+        "goal_ratio": 0.35,
+        "details": {"events": n, "bare_events_per_s": bare, "bare_tx_events_per_s": bare_tx,
+                    "ours_tx_events_per_s": ours, "ours_faust_events_per_s": faust,
+                    "ours_tx_vs_bare": ours / bare, "ours_faust_vs_bare": faust / bare,
+                    "ours_tx_vs_bare_tx": ours / bare_tx, "ours_tx_vs_faust": ours / faust,
+                    "ours_tx_cpu": ours_cpu, "ours_faust_cpu": faust_cpu},
+    }
