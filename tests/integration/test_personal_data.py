@@ -216,14 +216,16 @@ def _files(root: Path) -> Iterator[Path]:
                 yield path
 
 
+def _rocksdb_databases(home: Path) -> list[Path]:
+    """Every RocksDB database under ``home`` (written to or not)."""
+    return [current.parent for current in home.rglob("CURRENT") if (current.parent / "IDENTITY").exists()]
+
+
 def _rocksdb_contents(home: Path) -> Iterator[tuple[Path, bytes]]:
     """Every key and value of every RocksDB database under ``home``, read back (SST blocks may be compressed)."""
     import rocksdict
 
-    for current in home.rglob("CURRENT"):
-        db = current.parent
-        if not (db / "IDENTITY").exists():
-            continue
+    for db in _rocksdb_databases(home):
         assert rocksdict.Rdict.list_cf(str(db), rocksdict.Options(raw_mode=True)) == ["default"], db
         opened = rocksdict.Rdict(str(db), options=rocksdict.Options(raw_mode=True),
                                  access_type=rocksdict.AccessType.read_only())
@@ -312,9 +314,8 @@ def _scan(settings: Settings, worker: WorkerProcess, marks: set[str], plaintext:
     for path in _files(home):
         if hits := found_in(path.read_bytes(), marks):
             leaks.setdefault(f"file {path.relative_to(home)}", set()).update(hits)
-    databases = set()
+    databases = _rocksdb_databases(home)
     for db, entry in _rocksdb_contents(home):
-        databases.add(db)
         if hits := found_in(entry, marks):
             leaks.setdefault(f"rocksdb {db.relative_to(home)}: {entry[:600]!r}", set()).update(hits)
     assert databases or not state, f"no RocksDB database under {home}"
