@@ -98,7 +98,7 @@ AGENT_RUNTIMES = ("transactions", "faust")
 
 
 def agent_runtime(settings: Settings) -> str:
-    """How the sequencer runs: ``settings.agent_runtime``.
+    """How the worker runs its agents of ingest, spans and otel-events: ``settings.agent_runtime``.
 
     Raises:
         ConfigError: ``bad_agent_runtime`` for a value not in :data:`AGENT_RUNTIMES`.

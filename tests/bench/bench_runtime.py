@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import os
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -137,16 +138,23 @@ def _sequencer_work(settings: Settings) -> Any:
     return work
 
 
-def run(ctx: BenchContext) -> dict:
-    n = 5_000 if ctx.quick else 50_000
-    home = REPO / ".agentlog" / "bench" / f"runtime-{uuid.uuid4().hex[:6]}"
+def variants(ctx: BenchContext, home: Path, prefix: str, n: int) -> Callable[[str], Settings]:
+    """A maker of one path's settings: its own topics (4 partitions) under ``home``, ``n`` realistic events published."""
 
     def variant(name: str) -> Settings:
-        s = ctx.settings.replace(topic_prefix=own(f"benchrt{name}{uuid.uuid4().hex[:6]}"), home=home / name,
+        s = ctx.settings.replace(topic_prefix=own(f"{prefix}{name}{uuid.uuid4().hex[:6]}"), home=home / name,
                                  partitions=4, replication_factor=1, otlp_port=0)
         asyncio.run(ensure_topics(s))
         asyncio.run(workload.publish(s, f"{name}-run", n, concurrent=1000))
         return s
+
+    return variant
+
+
+def run(ctx: BenchContext) -> dict:
+    n = 5_000 if ctx.quick else 50_000
+    home = REPO / ".agentlog" / "bench" / f"runtime-{uuid.uuid4().hex[:6]}"
+    variant = variants(ctx, home, "benchrt", n)
 
     bare = n / asyncio.run(_bare(variant("bare"), n))
     bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))

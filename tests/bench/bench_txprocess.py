@@ -18,11 +18,9 @@ import asyncio
 import uuid
 from pathlib import Path
 
-from agentlog.streams.admin import ensure_topics
-from agentlog.streams.settings import Settings
-from tests.bench import BenchContext, own, workload
+from tests.bench import BenchContext
 from tests.bench.bench_process import _bare, _run_subprocess
-from tests.bench.bench_runtime import _tx_loop
+from tests.bench.bench_runtime import _tx_loop, variants
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
@@ -31,13 +29,7 @@ WORKER = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
 def run(ctx: BenchContext) -> dict:
     n = 5_000 if ctx.quick else 50_000
     home = REPO / ".agentlog" / "bench" / f"txprocess-{uuid.uuid4().hex[:6]}"
-
-    def variant(name: str) -> Settings:
-        s = ctx.settings.replace(topic_prefix=own(f"benchtxp{name}{uuid.uuid4().hex[:6]}"), home=home / name,
-                                 partitions=4, replication_factor=1, otlp_port=0)
-        asyncio.run(ensure_topics(s))
-        asyncio.run(workload.publish(s, f"{name}-run", n, concurrent=1000))
-        return s
+    variant = variants(ctx, home, "benchtxp", n)
 
     bare = n / asyncio.run(_bare(variant("bare"), n))
     bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
