@@ -21,8 +21,9 @@ trace is published ``SETTLE_MS`` (1 s) after its last span, at the next tick (``
 Both workers' CPU time between the first byte and the last record is reported per event. The
 committed events of ``ours`` are checked to be exactly the offline mapping's (same event ids).
 
-**How many times a span crosses Kafka on its way to the log.** Four topic writes and three Faust
-streams, against two writes and one stream for a host's JSON event:
+**How many times a span crosses Kafka on its way to the log.** Four topic writes and three consuming
+agents (each its own loop of Kafka transactions by default), against two writes and one agent for a host's JSON
+event:
 
 1. receiver → ``spans`` (keyed by trace; stream 1, the span mapper): one record per request and trace
    (here a copy's trace arrives in one request, so one record per trace). A span's run depends on its
@@ -327,7 +328,7 @@ def run(ctx: BenchContext) -> dict:
             "in_process": {"bare_decode_spans_per_s": n_spans / decode_s,
                            "decode_and_map_spans_per_s": n_spans / map_s,
                            "note": "one core, no Kafka: the floor an OTLP receiver pays vs the mapping"},
-            "kafka_crossings": {"otlp": {"topic_writes": 4, "faust_streams": 3},
-                                "json": {"topic_writes": 2, "faust_streams": 1}},
+            "kafka_crossings": {"otlp": {"topic_writes": 4, "consuming_agents": 3},
+                                "json": {"topic_writes": 2, "consuming_agents": 1}},
         },
     }
