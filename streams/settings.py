@@ -48,9 +48,9 @@ class Settings:
     # Event contract: a larger event is refused as oversize (and sizes the producers' requests).
     max_event_bytes: int = 1_048_576
     handoff_mode: str = "auto"  # auto | check | derive
-    # What `agentlog worker` runs (README "Running the worker"). "process": the Faust agents
-    # (sequencer, fold, handoff, OTel) and the log check, no audit store opened; "sink": only the audit
-    # sink (and the HTTP endpoints that read the store), no Faust consumer group joined; "all": both.
+    # What `agentlog worker` runs (README "Running the worker"). "process": the agents (sequencer, fold,
+    # handoff, OTel) and the log check, no audit store opened; "sink": only the audit sink (and the HTTP
+    # endpoints that read the store), no consumer group of the agents joined; "all": both.
     # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
     worker_role: str = "all"
     # How the worker runs its agents of ingest, spans and otel-events (the sequencer, the OTel span mapper and run
@@ -58,7 +58,7 @@ class Settings:
     # input offsets in one, fenced by the broker; processors/worker/txruntime.py) or "faust" (Faust agents on the
     # batch loop of processors/worker/batch.py). The handoff agent is a Faust agent on either.
     agent_runtime: str = "transactions"
-    # With worker_role "all", run the Faust agents in a child process (`--role process`, its web on
+    # With worker_role "all", run the agents in a child process (`--role process`, its web on
     # web_port + 1, loopback) supervised by this one, which runs the sink and the HTTP endpoints: two cores
     # instead of one thread (processors/worker/halves.py). Off: one process.
     sink_process: bool = False

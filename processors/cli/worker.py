@@ -11,11 +11,11 @@ def register(app: typer.Typer) -> None:
         web_port: int = typer.Option(None, help="Serve /metrics and /query on this port (default: AGENTLOG_WEB_PORT)."),
         web: bool = typer.Option(True, "--web/--no-web", help="Enable the HTTP endpoint."),
         role: str = typer.Option(None, help="all | process | sink (default: AGENTLOG_WORKER_ROLE, else all): "
-                                             "process = the Faust agents, no audit store; sink = only the audit "
+                                             "process = the agents, no audit store; sink = only the audit "
                                              "sink and the HTTP endpoints; all = both "
                                              "(README \"Running the worker\")."),
         sink_process: bool = typer.Option(None, "--sink-process/--one-process",
-                                          help="With --role all: run the Faust agents in a supervised child "
+                                          help="With --role all: run the agents in a supervised child "
                                                "process and the sink in this one (two cores; default: "
                                                "AGENTLOG_SINK_PROCESS, else one process)."),
         handoff_mode: str = typer.Option(None, help="auto | check | derive (default: AGENTLOG_HANDOFF_MODE)."),
