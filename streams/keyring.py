@@ -89,6 +89,7 @@ class Keyring:
         #: Where a follower of the topic has read to, by partition (the next offset), and a signal when it moves.
         self._read: dict[int, int] = {}
         self._moved = asyncio.Event()
+        self._unfollowed = False  # the follower stopped: nothing it has not read yet will be read
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Keyring:
@@ -141,9 +142,21 @@ class Keyring:
             moved, self._moved = self._moved, asyncio.Event()
             moved.set()
 
+    def unfollowed(self) -> None:
+        """The follower of the topic stopped: whoever waits in :meth:`reached` is told so."""
+        self._unfollowed = True
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
+
     async def reached(self, ends: Mapping[int, int]) -> None:
-        """Return once a follower has applied every record before ``ends`` (offsets by partition)."""
+        """Return once a follower has applied every record before ``ends`` (offsets by partition).
+
+        Raises:
+            KeyringError: the follower stopped first (the worker is stopping, or its follower failed).
+        """
         while any(self._read.get(partition, -1) < end for partition, end in ends.items()):
+            if self._unfollowed:
+                raise KeyringError("the keyring's follower stopped before it read the keys asked for")
             await self._moved.wait()
 
     def record(self, run_id: str) -> KeyRecord | None:
@@ -286,7 +299,11 @@ async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Ev
     notes how far it has read (:meth:`Keyring.reached`): a sequencer taking over a partition waits until the keys
     its earlier owner committed are applied.
     """
-    consumer = _consumer(settings)
+    try:
+        consumer = _consumer(settings)
+    except BaseException:
+        keyring.unfollowed()
+        raise
     try:
         tps = await _assigned(consumer, settings, None)
         if not tps:
@@ -302,4 +319,5 @@ async def follow_keyring(keyring: Keyring, settings: Settings, ready: asyncio.Ev
                 for m in messages:
                     keyring.apply(m.value)
     finally:
+        keyring.unfollowed()
         await consumer.stop()

@@ -94,3 +94,19 @@ def test_reached_waits_for_the_follower_to_read_past_every_end(tmp_path):
         return seen
 
     assert asyncio.run(scenario()) == ["after partition 0", "after partition 1 short of its end", "reached"]
+
+
+def test_reached_is_refused_once_the_follower_stopped(tmp_path):
+    import asyncio
+
+    keyring = _keyring(tmp_path)
+
+    async def scenario() -> None:
+        waiter = asyncio.create_task(keyring.reached({0: 5}))
+        await asyncio.sleep(0)
+        keyring.unfollowed()  # the worker is stopping: a rebalance waiting here must not hold its stop forever
+        with pytest.raises(KeyringError, match="follower stopped"):
+            await asyncio.wait_for(waiter, 1)
+        await keyring.reached({})  # nothing asked for: nothing to wait for
+
+    asyncio.run(scenario())
