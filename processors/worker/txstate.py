@@ -15,22 +15,19 @@ Keys and values are stored as their :func:`agentlog.worker.tables.encode` bytes 
 from __future__ import annotations
 
 import shutil
-from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
 import rocksdict
 
-from agentlog.worker.tables import encode
+from agentlog.worker.tables import RocksTable, encode
 from agentlog.worker.txlog import LogRecord
 
 #: The key a partition's database keeps the offset of the last changelog record it reflects under (not JSON,
 #: so never a table key).
 RESTORED_KEY = b"\x00restored"
 
-_MISSING = object()
 
 #: Opens a database at a path (``RocksBudget.open`` with the table's TTL, in the worker).
 Opener = Callable[[Path], Any]
@@ -43,22 +40,20 @@ def plain_opener(path: Path) -> Any:
     return rocksdict.Rdict(str(path), options=options)
 
 
-class StateTable:
+class StateTable(RocksTable):
     """One table, per partition a RocksDB database restored from the changelog's tail (module docstring).
 
-    The values last read or written are kept decoded in a small LRU (``cached`` entries), as in
-    :class:`agentlog.worker.tables.LocalTable`: values are never mutated in place (the fold is copy-on-write).
+    Reads, batched writes and the LRU of decoded values are :class:`agentlog.worker.tables.RocksTable`'s.
     """
 
     def __init__(self, name: str, changelog: str, root: Path, *, opener: Opener = plain_opener,
                  cached: int = 8192) -> None:
+        super().__init__(cached)
         self.name = name
         self.changelog = changelog
         self._root = root
         self._opener = opener
         self._dbs: dict[int, Any] = {}
-        self._cached = cached
-        self._cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
 
     def _path(self, partition: int) -> Path:
         return self._root / f"{self.name}-{partition}"
@@ -109,51 +104,13 @@ class StateTable:
         for partition in list(self._dbs):
             self.close(partition)
 
-    def get(self, partition: int, key: str) -> Any:
-        cache = self._cache
-        hit = cache.get((partition, key), _MISSING)
-        if hit is not _MISSING:
-            cache.move_to_end((partition, key))
-            return hit
-        raw = self._db(partition).get(encode(key))
-        value = None if raw is None else orjson.loads(raw)
-        self._remember(partition, key, value)
-        return value
-
     def put(self, partition: int, key: str, value: Any, encoded: tuple[bytes, bytes | None] | None = None) -> None:
         self.put_many(partition, [(key, value, encoded or (encode(key), None if value is None else encode(value)))])
 
     def put_many(self, partition: int, writes: Sequence[tuple[str, Any, tuple[bytes, bytes | None]]],
                  restored_to: int | None = None) -> None:
         """Write ``writes`` in one RocksDB write batch, with the changelog offset they bring the copy to."""
-        batch = rocksdict.WriteBatch(raw_mode=True)
-        for _, _, (raw_key, raw_value) in writes:
-            if raw_value is None:
-                batch.delete(raw_key)
-            else:
-                batch.put(raw_key, raw_value)
-        if restored_to is not None:
-            batch.put(RESTORED_KEY, str(restored_to).encode())
-        self._db(partition).write(batch)
-        for key, value, _ in writes:
-            self._remember(partition, key, value)
+        self._write(partition, writes, None if restored_to is None else (RESTORED_KEY, str(restored_to).encode()))
 
     def persisted(self, partition: int, offset: int) -> None:
         self._db(partition).put(RESTORED_KEY, str(offset).encode())
-
-    def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
-        start = encode(prefix)[:-1]  # the JSON string without its closing quote: a byte prefix of the keys
-        for raw in self._db(partition).keys(from_key=start):
-            if not raw.startswith(start):
-                return
-            yield orjson.loads(raw)
-
-    def _remember(self, partition: int, key: str, value: Any) -> None:
-        cache = self._cache
-        cache[(partition, key)] = value
-        cache.move_to_end((partition, key))
-        if len(cache) > self._cached:
-            cache.popitem(last=False)
-
-    def forget_cached(self) -> None:
-        self._cache.clear()
