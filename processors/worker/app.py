@@ -300,7 +300,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
 
     # The handoff agent's table is Faust's; on transactions the sequencer's are its runtime's own (below).
     tables: dict[str, Table] = {}
-    if role != "sink" and agent_runtime(settings) == "transactions":
+    transactions = role != "sink" and agent_runtime(settings) == "transactions"
+    if transactions:
         tables = {"links": table("handoff-links")}
     elif role != "sink":
         tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
@@ -325,7 +326,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
         _install_partition_starts(wiring, backfill)
-        if agent_runtime(settings) == "transactions":
+        if transactions:
             _install_sequencer(wiring, budget, replay=replay)
         else:
             sequencer.install(wiring, replay=replay)
@@ -338,8 +339,8 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
                                           shred=lambda runs: shred_keys(settings, keyring, ready, runs))
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
-        otel_spans.install(wiring, txruntime.TxAgents(wiring, budget.open) if agent_runtime(settings) == "transactions"
-                           else batch.FaustAgents(wiring))
+        agents = txruntime.TxAgents(wiring, budget.open) if transactions else batch.FaustAgents(wiring)
+        otel_spans.install(wiring, agents)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:
