@@ -280,8 +280,10 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         key_serializer="json",
         value_serializer="json",
     )
-    if role == "sink":
-        # Faust's own switch for "no consumer, no agents, no tables": web server + producer only.
+    transactions = role != "sink" and agent_runtime(settings) == "transactions"
+    if role == "sink" or transactions:
+        # Faust's own switch for "no consumer, no agents, no tables": its tasks, timers and producer only. A sink
+        # reads with its own consumer; on transactions every agent does.
         app.producer_only = True
     runner = FaustRunner(app, settings.partitions)
     topics = {
@@ -298,12 +300,9 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     def table(name: str) -> LocalTable:
         return open_table(app, name, settings.partitions, budget)
 
-    # The handoff agent's table is Faust's; on transactions the sequencer's are its runtime's own (below).
+    # On transactions every agent's tables are its runtime's own (below); as Faust agents, the app's.
     tables: dict[str, Table] = {}
-    transactions = role != "sink" and agent_runtime(settings) == "transactions"
-    if transactions:
-        tables = {"links": table("handoff-links")}
-    elif role != "sink":
+    if role != "sink" and not transactions:
         tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
     durable = positions.DurablePositions()
     source, membership = FaustSource(app), FaustMembership(app)
@@ -332,7 +331,6 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
             sequencer.install(wiring, replay=replay)
         batch.install_stall_heal(wiring)
         runstate.install_log_check(wiring)
-        handoff.install(wiring)
     if role != "process":
         keyring, ready = wiring.keyring, wiring.keyring_ready
         wiring.store = audit_sink.install(settings, runner.task,
@@ -340,6 +338,7 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     if role != "sink":
         # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
         agents = txruntime.TxAgents(wiring, budget.open) if transactions else batch.FaustAgents(wiring)
+        handoff.install(wiring, agents)
         otel_spans.install(wiring, agents)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check

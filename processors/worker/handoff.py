@@ -15,16 +15,24 @@ import logging
 from agentlog.core.handoff import child_of, join
 from agentlog.metrics import METRICS
 from agentlog.streams.codec import decode_record, encode_record
-from agentlog.worker.batch import Batch, SourceRecord, batched_agent
+from agentlog.worker.batch import SourceRecord
+from agentlog.worker.ports import Agents
+from agentlog.worker.sequencer import Staging
 from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.handoff")
 
 
-def install(wiring: Wiring) -> None:
-    """Register the handoff agent on ``handoff-links``."""
+def install(wiring: Wiring, agents: Agents) -> None:
+    """Register the handoff agent on ``handoff-links`` and its table ``links``, on ``agents``' runtime.
 
-    async def handle(batch: Batch, record: SourceRecord) -> None:
+    On the worker's transactions (:mod:`agentlog.worker.txruntime`) it reads ``handoff-links`` committed only, so
+    a link of a sequencer batch that never committed is never joined, and a batch's transitions, its ``links``
+    writes and its next offset commit together.
+    """
+    del wiring  # the agent's world is its batch: reads and writes through it, outputs sent in its transaction
+
+    async def handle(batch: Staging, record: SourceRecord) -> None:
         try:
             message = decode_record(record.value)
             child = child_of(message)
@@ -37,4 +45,5 @@ def install(wiring: Wiring) -> None:
             METRICS.inc("agentlog_handoff_transitions_total", phase=t.get("phase", "?"), derived="true")
         batch.set("links", record.partition, child, new)
 
-    batched_agent(wiring, "handoff-links", name="handoff", table="links", handle=handle)
+    agents.table("links")
+    agents.agent("handoff-links", name="handoff", table="links", handle=handle)

@@ -264,13 +264,13 @@ def open_table(app: Any, name: str, partitions: int, budget: RocksBudget,
 
 def sequencer_tables(app: Any, partitions: int, budget: RocksBudget,
                      closed_retention_s: float) -> dict[str, LocalTable]:
-    """The tables of the ingest agent and the handoff agent, by the short names the agents use.
+    """The tables of the ingest agent, by the short names it uses.
 
     ``index``: runId␟eventId -> [sequence, hash, partition, offset]; ``runs``: runId -> {"state",
     "next", "head", "since", "ts", "end"} (these two: runs in flight); ``closed``: runId ->
-    ClosedMarker, for ``closed_retention_s``; ``links``: childRunId -> {"link", "terminal", "done"}.
+    ClosedMarker, for ``closed_retention_s``.
     """
-    names = {"index": "seq-index", "runs": "run-state", "links": "handoff-links"}
+    names = {"index": "seq-index", "runs": "run-state"}
     tables = {short: open_table(app, name, partitions, budget) for short, name in names.items()}
     tables["closed"] = open_table(app, "run-closed", partitions, budget, closed_retention_s)
     return tables

@@ -378,6 +378,7 @@ def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], fence: Fe
     runtime = TxAgent(wiring, work, KafkaLog(wiring.settings, name=group, group=group), tables, fence, short=short,
                       group=group, name=name)
     wiring.runner.task(runtime.run)
+    wiring.tx_agents[name] = runtime
     return runtime
 
 

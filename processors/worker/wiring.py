@@ -106,6 +106,8 @@ class Wiring:
     #: What the sequencer applies to every event before hashing and sealing (:mod:`agentlog.streams.redaction`):
     #: the deployment's policy, by default every built-in detector masking every content member.
     redactor: Redactor = field(default_factory=Redactor)
+    #: The agents running on Kafka transactions, by name (:func:`agentlog.worker.txruntime.install`).
+    tx_agents: dict[str, Any] = field(default_factory=dict)
     #: The Faust app the ports above are built on, for :mod:`agentlog.worker.app` (which runs it) and the
     #: tests of what it builds; nothing else reads it (None in memory).
     app: Any = None

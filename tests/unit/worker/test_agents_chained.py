@@ -14,7 +14,7 @@ from typing import Any
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
 from agentlog.worker import handoff, sequencer
-from agentlog.worker.batch import position_key
+from agentlog.worker.batch import FaustAgents, position_key
 from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
 from agentlog.worker.wiring import Wiring
 from tests.unit.core.runs import child_run_id, child_runs, realistic_run
@@ -39,7 +39,7 @@ def test_the_handoff_agent_derives_the_transitions_from_the_sequencers_links(tmp
     wiring = memory_wiring(Settings(home=tmp_path, handoff_mode="derive"),
                            tables=("index", "runs", "closed", "links"))
     sequencer.install(wiring, replay=False)
-    handoff.install(wiring)
+    handoff.install(wiring, FaustAgents(wiring))
     broker = parts(wiring).broker
     name = {short: wiring.topics[short].get_topic_name() for short in ("ingest", "handoff-links", "transitions")}
     docs = realistic_run("p", "derive") + [doc for run in child_runs("p").values() for doc in run]

@@ -126,7 +126,7 @@ def test_the_worker_runs_the_sequencer_on_transactions_and_no_faust_agent_reads_
     assert wiring.tables["runs"].changelog == "unit-worker-run-state-changelog"  # the Faust table's changelog
 
 
-def test_the_otel_agents_run_on_transactions_too_and_only_handoff_links_is_read_by_faust(tmp_path):
+def test_every_agent_runs_on_transactions_and_faust_reads_no_topic(tmp_path):
     from agentlog.streams.settings import load_settings
     from agentlog.worker.app import build_app
     from agentlog.worker.spans import HELD, SEQ
@@ -136,8 +136,9 @@ def test_the_otel_agents_run_on_transactions_too_and_only_handoff_links_is_read_
                              clickhouse_url=f"chdb://{tmp_path / 'ch'}", replication_factor=1, partitions=2,
                              worker_role="process", otlp_port=0)
     wiring = build_app(settings, replay=False)
-    read_by_faust = {a.channel.get_topic_name() for a in wiring.app.agents.values()}
-    assert read_by_faust == {"unit.handoff-links"}
+    assert set(wiring.tx_agents) == {"sequencer", "handoff", "otel-spans", "otel-sequencer"}
+    assert not wiring.app.agents and wiring.app.producer_only  # Faust starts no consumer and joins no group
+    assert type(wiring.tables["links"]) is StateTable
     assert {name: type(wiring.tables[name]) for name in (HELD, SEQ)} == dict.fromkeys((HELD, SEQ), StateTable)
     assert wiring.tables[HELD].changelog == f"unit-worker-{HELD}-changelog"
 
