@@ -14,8 +14,8 @@ The package is also the code's top folder (``processors/``), one package per job
   ClickHouse or Faust import (a test enforces it).
 * :mod:`agentlog.replay` — the comparison engine, re-derivation from an offset,
   mock sessions, host-replay verdicts and replay tests.
-* :mod:`agentlog.worker` — the Faust app and its agents (sequencer, runstate,
-  handoff), the one batch loop, commit positions, HTTP endpoints; it starts the audit
+* :mod:`agentlog.worker` — the agents (sequencer, runstate, handoff, OpenTelemetry) on
+  Kafka transactions, the Faust app that hosts them, HTTP endpoints; it starts the audit
   sink. The only package that imports Faust.
 * :mod:`agentlog.audit` — the ClickHouse store, the audit sink that fills it exactly
   once, migrations, row mapping, named queries, the query server and the HTML report.

@@ -25,7 +25,6 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import AgentlogError, InfraError, ReplayError
 from agentlog.streams.admin import describe_partitions
 from agentlog.streams.codec import decode_ingest, decode_record
-from agentlog.streams.internals import plain_fetched_records
 from agentlog.streams.keyring import Keyring, load_keyring
 from agentlog.streams.security import acl_hint, client_kwargs
 from agentlog.streams.settings import Settings
@@ -94,28 +93,18 @@ async def _nothing() -> dict[TopicPartition, int]:
     return {}
 
 
-def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPartition, int], key_bytes: bytes | None,
-                   plain: bool) -> list[tuple[int, list[RawRecord]]]:
-    """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end.
-
-    ``plain``: the consumer hands out ``(offset, key, value)`` already
-    (:func:`agentlog.streams.internals.plain_fetched_records`); otherwise ``ConsumerRecord`` s.
-    """
+def _plain_batches(fetched: dict[TopicPartition, list[Any]], ends: dict[TopicPartition, int],
+                   key_bytes: bytes | None) -> list[tuple[int, list[RawRecord]]]:
+    """``getmany``'s records as ``(partition, [(offset, key, value), …])``: the key's records below the end."""
     out = []
     for tp, messages in fetched.items():
         if not messages:
             continue
-        partition, end = tp.partition, ends.get(tp)
-        last = messages[-1][0] if plain else messages[-1].offset
+        end = ends.get(tp)
         if end is None:
-            end = last + 1
-        if not plain:
-            out.append((partition, [(m.offset, m.key, m.value) for m in messages
-                                    if m.offset < end and (key_bytes is None or m.key == key_bytes)]))
-        elif last < end and key_bytes is None:
-            out.append((partition, messages))
-        else:
-            out.append((partition, [m for m in messages if m[0] < end and (key_bytes is None or m[1] == key_bytes)]))
+            end = messages[-1].offset + 1
+        out.append((tp.partition, [(m.offset, m.key, m.value) for m in messages
+                                   if m.offset < end and (key_bytes is None or m.key == key_bytes)]))
     return out
 
 
@@ -140,7 +129,6 @@ class TopicReader:
         self._admin = AIOKafkaAdminClient(**client_kwargs(settings), client_id="agentlog-reader")
         self._topics = tuple(topic_name(settings, short) for short in topics)
         self._partitions: dict[str, list[int]] = {}
-        self._plain = False  # whether getmany hands out (offset, key, value) tuples (set once started)
 
     async def __aenter__(self) -> TopicReader:
         try:
@@ -148,9 +136,6 @@ class TopicReader:
         except BaseException:
             await self._stop()
             raise
-        # Plain tuples per record instead of aiokafka's ConsumerRecord: about 1.5–2 µs less CPU per
-        # record read; the public records if this aiokafka has no such hook.
-        self._plain = plain_fetched_records(self._consumer)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -290,10 +275,10 @@ class TopicReader:
                             # Read to its end: pause it before the fetcher asks for more (see above).
                             live.discard(tp)
                             consumer.pause(tp)
-                batches = _plain_batches(fetched, ends, key_bytes, self._plain)
-                # Drop aiokafka's record objects before the batch is walked (without the plain hook):
-                # alive for the whole walk of a batch, a thousand of them outlived several young
-                # collections each and were promoted, which set off full collections.
+                batches = _plain_batches(fetched, ends, key_bytes)
+                # Drop aiokafka's record objects before the batch is walked: alive for the whole walk of a
+                # batch, a thousand of them outlived several young collections each and were promoted, which set
+                # off full collections.
                 fetched.clear()
                 for partition_batch in batches:
                     yield partition_batch

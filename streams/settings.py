@@ -53,11 +53,6 @@ class Settings:
     # endpoints that read the store), no consumer group of the agents joined; "all": both.
     # With the embedded chdb store one process owns the directory, so at most one sink/all worker per home.
     worker_role: str = "all"
-    # How the worker runs its agents of ingest, spans and otel-events (the sequencer, the OTel span mapper and run
-    # sequencer): "transactions" (each its own loop of Kafka transactions: a batch's outputs, state changelog and
-    # input offsets in one, fenced by the broker; processors/worker/txruntime.py) or "faust" (Faust agents on the
-    # batch loop of processors/worker/batch.py). The handoff agent is a Faust agent on either.
-    agent_runtime: str = "transactions"
     # With worker_role "all", run the agents in a child process (`--role process`, its web on
     # web_port + 1, loopback) supervised by this one, which runs the sink and the HTTP endpoints: two cores
     # instead of one thread (processors/worker/halves.py). Off: one process.

@@ -96,12 +96,12 @@ def catalogue(settings: Settings) -> list[TopicSpec]:
     return specs
 
 
-#: The worker's agents on its transactional runtime, by the topic each reads (``agent_runtime="transactions"``).
-TX_AGENTS = {"ingest": "sequencer", "spans": "otel-spans", "otel-events": "otel-sequencer"}
+#: The worker's agents, by the topic each reads (:mod:`agentlog.worker.txruntime`).
+AGENTS = {"ingest": "sequencer", "handoff-links": "handoff", "spans": "otel-spans", "otel-events": "otel-sequencer"}
 
 
 def agent_group(settings: Settings, name: str) -> str:
-    """The consumer group of the worker's agent ``name`` on its transactional runtime, also its writers' prefix.
+    """The consumer group of the worker's agent ``name``, also its writers' transactional-id prefix.
 
     Under the worker's own ``<prefix>-worker``, the prefix the secure broker's ACLs give the worker's groups and
     transactional ids (``infra/kafka/secure.py``).
@@ -110,15 +110,9 @@ def agent_group(settings: Settings, name: str) -> str:
 
 
 def reading_group(settings: Settings, short: str) -> str:
-    """The consumer group whose committed offsets say how far the worker has taken topic ``short``.
-
-    On the transactional runtime, ingest, spans and otel-events are read each by its agent's group
-    (:data:`TX_AGENTS`); every other topic the worker reads as a stream (handoff links), and all of them with
-    ``AGENTLOG_AGENT_RUNTIME=faust``, by its Faust app's.
-    """
-    if settings.agent_runtime == "transactions" and short in TX_AGENTS:
-        return agent_group(settings, TX_AGENTS[short])
-    return f"{settings.topic_prefix}-worker"
+    """The consumer group whose committed offsets say how far the worker has taken topic ``short`` (one of
+    :data:`AGENTS`): its agent's."""
+    return agent_group(settings, AGENTS[short])
 
 
 def partition_for(settings: Settings, run_id: str, topic: str = "log", *, partitions: int | None = None) -> int:

@@ -1,9 +1,9 @@
-"""The worker: the Faust app and its agents. The only package that imports Faust.
+"""The worker: its agents and the Faust app that hosts them. The only package that imports Faust.
 
 Find an agent by its file: :mod:`~agentlog.worker.sequencer` (ingest → log),
 :mod:`~agentlog.worker.runstate` (host-replay verdicts, the live log check),
-:mod:`~agentlog.worker.handoff` (derive-mode joins). They all run the loop in
-:mod:`~agentlog.worker.batch`; what the consumer group commits is :mod:`~agentlog.worker.positions`.
+:mod:`~agentlog.worker.handoff` (derive-mode joins), :mod:`~agentlog.worker.spans` (OpenTelemetry). They all run
+on Kafka transactions, :mod:`~agentlog.worker.txruntime`: the one module of commits and recovery.
 The audit sink (every output topic → ClickHouse) is :mod:`agentlog.audit.sink`; the worker only
 starts it, for the ``sink`` and ``all`` roles (:func:`agentlog.worker.app.build_app`).
 """

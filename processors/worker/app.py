@@ -1,4 +1,4 @@
-"""The worker's Faust application: topics, tables and agents wired together.
+"""The worker process: its agents, tasks and timers wired together, hosted by a Faust app.
 
 Which agent does what:
 
@@ -17,25 +17,19 @@ otel-spans      spans                 otel-events, rejections                   
 otel-sequencer  otel-events           ingest, rejections                          otel-seq
 ==============  ====================  ==========================================  ===============
 
-The sequencer and the two OTel agents run each on its own loop of Kafka transactions
-(:mod:`agentlog.worker.txruntime`; ``AGENTLOG_AGENT_RUNTIME=faust`` runs them as Faust agents); the handoff agent
-runs the batch loop of :mod:`agentlog.worker.batch` (outputs acknowledged before table writes, positions committed
-only once both are durable).
+Every agent in the table but the log check and the sink runs on its own loop of Kafka transactions
+(:mod:`agentlog.worker.txruntime`): a batch's outputs, its table changelog records and its next input offset are
+committed together, and readers read committed only. The Faust app hosts the process: it runs the agents' loops,
+the sink and the other tasks and timers, and its producer sends what is outside any agent's transaction (OTLP
+spans, close requests, ticks). It consumes nothing itself (``producer_only``), so it joins no consumer group; the
+agents' groups are ``<prefix>-worker-<agent>``. The adapters here (:class:`FaustRunner`, :class:`FaustProducer`)
+implement the ports of :mod:`agentlog.worker.ports` on it; :mod:`agentlog.worker.memory` implements them for the
+unit tests.
 
-This is the one module that imports Faust. The runtime and the agents see Faust only through the
-ports of :mod:`agentlog.worker.ports`, which the adapters here implement on the app
-(:class:`FaustRunner`, :class:`FaustProducer`, :class:`FaustSource`, :class:`FaustMembership`; the
-private attributes under them are in :mod:`agentlog.streams.internals`); :mod:`agentlog.worker.memory`
-implements the same ports for the unit tests.
-
-Roles (``agentlog worker --role``): ``process`` runs every row above but the audit
-sink and opens no store; ``sink`` runs only the audit sink (and the HTTP endpoints, which read
-the store); ``all`` runs both. A ``sink`` worker is a Faust app in producer-only mode: Faust
-still serves the web endpoints and runs the sink's task, but it subscribes to nothing and so
-never joins the ``<prefix>-worker`` group, whose members would otherwise rebalance every time a
-sink starts or dies. With the embedded chdb store one process owns the directory
-(:func:`agentlog.audit.store.open_store` takes an exclusive lock), so a second ``sink``/``all``
-worker on one home stops at start with ``store_locked``; with a ClickHouse server any number of
+Roles (``agentlog worker --role``): ``process`` runs every row above but the audit sink and opens no store; ``sink``
+runs only the audit sink (and the HTTP endpoints, which read the store); ``all`` runs both. With the embedded chdb
+store one process owns the directory (:func:`agentlog.audit.store.open_store` takes an exclusive lock), so a second
+``sink``/``all`` worker on one home stops at start with ``store_locked``; with a ClickHouse server any number of
 sinks share the ``<prefix>.audit-sink`` group's partitions.
 """
 
@@ -43,7 +37,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Collection
+from collections.abc import Awaitable
 from typing import Any
 
 import faust
@@ -53,28 +47,22 @@ from agentlog.audit import sink as audit_sink
 from agentlog.core.redaction import Redactor
 from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
-from agentlog.streams import internals
 from agentlog.streams.admin import ensure_topics_patiently
 from agentlog.streams.erasure import shred_keys
 from agentlog.streams.keyring import Keyring, follow_keyring
 from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
-from agentlog.streams.settings import REBALANCE_TIMEOUT_S, Settings, check_web_access
+from agentlog.streams.settings import Settings, check_web_access
 from agentlog.streams.topics import TopicSpec, catalogue, durability_config, topic_name
-from agentlog.worker import batch, fence, gcpause, halves, handoff, logs, positions, runstate, sequencer, txruntime
+from agentlog.worker import gcpause, halves, handoff, logs, runstate, sequencer, txruntime
 from agentlog.worker import spans as otel_spans
 from agentlog.worker import web as web_endpoints
-from agentlog.worker.ports import AgentFn, BatchProducer, Partition, TaskFn, Topic
-from agentlog.worker.tables import LocalTable, RocksBudget, Table, lock_state_dir, open_table, sequencer_tables
+from agentlog.worker.owned import Owned
+from agentlog.worker.ports import NamedTopic, TaskFn, Topic
+from agentlog.worker.tables import RocksBudget, lock_state_dir
 from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.worker")
-
-#: Longest the Faust consumer's fetch waits at the broker for data (Faust hard-codes 1,500 ms). aiokafka
-#: leaves partitions that still hold unconsumed records out of its one fetch in flight, so a fetch naming
-#: only idle partitions (spans, otel, handoff-links, changelogs) holds ingest back for the whole wait
-#: (measured: 1.5 s delivery stalls, tests/bench/JOURNAL.md). At 100 ms such a fetch costs ingest at most that.
-FETCH_MAX_WAIT_MS = 100
 
 #: ``agentlog worker --role`` values; see the module docstring.
 ROLES = ("all", "process", "sink")
@@ -91,23 +79,6 @@ def worker_role(settings: Settings) -> str:
         raise ConfigError(f"AGENTLOG_WORKER_ROLE / --role {role!r} is not one of {', '.join(ROLES)}",
                           code="bad_worker_role")
     return role
-
-
-#: ``AGENTLOG_AGENT_RUNTIME`` values (:func:`agent_runtime`).
-AGENT_RUNTIMES = ("transactions", "faust")
-
-
-def agent_runtime(settings: Settings) -> str:
-    """How the worker runs its agents of ingest, spans and otel-events: ``settings.agent_runtime``.
-
-    Raises:
-        ConfigError: ``bad_agent_runtime`` for a value not in :data:`AGENT_RUNTIMES`.
-    """
-    runtime = settings.agent_runtime
-    if runtime not in AGENT_RUNTIMES:
-        raise ConfigError(f"AGENTLOG_AGENT_RUNTIME {runtime!r} is not one of {', '.join(AGENT_RUNTIMES)}",
-                          code="bad_agent_runtime")
-    return runtime
 
 
 def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
@@ -140,20 +111,10 @@ def faust_broker_kwargs(settings: Settings) -> dict[str, Any]:
 
 
 class FaustRunner:
-    """The ``Runner`` port on a Faust app: its topics (raw bytes), agents, tasks and timers."""
+    """The ``Runner`` port on a Faust app: its tasks and timers."""
 
-    def __init__(self, app: faust.App, partitions: int) -> None:
+    def __init__(self, app: faust.App) -> None:
         self.app = app
-        self._partitions = partitions
-
-    def topic(self, name: str) -> Topic:
-        topic: Topic = self.app.topic(name, key_type=bytes, value_type=bytes, key_serializer="raw",
-                                      value_serializer="raw", partitions=self._partitions)
-        return topic
-
-    def agent(self, topic: Topic, name: str, fn: AgentFn) -> None:
-        faust_topic: Any = topic  # a faust Topic: made by :meth:`topic`
-        self.app.agent(faust_topic, name=name, concurrency=1)(fn)  # type: ignore[arg-type]  # a Stream port
 
     def task(self, fn: TaskFn) -> None:
         self.app.task(fn)
@@ -163,7 +124,7 @@ class FaustRunner:
 
 
 class FaustProducer:
-    """The ``Producer`` port on the Faust app's producer (and the aiokafka producer under it, for batches)."""
+    """The ``Producer`` port on the Faust app's producer."""
 
     def __init__(self, app: faust.App) -> None:
         self._app = app
@@ -172,66 +133,9 @@ class FaustProducer:
         sent: Awaitable[Any] = await self._app.producer.send(topic, key, value, partition, None, None)
         return sent
 
-    def batches(self) -> BatchProducer:
-        producer: BatchProducer = internals.kafka_producer(self._app.producer)
-        return producer
-
-
-class FaustSource:
-    """The ``Source`` port on the Faust app's consumer (its private offsets: :mod:`agentlog.streams.internals`)."""
-
-    def __init__(self, app: faust.App) -> None:
-        self._app = app
-
-    def assignment(self) -> Collection[Partition]:
-        assigned: Collection[Partition] = self._app.consumer.assignment()
-        return assigned
-
-    def highwater(self, tp: Partition) -> int | None:
-        consumer: Any = self._app.consumer  # tp: a faust TP (what its assignment holds)
-        high: int | None = consumer.highwater(tp)
-        return high
-
-    def committed(self, tp: Partition) -> int | None:
-        return internals.committed_offset(self._app.consumer, tp)
-
-    def read_offset(self, tp: Partition) -> int | None:
-        return internals.read_offset(self._app.consumer, tp)
-
-    def fetch_position(self, tp: Partition) -> int | None:
-        return internals.fetch_position(self._app.consumer, tp)
-
-    def forget_acks(self, tp: Partition) -> None:
-        internals.forget_acks(self._app.consumer, tp)
-
-    async def seek(self, tp: Partition, offset: int) -> None:
-        consumer: Any = self._app.consumer
-        await consumer.seek(tp, offset)
-
-
-class FaustMembership:
-    """The ``Membership`` port on the Faust app: its rebalancing and recovery flags, its consumer's generation."""
-
-    def __init__(self, app: faust.App) -> None:
-        self._app = app
-
-    def settling(self) -> bool:
-        """Whether the group is rebalancing or the app's tables are recovering (Faust's own flags).
-
-        Then no batch starts, no stall is healed and no offset is committed: positions and records from
-        before the rebalance may be of partitions this worker no longer holds.
-        """
-        app = self._app
-        return bool(app.rebalancing or getattr(app, "in_recovery", False))
-
-    @property
-    def generation(self) -> int:
-        generation: int = self._app.consumer_generation_id
-        return generation
-
 
 def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web_loopback: bool = False) -> Wiring:
-    """Create the worker's Faust app for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out).
+    """Create the worker for ``settings.worker_role`` (the ``process`` role leaves ClickHouse out).
 
     ``web``: serve the console, the query API and ``/metrics`` on ``settings.web_port``.
     ``web_loopback``: on loopback whatever ``settings.web_host`` says (a process half's web server, which
@@ -249,97 +153,43 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     app = faust.App(
         f"{settings.topic_prefix}-worker",
         **faust_broker_kwargs(settings),  # SASL/TLS from AGENTLOG_KAFKA_CONFIG
-        store="rocksdb://",
-        processing_guarantee="at_least_once",
         autodiscover=False,
-        # One directory per app: a table database holds the changelog offset it reflects, so it must never
-        # be read by the app of another topic prefix.
+        # Faust's own directory (it keeps no table here): under the worker's state, not the working directory.
         datadir=str(settings.state_path / f"{settings.topic_prefix}-worker"),
-        topic_partitions=settings.partitions,
-        topic_replication_factor=settings.replication_factor,
-        table_standby_replicas=0,
-        broker_session_timeout=settings.session_timeout_s,
-        broker_rebalance_timeout=REBALANCE_TIMEOUT_S,
-        broker_heartbeat_interval=min(3.0, settings.session_timeout_s / 3),
-        broker_commit_interval=1.0,
-        consumer_auto_offset_reset="earliest",
         producer_acks=-1,
-        # Faust's default 16 KiB producer batch makes a 300-event batch of outputs a dozen
-        # sequential produce requests per partition; 1 MiB batches with a 5 ms linger send it in one.
         producer_max_batch_size=1 << 20,
         producer_linger=0.005,
         web_enabled=False,  # the worker's own server serves HTTP (agentlog.worker.web)
-        stream_wait_empty=False,
-        # Every topic, Faust's own included (internal_topic_specs), is created by run_worker before
-        # Faust starts. Declaring them again makes Faust force an all-topics metadata refresh per
-        # topic, at start and at every rebalance (14 per start; each a response listing every topic
-        # on the broker).
-        topic_allow_declare=False,
-        # Table keys/values as JSON: str keys come back as str after changelog recovery
-        # (the topics below set raw bytes explicitly).
-        key_serializer="json",
-        value_serializer="json",
     )
-    transactions = role != "sink" and agent_runtime(settings) == "transactions"
-    if role == "sink" or transactions:
-        # Faust's own switch for "no consumer, no agents, no tables": its tasks, timers and producer only. A sink
-        # reads with its own consumer; on transactions every agent does.
-        app.producer_only = True
-    runner = FaustRunner(app, settings.partitions)
-    topics = {
-        short: runner.topic(topic_name(settings, short))
+    # Faust's own switch for "no consumer, no agents, no tables": its tasks, timers and producer only. Every
+    # agent reads with its own consumer (:mod:`agentlog.worker.txruntime`), the sink too.
+    app.producer_only = True
+    topics: dict[str, Topic] = {
+        short: NamedTopic(topic_name(settings, short))
         for short in (
             "ingest", "log", "transitions", "violations", "rejections",
             "snapshots", "verdicts", "handoff-links", "checkpoints", "keyring",
         )
     }
-
-    budget = RocksBudget(settings.state_cache_mb)
-    METRICS.add_collector(budget.series)
-
-    def table(name: str) -> LocalTable:
-        return open_table(app, name, settings.partitions, budget)
-
-    # On transactions every agent's tables are its runtime's own (below); as Faust agents, the app's.
-    tables: dict[str, Table] = {}
-    if role != "sink" and not transactions:
-        tables = dict(sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s))
-    durable = positions.DurablePositions()
-    source, membership = FaustSource(app), FaustMembership(app)
-    positions.install(app, durable, source, membership)
-    internals.set_fetch_max_wait(app, FETCH_MAX_WAIT_MS)  # no 1.5 s long-poll holding ingest back
-    internals.deliver_in_line(app)  # no four tasks per record between the consumer and the streams
-    METRICS.add_collector(durable.series)
-    backfill = positions.BrokerBackfill(settings)
-    wiring = Wiring(settings=settings, runner=runner, producer=FaustProducer(app), source=source,
-                    membership=membership, backfill=backfill, topics=dict(topics), tables=dict(tables),
-                    positions=durable, fence=fence.Fence(fence.wait_bound(fence.REVOKE_WAIT_S, REBALANCE_TIMEOUT_S)),
-                    app=app)
-    fence.install(app, wiring.fence)
-    wiring.make_table = table
+    wiring = Wiring(settings=settings, runner=FaustRunner(app), producer=FaustProducer(app), topics=topics,
+                    tables={}, app=app)
     wiring.keyring = Keyring.from_settings(settings)
     wiring.redactor = redactor
     _install_keyring(wiring)
 
-    # One pass over ingest: sequencing and the fold in one agent; the log is only re-read
-    # by the plain-consumer chain check, never by a Faust stream.
     if role != "sink":
-        _install_partition_starts(wiring, backfill)
-        if transactions:
-            _install_sequencer(wiring, budget, replay=replay)
-        else:
-            sequencer.install(wiring, replay=replay)
-        batch.install_stall_heal(wiring)
+        budget = RocksBudget(settings.state_cache_mb)
+        METRICS.add_collector(budget.series)
+        _install_sequencer(wiring, budget, replay=replay)
         runstate.install_log_check(wiring)
+        agents = txruntime.TxAgents(wiring, budget.open)
+        handoff.install(agents)
+        # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
+        otel_spans.install(wiring, agents)
     if role != "process":
         keyring, ready = wiring.keyring, wiring.keyring_ready
-        wiring.store = audit_sink.install(settings, runner.task,
+        wiring.store = audit_sink.install(settings, wiring.runner.task,
                                           shred=lambda runs: shred_keys(settings, keyring, ready, runs))
-    if role != "sink":
-        # OpenTelemetry ingest: OTLP/HTTP receiver + span mapper (spans → ingest).
-        agents = txruntime.TxAgents(wiring, budget.open) if transactions else batch.FaustAgents(wiring)
-        handoff.install(wiring, agents)
-        otel_spans.install(wiring, agents)
 
     @app.task  # type: ignore[untyped-decorator]  # faust's App.task is @no_type_check
     async def quiet_client_loggers() -> None:
@@ -349,20 +199,19 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
         for name in ("aiokafka", "faust", "mode"):
             logging.getLogger(name).setLevel(level)
 
-    gcpause.install(runner)  # no generation-2 pauses over the tables' heap
+    gcpause.install(wiring.runner)  # no generation-2 pauses over the tables' heap
     if web:  # on AGENTLOG_WEB_HOST: loopback unless a token is set (check_web_access)
         web_endpoints.install(wiring, "127.0.0.1" if web_loopback else settings.web_host)
     return wiring
 
 
 def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> None:
-    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txruntime`), beside the app.
+    """The sequencer on its own loop of Kafka transactions (:mod:`agentlog.worker.txruntime`).
 
-    Its tables join ``wiring.tables`` (the lifetimes sweep reads ``runs``; their changelogs are created with the
-    app's).
+    Its tables join ``wiring.tables`` (the lifetimes sweep reads ``runs``).
     """
-    owned = fence.Fence()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
-    agent = sequencer.build(wiring, replay=replay, fence=owned)
+    owned = Owned()  # the ingest partitions the runtime holds (the lifetimes sweep asks closes for those)
+    agent = sequencer.build(wiring, owned, replay=replay)
     tables = txruntime.sequencer_tables(wiring.settings, budget.open)
     wiring.tables.update(tables)
     txruntime.install(wiring, agent, tables, owned, short="ingest", name="sequencer")
@@ -379,27 +228,6 @@ def _install_keyring(wiring: Wiring) -> None:
     wiring.runner.task(keyring_follower)
 
 
-def _install_partition_starts(wiring: Wiring, backfill: positions.BrokerBackfill) -> None:
-    """One long-lived look-up consumer for where partitions start, started with the app.
-
-    Started before the first batch needs it, so its bootstrap (an all-topics metadata request, as
-    every aiokafka client's is) is paid at start-up, not inside a partition's first batch.
-    """
-    starts = backfill.starts = positions.PartitionStarts(wiring.settings)
-
-    async def partition_starts() -> None:
-        try:
-            try:
-                await starts.start([wiring.topics["ingest"].get_topic_name()])
-            except Exception as e:  # not fatal: the first look-up starts it again (and raises if it must)
-                log.warning("the partition-start look-up consumer did not start (%s); starting it on first use", e)
-            await asyncio.Event().wait()  # until the app stops (its tasks are cancelled)
-        finally:
-            await starts.stop()
-
-    wiring.runner.task(partition_starts)
-
-
 #: How soon a table changelog's records can be compacted away: Kafka compacts only closed segments, and
 #: by default a segment stays open for 7 days, so every closed run's keys and tombstones would stay that
 #: long for a worker on a new disk to read. An hour's segments bound that to the runs in flight plus about
@@ -408,11 +236,7 @@ CHANGELOG_SEGMENT_MS = 3_600_000
 
 
 def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
-    """Faust's own topics (table changelogs, the assignor's leader topic) as :class:`TopicSpec` s.
-
-    Created by us before Faust starts, so a missing one is waited for like ours instead of
-    crashing Faust's start-up (it declares them itself, and finds them there).
-    """
+    """The agents' table changelogs as :class:`TopicSpec` s, created before the worker starts with every topic."""
     settings = wiring.settings
     rf = settings.replication_factor
     durable = durability_config(rf)
@@ -426,7 +250,6 @@ def internal_topic_specs(wiring: Wiring) -> list[TopicSpec]:
                    **expiring.get(name, {})}, rf)
         for name, table in wiring.tables.items()
     ]
-    specs.append(TopicSpec(f"{wiring.app.conf.id}-__assignor-__leader", 1, dict(durable), rf))
     return specs
 
 

@@ -15,22 +15,20 @@ import logging
 from agentlog.core.handoff import child_of, join
 from agentlog.metrics import METRICS
 from agentlog.streams.codec import decode_record, encode_record
-from agentlog.worker.batch import SourceRecord
-from agentlog.worker.ports import Agents
+from agentlog.worker.ports import SourceRecord
 from agentlog.worker.sequencer import Staging
-from agentlog.worker.wiring import Wiring
+from agentlog.worker.txruntime import TxAgents
 
 log = logging.getLogger("agentlog.handoff")
 
 
-def install(wiring: Wiring, agents: Agents) -> None:
-    """Register the handoff agent on ``handoff-links`` and its table ``links``, on ``agents``' runtime.
+def install(agents: TxAgents) -> None:
+    """Register the handoff agent on ``handoff-links`` and its table ``links``.
 
-    On the worker's transactions (:mod:`agentlog.worker.txruntime`) it reads ``handoff-links`` committed only, so
-    a link of a sequencer batch that never committed is never joined, and a batch's transitions, its ``links``
-    writes and its next offset commit together.
+    It runs on the worker's transactions (:mod:`agentlog.worker.txruntime`): it reads ``handoff-links`` committed
+    only, so a link of a sequencer batch that never committed is never joined, and a batch's transitions, its
+    ``links`` writes and its next offset are committed together.
     """
-    del wiring  # the agent's world is its batch: reads and writes through it, outputs sent in its transaction
 
     async def handle(batch: Staging, record: SourceRecord) -> None:
         try:

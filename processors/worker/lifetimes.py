@@ -21,7 +21,7 @@ from agentlog.core.lifetimes import Reason, close_request, due
 from agentlog.metrics import METRICS
 
 if TYPE_CHECKING:
-    from agentlog.worker.fence import Fence
+    from agentlog.worker.owned import Owned
     from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.lifetimes")
@@ -33,10 +33,10 @@ RESCAN_YIELD_EVERY = 1000
 class Lifetimes:
     """The runs in flight of this worker's ingest partitions, and when each is due to close."""
 
-    def __init__(self, wiring: Wiring, *, fence: Fence | None = None) -> None:
+    def __init__(self, wiring: Wiring, owned: Owned) -> None:
         self._wiring = wiring
-        #: Whose ``ingest`` partitions are this worker's (the Faust app's fence unless the sequencer runs elsewhere).
-        self._fence = fence or wiring.fence
+        #: The ``ingest`` partitions the sequencer's runtime holds.
+        self._owned = owned
         self._grace_s = wiring.settings.run_grace_s
         self._idle_s = wiring.settings.run_idle_s
         #: runId -> (partition, due at (epoch s), next sequence, reason)
@@ -85,8 +85,6 @@ class Lifetimes:
         for i, key in enumerate(runs.keys_from(partition, "")):
             if i % RESCAN_YIELD_EVERY == RESCAN_YIELD_EVERY - 1:
                 await asyncio.sleep(0)
-            if key.startswith("\x00"):  # the agent's positions, not runs
-                continue
             record = runs.get(partition, key)
             if isinstance(record, dict) and "next" in record:
                 self.track(partition, key, record, now_s)
@@ -96,15 +94,12 @@ class Lifetimes:
     async def sweep(self) -> None:
         """Ask for the close of every run due (one timer tick)."""
         wiring = self._wiring
-        if wiring.membership.settling():
-            return
         topic = wiring.topics["ingest"].get_topic_name()
-        fence = self._fence
-        if fence.assignments != self._assignment:
-            self._assignment = fence.assignments
+        held = self._owned
+        if held.assignments != self._assignment:
+            self._assignment = held.assignments
             self._scanned.clear()
-        owned = set(fence.partitions(topic))
-        wiring.fresh_tables()
+        owned = set(held.partitions(topic))
         now_s = time.time()
         for partition in sorted(owned - self._scanned):
             n = await self.rescan(partition, wiring.tables["runs"], now_s)

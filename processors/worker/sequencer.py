@@ -4,19 +4,15 @@ The single writer of the committed log per partition (SPEC §4). What to do with
 record is :func:`agentlog.core.sequencing.sequence` (decode, validate, decide); an
 accepted event is folded into its run right here (:func:`agentlog.core.runstate.advance`),
 so the committed record carries the state hash at its index (log format 2) and no event
-goes through a second Faust stream (ingest → log → run state) to be folded: Faust's
-per-record delivery is the worker's ceiling, and every extra hop halves what is left.
+goes through a second consumer (ingest → log → run state) to be folded: every extra hop
+costs as much delivery again.
 
-Tables, in the stages :mod:`agentlog.worker.batch` makes them durable: ``index``
-(eventId → position), then ``runs`` (per run: its chain head and its folded state, one
-record, so the two are always durable together). Every output of a batch (log records,
-transitions, violations, handoff links, snapshots) is acknowledged before the first of them
-is written, so a crash leaves at worst a run whose ``runs`` record is behind its ``index``:
-the redelivered record is then ``Redelivered`` and is folded again silently (its outputs are
-already durable), which restores the record byte for byte. Every committed record carries
-its state hash, so an accepted event whose fold fails (a bug) is not committed without one:
-it goes to ``rejections`` with reason ``run_state_unavailable``
-(:func:`agentlog.core.runstate.fold_next`).
+Tables: ``index`` (eventId → position) and ``runs`` (per run: its chain head and its folded state, one record,
+so the two are always durable together), written in the batch's transaction with every output of the batch (log
+records, transitions, violations, handoff links, snapshots) and its next ingest offset
+(:mod:`agentlog.worker.txruntime`): all of it is committed, or none of it is and the batch is handled again. Every
+committed record carries its state hash, so an accepted event whose fold fails (a bug) is not committed without one:
+it goes to ``rejections`` with reason ``run_state_unavailable`` (:func:`agentlog.core.runstate.fold_next`).
 
 Content is redacted and sealed here (SPEC §12): an accepted doc is first redacted by the deployment's policy
 (:meth:`agentlog.core.redaction.Redactor.stored`, ``wiring.redactor``: secrets and personal data masked, hashed or
@@ -24,7 +20,7 @@ dropped, what was done recorded in the payload's ``$redactions``), then chained,
 (:func:`agentlog.core.sealing.seal_event`, under its run's data key), so nothing past the sequencer holds a
 host's content in plaintext, nor what the policy removes in any form. Both steps are deterministic, so a redelivered
 record is stored byte-identically. A run's key is minted at its first accepted event and its keyring record is
-acknowledged before any record sealed under it (:class:`agentlog.worker.batch.Outbox`); a rejection's
+committed in the same transaction as the first record sealed under it; a rejection's
 original bytes are sealed under a key of their own, linked to their run (``rejections/<runId>``), so that
 a run that never got a valid first event still has its bytes erasable. The sequencer waits for the keyring
 to be loaded before its first batch: a redelivered record must be sealed again under the key it had.
@@ -73,10 +69,10 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.records import run_snapshot
 from agentlog.streams.codec import encode_committed, encode_record
 from agentlog.worker import runstate
-from agentlog.worker.batch import GROUP_SEP, Acked, SourceRecord, batched_agent
-from agentlog.worker.fence import Fence
 from agentlog.worker.lifetimes import Lifetimes
 from agentlog.worker.lifetimes import install as install_lifetimes
+from agentlog.worker.owned import Owned
+from agentlog.worker.ports import GROUP_SEP, Acked, SourceRecord
 from agentlog.worker.signing import load_or_create_signing_key
 from agentlog.worker.wiring import Wiring
 
@@ -94,8 +90,7 @@ SNAPSHOT_EVERY = 100
 class Staging(Protocol):
     """What the sequencer's work needs of a batch: reads through its own writes, staged writes, outputs.
 
-    :class:`agentlog.worker.batch.Batch` (the Faust batch loop) and :class:`agentlog.worker.txruntime.TxBatch`
-    (one Kafka transaction) are the two.
+    :class:`agentlog.worker.txruntime.TxBatch` (one Kafka transaction) is the one.
     """
 
     partition: int
@@ -112,14 +107,14 @@ class Staging(Protocol):
                    on_acked: Acked | None = None) -> Awaitable[Any] | None: ...
 
 
-#: The sequencer's per-record work and its batch hooks, on either kind of batch.
+#: The sequencer's per-record work and its batch hooks.
 StagingHandler = Callable[[Staging, SourceRecord], Awaitable[None]]
 StagingHook = Callable[[Staging], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
 class SequencerAgent:
-    """The sequencer's per-record work and its batch hooks, for whichever runtime runs them.
+    """The sequencer's per-record work and its batch hooks, for its runtime to run.
 
     ``handle`` per record, ``before_commit`` once a batch's records are handled (its snapshots, which
     name their log records' offsets), ``after_commit`` once the batch is durable (lifetimes, verdicts).
@@ -131,25 +126,18 @@ class SequencerAgent:
     lifetimes: Lifetimes
 
 
-def install(wiring: Wiring, *, replay: bool = True) -> None:
-    """Register the one-pass sequencer agent on the batch loop; ``replay=False`` leaves host-replay verdicts out."""
-    agent = build(wiring, replay=replay)
-    batched_agent(wiring, "ingest", name="sequencer", table="runs", handle=agent.handle,
-                  before_commit=agent.before_commit, after_commit=agent.after_commit)
+def build(wiring: Wiring, owned: Owned, *, replay: bool = True) -> SequencerAgent:
+    """The sequencer's work on ``wiring`` (its run-lifetime sweep registered on the runner); ``replay=False`` leaves
+    host-replay verdicts out.
 
-
-def build(wiring: Wiring, *, replay: bool = True, fence: Fence | None = None) -> SequencerAgent:
-    """The sequencer's work on ``wiring`` (its run-lifetime sweep registered on the runner).
-
-    ``fence``: whose partitions of ``ingest`` the lifetimes sweep asks closes for (the runtime's own, where it
-    is not the Faust app's).
+    ``owned``: the ingest partitions its runtime holds, whose runs the lifetimes sweep asks closes for.
     """
     settings = wiring.settings
     max_bytes = settings.max_event_bytes
     snapshot_every, handoff_mode = SNAPSHOT_EVERY, settings.handoff_mode
     checkpoint_every, signer = settings.checkpoint_every, load_or_create_signing_key(settings)
     remember = _remember(wiring)
-    lifetimes = Lifetimes(wiring, fence=fence)
+    lifetimes = Lifetimes(wiring, owned)
     install_lifetimes(wiring, lifetimes)
     verdicts = runstate.Verdicts(wiring) if replay else None
 

@@ -20,9 +20,8 @@ sequences of its records. A record's events all come from one trace, and an even
 re-emitted (a redelivered record, re-sent spans, late spans of a published trace) comes
 from the same trace under the same id, so the record's trace's entries say whether an
 event was sequenced already: it is never sequenced again, so a redelivered or re-emitted
-record adds nothing. The cursor is written after the batch's index entries, so after a
-crash that made only part of a batch's table writes durable it is at most behind them,
-and the entries starting at it move it forward. The index keeps the last
+record adds nothing. The cursor and the index entries of a batch are committed together
+(:mod:`agentlog.worker.txruntime`). The index keeps the last
 ``RUN_INDEX_MAX`` events of each run (whole records); an event re-emitted after being
 forgotten would get a new sequence, which the sequencer rejects as ``duplicate_event_id``
 (recorded, never silent), as would an event id a hand-written record repeats under another
@@ -81,11 +80,11 @@ from agentlog.schemas.records import RecordSource, Rejection, record_source, rej
 from agentlog.streams.codec import encode_record
 from agentlog.streams.keyring import Keyring
 from agentlog.streams.topics import topic_name
-from agentlog.worker.batch import POSITION_KEY, SourceRecord
 from agentlog.worker.otlp import Receiver
-from agentlog.worker.ports import Agents
+from agentlog.worker.ports import NamedTopic, SourceRecord
 from agentlog.worker.sequencer import Staging
 from agentlog.worker.tables import Table
+from agentlog.worker.txruntime import TxAgents
 from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.otel")
@@ -686,16 +685,14 @@ async def _start_grpc(receiver: Receiver, host: str, http_port: int) -> Any:
     return server
 
 
-def install(wiring: Wiring, agents: Agents) -> None:
-    """Register the two topics and tables, the mapper and run-sequencer agents (on ``agents``' runtime), the tick
-    timer and the receivers."""
+def install(wiring: Wiring, agents: TxAgents) -> None:
+    """Register the two topics and tables, the mapper and run-sequencer agents, the tick timer and the receivers."""
     runner, settings = wiring.runner, wiring.settings
 
-    wiring.topics["spans"] = runner.topic(topic_name(settings, "spans"))
-    wiring.topics["otel-events"] = runner.topic(topic_name(settings, "otel-events"))
+    wiring.topics["spans"] = NamedTopic(topic_name(settings, "spans"))
+    wiring.topics["otel-events"] = NamedTopic(topic_name(settings, "otel-events"))
     for name in (HELD, SEQ):
         agents.table(name)
-    assert not POSITION_KEY.startswith(_PENDING)
     owned = agents.agent("spans", name="otel-spans", table=HELD, handle=handle, after_commit=_shred_keys)
     agents.agent("otel-events", name="otel-sequencer", table=SEQ, handle=sequence, before_commit=_write_cursors)
 

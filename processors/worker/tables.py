@@ -1,21 +1,14 @@
 """The worker's tables: per-partition key → value maps with a changelog, on local disk.
 
-Every agent keeps its state in tables partitioned like its source topic (a run's keys live in
-the partition of the records that wrote them). The runtime (:mod:`agentlog.worker.batch`)
-reads and writes them through the small :class:`Table` port below, always naming the
-partition, and sends every write's changelog record itself, after the batch's outputs are
-acknowledged.
+Every agent keeps its state in tables partitioned like its source topic (a run's keys live in the partition of the
+records that wrote them). Its runtime (:mod:`agentlog.worker.txruntime`) reads and writes them through the small
+:class:`Table` port below, always naming the partition, and sends every write's changelog record in the batch's
+transaction. :class:`RocksTable` is the RocksDB side of a table (:class:`agentlog.worker.txstate.StateTable` adds
+its restore from the changelog); memory is RocksDB's write buffers and block cache, one budget shared by every table
+(:class:`RocksBudget`, ``state_cache_mb``), not the number of keys: the tables hold only runs in flight
+(:mod:`agentlog.worker.lifetimes`), and what they hold lives on disk.
 
-:class:`LocalTable` keeps each partition in a RocksDB database (``rocksdict``) under the
-worker's state directory, opened and recovered by Faust's RocksDB store: the database holds,
-beside the data, the changelog offset it reflects, so a restart on the same disk reads only
-the changelog's tail; a worker on a new disk reads the compacted changelog. Memory is RocksDB's
-write buffers and block cache, one budget shared by every table (``state_cache_mb``), not the
-number of keys: the tables hold only runs in flight (:mod:`agentlog.worker.lifetimes`), and
-what they hold lives on disk.
-
-:class:`MemoryTable` is the same port over a dict, for unit tests of the runtime and agents
-without a broker.
+:class:`MemoryTable` is the same port over a dict, for unit tests of the agents' logic.
 """
 
 from __future__ import annotations
@@ -31,7 +24,6 @@ from typing import Any, Protocol
 import orjson
 
 from agentlog.schemas.errors import ConfigError
-from agentlog.streams import internals
 
 
 class Table(Protocol):
@@ -43,30 +35,15 @@ class Table(Protocol):
     def get(self, partition: int, key: str) -> Any:
         """The key's value in ``partition`` (None: absent)."""
 
-    def put(self, partition: int, key: str, value: Any, encoded: tuple[bytes, bytes | None] | None = None) -> None:
-        """Set the key locally (``None`` deletes it); the caller sends the changelog record.
-
-        ``encoded``: the key's and value's :func:`encode` bytes, when the caller has them already.
-        """
-
-    def put_many(self, partition: int, writes: Sequence[tuple[str, Any, tuple[bytes, bytes | None]]]) -> None:
-        """:meth:`put` of each ``(key, value, encoded)`` in ``partition``, in order, as one write of the local copy."""
-
     def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
         """Every key of ``partition`` that starts with ``prefix``, in key order."""
-
-    def persisted(self, partition: int, offset: int) -> None:
-        """Note that the local copy of ``partition`` holds every changelog record up to ``offset``."""
-
-    def forget_cached(self) -> None:
-        """Drop what is cached in memory (recovery rewrote the local copy behind the table's back)."""
 
 
 _MISSING = object()
 
 
 def encode(obj: Any) -> bytes:
-    """A key or value as its changelog (and local store) bytes: JSON, which Faust's recovery reads back."""
+    """A key or value as its changelog (and local store) bytes: JSON."""
     try:
         return orjson.dumps(obj)
     except (orjson.JSONEncodeError, TypeError):  # integers past 64 bits, non-string keys: any valid JSON does
@@ -139,37 +116,6 @@ class RocksTable:
             yield orjson.loads(raw)
 
 
-class LocalTable(RocksTable):
-    """A Faust table on RocksDB, read and written by partition (Faust's own access guesses the partition).
-
-    Faust's recovery writes the databases directly, so the runtime calls :meth:`forget_cached` after every
-    assignment.
-    """
-
-    def __init__(self, faust_table: Any, cached: int = 8192) -> None:
-        super().__init__(cached)
-        self._table = faust_table
-        self.name: str = faust_table.name
-        self.changelog: str = faust_table.changelog_topic.get_topic_name()
-
-    def _db(self, partition: int) -> Any:
-        return internals.table_db(self._table, partition)
-
-    def put(self, partition: int, key: str, value: Any, encoded: tuple[bytes, bytes | None] | None = None) -> None:
-        raw_key, raw_value = encoded or (encode(key), None if value is None else encode(value))
-        if raw_value is None:
-            self._db(partition).delete(raw_key)
-        else:
-            self._db(partition).put(raw_key, raw_value)
-        self._remember(partition, key, value)
-
-    def put_many(self, partition: int, writes: Sequence[tuple[str, Any, tuple[bytes, bytes | None]]]) -> None:
-        self._write(partition, writes)
-
-    def persisted(self, partition: int, offset: int) -> None:
-        internals.set_persisted_offset(self._table, partition, offset)
-
-
 class MemoryTable:
     """The :class:`Table` port over one dict (keys are unique across partitions: a run lives in one)."""
 
@@ -177,7 +123,6 @@ class MemoryTable:
         self.name = name
         self.changelog = changelog or name
         self.data: dict[str, Any] = {}
-        self.offsets: dict[int, int] = {}
 
     def get(self, partition: int, key: str) -> Any:
         return self.data.get(key)
@@ -195,19 +140,14 @@ class MemoryTable:
     def keys_from(self, partition: int, prefix: str) -> Iterator[str]:
         return iter(sorted(k for k in self.data if k.startswith(prefix)))
 
-    def persisted(self, partition: int, offset: int) -> None:
-        self.offsets[partition] = offset
-
-    def forget_cached(self) -> None:
-        pass
 
 
 class RocksBudget:
-    """Opens every table's RocksDB databases within one memory budget (Faust's store calls :meth:`open`).
+    """Opens every table's RocksDB databases within one memory budget.
 
-    Faust's own options give each database its own 2 GiB block cache and three 64 MiB write
-    buffers, so memory would grow with tables × partitions. Here all of them share one LRU block
-    cache and one write-buffer manager charged to that cache: ``cache_mb`` bounds both together.
+    RocksDB's defaults give each database its own block cache and write buffers, so memory would grow with
+    tables × partitions. Here all of them share one LRU block cache and one write-buffer manager charged to that
+    cache: ``cache_mb`` bounds both together.
     A ``ttl_s`` database drops keys older than that at compaction (the ``closed`` table's markers).
     """
 
@@ -223,9 +163,6 @@ class RocksBudget:
     def series(self) -> Iterator[tuple[str, dict[str, str], float]]:
         """``agentlog_state_cache_bytes``: what the shared cache holds now (blocks and write buffers charged to it)."""
         yield "agentlog_state_cache_bytes", {}, float(self._cache.get_usage())
-
-    def opener(self, ttl_s: int | None = None) -> _Opener:
-        return _Opener(self, ttl_s)
 
     def open(self, path: Path, ttl_s: int | None) -> Any:
         rd = self._rocksdict
@@ -243,39 +180,6 @@ class RocksBudget:
         return rd.Rdict(str(path), options=options, access_type=access)
 
 
-class _Opener:
-    """What Faust's RocksDB store asks for a partition's database (``rocksdb_options.open``)."""
-
-    def __init__(self, budget: RocksBudget, ttl_s: int | None) -> None:
-        self._budget = budget
-        self.ttl = ttl_s
-
-    def open(self, path: Path, *, read_only: bool = False) -> Any:
-        return self._budget.open(path, self.ttl)
-
-
-def open_table(app: Any, name: str, partitions: int, budget: RocksBudget,
-               ttl_s: float | None = None) -> LocalTable:
-    """The Faust app's table ``name`` on RocksDB under ``budget``; with ``ttl_s``, RocksDB drops older keys."""
-    faust_table = app.Table(name, default=None, partitions=partitions)
-    internals.use_rocksdb_opener(faust_table, budget.opener(int(ttl_s) if ttl_s else None))
-    return LocalTable(faust_table)
-
-
-def sequencer_tables(app: Any, partitions: int, budget: RocksBudget,
-                     closed_retention_s: float) -> dict[str, LocalTable]:
-    """The tables of the ingest agent, by the short names it uses.
-
-    ``index``: runId␟eventId -> [sequence, hash, partition, offset]; ``runs``: runId -> {"state",
-    "next", "head", "since", "ts", "end"} (these two: runs in flight); ``closed``: runId ->
-    ClosedMarker, for ``closed_retention_s``.
-    """
-    names = {"index": "seq-index", "runs": "run-state"}
-    tables = {short: open_table(app, name, partitions, budget) for short, name in names.items()}
-    tables["closed"] = open_table(app, "run-closed", partitions, budget, closed_retention_s)
-    return tables
-
-
 class StateDirLocked(ConfigError):
     pass
 
@@ -283,8 +187,8 @@ class StateDirLocked(ConfigError):
 def lock_state_dir(path: Path) -> int:
     """Take the worker's state directory for this process (released when it exits, however it exits).
 
-    Two workers on one directory would open the same RocksDB databases; RocksDB's own lock then
-    makes Faust retry for ever. Refused at start instead, naming the owner.
+    Two workers on one directory would open the same RocksDB databases, which RocksDB's own lock refuses
+    somewhere inside a rebalance. Refused at start instead, naming the owner.
 
     Raises:
         StateDirLocked: ``state_dir_locked`` when another live process holds it.

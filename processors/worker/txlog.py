@@ -171,6 +171,25 @@ class MemoryLog:
         self._epochs: dict[int, int] = {}
         self.positions: dict[tuple[str, int], int] = {}
 
+    def member(self, group: str) -> MemoryLog:
+        """The same records and positions, written by another group's writers (another agent's transactional ids)."""
+        view = MemoryLog(self._partitions)
+        view._topics, view.positions = self._topics, self.positions
+        return view
+
+    def append(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Appended:
+        """One record written outside any transaction (what the worker's own producer sends): committed at once."""
+        part = self.partition_of(topic, key) if partition is None else partition
+        held = self.held(topic, part)
+        rec = LogRecord(len(held.records), 0, key, value)
+        held.records.append((rec, True))
+        return Appended(topic, part, rec.offset)
+
+    def values(self, topic: str, partition: int | None = None) -> list[bytes | None]:
+        """The committed values of ``topic`` (of one partition, or of every one in partition order)."""
+        parts = [partition] if partition is not None else sorted(p for t, p in self._topics if t == topic)
+        return [rec.value for p in parts for rec, committed in self.held(topic, p).records if committed]
+
     def held(self, topic: str, partition: int) -> _Held:
         return self._topics.setdefault((topic, partition), _Held())
 

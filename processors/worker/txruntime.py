@@ -1,21 +1,22 @@
 """The worker's agents on Kafka transactions: consume → handle → one transaction per batch, fenced by the broker.
 
-The sequencer (ingest), the OTel span mapper (spans) and the OTel run sequencer (otel-events) each run as a
-:class:`TxAgent`: every batch of an input partition is one transaction of that partition's writer
+This is the one module of commits and recovery. Every agent of the worker runs as a :class:`TxAgent`: the
+sequencer (ingest), the handoff agent (handoff-links), the OTel span mapper (spans) and the OTel run sequencer
+(otel-events). Every batch of an input partition is one transaction of that partition's writer
 (:mod:`agentlog.worker.txlog`): the records the batch sends (the log, rejections, checkpoints, snapshots, keyring
 records, transitions, ingest records of mapped spans, …), the changelog records of its table writes, and the
 partition's next input offset (``send_offsets_to_transaction``). Either all of it becomes visible to readers (who
-read committed only) or none of it does, so there is no order of acknowledgements to keep (outputs, then tables,
-then positions), nothing to heal (a skipped or stalled offset: the consumer is aiokafka's own, reading from the
-position the last committed transaction noted), and no fence of our own: a member that lost a partition is fenced
-by the broker the moment the partition's new owner opens its writer, and its next commit fails
-(:class:`agentlog.worker.txlog.Fenced`).
+read committed only) or none of it does, so there is no order of acknowledgements to keep, nothing to heal (the
+consumer is aiokafka's own, reading from the position the last committed transaction noted), and no fence of our
+own: a member that lost a partition is fenced by the broker the moment the partition's new owner opens its writer,
+and its next commit fails (:class:`agentlog.worker.txlog.Fenced`).
 
 An agent's per-record work is its own (:class:`Work`: the sequencer's from :func:`agentlog.worker.sequencer.build`,
-the OTel agents' from :mod:`agentlog.worker.spans`), handed a :class:`TxBatch` (the
-:class:`agentlog.worker.sequencer.Staging` port: reads through the batch's own writes, staged writes, outputs).
-State is in :class:`agentlog.worker.txstate.StateTable` s, restored from their changelogs' tails when a partition
-is assigned, after its writer is opened (which ends any transaction its earlier owner left open).
+the handoff agent's from :mod:`agentlog.worker.handoff`, the OTel agents' from :mod:`agentlog.worker.spans`), handed
+a :class:`TxBatch` (the :class:`agentlog.worker.sequencer.Staging` port: reads through the batch's own writes,
+staged writes, outputs). State is in :class:`agentlog.worker.txstate.StateTable` s, restored from their changelogs'
+tails when a partition is assigned, after its writer is opened (which ends any transaction its earlier owner left
+open).
 
 A batch that fails to commit is a crash of the batch: nothing of it is visible, and its records are read again
 from the committed position by whoever owns the partition. The one thing outside the transaction is the worker's
@@ -28,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -40,8 +41,8 @@ from agentlog.metrics import METRICS
 from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import agent_group
-from agentlog.worker.batch import BATCH_MAX, GROUP_SEP, SourceRecord
-from agentlog.worker.fence import Fence
+from agentlog.worker.owned import Owned
+from agentlog.worker.ports import GROUP_SEP, SourceRecord
 from agentlog.worker.sequencer import Staging, StagingHandler, StagingHook
 from agentlog.worker.tables import encode
 from agentlog.worker.txlog import Appended, Fenced, KafkaLog, RecordLog, Transaction, Writer
@@ -57,6 +58,8 @@ TABLE_NAMES = {"index": "seq-index", "runs": "run-state", "closed": "run-closed"
 
 #: The longest a fetch waits at the broker when nothing is there (latency of a trickle).
 FETCH_WAIT_MS = 100
+#: The most records of one fetch: a batch of one partition is at most this, one transaction.
+BATCH_MAX = 5000
 
 
 class TxBatch:
@@ -172,15 +175,15 @@ class TxAgent:
     """An agent's loop on Kafka transactions: one consumer, a writer and restored state per input partition."""
 
     def __init__(self, wiring: Wiring, work: Work, records: RecordLog, tables: dict[str, StateTable],
-                 fence: Fence, *, short: str, group: str, name: str = "sequencer") -> None:
+                 owned: Owned, *, short: str, group: str, name: str = "sequencer") -> None:
         self._wiring = wiring
         self._name = name
         self._agent = work
         self._log = records
         self._tables = tables
-        self._fence = fence
+        self._owned = owned
         self._group = group
-        self._topic = wiring.topics[short].get_topic_name()
+        self.topic = wiring.topics[short].get_topic_name()
         self._writers: dict[int, Writer] = {}
         self._busy = asyncio.Lock()  # a batch in progress: a rebalance waits for it
         self._consumer: AIOKafkaConsumer | None = None
@@ -193,7 +196,7 @@ class TxAgent:
             auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=FETCH_WAIT_MS,
             max_partition_fetch_bytes=8 << 20, session_timeout_ms=int(settings.session_timeout_s * 1000),
             heartbeat_interval_ms=int(min(3.0, settings.session_timeout_s / 3) * 1000))
-        consumer.subscribe([self._topic], listener=_Listener(self))
+        consumer.subscribe([self.topic], listener=_Listener(self))
         await consumer.start()
         try:
             while True:
@@ -266,7 +269,7 @@ class TxAgent:
             if now - since < wait_s:
                 continue
             del self._lost[partition]
-            tp = TopicPartition(self._topic, partition)
+            tp = TopicPartition(self.topic, partition)
             if consumer is None or tp not in consumer.assignment():
                 continue
             async with self._busy:
@@ -291,7 +294,7 @@ class TxAgent:
         tables = self._tables.values()
         tails = await self._log.read({(t.changelog, p): t.tail_start(p) for p in partitions for t in tables})
         restored = sum(t.restore(p, tails[(t.changelog, p)]) for p in partitions for t in tables)
-        log.info("%s partitions %s: state restored (%d changelog records)", self._topic, partitions, restored)
+        log.info("%s partitions %s: state restored (%d changelog records)", self.topic, partitions, restored)
 
     async def _keys_of(self, partitions: list[int]) -> None:
         """Wait until the worker's keyring holds every key committed so far (``partitions`` are being taken).
@@ -317,13 +320,13 @@ class TxAgent:
 
     async def assigned(self, tps: Iterable[TopicPartition]) -> None:
         async with self._busy:
-            now = {tp.partition for tp in tps if tp.topic == self._topic}
+            now = {tp.partition for tp in tps if tp.topic == self.topic}
             self._lost.clear()  # a new assignment: every partition of it is acquired afresh
             await self._release(sorted(set(self._writers) - now), drop=True)
             await self._acquire(sorted(now - set(self._writers)))
             if self._consumer is not None:
                 self._consumer.resume(*self._consumer.paused())
-            self._fence.assigned([TopicPartition(self._topic, p) for p in sorted(now)])
+            self._owned.assigned([TopicPartition(self.topic, p) for p in sorted(now)])
 
     async def revoked(self) -> None:
         async with self._busy:  # the batch in progress ends (committed or not) before the group moves on
@@ -368,26 +371,28 @@ def sequencer_tables(settings: Settings, opener: Any) -> dict[str, StateTable]:
     return state_tables(settings, opener, TABLE_NAMES, {"closed": int(settings.run_closed_retention_s)})
 
 
-def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], fence: Fence, *, short: str,
-            name: str) -> TxAgent:
+def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], owned: Owned, *, short: str, name: str,
+            records: Callable[[str], RecordLog] | None = None) -> TxAgent:
     """Run ``work`` on topic ``short`` as a loop of Kafka transactions, a task of the worker.
 
-    Its consumer group and its writers' transactional-id prefix are ``agent_group(settings, name)``.
+    Its consumer group and its writers' transactional-id prefix are ``agent_group(settings, name)``; its records
+    go through ``records(group)`` (by default the Kafka log of that group).
     """
     group = agent_group(wiring.settings, name)
-    runtime = TxAgent(wiring, work, KafkaLog(wiring.settings, name=group, group=group), tables, fence, short=short,
-                      group=group, name=name)
+    log_of = records or (lambda group: KafkaLog(wiring.settings, name=group, group=group))
+    runtime = TxAgent(wiring, work, log_of(group), tables, owned, short=short, group=group, name=name)
     wiring.runner.task(runtime.run)
     wiring.tx_agents[name] = runtime
     return runtime
 
 
 class TxAgents:
-    """Agents on this runtime (:class:`agentlog.worker.ports.Agents`): each its own :class:`TxAgent`."""
+    """Where the worker's agents are made: each its own :class:`TxAgent`, its tables registered in the wiring."""
 
-    def __init__(self, wiring: Wiring, opener: Any) -> None:
-        """``opener(path, ttl_s)`` opens a table's database (``RocksBudget.open`` in the worker)."""
-        self._wiring, self._opener = wiring, opener
+    def __init__(self, wiring: Wiring, opener: Any, records: Callable[[str], RecordLog] | None = None) -> None:
+        """``opener(path, ttl_s)`` opens a table's database (``RocksBudget.open`` in the worker); ``records(group)``:
+        the log an agent's records go through (by default its group's on Kafka)."""
+        self._wiring, self._opener, self._records = wiring, opener, records
 
     def table(self, name: str) -> StateTable:
         table = state_tables(self._wiring.settings, self._opener, {name: name})[name]
@@ -395,9 +400,11 @@ class TxAgents:
         return table
 
     def agent(self, short: str, *, name: str, table: str, handle: StagingHandler,
-              before_commit: StagingHook | None = None, after_commit: StagingHook | None = None) -> Fence:
-        owned = Fence()
+              before_commit: StagingHook | None = None, after_commit: StagingHook | None = None) -> Owned:
+        """Run ``handle`` per record of topic ``short`` (the hooks once per batch) with table ``table`` (made by
+        :meth:`table`); returns the partitions it holds."""
+        owned = Owned()
         tables = {table: cast(StateTable, self._wiring.tables[table])}
         install(self._wiring, Hooks(handle, before_commit or nothing, after_commit or nothing), tables, owned,
-                short=short, name=name)
+                short=short, name=name, records=self._records)
         return owned

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 from bisect import bisect_right
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -12,9 +11,7 @@ from agentlog.audit.store import Store
 from agentlog.core.redaction import Redactor
 from agentlog.streams.keyring import Keyring
 from agentlog.streams.settings import Settings
-from agentlog.worker.fence import Fence
-from agentlog.worker.ports import Backfill, Membership, Producer, Runner, Source, Topic
-from agentlog.worker.positions import DurablePositions
+from agentlog.worker.ports import Producer, Runner, Topic
 from agentlog.worker.tables import Table
 
 
@@ -75,26 +72,14 @@ class Wiring:
     settings: Settings
     runner: Runner
     producer: Producer
-    source: Source
-    membership: Membership
-    backfill: Backfill
     topics: dict[str, Topic]
     tables: dict[str, Table]
-    positions: DurablePositions
     store: Store | None = None  # set when the audit sink runs in this worker
     #: The log offsets acknowledged to this process's sequencer, until the log check has passed them:
     #: its own records need no re-hashing.
     own_log: OwnLogRecords = field(default_factory=OwnLogRecords)
-    #: Partitions of each topic a batch sends to (counts never change; looked up once per topic).
-    partition_counts: dict[str, list[int]] = field(default_factory=dict)
     #: Each topic's full name by its short name (``topics[short].get_topic_name()``, once per topic).
     topic_names: dict[str, str] = field(default_factory=dict)
-    #: The source partitions this worker owns; a batch holding others writes no table (:mod:`.fence`).
-    fence: Fence = field(default_factory=Fence)
-    #: The assignment the tables' caches were last valid in (:meth:`agentlog.worker.tables.LocalTable.forget_cached`).
-    tables_read_in: int = -1
-    #: Makes one more table of the app (an agent's own), on the same store and memory budget as the rest.
-    make_table: Callable[[str], Table] | None = None
     #: The worker's HTTP application and the (host, port) it listens on, when it serves one
     #: (:func:`agentlog.worker.web.install`).
     web_app: Any = None
@@ -112,23 +97,11 @@ class Wiring:
     #: tests of what it builds; nothing else reads it (None in memory).
     app: Any = None
 
-    def fresh_tables(self) -> None:
-        """Forget what the tables cache once per assignment: recovery writes them behind their caches.
-
-        Called by whatever reads the tables first after a rebalance settles (a batch, the lifetimes sweep).
-        """
-        if self.tables_read_in != self.fence.assignments:
-            for table in self.tables.values():
-                table.forget_cached()
-            self.tables_read_in = self.fence.assignments
-
     async def send(self, short: str, key: str | None, value: bytes) -> Any:
         """Send to one of our topics; returns the delivery future (await it to know it is durable).
 
-        Straight to the producer with bytes we encoded ourselves: Faust's
-        ``Topic.send`` costs ~0.5 ms per record in serializer, sensor and
-        FutureMessage work we do not use (key → partition is the same default
-        murmur2 partitioner either way).
+        Straight to the producer with bytes we encoded ourselves (key → partition: the producer's default
+        murmur2 partitioner).
         """
         return await self.producer.send(
             self.topics[short].get_topic_name(), key.encode("utf-8") if key is not None else None, value, None,
