@@ -45,19 +45,11 @@ _HELP = {
     "agentlog_batch_events_total": "Events in those batches, by agent (divide by batches for the mean batch size).",
     "agentlog_worker_child_restarts_total": "Times an all worker with AGENTLOG_SINK_PROCESS started its process half "
                                             "again after it died.",
-    "agentlog_batches_fenced_total": "Batches that wrote no table because their partitions moved to another worker "
-                                     "while they were handled (their records are handled again there), by agent.",
-    "agentlog_batches_fenced_revocations_total": "Revocations after which batches still in progress are fenced, by "
-                                                 "reason (timeout: not settled within the revoke wait; dropped: "
-                                                 "the group had already dropped this worker).",
+    "agentlog_batches_fenced_total": "Batches whose transaction the broker refused because another worker opened "
+                                     "their partition's writer (their records are handled again there), by agent.",
     "replay_behavior_match_total": "Replay comparisons that matched, by aspect.",
     "replay_behavior_mismatch_total": "Replay comparisons that diverged, by aspect.",
     "agentlog_replay_verdicts_total": "Replay verdicts emitted, by verdict.",
-    "agentlog_skipped_records_healed_total": "Records the consumer skipped that an agent read around it, by topic.",
-    "agentlog_dropped_records_reread_total": "Partitions sought back to records Faust dropped when it resumed flow "
-                                             "after a recovery, by topic.",
-    "agentlog_stalled_partitions_reread_total": "Partitions read again because records beyond the agents' position "
-                                                "were not delivered for a whole stall check, by topic.",
     "agentlog_otlp_requests_total": "OTLP/HTTP trace export requests, by outcome (accepted, undecodable, unavailable).",
     "agentlog_otlp_spans_total": "Spans in OTLP requests, by outcome (accepted = durable in Kafka, rejected = named in "
                                  "partial_success).",
@@ -69,8 +61,6 @@ _HELP = {
     "agentlog_otel_events_total": "Events the OTel run sequencer gave a sequence and sent to ingest.",
     "agentlog_otel_duplicate_events_total": "Re-emitted events the OTel run sequencer had already sequenced "
                                             "(nothing sent).",
-    "agentlog_durable_position": "Next source offset an agent has made durable, by topic, partition and agent table "
-                                 "(the group commits the lowest per partition; compare with the end offset for lag).",
     "agentlog_runs_in_flight": "Runs this worker holds state for (their head, index and state are in its tables).",
     "agentlog_state_cache_bytes": "Memory the tables' RocksDB block cache and write buffers use (bounded by "
                                   "AGENTLOG_STATE_CACHE_MB).",
@@ -78,8 +68,7 @@ _HELP = {
                                        "after its terminal event passed; expired: idle past the retention).",
     "agentlog_runs_closed_total": "Runs closed by the sequencer (their table entries deleted), by reason.",
 }
-_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_durable_position", "agentlog_runs_in_flight",
-           "agentlog_state_cache_bytes"}
+_GAUGES = {"agentlog_sink_lag_seconds", "agentlog_runs_in_flight", "agentlog_state_cache_bytes"}
 
 
 class Metrics:

@@ -3,10 +3,8 @@
 Progress is the committed log's end offsets; "drained" is every group the worker reads with having
 consumed every record of every topic it reads (ingest; handoff-links, OTel spans and events) and, when
 the worker runs the audit sink, the sink's own group having consumed every record of the topics it
-stores. Ingest is read by the sequencer's group (``<prefix>-worker-sequencer``, which commits its position in
-each batch's transaction) or, on the Faust runtime, by the Faust group (``<prefix>-worker``, which commits
-per partition the lowest durable position of the agents reading the topic: processors/worker/positions.py);
-the sink commits a batch only after its insert returned, so a drained sink group means ClickHouse holds
+stores. Each topic is read by its agent's group (``<prefix>-worker-<agent>``, which commits its position in
+each batch's transaction); the sink commits a batch only after its insert returned, so a drained sink group means ClickHouse holds
 everything.
 
 Lag counts records, not offsets: a topic written in transactions holds a commit marker after each

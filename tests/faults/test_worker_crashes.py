@@ -44,8 +44,7 @@ pytestmark = [pytest.mark.faults, pytest.mark.kafka, pytest.mark.slow, pytest.ma
 
 # The suite's target is >= 50k events and >= 10 kills; both are the defaults. Kills follow random log
 # thresholds with no minimum gap, so some land a fraction of a second after the previous restart,
-# while the group is still rebalancing or recovering its tables (the case where Faust's own commit
-# bookkeeping would stall the group's commits; see processors/worker/positions.py).
+# while the group is still rebalancing or recovering its tables.
 # AGENTLOG_FAULT_MIN_KILL_GAP_S spaces them out.
 DEFAULT_EVENTS = 50_000
 EVENTS = int(os.environ.get("AGENTLOG_FAULT_EVENTS", DEFAULT_EVENTS))

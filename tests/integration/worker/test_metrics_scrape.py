@@ -41,12 +41,8 @@ NOT_DRIVEN = {
     "agentlog_redelivered_total": "needs a worker restart mid-batch",
     "agentlog_sink_errors_total": "needs a failing ClickHouse insert",
     "agentlog_sink_unproven_total": "needs a log record from a foreign writer: counted in tests/unit/audit/test_sink_raw.py",
-    "agentlog_skipped_records_healed_total": "needs the consumer to skip records (seen after SIGKILL restarts)",
-    "agentlog_dropped_records_reread_total": "needs Faust to drop queued records at a flow resume (race at start-up)",
-    "agentlog_stalled_partitions_reread_total": "needs Faust to lose fetched records: driven in test_stalled_partitions.py",
     "agentlog_worker_child_restarts_total": "needs --sink-process and a child's death: driven in test_halves.py",
-    "agentlog_batches_fenced_total": "needs a rebalance under a batch in progress: driven in test_rebalance_fence.py",
-    "agentlog_batches_fenced_revocations_total": "needs a rebalance under a batch in progress: test_rebalance_fence.py",
+    "agentlog_batches_fenced_total": "needs a zombie's batch refused: driven in test_tx_zombie.py",
     "agentlog_run_closes_asked_total": "needs a run past its grace: driven in test_run_lifetimes.py",
     "agentlog_runs_closed_total": "needs a run past its grace: driven in test_run_lifetimes.py",
     **{name: "needs OTLP traffic: sampled in tests/integration/otel/test_otel_conversation.py" for name in (

@@ -14,7 +14,6 @@ import copy
 import uuid
 from collections import Counter
 
-import faust
 import orjson
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -26,7 +25,7 @@ from agentlog.streams.reader import read_topic
 from agentlog.streams.security import client_kwargs
 from agentlog.worker import txruntime
 from agentlog.worker.sequencer import INDEX_SEP
-from agentlog.worker.tables import RocksBudget, sequencer_tables
+from agentlog.worker.tables import RocksBudget
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
 from tests.unit.core.runs import realistic_run
 
@@ -146,12 +145,8 @@ def test_a_finished_run_closes_after_its_grace_an_idle_one_expires_and_later_eve
 
 
 def _state_tables(settings, state_dir) -> dict:
-    """The sequencer's tables on disk (its runtime's, by ``settings.agent_runtime``), read by partition."""
+    """The sequencer's tables on disk, read by partition."""
     budget = RocksBudget(8)
-    if settings.agent_runtime == "faust":
-        app = faust.App(f"{settings.topic_prefix}-worker", broker="kafka://127.0.0.1:1", store="rocksdb://",
-                        autodiscover=False, datadir=str(state_dir / f"{settings.topic_prefix}-worker"))
-        return sequencer_tables(app, settings.partitions, budget, settings.run_closed_retention_s)
     return txruntime.sequencer_tables(settings.replace(state_dir=str(state_dir)), budget.open)
 
 

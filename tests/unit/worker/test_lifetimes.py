@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 
+from agentlog.core.lifetimes import close_request
 from agentlog.streams.settings import Settings
 from agentlog.worker.lifetimes import Lifetimes
-from agentlog.worker.memory import memory_wiring
+from agentlog.worker.memory import MemoryWorker, memory_wiring
+from agentlog.worker.owned import Owned
 from agentlog.worker.tables import MemoryTable
 
 
 def _lifetimes() -> Lifetimes:
-    return Lifetimes(memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0)))
+    return Lifetimes(memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0)), Owned())
 
 
 def test_a_run_is_asked_for_once_when_due_and_again_only_if_its_request_was_not_taken():
@@ -37,31 +39,26 @@ def _record(next_seq: int, *, end: bool) -> dict:
     return {"state": {}, "next": next_seq, "head": "h", "since": 0, "ts": 1_000_000, "end": end}
 
 
-def test_the_runs_in_flight_are_read_back_from_the_runs_table_positions_aside():
+def test_the_runs_in_flight_are_read_back_from_the_runs_table_other_values_aside():
     runs = MemoryTable("run-state")
     runs.put(2, "r1", _record(3, end=True))
     runs.put(2, "r2", _record(1, end=False))
-    runs.put(2, "\x00position\x1fingest\x1f2", 17)
+    runs.put(2, "\x00other\x1fingest\x1f2", 17)  # not a run's record
     lt = _lifetimes()
     assert asyncio.run(lt.rescan(2, runs, now_s=0)) == 2
     assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
 
 
-def test_a_sweep_asks_on_the_runs_own_ingest_partition_once_and_not_while_the_group_settles():
-    from agentlog.core.lifetimes import close_request
-    from agentlog.worker.memory import TopicPartition, parts
+def test_a_sweep_asks_on_the_runs_own_ingest_partition_once(tmp_path):
+    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, run_grace_s=10.0, run_idle_s=100.0), partitions=4))
+    lifetimes = worker.sequencer().lifetimes
 
-    wiring = memory_wiring(Settings(run_grace_s=10.0, run_idle_s=100.0), tables=("runs",), partitions=4)
-    ingest = wiring.topics["ingest"].get_topic_name()
-    wiring.tables["runs"].put(2, "r1", _record(3, end=True))
-    wiring.fence.assigned([TopicPartition(ingest, 2)])
-    lt = Lifetimes(wiring)
-    memory = parts(wiring)
-    memory.membership.rebalancing = True
-    asyncio.run(lt.sweep())
-    assert memory.producer.log == []  # nothing is asked while the group rebalances
-    memory.membership.rebalancing = False
-    asyncio.run(lt.sweep())
-    asyncio.run(lt.sweep())  # asked once
-    assert memory.broker.values(ingest) == [close_request("r1", 3, "completed")]
-    assert memory.broker.values(ingest, 2) == memory.broker.values(ingest)  # in the run's own partition
+    async def go() -> None:
+        await worker.take("sequencer", [2])  # the sequencer holds ingest partition 2 (its runs table restored)
+        worker.wiring.tables["runs"].put(2, "r1", _record(3, end=True))
+        await lifetimes.sweep()
+        await lifetimes.sweep()  # asked once
+
+    asyncio.run(go())
+    assert worker.values("ingest") == [close_request("r1", 3, "completed")]
+    assert worker.values("ingest", 2) == worker.values("ingest")  # in the run's own partition

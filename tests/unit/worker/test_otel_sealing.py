@@ -1,4 +1,4 @@
-"""The span mapper keeps no content in plaintext outside ``spans`` and ``otel-events`` (memory ports, no broker).
+"""The span mapper keeps no content in plaintext outside ``spans`` and ``otel-events`` (in-memory worker, no broker).
 
 Held chunks are sealed under their partition's hour key, which a tick shreds once the batch that published the
 hour's last trace is durable; a record late for a shredded hour goes out at once. Rejections (a refusal the
@@ -8,6 +8,7 @@ sealed under the key of their partition (and run), minted once: a redelivered ba
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import uuid
 from typing import Any
@@ -21,11 +22,9 @@ from agentlog.core.redaction import Redactor, parse_policy
 from agentlog.core.sealing import ERASED, is_sealed
 from agentlog.streams.keyring import Keyring
 from agentlog.worker import spans as sp
-from agentlog.worker.memory import parts
 from agentlog.worker.otlp import trace_records
 from tests.tools import REDACTION_OFF
-from tests.unit.worker.test_rejection_run_ids import _run_agent
-from tests.unit.worker.test_spans import T0, _corpus_spans, _Mapper, _offline, _planned
+from tests.unit.worker.test_spans import T0, _corpus_spans, _Mapper, _offline, _planned, _records
 
 BUCKET = int(T0 * 1000) // HELD_BUCKET_MS
 
@@ -53,14 +52,13 @@ def _keyring(mapper: _Mapper) -> Keyring:
 
 def _changelog(mapper: _Mapper) -> list[bytes]:
     """Every record the mapper's table wrote to its changelog (keys and values)."""
-    return [(r.key or b"") + b"\0" + (r.value or b"") for (topic, _), held in parts(mapper.wiring).broker.records.items()
-            if topic == sp.HELD for r in held]
+    changelog = mapper.held.changelog
+    read = asyncio.run(mapper.worker.log.read({(changelog, 0): 0}))[(changelog, 0)]
+    return [(r.key or b"") + b"\0" + (r.value or b"") for r in read]
 
 
 def _keyring_records(mapper: _Mapper) -> list[tuple[str, dict[str, Any]]]:
-    name = mapper.wiring.topics["keyring"].get_topic_name()
-    return [(r.key.decode(), orjson.loads(r.value)) for (topic, _), held in parts(mapper.wiring).broker.records.items()
-            if topic == name for r in held]
+    return [(r.key.decode(), orjson.loads(r.value)) for r in _records(mapper.worker, "keyring") if r.key and r.value]
 
 
 def test_held_spans_are_sealed_in_the_table_and_its_changelog_and_go_out_as_mapped(tmp_path):
@@ -70,8 +68,8 @@ def test_held_spans_are_sealed_in_the_table_and_its_changelog_and_go_out_as_mapp
     held_key = held_key_id(0, BUCKET)
     assert [k for k, _ in _keyring_records(mapper)] == [held_key]  # minted once, before the chunk
     assert mapper.held.get(0, "\x00heldkeys\x1f0") == [BUCKET]
-    assert mark.encode() not in orjson.dumps(mapper.held.data) and not any(mark.encode() in r for r in _changelog(mapper))
-    [chunk] = [v for k, v in mapper.held.data.items() if k.startswith(f"{spans[0]['traceId']}\x1f\x00")]
+    assert mark.encode() not in orjson.dumps(mapper.data) and not any(mark.encode() in r for r in _changelog(mapper))
+    [chunk] = [v for k, v in mapper.data.items() if k.startswith(f"{spans[0]['traceId']}\x1f\x00")]
     assert chunk["sealedUnder"] == held_key and is_sealed(chunk["spans"])
 
     mapper.tick(T0 + 2)
@@ -84,8 +82,8 @@ def test_a_chunk_too_long_for_one_changelog_record_is_sealed_in_pieces(tmp_path,
     mapper = _SealingMapper(tmp_path)
     [(_, value)] = trace_records(spans, 900_000)[0]
     mapper.feed([value])
-    pieces = [k for k in mapper.held.data if k.startswith(f"{spans[0]['traceId']}\x1f\x000\x1f")]
-    assert len(pieces) > 3 and all(len(mapper.held.data[k]) <= 1000 for k in pieces)
+    pieces = [k for k in mapper.data if k.startswith(f"{spans[0]['traceId']}\x1f\x000\x1f")]
+    assert len(pieces) > 3 and all(len(mapper.data[k]) <= 1000 for k in pieces)
     mapper.tick(T0 + 2)
     assert mapper.held_keys(spans[0]["traceId"]) == []  # every piece deleted with its chunk
     assert _planned(mapper.out("otel-events")) == _offline(spans)
@@ -122,7 +120,7 @@ def test_a_record_late_for_a_shredded_hour_goes_out_at_once_and_nothing_plain_is
     mapper.feed([trace_records(late, 900_000)[0][0][1]], at=T0 + 5)  # a producer's clock an hour behind
     assert len(mapper.out("otel-events")) > before  # published at once, not held
     assert not any(mark.encode() in r for r in _changelog(mapper)) and mark.encode() not in orjson.dumps(
-        mapper.held.data)
+        mapper.data)
     assert mapper.held_keys(late[0]["traceId"]) == []
 
 
@@ -132,11 +130,12 @@ def test_a_redelivered_batch_seals_the_same_bytes_and_mints_no_second_key(tmp_pa
     value = orjson.dumps({"traceId": spans[0]["traceId"], "spans": [spans[0], broken, *spans[2:]]})
     first = _SealingMapper(tmp_path / "first")
     first.feed([value])
-    # The crash lost the batch's table writes and outputs, not the keyring: its records are acknowledged first.
+    # The batch again, on a worker whose keyring holds the keys the first handling minted (as a partition's next
+    # owner does once the keyring topic has them) and whose table and outputs have nothing of it.
     again = _SealingMapper(tmp_path / "again")
     again.wiring.keyring = first.wiring.keyring
     again.feed([value])
-    assert again.held.data == first.held.data
+    assert again.data == first.data
     assert again.out("rejections") == first.out("rejections") != []
     assert _keyring_records(again) == []  # no second key for an id the keyring has
     assert not any(mark in orjson.dumps(r).decode() for r in first.out("rejections"))
@@ -203,11 +202,11 @@ def test_a_span_of_an_erased_run_is_filed_erased(tmp_path):
 
 def test_an_otel_events_record_the_run_sequencer_cannot_read_is_sealed_under_its_partition_and_run(tmp_path):
     mapper = _SealingMapper(tmp_path)
-    topic = mapper.wiring.topics["otel-events"].get_topic_name()
+    topic = mapper.worker.topic("otel-events")
     mark = f"MARK-{uuid.uuid4().hex}"
-    sent = _run_agent(mapper.wiring, "otel-sequencer", sp.SEQ, topic, [(b"conv-9", mark.encode())])
-    [(_, key, stored)] = [s for s in sent if s[0].endswith(".rejections")]
-    assert key == "conv-9" and mark not in orjson.dumps(stored).decode()
-    assert [(s[1]) for s in sent if s[0].endswith(".keyring")] == [f"rejections/~{topic}/0/conv-9"]
+    asyncio.run(mapper.worker.feed("otel-sequencer", [mark.encode()], keys=[b"conv-9"]))
+    [(key, stored)] = [(r.key, orjson.loads(r.value or b"")) for r in _records(mapper.worker, "rejections")]
+    assert key == b"conv-9" and mark not in orjson.dumps(stored).decode()
+    assert [k for k, _ in _keyring_records(mapper)] == [f"rejections/~{topic}/0/conv-9"]
     opened = _keyring(mapper).open_rejection(stored)
     assert mark in base64.b64decode(opened["raw"]).decode()

@@ -1,4 +1,4 @@
-"""The span mapper (``spans`` → ``otel-events``) and the receiver's ``spans`` records, on the in-memory ports.
+"""The span mapper (``spans`` → ``otel-events``) and the receiver's ``spans`` records, on the in-memory worker.
 
 A request's spans of one trace travel as one record and are held under one table key per record:
 the trace goes out whole and as the offline mapping makes it, a re-sent span adds nothing, a record
@@ -22,9 +22,9 @@ from agentlog.schemas.canonical import jcs
 from agentlog.schemas.errors import EventRejected
 from agentlog.streams.settings import Settings
 from agentlog.worker import spans as sp
-from agentlog.worker.batch import FaustAgents, position_key
-from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
+from agentlog.worker.memory import MemoryWorker, memory_wiring
 from agentlog.worker.otlp import decode_request, span_dicts, trace_records
+from agentlog.worker.txlog import LogRecord
 from agentlog.worker.wiring import Wiring
 
 CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
@@ -38,35 +38,30 @@ def _corpus_spans(name: str = "openai_agents.openllmetry") -> list[dict[str, Any
     return spans
 
 
-def _feed(wiring: Wiring, agent_name: str, table: Any, topic: str, first: int, values: list[bytes],
-          at: float) -> None:
-    """Run agent ``agent_name`` on ``values`` at offsets ``first``.. of ``topic[0]`` until ``table`` holds its position past them."""
-    agent = parts(wiring).runner.agents[agent_name][1]
-    end = first + len(values)
+def _records(worker: MemoryWorker, short: str) -> list[LogRecord]:
+    """The committed records (keys and values) of the worker's topic ``short``, every partition in order."""
+    topic = worker.topic(short)
+    read = asyncio.run(worker.log.read({(topic, p): 0 for p in range(worker.wiring.settings.partitions)}))
+    return [rec for where in sorted(read) for rec in read[where]]
 
-    async def go() -> None:
-        stream = MemoryStream([event(topic, 0, first + i, v, at) for i, v in enumerate(values)])
-        running = asyncio.ensure_future(agent(stream))
-        while not running.done() and (table.get(0, position_key(topic, 0)) or 0) < end:
-            await asyncio.sleep(0.002)
-        stream.close()
-        await running
 
-    asyncio.run(go())
+def _contents(table: Any, partition: int = 0) -> dict[str, Any]:
+    """Every key of a table's partition and its value."""
+    return {key: table.get(partition, key) for key in table.keys_from(partition, "")}
 
 
 class _Mapper:
-    """The span mapper agent of a worker on the memory ports, fed records at offsets 0, 1, …"""
+    """The span mapper agent of a worker in memory, fed records of ``spans`` partition 0, one batch per feed."""
 
     def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
-        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
-        sp.install(self.wiring, FaustAgents(self.wiring))
-        self.topic = self.wiring.topics["spans"].get_topic_name()
-        self.offset = 0
+        self.worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor))
+        self.wiring: Wiring = self.worker.wiring
+        sp.install(self.wiring, self.worker.agents)
+        self.topic = self.worker.topic("spans")
 
     def feed(self, values: list[bytes], at: float = T0) -> None:
-        first, self.offset = self.offset, self.offset + len(values)
-        _feed(self.wiring, "otel-spans", self.held, self.topic, first, values, at)
+        """One batch of ``values`` with Kafka time ``at`` (seconds)."""
+        asyncio.run(self.worker.feed("otel-spans", values, timestamp_ms=round(at * 1000)))
 
     def tick(self, at: float) -> None:
         self.feed([sp.TICK], at)
@@ -75,12 +70,16 @@ class _Mapper:
     def held(self) -> Any:
         return self.wiring.tables[sp.HELD]
 
+    @property
+    def data(self) -> dict[str, Any]:
+        """What the held-spans table holds (partition 0)."""
+        return _contents(self.held)
+
     def held_keys(self, trace_id: str) -> list[str]:
-        return sorted(k for k in self.held.data if k.startswith(f"{trace_id}\x1f"))
+        return sorted(self.held.keys_from(0, f"{trace_id}\x1f"))
 
     def out(self, short: str) -> list[dict[str, Any]]:
-        name = self.wiring.topics[short].get_topic_name()
-        return [orjson.loads(v) for v in parts(self.wiring).broker.values(name)]
+        return [orjson.loads(v) for v in self.worker.values(short) if v is not None]
 
     def rejections(self) -> list[dict[str, Any]]:
         """The rejections sent, opened through the worker's keyring (``raw`` and ``detail`` are stored sealed)."""
@@ -204,28 +203,26 @@ def test_an_unreadable_span_in_a_record_is_rejected_alone(tmp_path):
 
 
 class _RunSequencer:
-    """The OTel run sequencer agent on the memory ports, fed ``otel-events`` records at offsets 0, 1, …"""
+    """The OTel run sequencer agent of a worker in memory, fed records of ``otel-events`` partition 0."""
 
     def __init__(self, tmp_path: Path, redactor: Redactor | None = None) -> None:
-        self.wiring: Wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor)
-        sp.install(self.wiring, FaustAgents(self.wiring))
-        self.topic = self.wiring.topics["otel-events"].get_topic_name()
-        self.offset = 0
+        self.worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, otlp_port=0), redactor=redactor))
+        self.wiring: Wiring = self.worker.wiring
+        sp.install(self.wiring, self.worker.agents)
+        self.topic = self.worker.topic("otel-events")
 
     def feed(self, values: list[bytes]) -> None:
-        first, self.offset = self.offset, self.offset + len(values)
-        _feed(self.wiring, "otel-sequencer", self.seq, self.topic, first, values, T0)
+        asyncio.run(self.worker.feed("otel-sequencer", values, timestamp_ms=round(T0 * 1000)))
 
     @property
     def seq(self) -> Any:
         return self.wiring.tables[sp.SEQ]
 
     def ingest(self) -> list[bytes]:
-        name = self.wiring.topics["ingest"].get_topic_name()
-        return [v for v in parts(self.wiring).broker.values(name) if v is not None]
+        return [v for v in self.worker.values("ingest") if v is not None]
 
     def run_keys(self, run: str) -> list[str]:
-        return sorted(k for k in self.seq.data if k == run or k.startswith(f"{run}\x1f"))
+        return sorted(k for k in self.seq.keys_from(0, run) if k == run or k.startswith(f"{run}\x1f"))
 
 
 def _run_records(spans: list[dict[str, Any]]) -> list[bytes]:
@@ -257,8 +254,11 @@ def test_the_run_sequencer_keeps_one_index_entry_per_record_and_sends_canonical_
     assert sequencer.run_keys(run) == sorted([run, *(f"{run}\x1fr\x1f{f}" for f in firsts),
                                               *(f"{run}\x1ft\x1f{t}" for t in traces)])
     assert sequencer.seq.get(0, run) == {"next": len(docs), "last": docs[-1]["eventId"], "kept": 0}
-    # The cursor's changelog record comes after the index entries it counts (what a crash's repair relies on).
-    changelog = [orjson.loads(r.key) for r in parts(sequencer.wiring).broker.records[(sp.SEQ, 0)] if r.key]
+    # The cursor's changelog record comes after the index entries it counts (what _repair relies on in a table
+    # whose changelog stops short of a batch's last record).
+    changelog_of = sequencer.seq.changelog
+    changelog = [orjson.loads(r.key) for r in asyncio.run(sequencer.worker.log.read({(changelog_of, 0): 0}))[
+        (changelog_of, 0)] if r.key]
     mine = [k for k in changelog if k == run or k.startswith(f"{run}\x1f")]
     assert mine[-1] == run and mine.count(run) == 1
 
@@ -275,16 +275,18 @@ def test_a_redelivered_or_re_emitted_record_adds_nothing_and_a_replay_sends_the_
     assert fresh.ingest() == sent
 
 
-def test_a_cursor_the_crash_left_behind_its_index_moves_past_it(tmp_path):
+def test_a_cursor_behind_its_index_moves_past_it(tmp_path):
     run, records = _one_run_records()
     whole = _RunSequencer(tmp_path / "whole")
     whole.feed(records)
     sequencer = _RunSequencer(tmp_path)
     sequencer.feed(records[:1])
     sent = sequencer.ingest()
-    # The crash kept the record's index entry but neither the cursor nor the trace's list of records.
+    # The table keeps the record's index entry but neither the cursor nor the trace's list of records (a changelog
+    # that ends inside a batch's writes).
     trace = orjson.loads(records[0])["trace"]
-    del sequencer.seq.data[run], sequencer.seq.data[f"{run}\x1ft\x1f{trace}"]
+    sequencer.seq.put(0, run, None)
+    sequencer.seq.put(0, f"{run}\x1ft\x1f{trace}", None)
     sequencer.feed(records)  # redelivered, then the next turn
     assert sequencer.ingest() == whole.ingest() and sequencer.ingest()[:len(sent)] == sent
     assert sequencer.seq.get(0, f"{run}\x1ft\x1f{trace}") == [0]

@@ -1,9 +1,8 @@
-"""Adaptive batches (``batch.BATCH_IDLE_EVENTS``): every way a batch can close still commits each run whole.
+"""Every way a batch can be fetched still commits each run whole.
 
-A real worker gets a trickle (quiet ticks: handled at once), bursts (busy ticks
-pile up), and a burst followed by silence (the pile is handled when its window closes, with no
-later record to push it along). Each run must end up committed once per sequence, in order,
-with an unbroken hash chain, and the stateful outputs (snapshots) must follow.
+A real worker gets a trickle (a fetch of a few records each), bursts (fetches of many), and a burst followed by
+silence (the last fetch is handled with no later record to push it along). Each run must end up committed once per
+sequence, in order, with an unbroken hash chain, and the stateful outputs (snapshots) must follow.
 """
 
 from __future__ import annotations
@@ -26,11 +25,9 @@ RUNS = 8
 
 
 @pytest.fixture
-def adaptive_worker(settings):
+def batch_worker(settings):
     asyncio.run(ensure_topics(settings))
-    proc = WorkerProcess(settings, constants={
-        "agentlog.worker.batch:BATCH_IDLE_EVENTS": 8, "agentlog.worker.batch:BATCH_TICK_S": 0.005,
-        "agentlog.worker.batch:BATCH_WITHIN_S": 0.3, "agentlog.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
+    proc = WorkerProcess(settings, constants={"agentlog.worker.sequencer:SNAPSHOT_EVERY": 25}).start()
     yield proc
     proc.stop()
 
@@ -40,7 +37,7 @@ async def _committed(settings, run_id: str, n: int):
     return committed if len(committed) >= n else None
 
 
-def test_trickle_bursts_and_a_burst_before_silence_all_commit_in_order(settings, adaptive_worker):
+def test_trickle_bursts_and_a_burst_before_silence_all_commit_in_order(settings, batch_worker):
     tag = uuid.uuid4().hex[:6]
     run_ids = [f"ad-{tag}-{r}" for r in range(RUNS)]
 
@@ -64,7 +61,7 @@ def test_trickle_bursts_and_a_burst_before_silence_all_commit_in_order(settings,
                 await asyncio.sleep(0.5)
         for run_id in run_ids:
             await wait_until(lambda run_id=run_id: _committed(settings, run_id, len(sent[run_id])),
-                             what=f"committed log of {run_id}", worker=adaptive_worker)
+                             what=f"committed log of {run_id}", worker=batch_worker)
         return sent
 
     sent = asyncio.run(scenario())
