@@ -1,32 +1,31 @@
-"""The worker's tables on local RocksDB, through Faust's store, without a broker.
+"""The worker's tables on local RocksDB (:class:`agentlog.worker.txstate.StateTable`), without a broker.
 
 What a restart relies on: a value written by partition is read back by partition (not by
 "the current event's"), a deleted key is gone, a prefix lists a run's keys, and the changelog
-offset a partition holds is what Faust's recovery starts after. The store is reopened from disk
-by a second app, as a restarted worker would.
+offset a partition's copy reflects is what its restore reads on from. The databases are reopened
+from disk by a second table, as a restarted worker's would be.
 """
 
 from __future__ import annotations
 
-import asyncio
+from pathlib import Path
+from typing import Any
 
-import faust
-from faust.stores.rocksdb import Store
-from faust.types import TP
-
-from agentlog.streams import internals
-from agentlog.worker.tables import LocalTable, MemoryTable, RocksBudget, encode, open_table
+from agentlog.worker.tables import MemoryTable, RocksBudget, encode
+from agentlog.worker.txlog import LogRecord
+from agentlog.worker.txstate import StateTable, plain_opener
 
 
-def _table(tmp_path, name: str = "seq-index") -> LocalTable:
-    app = faust.App("tables-check", broker="kafka://127.0.0.1:1", store="rocksdb://", autodiscover=False,
-                    datadir=str(tmp_path), key_serializer="json", value_serializer="json")
-    return open_table(app, name, 4, RocksBudget(8))
+def _table(tmp_path: Path, name: str = "seq-index", opened: dict[Path, Any] | None = None) -> StateTable:
+    """A table under ``tmp_path``; ``opened``: where each database it opens is noted (to write behind its back)."""
 
+    def opener(path: Path) -> Any:
+        db = plain_opener(path)
+        if opened is not None:
+            opened[path] = db
+        return db
 
-def test_the_rocksdb_store_internals_we_use_exist():
-    for name in internals.FAUST_ROCKSDB_STORE_INTERNALS:
-        assert hasattr(Store, name) or name in Store.__annotations__, f"faust's RocksDB Store has no {name}"
+    return StateTable(name, f"unit-worker-{name}-changelog", tmp_path, opener=opener)
 
 
 def test_keys_live_in_their_partition_survive_a_reopen_and_deletes_are_gone(tmp_path):
@@ -35,25 +34,32 @@ def test_keys_live_in_their_partition_survive_a_reopen_and_deletes_are_gone(tmp_
     table.put(1, "run-a\x1fe2", [1, "h1", 1, 11])
     table.put(1, "run-ab\x1fe1", [0, "x", 1, 12])  # shares "run-a" as a prefix, not "run-a\x1f"
     table.put(2, "run-b\x1fe1", [0, "y", 2, 3])
-    table.put(1, "\x00position\x1fingest\x1f1", 13)
     assert table.get(1, "run-a\x1fe2") == [1, "h1", 1, 11]
     assert table.get(2, "run-a\x1fe2") is None  # another partition's database
     assert list(table.keys_from(1, "run-a\x1f")) == ["run-a\x1fe1", "run-a\x1fe2"]
     table.put(1, "run-a\x1fe1", None)
     table.persisted(1, 41)
-    asyncio.run(table._table.data.stop())  # what a stopping worker's store does: its databases are closed
+    table.close_all()  # what a stopping worker's runtime does: its databases are closed
 
     again = _table(tmp_path)  # a restarted worker, same disk
     assert again.get(1, "run-a\x1fe1") is None
     assert again.get(1, "run-a\x1fe2") == [1, "h1", 1, 11]
-    assert again.get(1, "\x00position\x1fingest\x1f1") == 13
     assert list(again.keys_from(1, "run-a\x1f")) == ["run-a\x1fe2"]
-    # Faust's recovery reads the changelog from just after this offset.
-    store = again._table.data
-    assert store.persisted_offset(TP(again.changelog, 1)) == 41
-    assert store.persisted_offset(TP(again.changelog, 2)) is None
-    # What the local database holds is what the changelog carries: Faust's recovery writes those bytes.
-    assert internals.table_db(again._table, 1).get(encode("run-a\x1fe2")) == encode([1, "h1", 1, 11])
+    # The restore reads the changelog from just after this offset.
+    assert (again.restored_to(1), again.tail_start(1)) == (41, 42)
+    assert (again.restored_to(2), again.tail_start(2)) == (None, 0)
+
+
+def test_a_restore_applies_the_changelogs_bytes_and_notes_the_last_offset(tmp_path):
+    table = _table(tmp_path)
+    table.put(0, "run-a\x1fe1", [0, "h0", 1, 10])
+    tail = [LogRecord(5, 0, encode("run-a\x1fe2"), encode([1, "h1", 1, 11])),
+            LogRecord(6, 0, encode("run-a\x1fe1"), None)]  # a tombstone
+    assert table.restore(0, tail) == 2
+    assert table.get(0, "run-a\x1fe1") is None
+    assert table.get(0, "run-a\x1fe2") == [1, "h1", 1, 11]
+    assert list(table.keys_from(0, "")) == ["run-a\x1fe2"]
+    assert table.tail_start(0) == 7
 
 
 def test_the_memory_table_is_the_same_port():
@@ -65,15 +71,18 @@ def test_the_memory_table_is_the_same_port():
     assert list(table.keys_from(0, "a\x1f")) == ["a\x1f2"]
 
 
-def test_values_are_cached_decoded_and_forgotten_when_recovery_wrote_behind_the_cache(tmp_path):
-    table = _table(tmp_path, "run-state")
+def test_values_are_cached_decoded_and_forgotten_when_a_restore_wrote_behind_the_cache(tmp_path):
+    opened: dict[Path, Any] = {}
+    table = _table(tmp_path, "run-state", opened)
     table.put(0, "run", {"next": 1})
     assert table.get(0, "run") == {"next": 1}
-    # Faust's recovery writes the database itself (the changelog's bytes), not through the table.
-    internals.table_db(table._table, 0).put(encode("run"), encode({"next": 7}))
+    [db] = opened.values()
+    db.put(encode("run"), encode({"next": 7}))  # the database written behind the table's back
     assert table.get(0, "run") == {"next": 1}  # what this process last wrote, until told otherwise
     table.forget_cached()
     assert table.get(0, "run") == {"next": 7}
+    table.restore(0, [LogRecord(0, 0, encode("run"), encode({"next": 9}))])  # a restore tells the cache itself
+    assert table.get(0, "run") == {"next": 9}
     table.put(0, "run", None)
     assert table.get(0, "run") is None
 

@@ -9,18 +9,15 @@ under ``tmp_path`` restored from the memory log's changelogs. Expected state has
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from agentlog.core.fold import states_by_index
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
 from agentlog.worker import sequencer, txruntime
-from agentlog.worker.fence import Fence
-from agentlog.worker.memory import TopicPartition, memory_wiring
+from agentlog.worker.memory import MemoryMessage, TopicPartition, memory_wiring
+from agentlog.worker.owned import Owned
 from agentlog.worker.txlog import MemoryLog
 from agentlog.worker.txstate import plain_opener
 from agentlog.worker.wiring import Wiring
@@ -30,25 +27,17 @@ INGEST = "agentlog.ingest"
 TP = TopicPartition(INGEST, 0)
 
 
-@dataclass(frozen=True)
-class Message:
-    offset: int
-    timestamp: int
-    value: bytes
-    key: bytes | None = None
-
-
 def _runtime(tmp_path: Path, records: MemoryLog, wiring: Wiring | None = None) -> txruntime.TxAgent:
     wiring = wiring or memory_wiring(Settings(home=tmp_path))
-    owned = Fence()
-    agent = sequencer.build(wiring, replay=False, fence=owned)
+    owned = Owned()
+    agent = sequencer.build(wiring, owned, replay=False)
     tables = txruntime.sequencer_tables(wiring.settings, lambda path, ttl: plain_opener(path))
     wiring.tables.update(tables)
     return txruntime.TxAgent(wiring, agent, records, tables, owned, short="ingest", group="agentlog-sequencer")
 
 
-def _messages(docs: list[dict[str, Any]], first: int = 0) -> list[Message]:
-    return [Message(first + i, 1_000 + i, encode_json(doc), doc["runId"].encode()) for i, doc in enumerate(docs)]
+def _messages(docs: list[dict[str, Any]], first: int = 0) -> list[MemoryMessage]:
+    return [MemoryMessage(first + i, 1_000 + i, encode_json(doc), doc["runId"].encode()) for i, doc in enumerate(docs)]
 
 
 async def _feed(runtime: txruntime.TxAgent, docs: list[dict[str, Any]], first: int = 0) -> None:
@@ -142,14 +131,3 @@ def test_every_agent_runs_on_transactions_and_faust_reads_no_topic(tmp_path):
     assert {name: type(wiring.tables[name]) for name in (HELD, SEQ)} == dict.fromkeys((HELD, SEQ), StateTable)
     assert wiring.tables[HELD].changelog == f"unit-worker-{HELD}-changelog"
 
-
-def test_an_unknown_agent_runtime_is_refused(tmp_path):
-    from agentlog.schemas.errors import ConfigError
-    from agentlog.streams.settings import load_settings
-    from agentlog.worker.app import build_app
-
-    settings = load_settings(kafka_bootstrap="127.0.0.1:9", topic_prefix="unit", home=tmp_path, worker_role="process",
-                             agent_runtime="threads")
-    with pytest.raises(ConfigError) as raised:
-        build_app(settings, replay=False)
-    assert raised.value.code == "bad_agent_runtime"
