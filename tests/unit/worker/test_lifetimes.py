@@ -9,7 +9,7 @@ from agentlog.streams.settings import Settings
 from agentlog.worker.lifetimes import Lifetimes
 from agentlog.worker.memory import MemoryWorker, memory_wiring
 from agentlog.worker.owned import Owned
-from agentlog.worker.tables import MemoryTable
+from agentlog.worker.tables import MemoryTable, encode
 
 
 def _lifetimes() -> Lifetimes:
@@ -49,13 +49,16 @@ def test_the_runs_in_flight_are_read_back_from_the_runs_table_other_values_aside
     assert sorted(lt.due_now({2}, now_s=1_000_000)) == [("r1", 2, 3, "completed"), ("r2", 2, 1, "expired")]
 
 
-def test_a_sweep_asks_on_the_runs_own_ingest_partition_once(tmp_path):
+def test_a_sweep_asks_for_the_runs_its_partitions_restored_on_their_own_ingest_partition_once(tmp_path):
     worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, run_grace_s=10.0, run_idle_s=100.0), partitions=4))
     lifetimes = worker.sequencer().lifetimes
+    changelog = worker.wiring.tables["runs"].changelog
+    # What the partitions' earlier owners committed: a run due to close in each of partitions 1 and 2.
+    worker.log.append(changelog, encode("r1"), encode(_record(3, end=True)), 2)
+    worker.log.append(changelog, encode("r2"), encode(_record(4, end=True)), 1)
 
     async def go() -> None:
-        await worker.take("sequencer", [2])  # the sequencer holds ingest partition 2 (its runs table restored)
-        worker.wiring.tables["runs"].put(2, "r1", _record(3, end=True))
+        await worker.take("sequencer", [2])  # this worker's sequencer holds ingest partition 2 only
         await lifetimes.sweep()
         await lifetimes.sweep()  # asked once
 
