@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import weakref
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -25,7 +26,7 @@ from agentlog.streams.topics import topic_name
 from agentlog.worker import sequencer, txruntime
 from agentlog.worker.owned import Owned
 from agentlog.worker.ports import NamedTopic, TaskFn, Topic
-from agentlog.worker.txlog import Appended, MemoryLog
+from agentlog.worker.txlog import Appended, LogRecord, MemoryLog
 from agentlog.worker.txstate import plain_opener
 from agentlog.worker.wiring import Wiring
 
@@ -112,8 +113,29 @@ def memory_wiring(settings: Settings | None = None, *, partitions: int = 1, reda
     )
 
 
+#: Each log's group views (:meth:`MemoryLog.member`), one per group, shared by every :class:`MemoryWorker` on the log.
+_MEMBERS: weakref.WeakKeyDictionary[MemoryLog, dict[str, MemoryLog]] = weakref.WeakKeyDictionary()
+
+
+def _group_view(log: MemoryLog, group: str) -> MemoryLog:
+    """The view of ``log`` that ``group``'s writers write through, the same for every worker on ``log``.
+
+    On Kafka a group's writer of an input partition has one transactional id, whichever worker opens it, so a
+    worker that takes a partition fences the one that had it: two workers on one log are two members of a group.
+    """
+    views = _MEMBERS.setdefault(log, {})
+    view = views.get(group)
+    if view is None:
+        view = views[group] = log.member(group)
+    return view
+
+
 class MemoryWorker:
-    """The worker's agents on one wiring and one :class:`MemoryLog`, fed batch by batch (:meth:`feed`)."""
+    """The worker's agents on one wiring and one :class:`MemoryLog`, fed batch by batch (:meth:`feed`).
+
+    Two workers on one log (``memory_wiring(..., log=first.log)``) are two members of each agent's group: the
+    one that takes a partition (:meth:`take`) fences the other's writer of it.
+    """
 
     def __init__(self, wiring: Wiring) -> None:
         producer = wiring.producer
@@ -125,7 +147,7 @@ class MemoryWorker:
         assert isinstance(runner, MemoryRunner)
         self.runner = runner
         #: Where the agents are made (:mod:`agentlog.worker.handoff`, :mod:`agentlog.worker.spans` install on it).
-        self.agents = txruntime.TxAgents(wiring, lambda path, ttl: plain_opener(path), records=self.log.member)
+        self.agents = txruntime.TxAgents(wiring, lambda path, ttl: plain_opener(path), records=self._member)
         self._held: set[tuple[str, int]] = set()
 
     def sequencer(self, *, replay: bool = False) -> sequencer.SequencerAgent:
@@ -136,8 +158,11 @@ class MemoryWorker:
                                         txruntime.TABLE_NAMES)
         self.wiring.tables.update(tables)
         txruntime.install(self.wiring, work, tables, owned, short="ingest", name="sequencer",
-                          records=self.log.member)
+                          records=self._member)
         return work
+
+    def _member(self, group: str) -> MemoryLog:
+        return _group_view(self.log, group)
 
     def topic(self, short: str) -> str:
         return self.wiring.topics[short].get_topic_name()
@@ -163,9 +188,32 @@ class MemoryWorker:
         if messages:
             await agent.handle_batch(TopicPartition(agent.topic, partition), messages)
 
+    async def poll(self, name: str, partition: int = 0, *, start: int | None = None, timestamp_ms: int = 0) -> int:
+        """Hand agent ``name`` what its consumer fetches now from its topic's ``partition``, as one batch: the
+        committed records from the position its last committed transaction noted (the start if none) to the end,
+        or from offset ``start`` (a consumer sought back: records handled and committed before, delivered again).
+
+        What an agent reads of records another agent committed (the handoff agent of the sequencer's links), and
+        what the new owner of a partition reads again after a batch that did not commit. Returns how many.
+        """
+        agent = self.wiring.tx_agents[name]
+        if (name, partition) not in self._held:
+            await self.take(name, [partition])
+        if start is None:
+            start = await self.log.position(agent.topic, partition) or 0
+        records = (await self.log.read({(agent.topic, partition): start}))[(agent.topic, partition)]
+        messages = [MemoryMessage(r.offset, timestamp_ms, r.value, r.key) for r in records]
+        if messages:
+            await agent.handle_batch(TopicPartition(agent.topic, partition), messages)
+        return len(messages)
+
     def values(self, short: str, partition: int | None = None) -> list[bytes | None]:
         """The committed values of the worker's topic ``short``."""
         return self.log.values(self.topic(short), partition)
+
+    def records(self, short: str, partition: int = 0) -> list[LogRecord]:
+        """The committed records (offsets, keys, values) of ``partition`` of the worker's topic ``short``."""
+        return [rec for rec, committed in self.log.held(self.topic(short), partition).records if committed]
 
 
 __all__ = ["MemoryLog", "MemoryMessage", "MemoryProducer", "MemoryRunner", "MemoryWorker", "TopicPartition",

@@ -1,11 +1,11 @@
 """The sequencer commits an event only with its fold: every log record carries its state hash (no broker).
 
-The sequencer agent runs as the worker runs it (:func:`agentlog.worker.sequencer.install`, the batch
-loop, :meth:`Batch.commit`) on the in-memory ports of :mod:`agentlog.worker.memory`: ingest records
-in as a stream's tick, outputs and changelog records out through the in-memory producer, tables as
-dicts. An accepted event whose run state is missing, behind or past the run's head, or whose fold
-raises, is refused (``run_state_unavailable``): to rejections with its bytes, nothing in the log, the
-head unmoved. Expected state hashes come from the reference path (``states_by_index``), not from the worker.
+The sequencer agent runs as the worker runs it (:func:`agentlog.worker.sequencer.build` on the transactional
+runtime) in :class:`agentlog.worker.memory.MemoryWorker`: ingest records in as one fetched batch, what the batch's
+transaction commits (outputs, changelog records, the ingest position) read back from the memory log, tables in
+RocksDB under ``tmp_path``. An accepted event whose run state is missing, behind or past the run's head, or whose
+fold raises, is refused (``run_state_unavailable``): to rejections with its bytes, nothing in the log, the head
+unmoved. Expected state hashes come from the reference path (``states_by_index``), not from the worker.
 """
 
 from __future__ import annotations
@@ -22,63 +22,50 @@ from agentlog.metrics import METRICS
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
 from agentlog.worker import sequencer
-from agentlog.worker.batch import position_key
-from agentlog.worker.memory import MemoryStream, Refused, event, memory_wiring, parts
-from agentlog.worker.wiring import Wiring
+from agentlog.worker.memory import MemoryWorker, memory_wiring
+from agentlog.worker.sequencer import INDEX_SEP
+from agentlog.worker.txlog import LogRecord, MemoryLog
 from tests.unit.replay.runs import llm_run
 
-PREFIX = "agentlog."
-INGEST = PREFIX + "ingest"
+INGEST = "agentlog.ingest"
 
 
 class Fed:
-    """What one feed of records sent: ``(short topic, key, decoded record)`` per output, in order."""
+    """What one feed of records committed: ``(short topic, key, decoded record)`` per output, topic by topic."""
 
-    def __init__(self, sent: list[tuple[str, str | None, dict[str, Any]]], raw: list[tuple[str, bytes]]) -> None:
+    def __init__(self, sent: list[tuple[str, str | None, dict[str, Any]]]) -> None:
         self.sent = sent
-        self.raw = raw  # (short topic, bytes) of every output, for byte-for-byte comparisons
+
+
+def _worker(home, log: MemoryLog | None = None) -> MemoryWorker:
+    """A worker running the sequencer (``log``: another worker's log, this one another member of its group)."""
+    worker = MemoryWorker(memory_wiring(Settings(home=home), log=log))
+    worker.sequencer()
+    return worker
 
 
 @pytest.fixture
-def worker(monkeypatch, tmp_path) -> tuple[Wiring, dict[str, dict[str, Any]]]:
-    """The wiring the sequencer agent is installed on, and its tables' contents (live dicts), across feeds."""
+def worker(monkeypatch, tmp_path) -> MemoryWorker:
+    """The worker the sequencer agent runs on, across feeds."""
     monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
-    wiring = memory_wiring(Settings(home=tmp_path), tables=("index", "runs", "closed"))
-    sequencer.install(wiring, replay=False)
-    return wiring, {name: table.data for name, table in wiring.tables.items()}  # type: ignore[attr-defined]
+    return _worker(tmp_path)
 
 
-async def _run(wiring: Wiring, offsets: list[int], values: list[bytes]) -> None:
-    """Run the sequencer agent on one tick of ``values`` at ``offsets`` of ``ingest[0]`` until it is durable."""
-    _, agent = parts(wiring).runner.agents["sequencer"]
-    stream = MemoryStream([event(INGEST, 0, offset, value) for offset, value in zip(offsets, values, strict=True)])
-    running = asyncio.ensure_future(agent(stream))
-    runs = wiring.tables["runs"]
-    while not running.done() and (runs.get(0, position_key(INGEST, 0)) or 0) < offsets[-1] + 1:
-        await asyncio.sleep(0.002)
-    stream.close()
-    await running
+def _outputs(worker: MemoryWorker) -> dict[str, int]:
+    """How many committed records each of the worker's topics but ingest (the sequencer's input) holds."""
+    return {short: len(worker.records(short)) for short in worker.wiring.topics if short != "ingest"}
 
 
-def _feed(worker, docs: list[dict[str, Any]], first_offset: int = 0, *,
-          offsets: list[int] | None = None) -> Fed:
-    wiring, _ = worker
-    producer = parts(wiring).producer
-    before = len(producer.log)
-    offsets = offsets if offsets is not None else [first_offset + i for i in range(len(docs))]
-    try:
-        asyncio.run(_run(wiring, offsets, [encode_json(doc) for doc in docs]))
-    finally:
-        outputs = [(entry[1][len(PREFIX):], entry[3], entry[4]) for entry in producer.log[before:]
-                   if entry[0] == "sent" and entry[1].startswith(PREFIX)]
-        fed = Fed([(short, key.decode() if key is not None else None, decode_record(value))
-                   for short, key, value in outputs], [(short, value) for short, _, value in outputs])
-        _FED.append(fed)
-    return fed
+def _since(worker: MemoryWorker, before: dict[str, int]) -> Fed:
+    return Fed([(short, r.key.decode() if r.key is not None else None, decode_record(r.value))
+                for short, n in before.items() for r in worker.records(short)[n:]])
 
 
-#: Every feed's outputs, the last one also when its agent failed (``_feed`` raised).
-_FED: list[Fed] = []
+def _feed(worker: MemoryWorker, docs: list[dict[str, Any]]) -> Fed:
+    """Hand the sequencer ``docs`` as the next records of ``ingest[0]``, one batch; what it committed."""
+    before = _outputs(worker)
+    asyncio.run(worker.feed("sequencer", [encode_json(doc) for doc in docs]))
+    return _since(worker, before)
 
 
 def _logged(batch: Fed) -> list[dict[str, Any]]:
@@ -90,15 +77,20 @@ def _stored_states(batch: Fed) -> list[str]:
     return [h for _, h in states_by_index([r["doc"] for r in _logged(batch)])]
 
 
+def _changelog(worker: MemoryWorker, table: str) -> list[LogRecord]:
+    """The committed changelog records of one of the sequencer's tables (what a restore of it reads)."""
+    topic = worker.wiring.tables[table].changelog  # type: ignore[attr-defined]
+    return asyncio.run(worker.log.read({(topic, 0): 0}))[(topic, 0)]
+
+
 def test_every_committed_record_carries_the_state_hash_at_its_index(worker):
-    wiring, _ = worker
     docs = llm_run("seq-fold")
     batch = _feed(worker, docs)
     logged = _logged(batch)
     assert [r["stateHash"] for r in logged] == _stored_states(batch)
     # the state hash covers the stored form: content sealed, which opens back to what was sent
     assert [r["doc"] for r in logged] != docs
-    assert [wiring.keyring.open(r["doc"]) for r in logged] == docs
+    assert [worker.wiring.keyring.open(r["doc"]) for r in logged] == docs
     assert [s[1] for s in batch.sent if s[0] == "keyring"] == [docs[0]["runId"]]  # one key, minted once
     assert not [s for s in batch.sent if s[0] == "rejections"]
 
@@ -113,79 +105,84 @@ def test_an_event_whose_fold_raises_is_refused_and_taken_once_the_fold_works(wor
         raise RuntimeError("a fold bug")
 
     monkeypatch.setattr(core_runstate, "fold", broken)
-    refused = _feed(worker, docs[k:k + 1], first_offset=k)
+    refused = _feed(worker, docs[k:k + 1])
     [(short, _, rejection)] = [out for out in refused.sent if out[0] != "keyring"]
     assert (short, rejection["reason"]) == ("rejections", "run_state_unavailable")
     assert rejection["raw"] != docs[k] and "$sealed" in rejection["raw"]  # the original bytes, sealed
     assert "$sealed" in rejection["detail"]  # the detail too: a contract error can quote content
-    wiring, _ = worker
-    assert "failed (RuntimeError: a fold bug)" in wiring.keyring.open_rejection(rejection)["detail"]
+    keyring = worker.wiring.keyring
+    assert "failed (RuntimeError: a fold bug)" in keyring.open_rejection(rejection)["detail"]
 
     monkeypatch.setattr(core_runstate, "fold", real)
-    taken = _feed(worker, docs[k:], first_offset=k + 1)
-    stored = [wiring.keyring.open(r["doc"]) for r in _logged(taken)]
+    taken = _feed(worker, docs[k:])
+    stored = [keyring.open(r["doc"]) for r in _logged(taken)]
     assert stored == docs[k:]
     assert [r["stateHash"] for r in _logged(taken)] == [h for _, h in states_by_index(
-        [*[seal_event(d, wiring.keyring.data_key(d["runId"])) for d in docs[:k]],
+        [*[seal_event(d, keyring.data_key(d["runId"])) for d in docs[:k]],
          *[r["doc"] for r in _logged(taken)]])][k:]
 
 
-def test_a_batch_of_ingest_records_goes_out_as_log_records_and_table_writes_and_a_redelivery_is_identical(worker):
-    """End to end on the in-memory ports: outputs, then tables; a crash before the tables repeats the same bytes."""
-    wiring, tables = worker
-    producer = parts(wiring).producer
+def test_a_batch_commits_its_log_records_with_its_table_writes_or_nothing_and_a_redelivery_sends_nothing(
+        monkeypatch, tmp_path):
+    """End to end on the memory log: a batch fenced before it commits leaves no output, no table write and no
+    position; the partition's new owner reads its records again and commits them, its tables with them."""
+    monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
     docs = llm_run("seq-e2e")
     run_id = docs[0]["runId"]
+    zombie = _worker(tmp_path / "zombie")
+    asyncio.run(zombie.take("sequencer"))
+    owner = _worker(tmp_path / "owner", zombie.log)
+    asyncio.run(owner.take("sequencer"))  # the partition's writer opened again: the zombie's is fenced
 
-    producer.refuse = {"index"}  # the outputs are acknowledged, the first table stage is not: a crash
-    with pytest.raises(Refused):
-        _feed(worker, docs)
-    crashed = _FED[-1]
-    assert [r["stateHash"] for r in _logged(crashed)] == _stored_states(crashed)
-    assert tables["index"] == tables["runs"] == {}  # no table write, no position
+    before = _outputs(owner)
+    asyncio.run(zombie.feed("sequencer", [encode_json(doc) for doc in docs]))
+    assert _since(owner, before).sent == []  # nothing of the batch is committed: no log record, no key
+    assert _changelog(owner, "index") == _changelog(owner, "runs") == []  # no table write
+    assert asyncio.run(owner.log.position(INGEST, 0)) is None  # no position
+    assert zombie.wiring.keyring.data_key(run_id) is None  # the key it minted is not kept: the owner mints it
 
-    producer.refuse = set()
-    again = _feed(worker, docs)  # the same records, delivered again
-    # the run's key was acknowledged with the first copy: the second seals under it, byte for byte
-    assert [out[0] for out in crashed.raw].count("keyring") == 1 and "keyring" not in [out[0] for out in again.raw]
-    assert [out for out in again.raw if out[0] != "snapshots"] == \
-           [out for out in crashed.raw if out[0] not in ("snapshots", "keyring")]
-    # byte for byte; a snapshot names where its log record landed, which is the second copy's offset now
-    assert [{**v, "logOffset": None} for short, _, v in again.sent if short == "snapshots"] == \
-           [{**v, "logOffset": None} for short, _, v in crashed.sent if short == "snapshots"] != []
-    assert len([k for k in tables["index"] if k.startswith(run_id)]) == len(docs)
-    assert tables["runs"][run_id]["next"] == len(docs)
-    assert tables["runs"][position_key(INGEST, 0)] == len(docs)
-    assert wiring.positions.committable(INGEST, 0, parts(wiring).membership.generation) == len(docs)
-    changelog = [topic for kind, topic, *_ in producer.log if kind == "acked" and not topic.startswith(PREFIX)]
-    assert changelog == ["index", "runs"]  # the stages in order, after the outputs
+    assert asyncio.run(owner.poll("sequencer")) == len(docs)  # read again from the committed position (none)
+    again = _since(owner, before)
+    assert [r["stateHash"] for r in _logged(again)] == _stored_states(again)
+    assert [owner.wiring.keyring.open(r["doc"]) for r in _logged(again)] == docs
+    assert [s[1] for s in again.sent if s[0] == "keyring"] == [run_id]
+    index, runs = owner.wiring.tables["index"], owner.wiring.tables["runs"]
+    assert len(list(index.keys_from(0, run_id + INDEX_SEP))) == len(docs)  # type: ignore[attr-defined]
+    assert runs.get(0, run_id)["next"] == len(docs)
+    assert asyncio.run(owner.log.position(INGEST, 0)) == len(docs)
+    assert len(_changelog(owner, "index")) == len(docs) and _changelog(owner, "runs") != []
 
-    # Redelivered once durable (below the agent's position): decided as done, nothing sent again.
-    assert _feed(worker, docs).sent == []
+    # Delivered again once committed (the consumer sought back): decided as done, nothing sent again.
+    durable = _outputs(owner)
+    assert asyncio.run(owner.poll("sequencer", start=0)) == len(docs)
+    assert _since(owner, durable).sent == []
 
 
-def test_a_crash_between_the_index_and_the_run_record_is_folded_level_by_the_redelivery(worker, tmp_path):
-    """The index stage durable, the ``runs`` stage not: the redelivered records fold the run again, once each."""
-    wiring, tables = worker
-    producer = parts(wiring).producer
+def test_a_state_whose_index_is_ahead_of_its_run_record_is_folded_level_by_the_redelivery(monkeypatch, tmp_path):
+    """The index durable, the run record not (what a worker that wrote the two tables in two stages can leave in
+    their changelogs): the redelivered records fold the run again, once each."""
+    monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
     docs = llm_run("seq-refold")
     run_id = docs[0]["runId"]
-    clean = memory_wiring(Settings(home=tmp_path / "clean"), tables=("index", "runs", "closed"))
-    clean.keyring = wiring.keyring  # the same run keys, so the same sealed state
-    sequencer.install(clean, replay=False)
-    _feed((clean, None), docs)
-    expected = clean.tables["runs"].data[run_id]  # type: ignore[attr-defined]
+    clean = _worker(tmp_path / "clean")
+    _feed(clean, docs)
+    expected = clean.wiring.tables["runs"].get(0, run_id)
 
-    producer.refuse = {"runs"}  # outputs and the index stage acknowledged, the run record's stage not
-    with pytest.raises(Refused):
-        _feed(worker, docs)
-    assert len([k for k in tables["index"] if k.startswith(run_id)]) == len(docs) and run_id not in tables["runs"]
-    producer.refuse = set()
+    log = MemoryLog()
+    for rec in _changelog(clean, "index"):  # the index stage's changelog, the runs stage's not
+        log.append(clean.wiring.tables["index"].changelog, rec.key, rec.value, 0)  # type: ignore[attr-defined]
+    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path / "worker"), log=log))
+    worker.wiring.keyring = clean.wiring.keyring  # the same run keys, so the same sealed state
+    worker.sequencer()
+    asyncio.run(worker.take("sequencer"))  # the index restored from its changelog
+    tables = worker.wiring.tables
+    assert len(list(tables["index"].keys_from(0, run_id + INDEX_SEP))) == len(docs)  # type: ignore[attr-defined]
+    assert tables["runs"].get(0, run_id) is None
     refolded = METRICS.get("agentlog_refolded_total")
     again = _feed(worker, docs)  # the same records, delivered again
     assert again.sent == []  # every record Redelivered by its index entry: nothing sent twice
     assert METRICS.get("agentlog_refolded_total") == refolded + len(docs)
-    assert tables["runs"][run_id] == expected  # head, state, timestamp: what one clean pass makes
+    assert tables["runs"].get(0, run_id) == expected  # head, state, timestamp: what one clean pass makes
 
 
 def test_a_sequencer_check_keeps_its_detail_readable_for_the_host(worker):
@@ -193,7 +190,7 @@ def test_a_sequencer_check_keeps_its_detail_readable_for_the_host(worker):
     the original bytes are sealed all the same."""
     docs = llm_run("seq-gap")
     _feed(worker, docs[:1])
-    refused = _feed(worker, docs[2:3], first_offset=1)
+    refused = _feed(worker, docs[2:3])
     [(_, _, rejection)] = [out for out in refused.sent if out[0] == "rejections"]
     assert rejection["reason"] == "sequence_gap"
     assert rejection["detail"] == "run seq-gap: expected sequence 1, got 2 (missing 1..1)"
