@@ -1,7 +1,7 @@
 """A rejection names the run of what it rejects: the doc's runId, else the record's Kafka key (no broker).
 
-The agents run as the worker runs them, on the in-memory ports of :mod:`agentlog.worker.memory`;
-each record is delivered with its raw key, as Faust delivers the ingest and ``otel-events`` records.
+The agents run as the worker runs them, on the transactional runtime in :class:`agentlog.worker.memory.MemoryWorker`;
+each record is delivered with its raw key, as the agents' consumers fetch the ingest and ``otel-events`` records.
 """
 
 from __future__ import annotations
@@ -19,12 +19,9 @@ from agentlog.core.sequencing import Source, rejection_record
 from agentlog.schemas.records import KEY_RUN_ID_MAX, run_id_of_key
 from agentlog.streams.codec import encode_json
 from agentlog.streams.settings import Settings
-from agentlog.worker import sequencer
 from agentlog.worker import spans as sp
-from agentlog.worker.batch import FaustAgents, position_key
-from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
+from agentlog.worker.memory import MemoryWorker, memory_wiring
 from agentlog.worker.otlp import decode_request, span_dicts, trace_records
-from agentlog.worker.wiring import Wiring
 
 CORPUS = Path(__file__).resolve().parents[2] / "otel_corpus"
 SOURCE = Source("p.ingest", 0, 7, 0)
@@ -54,25 +51,17 @@ def test_the_docs_run_id_comes_first_and_the_key_stands_in_where_it_names_none()
 # --- the agents -----------------------------------------------------------------------------------
 
 
-def _run_agent(wiring: Wiring, agent_name: str, table: str, topic: str, records: list[tuple[bytes | None, bytes]],
-               *, first: int = 0, at: float = 1_000.0) -> list[tuple[str, str | None, Any]]:
-    """Run ``agent_name`` on ``(key, value)`` records at offsets ``first``.. of ``topic[0]``; the records it sent."""
-    _, agent = parts(wiring).runner.agents[agent_name]
-    producer = parts(wiring).producer
-    before = len(producer.log)
-    held = wiring.tables[table]
-
-    async def go() -> None:
-        stream = MemoryStream([event(topic, 0, first + i, value, at, key) for i, (key, value) in enumerate(records)])
-        running = asyncio.ensure_future(agent(stream))
-        while not running.done() and (held.get(0, position_key(topic, 0)) or 0) < first + len(records):
-            await asyncio.sleep(0.002)
-        stream.close()
-        await running
-
-    asyncio.run(go())
-    return [(entry[1], entry[3].decode() if entry[3] is not None else None, orjson.loads(entry[4]))
-            for entry in producer.log[before:] if entry[0] == "sent" and entry[4] is not None]
+def _run_agent(worker: MemoryWorker, agent_name: str, records: list[tuple[bytes | None, bytes]], *,
+               at: float = 1_000.0) -> list[tuple[str, str | None, Any]]:
+    """Hand ``agent_name`` the ``(key, value)`` records as the next batch of its topic's partition 0, fetched at
+    ``at`` (seconds); the records it committed to every other topic."""
+    topic = worker.wiring.tx_agents[agent_name].topic
+    outputs = [short for short in worker.wiring.topics if worker.topic(short) != topic]
+    before = {short: len(worker.records(short)) for short in outputs}
+    asyncio.run(worker.feed(agent_name, [value for _, value in records], keys=[key for key, _ in records],
+                            timestamp_ms=int(at * 1000)))
+    return [(worker.topic(short), r.key.decode() if r.key is not None else None, orjson.loads(r.value))
+            for short in outputs for r in worker.records(short)[before[short]:] if r.value is not None]
 
 
 def _rejections(sent: list[tuple[str, str | None, Any]]) -> list[tuple[str | None, str, str | None]]:
@@ -81,11 +70,11 @@ def _rejections(sent: list[tuple[str, str | None, Any]]) -> list[tuple[str | Non
 
 
 def test_the_sequencer_files_an_unreadable_record_under_its_key(tmp_path: Path) -> None:
-    wiring = memory_wiring(Settings(home=tmp_path), tables=("index", "runs", "closed"))
-    sequencer.install(wiring, replay=False)
+    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path)))
+    worker.sequencer()
     gap = {"eventId": "e5", "runId": "doc-run", "type": "variable.changed", "payload": {"name": "v", "value": 1},
            "timestamp": "2025-03-04T05:06:07.089Z", "sequence": 5}
-    sent = _run_agent(wiring, "sequencer", "runs", wiring.topics["ingest"].get_topic_name(), [
+    sent = _run_agent(worker, "sequencer", [
         (b"run-a", b'{"runId": oops'),               # not JSON
         (b"run-a", json.dumps({"hello": 1}).encode()),  # not a RunEventDoc
         (b"\xff\xfe", b"not json"),                  # a key that is no run id
@@ -109,13 +98,13 @@ def _corpus_spans(name: str) -> list[dict[str, Any]]:
 
 
 def test_the_otel_run_sequencer_files_a_malformed_record_under_its_run_key(tmp_path: Path) -> None:
-    wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
-    sp.install(wiring, FaustAgents(wiring))
+    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, otlp_port=0)))
+    sp.install(worker.wiring, worker.agents)
     spans = _corpus_spans("openai_agents.openllmetry")
     plan = plan_trace(spans[0]["traceId"], {s["spanId"]: s for s in spans}, published={})
     run, events = next(iter(plan.runs.items()))
     good = orjson.dumps({"run": run, "trace": plan.trace_id, "events": events})
-    sent = _run_agent(wiring, "otel-sequencer", sp.SEQ, wiring.topics["otel-events"].get_topic_name(), [
+    sent = _run_agent(worker, "otel-sequencer", [
         (b"conv-9", b"not json"),
         (run.encode(), good),
     ])
@@ -123,16 +112,15 @@ def test_the_otel_run_sequencer_files_a_malformed_record_under_its_run_key(tmp_p
 
 
 def test_a_span_the_mapper_refuses_is_filed_under_the_run_that_holds_its_place(tmp_path: Path) -> None:
-    wiring = memory_wiring(Settings(home=tmp_path, otlp_port=0))
-    sp.install(wiring, FaustAgents(wiring))
+    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path, otlp_port=0)))
+    sp.install(worker.wiring, worker.agents)
     spans = _corpus_spans("langgraph.openinference")
     broken = next(s for s in spans if s["attributes"].get("openinference.span.kind") == "LLM")
     broken["attributes"]["llm.token_count.prompt"] = "twenty"
     [(trace_id, value)], oversize = trace_records(spans, 900_000)
     assert not oversize
-    topic = wiring.topics["spans"].get_topic_name()
-    sent = _run_agent(wiring, "otel-spans", sp.HELD, topic, [(trace_id.encode(), value)])
-    sent += _run_agent(wiring, "otel-spans", sp.HELD, topic, [(None, sp.TICK)], first=1,
+    sent = _run_agent(worker, "otel-spans", [(trace_id.encode(), value)])
+    sent += _run_agent(worker, "otel-spans", [(None, sp.TICK)],
                        at=1_000.0 + sp.SETTLE_MS / 1000 + 0.5)  # the trace is due: published
     [(key, reason, run_id)] = _rejections(sent)
     holder = [value["run"] for topic_, _, value in sent if topic_.endswith(".otel-events")
