@@ -81,37 +81,32 @@ def measure(records: list[bytes], reps: int) -> dict[str, float]:
 
 
 def _agent_pass(records: list[bytes], redactor: Redactor) -> float:
-    """CPU seconds for the sequencer agent (:mod:`agentlog.worker.sequencer` on the in-memory ports, as the unit
-    tests run it) to commit ``records``: decode, validate, decide, redact, seal, chain, fold, the log record."""
+    """CPU seconds for the sequencer agent (:mod:`agentlog.worker.sequencer` in
+    :class:`agentlog.worker.memory.MemoryWorker`, as the unit tests run it) to commit ``records`` in batches of 500:
+    decode, validate, decide, redact, seal, chain, fold, the log record, its table writes (RocksDB)."""
     import asyncio
     import tempfile
     from pathlib import Path
 
     from agentlog.streams.settings import Settings
-    from agentlog.worker import sequencer
-    from agentlog.worker.batch import position_key
-    from agentlog.worker.memory import MemoryStream, event, memory_wiring, parts
+    from agentlog.worker.memory import MemoryWorker, memory_wiring
 
     with tempfile.TemporaryDirectory() as home:
-        wiring = memory_wiring(Settings(home=Path(home)), tables=("index", "runs", "closed"), redactor=redactor)
-        sequencer.install(wiring, replay=False)
-        _, agent = parts(wiring).runner.agents["sequencer"]
-        ingest = "agentlog.ingest"
+        worker = MemoryWorker(memory_wiring(Settings(home=Path(home)), redactor=redactor))
+        worker.sequencer()
 
         async def go() -> float:
-            stream = MemoryStream(*[[event(ingest, 0, i + k, records[i + k]) for k in range(min(500, len(records) - i))]
-                                    for i in range(0, len(records), 500)])
+            await worker.take("sequencer")  # its tables opened before the clock starts
             t0 = time.process_time()
-            running = asyncio.ensure_future(agent(stream))
-            runs = wiring.tables["runs"]
-            while not running.done() and (runs.get(0, position_key(ingest, 0)) or 0) < len(records):
-                await asyncio.sleep(0.001)
-            elapsed = time.process_time() - t0
-            stream.close()
-            await running
-            return elapsed
+            for i in range(0, len(records), 500):
+                await worker.feed("sequencer", records[i:i + 500])
+            return time.process_time() - t0
 
-        return asyncio.run(go())
+        try:
+            return asyncio.run(go())
+        finally:
+            for table in worker.wiring.tables.values():
+                table.close_all()  # type: ignore[attr-defined]
 
 
 #: No policy: every detector off (what the sequencer did before redaction, but for the call).
