@@ -22,6 +22,7 @@ contract suite (``tests/contract/test_txlog.py``) runs against both.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator, Awaitable, Generator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -218,47 +219,124 @@ class MemoryLog:
 # -- on Kafka --------------------------------------------------------------------------------------------------
 
 
+#: ``murmur2(key) & 0x7FFFFFFF`` (the producer's default partitioner's hash) of recent keys: it is Python, ~6 µs a
+#: key, and a run's key comes back with each of its events, to every topic it sends to.
+_KEY_HASHES: dict[bytes, int] = {}
+#: Keys remembered at most (cleared when full: a worker's runs in flight are far fewer).
+_KEY_HASHES_MAX = 16384
+
+
+def _key_hash(key: bytes) -> int:
+    hashed = _KEY_HASHES.get(key)
+    if hashed is None:
+        if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
+            _KEY_HASHES.clear()
+        hashed = _KEY_HASHES[key] = murmur2(key) & 0x7FFFFFFF
+    return hashed
+
+
+class _Open:
+    """One topic-partition's batch of a transaction: filled, then handed to the producer whole."""
+
+    __slots__ = ("builder", "sent")
+
+    def __init__(self, builder: Any) -> None:
+        self.builder = builder
+        self.sent: asyncio.Future[Any] | None = None  # the batch's delivery, once handed over
+
+
 class _KafkaTransaction:
-    def __init__(self, producer: AIOKafkaProducer) -> None:
+    """A transaction's records, appended per topic-partition to one producer batch each (aiokafka's
+    ``create_batch`` / ``send_batch``), handed over when full, when someone awaits where a record landed, or at
+    commit.
+
+    ``producer.send`` per record costs a serialisation, a partitioner call (murmur2 in Python) and a lookup of
+    the partition's open batch per record; here a record is one ``append`` to a batch that is already at hand. A
+    key goes to the partition the producer's default partitioner would choose, so a run's records stay in its
+    partition.
+    """
+
+    def __init__(self, producer: AIOKafkaProducer, partitions: dict[str, list[int]]) -> None:
         self._producer = producer
+        self._partitions = partitions  # topic -> its partitions, sorted (shared by the writer's transactions)
+        self._open: dict[Where, _Open] = {}
         self.positions: dict[TopicPartition, int] = {}
 
     async def send(self, topic: str, key: bytes | None, value: bytes | None,
                    partition: int | None = None) -> Awaitable[Appended]:
+        if partition is None:
+            partition = await self._partition_of(topic, key)
+        where = (topic, partition)
+        batch = self._open.get(where)
+        if batch is None:
+            batch = self._open[where] = _Open(self._producer.create_batch())
+        meta = batch.builder.append(key=key, value=value, timestamp=None)
+        if meta is None:  # the batch is full: hand it over and start the next one
+            await self._hand_over(where)
+            batch = self._open[where] = _Open(self._producer.create_batch())
+            meta = batch.builder.append(key=key, value=value, timestamp=None)
+            if meta is None:
+                raise ValueError(f"a record of {len(value or b'')} bytes does not fit in one producer batch of {topic}")
+        return _Landing(self, where, batch, meta.offset)
+
+    async def _partition_of(self, topic: str, key: bytes | None) -> int:
+        parts = self._partitions.get(topic)
+        if parts is None:
+            parts = self._partitions[topic] = sorted(await self._producer.partitions_for(topic))
+        if key is None:
+            return random.choice(parts)
+        return parts[_key_hash(key) % len(parts)]
+
+    async def _hand_over(self, where: Where) -> None:
+        batch = self._open.pop(where)
+        batch.builder.close()
         try:
-            sent = await self._producer.send(topic, value, key=key, partition=partition)
+            batch.sent = await self._producer.send_batch(batch.builder, where[0], partition=where[1])
         except (ProducerFenced, InvalidProducerEpoch) as e:
             raise Fenced(str(e)) from e
-        return _Landing(topic, sent)
+
+    async def landed(self, where: Where, batch: _Open, index: int) -> Appended:
+        if batch.sent is None and self._open.get(where) is batch:
+            await self._hand_over(where)
+        assert batch.sent is not None
+        meta = await batch.sent
+        return Appended(where[0], where[1], meta.offset + index)
+
+    async def flush(self) -> None:
+        """Hand every open batch over (before the transaction commits)."""
+        for where in list(self._open):
+            await self._hand_over(where)
 
     def consumed(self, topic: str, partition: int, position: int) -> None:
         self.positions[TopicPartition(topic, partition)] = position
 
 
 class _Landing:
-    """Where a record sent in a transaction lands once its batch is acknowledged (awaitable; free if never awaited)."""
+    """Where a record sent in a transaction lands once its batch is acknowledged (awaitable; free if never awaited:
+    awaiting it hands its batch over)."""
 
-    __slots__ = ("_sent", "_topic")
+    __slots__ = ("_batch", "_index", "_tx", "_where")
 
-    def __init__(self, topic: str, sent: asyncio.Future[Any]) -> None:
-        self._topic, self._sent = topic, sent
+    def __init__(self, tx: _KafkaTransaction, where: Where, batch: _Open, index: int) -> None:
+        self._tx, self._where, self._batch, self._index = tx, where, batch, index
 
     def __await__(self) -> Generator[Any, None, Appended]:
-        meta = yield from self._sent.__await__()
-        return Appended(self._topic, meta.partition, meta.offset)
+        return self._tx.landed(self._where, self._batch, self._index).__await__()
 
 
 class _KafkaWriter:
     def __init__(self, producer: AIOKafkaProducer, group: str) -> None:
         self._producer, self._group = producer, group
+        self._partitions: dict[str, list[int]] = {}
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[_KafkaTransaction]:
         producer = self._producer
         try:
             async with producer.transaction():
-                tx = _KafkaTransaction(producer)
+                tx = _KafkaTransaction(producer, self._partitions)
                 yield tx
+                await tx.flush()
                 if tx.positions:
                     await producer.send_offsets_to_transaction(tx.positions, self._group)
         except (ProducerFenced, InvalidProducerEpoch) as e:
