@@ -346,28 +346,6 @@ def _tkey(run: str, trace_id: str) -> str:
     return f"{run}\x1ft\x1f{trace_id}"
 
 
-def _repair(batch: Staging, p: int, run: str, head: dict[str, Any]) -> tuple[Cursor, set[str]]:
-    """The run's cursor as its index says, and the event ids found past the cursor.
-
-    A batch's table writes become durable one changelog record after another, and a crash can
-    stop them anywhere. The cursor is written after its batch's index entries (the hook
-    :func:`_write_cursors`), so it is never ahead of them, but it can be behind: step forward
-    over the records that start at the cursor.
-    """
-    nxt, last = int(head["next"]), head.get("last")
-    recovered: set[str] = set()
-    while (entry := batch.get(SEQ, _rkey(run, nxt))) is not None:
-        ids = [str(eid) for eid in entry["ids"]]
-        recovered.update(ids)
-        # Its trace's list of records may be what the crash left out.
-        firsts = batch.get(SEQ, _tkey(run, entry["trace"])) or []
-        if nxt not in firsts:
-            batch.set(SEQ, p, _tkey(run, entry["trace"]), [*firsts, nxt])
-        nxt += len(ids)
-        last = ids[-1]
-    return Cursor(nxt, last), recovered
-
-
 def _cursors(batch: Staging) -> dict[str, tuple[int, dict[str, Any]]]:
     """The run cursors this batch moved (run → partition, cursor), written by :func:`_write_cursors`."""
     if not batch.collected:
@@ -417,10 +395,10 @@ async def sequence(batch: Staging, rec: SourceRecord) -> None:
     cursors = _cursors(batch)
     moved = cursors.get(run)
     head = moved[1] if moved is not None else batch.get(SEQ, run) or {"next": 0, "last": None, "kept": 0}
-    cursor, recovered = _repair(batch, p, run, head)
+    cursor = Cursor(int(head["next"]), head.get("last"))
     tkey = _tkey(run, trace_id)
     firsts = batch.get(SEQ, tkey) or []
-    known = set(recovered)
+    known: set[str] = set()
     for first in firsts:
         if (entry := batch.get(SEQ, _rkey(run, first))) is not None:
             known.update(entry["ids"])

@@ -76,12 +76,15 @@ class StateTable(RocksTable):
         return 0 if last is None else last + 1
 
     def restore(self, partition: int, records: Sequence[LogRecord]) -> int:
-        """Apply the changelog's committed records past :meth:`tail_start`; returns how many were applied."""
+        """Apply the changelog's committed records past :meth:`tail_start`; returns how many were applied (a record
+        without a key is not a table write)."""
+        applied = 0
         if records:
             batch = rocksdict.WriteBatch(raw_mode=True)
             for rec in records:
                 if rec.key is None:
                     continue
+                applied += 1
                 if rec.value is None:
                     batch.delete(rec.key)
                 else:
@@ -89,7 +92,7 @@ class StateTable(RocksTable):
             batch.put(RESTORED_KEY, str(records[-1].offset).encode())
             self._db(partition).write(batch)
         self.forget_cached()
-        return len(records)
+        return applied
 
     def close(self, partition: int, *, drop: bool = False) -> None:
         """Close ``partition``'s database (``drop``: delete it too: another worker owns the partition now)."""

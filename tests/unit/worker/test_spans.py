@@ -254,8 +254,7 @@ def test_the_run_sequencer_keeps_one_index_entry_per_record_and_sends_canonical_
     assert sequencer.run_keys(run) == sorted([run, *(f"{run}\x1fr\x1f{f}" for f in firsts),
                                               *(f"{run}\x1ft\x1f{t}" for t in traces)])
     assert sequencer.seq.get(0, run) == {"next": len(docs), "last": docs[-1]["eventId"], "kept": 0}
-    # The cursor's changelog record comes after the index entries it counts (what _repair relies on in a table
-    # whose changelog stops short of a batch's last record).
+    # The cursor's changelog record comes after the index entries it counts.
     changelog_of = sequencer.seq.changelog
     changelog = [orjson.loads(r.key) for r in asyncio.run(sequencer.worker.log.read({(changelog_of, 0): 0}))[
         (changelog_of, 0)] if r.key]
@@ -273,24 +272,6 @@ def test_a_redelivered_or_re_emitted_record_adds_nothing_and_a_replay_sends_the_
     fresh = _RunSequencer(tmp_path / "again")
     fresh.feed(records)
     assert fresh.ingest() == sent
-
-
-def test_a_cursor_behind_its_index_moves_past_it(tmp_path):
-    run, records = _one_run_records()
-    whole = _RunSequencer(tmp_path / "whole")
-    whole.feed(records)
-    sequencer = _RunSequencer(tmp_path)
-    sequencer.feed(records[:1])
-    sent = sequencer.ingest()
-    # The table keeps the record's index entry but neither the cursor nor the trace's list of records (a changelog
-    # that ends inside a batch's writes).
-    trace = orjson.loads(records[0])["trace"]
-    sequencer.seq.put(0, run, None)
-    sequencer.seq.put(0, f"{run}\x1ft\x1f{trace}", None)
-    sequencer.feed(records)  # redelivered, then the next turn
-    assert sequencer.ingest() == whole.ingest() and sequencer.ingest()[:len(sent)] == sent
-    assert sequencer.seq.get(0, f"{run}\x1ft\x1f{trace}") == [0]
-    assert sequencer.seq.get(0, run) == whole.seq.get(0, run)
 
 
 def test_a_run_whose_cursor_has_no_index_entries_goes_on_from_the_cursor(tmp_path):
