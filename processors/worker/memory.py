@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import weakref
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -113,23 +112,6 @@ def memory_wiring(settings: Settings | None = None, *, partitions: int = 1, reda
     )
 
 
-#: Each log's group views (:meth:`MemoryLog.member`), one per group, shared by every :class:`MemoryWorker` on the log.
-_MEMBERS: weakref.WeakKeyDictionary[MemoryLog, dict[str, MemoryLog]] = weakref.WeakKeyDictionary()
-
-
-def _group_view(log: MemoryLog, group: str) -> MemoryLog:
-    """The view of ``log`` that ``group``'s writers write through, the same for every worker on ``log``.
-
-    On Kafka a group's writer of an input partition has one transactional id, whichever worker opens it, so a
-    worker that takes a partition fences the one that had it: two workers on one log are two members of a group.
-    """
-    views = _MEMBERS.setdefault(log, {})
-    view = views.get(group)
-    if view is None:
-        view = views[group] = log.member(group)
-    return view
-
-
 class MemoryWorker:
     """The worker's agents on one wiring and one :class:`MemoryLog`, fed batch by batch (:meth:`feed`).
 
@@ -147,7 +129,7 @@ class MemoryWorker:
         assert isinstance(runner, MemoryRunner)
         self.runner = runner
         #: Where the agents are made (:mod:`agentlog.worker.handoff`, :mod:`agentlog.worker.spans` install on it).
-        self.agents = txruntime.TxAgents(wiring, lambda path, ttl: plain_opener(path), records=self._member)
+        self.agents = txruntime.TxAgents(wiring, lambda path, ttl: plain_opener(path), records=self.log.member)
         self._held: set[tuple[str, int]] = set()
 
     def sequencer(self, *, replay: bool = False) -> sequencer.SequencerAgent:
@@ -158,11 +140,8 @@ class MemoryWorker:
                                         txruntime.TABLE_NAMES)
         self.wiring.tables.update(tables)
         txruntime.install(self.wiring, work, tables, owned, short="ingest", name="sequencer",
-                          records=self._member)
+                          records=self.log.member)
         return work
-
-    def _member(self, group: str) -> MemoryLog:
-        return _group_view(self.log, group)
 
     def topic(self, short: str) -> str:
         return self.wiring.topics[short].get_topic_name()

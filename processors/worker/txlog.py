@@ -171,11 +171,15 @@ class MemoryLog:
         self._topics: dict[tuple[str, int], _Held] = {}
         self._epochs: dict[int, int] = {}
         self.positions: dict[tuple[str, int], int] = {}
+        self._members: dict[str, MemoryLog] = {}
 
     def member(self, group: str) -> MemoryLog:
-        """The same records and positions, written by another group's writers (another agent's transactional ids)."""
-        view = MemoryLog(self._partitions)
-        view._topics, view.positions = self._topics, self.positions
+        """The same records and positions, written by ``group``'s writers (an agent's transactional ids): one view
+        per group, so two workers on this log taking one partition of a group fence each other, as on Kafka."""
+        view = self._members.get(group)
+        if view is None:
+            view = self._members[group] = MemoryLog(self._partitions)
+            view._topics, view.positions, view._members = self._topics, self.positions, self._members
         return view
 
     def append(self, topic: str, key: bytes | None, value: bytes | None, partition: int | None = None) -> Appended:
