@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -185,7 +186,7 @@ class TxAgent:
         self._group = group
         self.topic = wiring.topics[short].get_topic_name()
         self._writers: dict[int, Writer] = {}
-        self._busy = asyncio.Lock()  # a batch in progress: a rebalance waits for it
+        self._gate = _Gate()  # batches of several partitions side by side; a rebalance step alone, after them
         self._consumer: AIOKafkaConsumer | None = None
         self._lost: dict[int, float] = {}  # partitions a newer writer fenced us out of: since when (loop time)
 
@@ -201,9 +202,9 @@ class TxAgent:
         try:
             while True:
                 got = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=BATCH_MAX)
-                for tp, messages in got.items():
-                    if messages:
-                        await self.handle_batch(tp, messages)
+                # Each partition's batch is its own transaction: while one waits for the broker (its commit takes
+                # several round trips), the next is handled.
+                await asyncio.gather(*(self.handle_batch(tp, messages) for tp, messages in got.items() if messages))
                 if self._lost:
                     await self._reclaim()
         finally:
@@ -215,7 +216,7 @@ class TxAgent:
                 table.close_all()
 
     async def handle_batch(self, tp: TopicPartition, messages: list[Any]) -> None:
-        async with self._busy:
+        async with self._gate.batch():
             writer = self._writers.get(tp.partition)
             if writer is None:
                 return  # revoked while fetched
@@ -272,7 +273,7 @@ class TxAgent:
             tp = TopicPartition(self.topic, partition)
             if consumer is None or tp not in consumer.assignment():
                 continue
-            async with self._busy:
+            async with self._gate.alone():
                 await self._acquire([partition])
                 position = await self._log.position(tp.topic, tp.partition)
                 if position is None:
@@ -319,7 +320,7 @@ class TxAgent:
                 table.close(partition, drop=drop)
 
     async def assigned(self, tps: Iterable[TopicPartition]) -> None:
-        async with self._busy:
+        async with self._gate.alone():
             now = {tp.partition for tp in tps if tp.topic == self.topic}
             self._lost.clear()  # a new assignment: every partition of it is acquired afresh
             await self._release(sorted(set(self._writers) - now), drop=True)
@@ -329,8 +330,37 @@ class TxAgent:
             self._owned.assigned([TopicPartition(self.topic, p) for p in sorted(now)])
 
     async def revoked(self) -> None:
-        async with self._busy:  # the batch in progress ends (committed or not) before the group moves on
+        async with self._gate.alone():  # the batches in progress end (committed or not) before the group moves on
             pass
+
+
+class _Gate:
+    """Batches run side by side; a rebalance step runs alone, once every batch in progress has ended, and no batch
+    starts while it runs. Hand-written: asyncio has no readers-writer lock, and this is all of its use."""
+
+    def __init__(self) -> None:
+        self._alone = asyncio.Lock()
+        self._batches = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @asynccontextmanager
+    async def batch(self) -> AsyncIterator[None]:
+        async with self._alone:  # not while a rebalance step runs
+            self._batches += 1
+            self._idle.clear()
+        try:
+            yield
+        finally:
+            self._batches -= 1
+            if not self._batches:
+                self._idle.set()
+
+    @asynccontextmanager
+    async def alone(self) -> AsyncIterator[None]:
+        async with self._alone:
+            await self._idle.wait()
+            yield
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]
