@@ -24,7 +24,7 @@ from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings
 from agentlog.streams.topics import reading_group, topic_name
 
-#: What the worker's sequencer and Faust groups read: ingest (sequencing and the fold in one pass) and
+#: What the worker's sequencer and handoff agent read: ingest (sequencing and the fold in one pass) and
 #: handoff-links. The log is read by the worker's log check and the audit sink, each in a group of its own.
 CONSUMED = ("ingest", "handoff-links")
 
@@ -72,11 +72,10 @@ class Offsets:
         Without ``group``, each topic's is the group that reads it (``reading_group``).
         """
         ends = await self.ends(shorts)
-        readers = {topic_name(self.settings, short): reading_group(self.settings, short) for short in shorts}
+        readers = {topic_name(self.settings, short): group or reading_group(self.settings, short) for short in shorts}
         by_group: dict[str, list[TopicPartition]] = {}
         for tp in ends:
-            reader = group or readers[tp.topic]
-            by_group.setdefault(reader, []).append(tp)
+            by_group.setdefault(readers[tp.topic], []).append(tp)
         lag = 0
         for reader, tps in by_group.items():
             committed = await self.admin.list_consumer_group_offsets(reader, partitions=tps)
@@ -113,5 +112,5 @@ class Offsets:
         return await self.lag(tuple(SINK_TOPICS), group=f"{self.settings.topic_prefix}.audit-sink")
 
     async def drained(self, *, sink: bool) -> bool:
-        """The Faust group has committed all of ingest and handoff-links (and the sink all it stores)."""
+        """The agents' groups have committed all of ingest and handoff-links (and the sink all it stores)."""
         return await self.lag() == 0 and (not sink or await self.sink_lag() == 0)

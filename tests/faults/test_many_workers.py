@@ -2,7 +2,7 @@
 
 Many workers: one ``--role all`` worker (the only process that may open the embedded
 chdb directory: it runs the audit sink) and two ``--role process`` workers share the
-``<prefix>-worker`` Faust group (and the log check's group) while events stream in. Every kill
+agents' groups (``<prefix>-worker-<agent>``, and the log check's group) while events stream in. Every kill
 moves partitions, their tables and their batches in flight to the survivors; killing the ``all``
 worker also restarts the sink, whose flock on the chdb directory the kernel releases at the kill.
 
@@ -13,7 +13,7 @@ Afterwards, against oracles computed here from the published docs alone:
 * ClickHouse, read WITHOUT FINAL: ``count()`` of events = events sent, one row per (runId, sequence);
 * every run's final snapshot equals the clean offline fold, with the right head hash;
 * nothing rejected, nothing flagged;
-* no partition left uncommitted: lag 0 for every group (the Faust group on every topic it reads,
+* no partition left uncommitted: lag 0 for every group (each agent's on the topic it reads,
   the log check's group on the log, the sink's group on every topic it stores).
 
 Size: ``AGENTLOG_FAULT_EVENTS`` (default 20,000 here, so the test stays within ~4 minutes on the
@@ -53,15 +53,14 @@ PARTITIONS = 8
 PER_RUN = 100
 FAMILIES = 3
 CHUNK = 1000
-#: Everything the Faust group (``<prefix>-worker``) consumes: ingest, handoff links, OTel spans and events.
-FAUST_TOPICS = ("ingest", "handoff-links", "spans", "otel-events")
-
+#: Everything the agents' groups (``<prefix>-worker-<agent>``) consume: ingest, handoff links, OTel spans and events.
+AGENT_TOPICS = ("ingest", "handoff-links", "spans", "otel-events")
 
 
 async def _lags(offsets: Offsets) -> dict[str, int]:
     prefix = offsets.settings.topic_prefix
     return {
-        "worker": await offsets.lag(FAUST_TOPICS),
+        "worker": await offsets.lag(AGENT_TOPICS),
         "logcheck": await offsets.lag(("log",), group=f"{prefix}-worker-logcheck"),
         "audit-sink": await offsets.lag(tuple(SINK_TOPICS), group=f"{prefix}.audit-sink"),
     }
