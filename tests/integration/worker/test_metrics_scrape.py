@@ -191,7 +191,7 @@ def test_metrics_lists_every_documented_series_and_health_is_ok(settings):
                                   if set(labels) != documented[name]})
                     for name in documented}
     assert {k: v for k, v in wrong_labels.items() if v} == {}, "labels differ from the README's"
-    assert types["agentlog_durable_position"] == "gauge" and types["agentlog_sink_lag_seconds"] == "gauge"
+    assert types["agentlog_runs_in_flight"] == "gauge" and types["agentlog_sink_lag_seconds"] == "gauge"
     assert types["agentlog_events_accepted_total"] == "counter"
 
     # The counts this scenario fixes.

@@ -62,8 +62,9 @@ def test_a_process_worker_and_a_sink_worker_split_the_job(settings):
 
             await wait_until(timeline, timeout=180, interval=2, what="the run in ClickHouse via the sink worker",
                              worker=process)
-            # Only the process worker is in the processing group; the sink never joined it.
-            assert await _members(settings, f"{settings.topic_prefix}-worker") == 1
+            # Only the process worker is in the processing groups; the sink never joined one.
+            for agent in ("sequencer", "handoff", "otel-spans", "otel-sequencer"):
+                assert await _members(settings, f"{settings.topic_prefix}-worker-{agent}") == 1
             assert await _members(settings, f"{settings.topic_prefix}.audit-sink") == 1
 
         asyncio.run(scenario())
