@@ -13,9 +13,9 @@ Layout under ``Settings.home / "secure"`` (files holding a secret are mode 0600)
 Who may do what (the single-writer rule of SPEC §4, enforced by Kafka instead of trusted):
 
 * ``host``: WRITE and DESCRIBE on ``<prefix>.ingest`` and nothing else;
-* ``worker``: everything on topics ``<prefix>.*`` and ``<prefix>-worker*`` (its Faust changelogs), on groups
-  ``<prefix>-worker*`` and ``<prefix>.audit-sink``, and on transactional ids ``<prefix>-worker*`` (the
-  sequencer's writers); the only principal besides ``admin`` that may write the log, snapshots, transitions,
+* ``worker``: everything on topics ``<prefix>.*`` and ``<prefix>-worker*`` (its tables' changelogs), on groups
+  ``<prefix>-worker*`` (its agents') and ``<prefix>.audit-sink``, and on transactional ids ``<prefix>-worker*``
+  (its agents' writers); the only principal besides ``admin`` that may write the log, snapshots, transitions,
   violations and verdicts;
 * ``admin``: super user (also the inter-broker principal);
 * the client listener takes SCRAM-SHA-512 (what the files name) and, inside TLS, PLAIN for the same
@@ -239,7 +239,7 @@ def acl_lines(prefix: str) -> list[str]:
     lines.append(f"TOPIC LITERAL {prefix}.erasures User:worker WRITE DENY")
     lines += [f"TOPIC LITERAL {prefix}.{short} User:worker DELETE DENY" for short in PLAINTEXT_TOPICS]
     lines.append(f"GROUP PREFIXED {prefix}-worker User:worker ALL")
-    lines.append(f"TRANSACTIONAL_ID PREFIXED {prefix}-worker User:worker ALL")  # the sequencer's writers
+    lines.append(f"TRANSACTIONAL_ID PREFIXED {prefix}-worker User:worker ALL")  # the agents' writers
     lines.append(f"GROUP LITERAL {prefix}.audit-sink User:worker ALL")  # the audit sink's own group
     return lines
 

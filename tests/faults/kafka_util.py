@@ -43,7 +43,6 @@ class Offsets:
         self.peek = AIOKafkaConsumer(**client_kwargs(settings), group_id=None, enable_auto_commit=False,
                                      isolation_level="read_committed")
         self.admin = AIOKafkaAdminClient(**client_kwargs(settings), request_timeout_ms=20_000)
-        self.group = f"{settings.topic_prefix}-worker"
 
     async def __aenter__(self) -> Offsets:
         await self.consumer.start()
