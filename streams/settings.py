@@ -126,9 +126,8 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-#: How long a consumer group's coordinator waits for its members to rejoin at a rebalance, for both of
-#: the worker's groups (Faust's and the audit sink's). 10 s: a member rejoins within a second unless it is
-#: stuck; half of it bounds how long a batch in progress may finish first (agentlog.worker.fence).
+#: How long the audit sink's group coordinator waits for its members to rejoin at a rebalance. 10 s: a member
+#: rejoins within a second unless it is stuck.
 REBALANCE_TIMEOUT_S = 10.0
 
 _LOOPBACK_HOSTS = {"127.0.0.1", "::1", "localhost"}
