@@ -131,3 +131,40 @@ def test_every_agent_runs_on_transactions_and_faust_reads_no_topic(tmp_path):
     assert {name: type(wiring.tables[name]) for name in (HELD, SEQ)} == dict.fromkeys((HELD, SEQ), StateTable)
     assert wiring.tables[HELD].changelog == f"unit-worker-{HELD}-changelog"
 
+
+
+def test_batches_run_side_by_side_and_a_rebalance_step_runs_alone_after_them():
+    from agentlog.worker.txruntime import _Gate
+
+    gate, order = _Gate(), []
+
+    async def batch(name: str, hold: asyncio.Event) -> None:
+        async with gate.batch():
+            order.append(f"{name} starts")
+            await hold.wait()
+            order.append(f"{name} ends")
+
+    async def step() -> None:
+        async with gate.alone():
+            order.append("rebalance")
+            await asyncio.sleep(0)
+
+    async def scenario() -> None:
+        first, second = asyncio.Event(), asyncio.Event()
+        a = asyncio.ensure_future(batch("a", first))
+        b = asyncio.ensure_future(batch("b", second))
+        await asyncio.sleep(0.01)
+        assert order == ["a starts", "b starts"]  # side by side
+        rebalance = asyncio.ensure_future(step())
+        await asyncio.sleep(0.01)
+        late = asyncio.ensure_future(batch("c", asyncio.Event()))  # asks to start while the step waits
+        first.set()
+        await asyncio.sleep(0.01)
+        assert "rebalance" not in order  # b is still in progress
+        second.set()
+        await asyncio.gather(a, b, rebalance)
+        await asyncio.sleep(0.01)
+        assert order == ["a starts", "b starts", "a ends", "b ends", "rebalance", "c starts"]
+        late.cancel()
+
+    asyncio.run(scenario())
