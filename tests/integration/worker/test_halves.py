@@ -29,7 +29,7 @@ from agentlog.streams.admin import ensure_topics
 from agentlog.streams.publisher import publish_docs
 from agentlog.streams.reader import read_topic
 from tests.integration.worker.worker_proc import WorkerProcess, wait_until
-from tests.tools import free_port
+from tests.tools import free_port_range
 from tests.unit.replay.runs import llm_run
 
 pytestmark = [pytest.mark.kafka, pytest.mark.timeout(420)]
@@ -67,7 +67,8 @@ def _metrics(port: int) -> dict[str, float]:
 
 
 def test_an_all_worker_in_two_processes_stores_every_event_once_and_survives_either_half_dying(settings):
-    settings = settings.replace(partitions=4, session_timeout_s=6.0, web_port=free_port())
+    # Two free ports below the ephemeral range: the child serves on the parent's port + 1.
+    settings = settings.replace(partitions=4, session_timeout_s=6.0, web_port=free_port_range(2))
     prefix = f"halves-{uuid.uuid4().hex[:6]}"
     first = [doc for i in range(12) for doc in llm_run(f"{prefix}-a{i:02d}")]
     second = [doc for i in range(12) for doc in llm_run(f"{prefix}-b{i:02d}")]
