@@ -1,9 +1,9 @@
 """Audit sink: every output topic → ClickHouse, exactly once, as a plain bulk Kafka consumer.
 
-Not a Faust agent: it needs no table, and Faust's per-record stream machinery would be most of
-a sink's cost. One aiokafka consumer (group ``<prefix>.audit-sink``) reads
-all output topics; records are buffered per (topic, partition) and a buffer is ready to go as
-one batch when it holds ``BATCH_ROWS`` records, is ``FLUSH_S`` old, or ends a burst
+Not one of the worker's agents on Kafka transactions: what it writes is ClickHouse, so its exactly-once is
+ClickHouse's (:mod:`agentlog.audit.exactly_once`), and it needs no table. One aiokafka consumer (group
+``<prefix>.audit-sink``) reads all output topics; records are buffered per (topic, partition) and a buffer is
+ready to go as one batch when it holds ``BATCH_ROWS`` records, is ``FLUSH_S`` old, or ends a burst
 (the partition is drained: :meth:`AuditSink._drained`). A batch is stored in the background
 while the loop fetches the next (chdb releases the GIL while a statement runs), one batch per
 partition at a time, so a partition's next range is recorded only once its last is stored.

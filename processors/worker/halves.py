@@ -1,6 +1,6 @@
 """``--role all`` as two processes (``AGENTLOG_SINK_PROCESS``): the sink here, the agents in a child.
 
-Why: in one process the Faust agents and the audit sink share one Python thread, and on the
+Why: in one process the agents and the audit sink share one Python thread, and on the
 project's 2-core machine that thread is the limit of ingest → queryable (README "Benchmarks":
 about 11 s of CPU for 50k events in one thread, against 9.1 s and 2.1 s in two). Two processes use
 two cores, as the split deployment (``--role process`` + ``--role sink``) does, behind one command.

@@ -1,7 +1,7 @@
 """Run state around the one-pass sequencer: host-replay verdicts, the live log check.
 
 The fold itself happens in the sequencer's pass (:mod:`agentlog.worker.sequencer`); what
-is left here needs no Faust table, so none of it consumes through a Faust stream:
+is left here keeps no table, so none of it runs on the agents' transactions:
 
 * :class:`Verdicts` computes the verdict of every host replay that reached a terminal status,
   in a task of its own once the batch is durable: a verdict waits for the replay's child runs

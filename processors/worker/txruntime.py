@@ -52,9 +52,7 @@ from agentlog.worker.wiring import Wiring
 
 log = logging.getLogger("agentlog.txruntime")
 
-#: The sequencer's tables, by the short names it uses, and the names their changelogs and databases carry
-#: (the Faust app's table names: a worker that ran the sequencer as a Faust agent restores from the same
-#: changelogs).
+#: The sequencer's tables, by the short names it uses, and the names their changelogs and databases carry.
 TABLE_NAMES = {"index": "seq-index", "runs": "run-state", "closed": "run-closed"}
 
 #: The longest a fetch waits at the broker when nothing is there (latency of a trickle).
@@ -383,7 +381,8 @@ def state_tables(settings: Settings, opener: Any, names: Mapping[str, str],
                  ttl_s: Mapping[str, int] | None = None) -> dict[str, StateTable]:
     """Tables by the short names an agent uses, from their names (``opener(path, ttl_s)`` opens a database).
 
-    A table's changelog is named as a Faust table's of the worker's app (``<prefix>-worker-<name>-changelog``).
+    A table's changelog is ``<prefix>-worker-<name>-changelog`` (under the prefix the secure broker's ACLs give the
+    worker).
     """
     app_id = f"{settings.topic_prefix}-worker"
     ttl = ttl_s or {}
