@@ -49,12 +49,17 @@ async def _said(worker: WorkerProcess, text: str) -> bool | None:
     return text in worker.log_path.read_text() or None
 
 
-def test_a_zombie_sequencer_is_fenced_and_its_open_transaction_never_read(settings):
-    settings = settings.replace(partitions=4, session_timeout_s=6.0)
-    prefix = f"zombie-{uuid.uuid4().hex[:6]}"
+def _held_first(name: str, hold_s: int) -> tuple[list[dict], dict[str, str]]:
+    """The docs of ``RUNS`` runs, and the environment of a worker that holds its first transaction ``hold_s`` s."""
+    prefix = f"{name}-{uuid.uuid4().hex[:6]}"
     docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
     path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {"PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_TX": "1", "AGENTLOG_TEST_HOLD_FIRST_TX_S": "3"}
+    return docs, {"PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_TX": "1", "AGENTLOG_TEST_HOLD_FIRST_TX_S": str(hold_s)}
+
+
+def test_a_zombie_sequencer_is_fenced_and_its_open_transaction_never_read(settings):
+    settings = settings.replace(partitions=4, session_timeout_s=6.0)
+    docs, env = _held_first("zombie", 3)
 
     async def scenario() -> None:
         await ensure_topics(settings)
@@ -88,10 +93,7 @@ def test_a_zombie_sequencer_is_fenced_and_its_open_transaction_never_read(settin
 
 def test_a_batch_in_progress_at_a_rebalance_commits_before_its_partitions_move(settings):
     settings = settings.replace(partitions=4, session_timeout_s=10.0)
-    prefix = f"rebalance-{uuid.uuid4().hex[:6]}"
-    docs = [doc for i in range(RUNS) for doc in llm_run(f"{prefix}-{i:02d}")]
-    path = os.pathsep.join([str(_REPO), str(_INJECT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env = {"PYTHONPATH": path, "AGENTLOG_TEST_HOLD_FIRST_TX": "1", "AGENTLOG_TEST_HOLD_FIRST_TX_S": "6"}
+    docs, env = _held_first("rebalance", 6)
 
     async def scenario() -> None:
         await ensure_topics(settings)
