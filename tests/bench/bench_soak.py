@@ -71,7 +71,7 @@ class _Soak:
 
 
 async def _logged(settings) -> int:
-    """Records in the ``log`` topic (the sum of its end offsets)."""
+    """The ``log`` topic's end offsets, summed: its records, and one commit marker per transaction that wrote it."""
     consumer = AIOKafkaConsumer(**client_kwargs(settings), group_id=None)
     await consumer.start()
     try:
