@@ -180,10 +180,10 @@ def test_sigkill_worker_with_sink_loses_and_duplicates_nothing(settings, ledger)
             "usage_hourly_calls": store.query("SELECT sum(calls) FROM usage_hourly").rows[0][0],
             "usage_events": store.query("SELECT count() FROM events WHERE type = 'provider.usage'").rows[0][0],
         }
-    # What the sink's two defences did in this run (its warnings, one line each): seeks back after an
-    # offset jump, and re-formed inserts ClickHouse dropped as duplicates although their rows were missing.
+    # What the sink's defences did in this run (its warnings, one line each): re-reads that brought records a fetch
+    # had skipped, and re-formed inserts ClickHouse dropped as duplicates although their rows were missing.
     sink_log = worker.log_path.read_text(errors="replace")
-    defences = {"reseeks": sink_log.count("re-reading from"), "absent_confirmed": sink_log.count("are absent"),
+    defences = {"skipped_records_reread": sink_log.count("which a fetch had skipped"),
                 "dropped_tokens": sink_log.count("dropped as a duplicate but"),
                 "rollups_repaired": sink_log.count("repaired from events")}
     assert gaps == [], gaps
