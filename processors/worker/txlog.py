@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.errors import InvalidProducerEpoch, ProducerFenced
+from aiokafka.errors import IllegalOperation, InvalidProducerEpoch, ProducerFenced
 from aiokafka.partitioner import murmur2
 
 from agentlog.streams.security import client_kwargs
@@ -239,6 +239,12 @@ def _key_hash(key: bytes) -> int:
     return hashed
 
 
+#: What a producer raises once its transaction is over under it: the broker fenced it (a newer writer of the
+#: partition), or its epoch is stale; a send after the producer learnt either (its transaction manager has left the
+#: transaction) is refused as an illegal operation. Each leaves nothing of the transaction committed.
+_ENDED = (ProducerFenced, InvalidProducerEpoch, IllegalOperation)
+
+
 class _Open:
     """One topic-partition's batch of a transaction: filled, then handed to the producer whole."""
 
@@ -296,14 +302,17 @@ class _KafkaTransaction:
         batch.builder.close()
         try:
             batch.sent = await self._producer.send_batch(batch.builder, where[0], partition=where[1])
-        except (ProducerFenced, InvalidProducerEpoch) as e:
+        except _ENDED as e:
             raise Fenced(str(e)) from e
 
     async def landed(self, where: Where, batch: _Open, index: int) -> Appended:
         if batch.sent is None and self._open.get(where) is batch:
             await self._hand_over(where)
         assert batch.sent is not None
-        meta = await batch.sent
+        try:
+            meta = await batch.sent
+        except _ENDED as e:
+            raise Fenced(str(e)) from e
         return Appended(where[0], where[1], meta.offset + index)
 
     async def flush(self) -> None:
@@ -343,7 +352,7 @@ class _KafkaWriter:
                 await tx.flush()
                 if tx.positions:
                     await producer.send_offsets_to_transaction(tx.positions, self._group)
-        except (ProducerFenced, InvalidProducerEpoch) as e:
+        except _ENDED as e:
             raise Fenced(str(e)) from e
 
     async def close(self) -> None:

@@ -8,6 +8,7 @@ output topics that exist); :mod:`tests.unit.worker.test_txlog_memory` runs it in
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -110,6 +111,33 @@ class LogContract:
             await zombie.close()
             await successor.close()
             assert [r.value for r in await tail(log, out, 0, 0)] == [b"before", b"after"]
+            assert await log.position(ingest, 0) == 2
+
+        self.run(body)
+
+    def test_a_writer_fenced_in_the_middle_of_a_transaction_commits_none_of_it(self) -> None:
+        async def body(log: RecordLog, ingest: str, out: str, changelog: str) -> None:
+            zombie = await log.writer(0)
+            successor = None
+            with pytest.raises(Fenced):
+                async with zombie.transaction() as tx:
+                    landed = await tx.send(out, None, b"zombie", 0)
+                    successor = await log.writer(0)  # a new owner opens the partition's writer meanwhile
+                    with contextlib.suppress(Fenced):
+                        await landed  # refused where the record is handed over at once; after that, the producer
+                        # knows it is fenced, and so is whatever the zombie goes on to send and its commit
+                    for p in (0, 1):
+                        await tx.send(changelog, None, b"zombie", p)
+                    tx.consumed(ingest, 0, 9)
+            assert successor is not None
+            async with successor.transaction() as tx:
+                after = await tx.send(out, None, b"after", 0)
+                tx.consumed(ingest, 0, 2)
+            await after
+            await zombie.close()
+            await successor.close()
+            assert [r.value for r in await tail(log, out, 0, 0)] == [b"after"]
+            assert await tail(log, changelog, 0, 0) == await tail(log, changelog, 1, 0) == []
             assert await log.position(ingest, 0) == 2
 
         self.run(body)
