@@ -24,6 +24,16 @@ async def tail(log: RecordLog, topic: str, partition: int, start: int) -> list[A
     return (await log.read({(topic, partition): start}))[(topic, partition)]
 
 
+async def _successor_commits(successor: Any, zombie: Any, ingest: str, out: str) -> None:
+    """The fencing writer commits ``after`` to ``out`` and input position 2 of ``ingest``; both writers close."""
+    async with successor.transaction() as tx:
+        after = await tx.send(out, None, b"after", 0)
+        tx.consumed(ingest, 0, 2)
+    await after
+    await zombie.close()
+    await successor.close()
+
+
 class LogContract:
     """What every :class:`RecordLog` guarantees: atomic records + positions, committed reads, fencing."""
 
@@ -104,12 +114,7 @@ class LogContract:
                 async with zombie.transaction() as tx:
                     await tx.send(out, None, b"zombie", 0)
                     tx.consumed(ingest, 0, 9)
-            async with successor.transaction() as tx:
-                after = await tx.send(out, None, b"after", 0)
-                tx.consumed(ingest, 0, 2)
-            await after
-            await zombie.close()
-            await successor.close()
+            await _successor_commits(successor, zombie, ingest, out)
             assert [r.value for r in await tail(log, out, 0, 0)] == [b"before", b"after"]
             assert await log.position(ingest, 0) == 2
 
@@ -130,12 +135,7 @@ class LogContract:
                         await tx.send(changelog, None, b"zombie", p)
                     tx.consumed(ingest, 0, 9)
             assert successor is not None
-            async with successor.transaction() as tx:
-                after = await tx.send(out, None, b"after", 0)
-                tx.consumed(ingest, 0, 2)
-            await after
-            await zombie.close()
-            await successor.close()
+            await _successor_commits(successor, zombie, ingest, out)
             assert [r.value for r in await tail(log, out, 0, 0)] == [b"after"]
             assert await tail(log, changelog, 0, 0) == await tail(log, changelog, 1, 0) == []
             assert await log.position(ingest, 0) == 2
