@@ -192,7 +192,7 @@ class MemoryWorker:
 
     def records(self, short: str, partition: int = 0) -> list[LogRecord]:
         """The committed records (offsets, keys, values) of ``partition`` of the worker's topic ``short``."""
-        return [rec for rec, committed in self.log.held(self.topic(short), partition).records if committed]
+        return self.log.committed(self.topic(short), partition)
 
 
 __all__ = ["MemoryLog", "MemoryMessage", "MemoryProducer", "MemoryRunner", "MemoryWorker", "TopicPartition",

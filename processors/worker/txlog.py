@@ -114,6 +114,23 @@ class RecordLog(Protocol):
     async def close(self) -> None: ...
 
 
+#: ``murmur2(key) & 0x7FFFFFFF`` (the producer's default partitioner's hash) of recent keys: it is Python, ~6 µs a
+#: key, and a run's key comes back with each of its events, to every topic it sends to.
+_KEY_HASHES: dict[bytes, int] = {}
+#: Keys remembered at most (cleared when full: a worker's runs in flight are far fewer).
+_KEY_HASHES_MAX = 16384
+
+
+def _key_hash(key: bytes) -> int:
+    """The partition of ``key`` is this modulo the partition count (the default partitioner's choice)."""
+    hashed = _KEY_HASHES.get(key)
+    if hashed is None:
+        if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
+            _KEY_HASHES.clear()
+        hashed = _KEY_HASHES[key] = murmur2(key) & 0x7FFFFFFF
+    return hashed
+
+
 # -- in memory -------------------------------------------------------------------------------------------------
 
 
@@ -193,13 +210,17 @@ class MemoryLog:
     def values(self, topic: str, partition: int | None = None) -> list[bytes | None]:
         """The committed values of ``topic`` (of one partition, or of every one in partition order)."""
         parts = [partition] if partition is not None else sorted(p for t, p in self._topics if t == topic)
-        return [rec.value for p in parts for rec, committed in self.held(topic, p).records if committed]
+        return [rec.value for p in parts for rec in self.committed(topic, p)]
+
+    def committed(self, topic: str, partition: int, start: int = 0) -> list[LogRecord]:
+        """The committed records of ``topic[partition]`` from offset ``start`` on (an offset is a record's index)."""
+        return [rec for rec, committed in self.held(topic, partition).records[start:] if committed]
 
     def held(self, topic: str, partition: int) -> _Held:
         return self._topics.setdefault((topic, partition), _Held())
 
     def partition_of(self, topic: str, key: bytes | None) -> int:
-        return 0 if key is None else (murmur2(key) & 0x7FFFFFFF) % self._partitions
+        return 0 if key is None else _key_hash(key) % self._partitions
 
     def check(self, partition: int, epoch: int) -> None:
         if self._epochs.get(partition) != epoch:
@@ -210,8 +231,7 @@ class MemoryLog:
         return _MemoryWriter(self, partition, epoch)
 
     async def read(self, starts: Mapping[Where, int]) -> dict[Where, list[LogRecord]]:
-        return {(topic, partition): [rec for rec, committed in self.held(topic, partition).records[start:] if committed]
-                for (topic, partition), start in starts.items()}
+        return {where: self.committed(*where, start) for where, start in starts.items()}
 
     async def position(self, topic: str, partition: int) -> int | None:
         return self.positions.get((topic, partition))
@@ -221,22 +241,6 @@ class MemoryLog:
 
 
 # -- on Kafka --------------------------------------------------------------------------------------------------
-
-
-#: ``murmur2(key) & 0x7FFFFFFF`` (the producer's default partitioner's hash) of recent keys: it is Python, ~6 µs a
-#: key, and a run's key comes back with each of its events, to every topic it sends to.
-_KEY_HASHES: dict[bytes, int] = {}
-#: Keys remembered at most (cleared when full: a worker's runs in flight are far fewer).
-_KEY_HASHES_MAX = 16384
-
-
-def _key_hash(key: bytes) -> int:
-    hashed = _KEY_HASHES.get(key)
-    if hashed is None:
-        if len(_KEY_HASHES) >= _KEY_HASHES_MAX:
-            _KEY_HASHES.clear()
-        hashed = _KEY_HASHES[key] = murmur2(key) & 0x7FFFFFFF
-    return hashed
 
 
 #: What a producer raises once its transaction is over under it: the broker fenced it (a newer writer of the
