@@ -15,15 +15,20 @@ readable (README "Personal data").
 from __future__ import annotations
 
 import asyncio
+import atexit
 import base64
 import binascii
 import logging
 import os
+import shutil
 import stat
-from collections.abc import Callable, Iterable, Mapping
+import tempfile
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
+import rocksdict
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
@@ -36,7 +41,8 @@ from agentlog.streams.security import client_kwargs
 from agentlog.streams.settings import Settings, create_private_file
 from agentlog.streams.topics import partition_for, topic_name
 
-__all__ = ["Keyring", "follow_keyring", "kek_paths", "load_keyring", "load_wrappers", "read_keyring", "scan_keyring"]
+__all__ = ["KeyStore", "Keyring", "MemoryKeyStore", "RocksKeyStore", "follow_keyring", "kek_paths", "load_keyring",
+           "load_wrappers", "read_keyring", "scan_keyring"]
 
 log = logging.getLogger("agentlog.keyring")
 
@@ -77,23 +83,156 @@ def load_wrappers(settings: Settings) -> tuple[KeyWrapper, dict[str, KeyWrapper]
     return wrappers[0], {w.kek_id: w for w in wrappers}
 
 
-class Keyring:
-    """The keyring's latest record per run, and the data keys they unwrap to (unwrapped once, then kept)."""
+class KeyStore(Protocol):
+    """Where a :class:`Keyring` keeps its records: each run's latest, and the run each key id belongs to."""
 
-    def __init__(self, current: KeyWrapper, wrappers: Mapping[str, KeyWrapper]) -> None:
-        self.current = current
-        self.wrappers = dict(wrappers)
+    def get(self, run_id: str) -> KeyRecord | None: ...
+
+    def put(self, record: KeyRecord, value: bytes | None = None) -> None:
+        """Keep ``record`` as its run's latest (``value``: its bytes on the topic, when at hand)."""
+
+    def delete(self, record: KeyRecord) -> None: ...
+
+    def run_of(self, key_id: str) -> str | None: ...
+
+    def records(self) -> Iterator[KeyRecord]: ...
+
+
+class MemoryKeyStore:
+    """The records in two dicts: what a command that reads the topic once holds (``agentlog erase``, the CLI)."""
+
+    def __init__(self) -> None:
         self._records: dict[str, KeyRecord] = {}
         self._run_of_key: dict[str, str] = {}
-        self._keys: dict[str, DataKey] = {}
+
+    def get(self, run_id: str) -> KeyRecord | None:
+        return self._records.get(run_id)
+
+    def put(self, record: KeyRecord, value: bytes | None = None) -> None:
+        self._records[record.run_id] = record
+        self._run_of_key[record.key_id] = record.run_id
+
+    def delete(self, record: KeyRecord) -> None:
+        self._records.pop(record.run_id, None)
+        self._run_of_key.pop(record.key_id, None)
+
+    def run_of(self, key_id: str) -> str | None:
+        return self._run_of_key.get(key_id)
+
+    def records(self) -> Iterator[KeyRecord]:
+        return iter(list(self._records.values()))
+
+
+_MISSING = object()
+
+
+class RocksKeyStore:
+    """The records in a RocksDB database, the ones last used kept decoded (``cached`` of them): a worker's store.
+
+    A worker follows the topic for as long as it runs, and the topic holds a record for every run ever started:
+    held in memory, that grew the worker by about 660 bytes a run for as long as it ran. The database is this
+    process's copy of the topic, rebuilt from the topic at every start: it is opened empty, in a directory of
+    its own named by the process (``<parent>/keyring-<pid>-<n>``), and the directories of processes that are
+    gone are removed first.
+    """
+
+    def __init__(self, parent: Path, *, opener: Callable[[Path], Any] | None = None, cached: int = 65536) -> None:
+        parent.mkdir(parents=True, exist_ok=True)
+        _remove_orphans(parent)
+        self.path = Path(tempfile.mkdtemp(prefix=f"keyring-{os.getpid()}-", dir=parent))
+        self._db = (opener or _open_rocks)(self.path)
+        self._cached = cached
+        self._cache: OrderedDict[str, KeyRecord | None] = OrderedDict()
+        atexit.register(self.close)
+
+    def _remember(self, run_id: str, record: KeyRecord | None) -> None:
+        cache = self._cache
+        cache[run_id] = record
+        cache.move_to_end(run_id)
+        if len(cache) > self._cached:
+            cache.popitem(last=False)
+
+    def get(self, run_id: str) -> KeyRecord | None:
+        hit = self._cache.get(run_id, _MISSING)
+        if hit is not _MISSING:
+            self._cache.move_to_end(run_id)
+            return cast(KeyRecord | None, hit)
+        raw = self._db.get(b"r" + run_id.encode("utf-8"))
+        record = None if raw is None else KeyRecord.from_value(raw)
+        self._remember(run_id, record)  # an absent run too: the sequencer asks at every event of a new run
+        return record
+
+    def put(self, record: KeyRecord, value: bytes | None = None) -> None:
+        self._db[b"r" + record.run_id.encode("utf-8")] = value if value is not None else record.to_value()
+        self._db[b"k" + record.key_id.encode("ascii")] = record.run_id.encode("utf-8")
+        self._remember(record.run_id, record)
+
+    def delete(self, record: KeyRecord) -> None:
+        del self._db[b"r" + record.run_id.encode("utf-8")]
+        del self._db[b"k" + record.key_id.encode("ascii")]
+        self._remember(record.run_id, None)
+
+    def run_of(self, key_id: str) -> str | None:
+        raw = self._db.get(b"k" + key_id.encode("ascii"))
+        return None if raw is None else bytes(raw).decode("utf-8")
+
+    def records(self) -> Iterator[KeyRecord]:
+        for key, raw in self._db.items(from_key=b"r"):
+            if not key.startswith(b"r"):
+                return
+            yield KeyRecord.from_value(raw)
+
+    def close(self) -> None:
+        """Close the database and remove it (at the latest when the process exits)."""
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def _open_rocks(path: Path) -> Any:
+    options = rocksdict.Options(raw_mode=True)
+    options.create_if_missing(True)
+    return rocksdict.Rdict(str(path), options=options)
+
+
+def _remove_orphans(parent: Path) -> None:
+    """Remove the keyring copies of processes that are gone (a worker killed before it could remove its own)."""
+    for path in parent.glob("keyring-*-*"):
+        try:
+            pid = int(path.name.split("-")[1])
+        except ValueError:
+            continue
+        if pid == os.getpid():
+            continue
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:
+            pass  # a live process of another user
+
+
+class Keyring:
+    """The keyring's latest record per run (in its :class:`KeyStore`), and the data keys they unwrap to (unwrapped
+    once, the last ``cached_keys`` used kept)."""
+
+    def __init__(self, current: KeyWrapper, wrappers: Mapping[str, KeyWrapper], *, store: KeyStore | None = None,
+                 cached_keys: int = 65536) -> None:
+        self.current = current
+        self.wrappers = dict(wrappers)
+        self.store: KeyStore = store if store is not None else MemoryKeyStore()
+        self._count = 0
+        self._keys: OrderedDict[str, DataKey] = OrderedDict()
+        self._cached_keys = cached_keys
         #: Where a follower of the topic has read to, by partition (the next offset), and a signal when it moves.
         self._read: dict[int, int] = {}
         self._moved = asyncio.Event()
         self._unfollowed = False  # the follower stopped: nothing it has not read yet will be read
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> Keyring:
-        return cls(*load_wrappers(settings))
+    def from_settings(cls, settings: Settings, *, store: KeyStore | None = None) -> Keyring:
+        return cls(*load_wrappers(settings), store=store)
 
     def apply(self, value: bytes | None) -> None:
         """Take one record of the topic (the latest for its run wins; a tombstone or filler is skipped)."""
@@ -104,14 +243,15 @@ class Keyring:
         except KeyringError as e:
             log.error("skipping a keyring record: %s", e)
             return
-        self.put(record)
+        self.put(record, value)
 
-    def put(self, record: KeyRecord) -> None:
-        old = self._records.get(record.run_id)
+    def put(self, record: KeyRecord, value: bytes | None = None) -> None:
+        """Keep ``record`` as its run's latest (``value``: its bytes on the topic, when at hand)."""
+        old = self.store.get(record.run_id)
         if old is not None and old.erased and not record.erased:
             return  # an erased run stays erased, whatever arrives after its marker
-        self._records[record.run_id] = record
-        self._run_of_key[record.key_id] = record.run_id
+        self.store.put(record, value)
+        self._count += old is None
         if record.erased:
             self._keys.pop(record.key_id, None)
 
@@ -120,8 +260,14 @@ class Keyring:
         """A new data key for ``run_id``, kept here; its record goes to the topic before anything sealed with it."""
         key, record = mint(run_id, subject, parent_run_id, self.current, run_class=run_class)
         self.put(record)
-        self._keys[key.key_id] = key
+        self._keep(key)
         return key, record
+
+    def _keep(self, key: DataKey) -> None:
+        keys = self._keys
+        keys[key.key_id] = key
+        if len(keys) > self._cached_keys:
+            keys.popitem(last=False)
 
     def forget(self, record: KeyRecord) -> None:
         """Drop ``record``, minted here, whose keyring record never committed (its batch was fenced).
@@ -129,10 +275,10 @@ class Keyring:
         Whoever owns the run's partition now mints the run's key, or has; that key reaches this keyring through
         the topic. Nothing happens when ``record`` is no longer the run's latest.
         """
-        if self._records.get(record.run_id) != record:
+        if self.store.get(record.run_id) != record:
             return
-        del self._records[record.run_id]
-        self._run_of_key.pop(record.key_id, None)
+        self.store.delete(record)
+        self._count -= 1
         self._keys.pop(record.key_id, None)
 
     def advanced(self, partition: int, position: int) -> None:
@@ -160,23 +306,24 @@ class Keyring:
             await self._moved.wait()
 
     def record(self, run_id: str) -> KeyRecord | None:
-        return self._records.get(run_id)
+        return self.store.get(run_id)
 
-    def records(self) -> list[KeyRecord]:
-        return list(self._records.values())
+    def records(self) -> Iterator[KeyRecord]:
+        """Every run's latest record."""
+        return self.store.records()
 
     def run_class(self, run_id: str) -> str | None:
         """``run_id``'s class as its key record says (None: no class, or no record)."""
-        rec = self._records.get(run_id)
+        rec = self.store.get(run_id)
         return None if rec is None else rec.run_class
 
     def erased(self, run_id: str) -> bool:
-        rec = self._records.get(run_id)
+        rec = self.store.get(run_id)
         return rec is not None and rec.erased
 
     def data_key(self, run_id: str) -> DataKey | None:
         """``run_id``'s data key; None when it has none (yet, or any more)."""
-        rec = self._records.get(run_id)
+        rec = self.store.get(run_id)
         return None if rec is None or rec.erased else self.key_for(rec.key_id)
 
     def key_for(self, key_id: str) -> DataKey | None:
@@ -188,15 +335,17 @@ class Keyring:
         """
         key = self._keys.get(key_id)
         if key is not None:
+            self._keys.move_to_end(key_id)
             return key
-        run_id = self._run_of_key.get(key_id)
-        if run_id is None:
+        run_id = self.store.run_of(key_id)
+        rec = None if run_id is None else self.store.get(run_id)
+        if rec is None:
             raise KeyringError(f"no data key {key_id} in the keyring: it was never recorded here (the keyring topic "
                                "is incomplete, or the record was sealed by another installation)")
-        rec = self._records[run_id]
         if rec.erased or rec.key_id != key_id:
             return None
-        key = self._keys[key_id] = unwrap(rec, self.wrappers)
+        key = unwrap(rec, self.wrappers)
+        self._keep(key)
         return key
 
     def open(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -216,7 +365,13 @@ class Keyring:
         return {w.tag(subject) for w in self.wrappers.values()}
 
     def __len__(self) -> int:
-        return len(self._records)
+        return self._count
+
+    def close(self) -> None:
+        """Close the store (a :class:`RocksKeyStore` removes its copy)."""
+        close = getattr(self.store, "close", None)
+        if close is not None:
+            close()
 
 
 def _consumer(settings: Settings) -> AIOKafkaConsumer:

@@ -49,7 +49,7 @@ from agentlog.metrics import METRICS
 from agentlog.schemas.errors import ConfigError
 from agentlog.streams.admin import ensure_topics_patiently
 from agentlog.streams.erasure import shred_keys
-from agentlog.streams.keyring import Keyring, follow_keyring
+from agentlog.streams.keyring import Keyring, RocksKeyStore, follow_keyring
 from agentlog.streams.redaction import load_policy, load_redactor
 from agentlog.streams.security import bootstrap, load_security
 from agentlog.streams.settings import Settings, check_web_access
@@ -173,13 +173,15 @@ def build_app(settings: Settings, *, replay: bool = True, web: bool = False, web
     }
     wiring = Wiring(settings=settings, runner=FaustRunner(app), producer=FaustProducer(app), topics=topics,
                     tables={}, app=app)
-    wiring.keyring = Keyring.from_settings(settings)
+    budget = RocksBudget(settings.state_cache_mb)
+    METRICS.add_collector(budget.series)
+    # The keyring in a database of the state directory, within the tables' memory budget: it holds every run.
+    wiring.keyring = Keyring.from_settings(settings, store=RocksKeyStore(
+        txruntime.state_root(settings), opener=lambda path: budget.open(path, None)))
     wiring.redactor = redactor
     _install_keyring(wiring)
 
     if role != "sink":
-        budget = RocksBudget(settings.state_cache_mb)
-        METRICS.add_collector(budget.series)
         _install_sequencer(wiring, budget, replay=replay)
         runstate.install_log_check(wiring)
         agents = txruntime.TxAgents(wiring, budget.open)
