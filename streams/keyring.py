@@ -136,7 +136,7 @@ class RocksKeyStore:
     gone are removed first.
     """
 
-    def __init__(self, parent: Path, *, opener: Callable[[Path], Any] | None = None, cached: int = 65536) -> None:
+    def __init__(self, parent: Path, *, opener: Callable[[Path], Any] | None = None, cached: int = 8192) -> None:
         parent.mkdir(parents=True, exist_ok=True)
         _remove_orphans(parent)
         self.path = Path(tempfile.mkdtemp(prefix=f"keyring-{os.getpid()}-", dir=parent))
@@ -218,7 +218,7 @@ class Keyring:
     once, the last ``cached_keys`` used kept)."""
 
     def __init__(self, current: KeyWrapper, wrappers: Mapping[str, KeyWrapper], *, store: KeyStore | None = None,
-                 cached_keys: int = 65536) -> None:
+                 cached_keys: int = 8192) -> None:
         self.current = current
         self.wrappers = dict(wrappers)
         self.store: KeyStore = store if store is not None else MemoryKeyStore()
