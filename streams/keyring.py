@@ -131,9 +131,9 @@ class RocksKeyStore:
 
     A worker follows the topic for as long as it runs, and the topic holds a record for every run ever started
     (about 660 bytes a run in dicts): on disk, the worker's memory does not grow with the runs it has seen. The
-    database is this process's copy of the topic, rebuilt from the topic at every start: it is opened empty, in a directory of
-    its own named by the process (``<parent>/keyring-<pid>-<n>``), and the directories of processes that are
-    gone are removed first.
+    database is this process's copy of the topic, rebuilt from the topic at every start: it is opened empty, in a
+    directory of its own named by the process (``<parent>/keyring-<pid>-<n>``), and the directories of processes
+    that are gone are removed first.
     """
 
     def __init__(self, parent: Path, *, opener: Callable[[Path], Any] | None = None, cached: int = 8192) -> None:
@@ -141,6 +141,9 @@ class RocksKeyStore:
         _remove_orphans(parent)
         self.path = Path(tempfile.mkdtemp(prefix=f"keyring-{os.getpid()}-", dir=parent))
         self._db = (opener or _open_rocks)(self.path)
+        unlogged = rocksdict.WriteOptions()
+        unlogged.disable_wal = True  # a copy rebuilt at every start needs no write-ahead log (~30% off a load)
+        self._db.set_write_options(unlogged)
         self._cached = cached
         self._cache: OrderedDict[str, KeyRecord | None] = OrderedDict()
         atexit.register(self.close)
