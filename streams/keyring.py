@@ -142,7 +142,9 @@ class RocksKeyStore:
         self.path = Path(tempfile.mkdtemp(prefix=f"keyring-{os.getpid()}-", dir=parent))
         self._db = (opener or _open_rocks)(self.path)
         unlogged = rocksdict.WriteOptions()
-        unlogged.disable_wal = True  # a copy rebuilt at every start needs no write-ahead log (~30% off a load)
+        # A copy rebuilt at every start needs no write-ahead log (~30% off a load). rocksdict's stub declares
+        # disable_wal a method; it is a property.
+        unlogged.disable_wal = True  # type: ignore[method-assign,assignment]
         self._db.set_write_options(unlogged)
         self._cached = cached
         self._cache: OrderedDict[str, KeyRecord | None] = OrderedDict()
