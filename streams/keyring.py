@@ -23,7 +23,6 @@ import os
 import shutil
 import stat
 import tempfile
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol, cast
@@ -33,6 +32,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from agentlog.core.keyring import KeyRecord, KeyringError, KeyWrapper, LocalKek, mint, unwrap
+from agentlog.core.lru import Lru
 from agentlog.core.sealing import DataKey, is_sealed, open_event, open_value
 from agentlog.core.sequencing import REJECTION_CONTENT, rejection_sealing
 from agentlog.schemas.errors import InfraError
@@ -146,16 +146,8 @@ class RocksKeyStore:
         # disable_wal a method; it is a property.
         unlogged.disable_wal = True  # type: ignore[method-assign,assignment]
         self._db.set_write_options(unlogged)
-        self._cached = cached
-        self._cache: OrderedDict[str, KeyRecord | None] = OrderedDict()
+        self._cache: Lru[str, KeyRecord | None] = Lru(cached)
         atexit.register(self.close)
-
-    def _remember(self, run_id: str, record: KeyRecord | None) -> None:
-        cache = self._cache
-        cache[run_id] = record
-        cache.move_to_end(run_id)
-        if len(cache) > self._cached:
-            cache.popitem(last=False)
 
     def get(self, run_id: str) -> KeyRecord | None:
         hit = self._cache.get(run_id, _MISSING)
@@ -164,18 +156,18 @@ class RocksKeyStore:
             return cast(KeyRecord | None, hit)
         raw = self._db.get(b"r" + run_id.encode("utf-8"))
         record = None if raw is None else KeyRecord.from_value(raw)
-        self._remember(run_id, record)  # an absent run too: the sequencer asks at every event of a new run
+        self._cache.keep(run_id, record)  # an absent run too: the sequencer asks at every event of a new run
         return record
 
     def put(self, record: KeyRecord, value: bytes | None = None) -> None:
         self._db[b"r" + record.run_id.encode("utf-8")] = value if value is not None else record.to_value()
         self._db[b"k" + record.key_id.encode("ascii")] = record.run_id.encode("utf-8")
-        self._remember(record.run_id, record)
+        self._cache.keep(record.run_id, record)
 
     def delete(self, record: KeyRecord) -> None:
         del self._db[b"r" + record.run_id.encode("utf-8")]
         del self._db[b"k" + record.key_id.encode("ascii")]
-        self._remember(record.run_id, None)
+        self._cache.keep(record.run_id, None)
 
     def run_of(self, key_id: str) -> str | None:
         raw = self._db.get(b"k" + key_id.encode("ascii"))
@@ -228,8 +220,7 @@ class Keyring:
         self.wrappers = dict(wrappers)
         self.store: KeyStore = store if store is not None else MemoryKeyStore()
         self._count = 0
-        self._keys: OrderedDict[str, DataKey] = OrderedDict()
-        self._cached_keys = cached_keys
+        self._keys: Lru[str, DataKey] = Lru(cached_keys)
         #: Where a follower of the topic has read to, by partition (the next offset), and a signal when it moves.
         self._read: dict[int, int] = {}
         self._moved = asyncio.Event()
@@ -265,14 +256,8 @@ class Keyring:
         """A new data key for ``run_id``, kept here; its record goes to the topic before anything sealed with it."""
         key, record = mint(run_id, subject, parent_run_id, self.current, run_class=run_class)
         self.put(record)
-        self._keep(key)
+        self._keys.keep(key.key_id, key)
         return key, record
-
-    def _keep(self, key: DataKey) -> None:
-        keys = self._keys
-        keys[key.key_id] = key
-        if len(keys) > self._cached_keys:
-            keys.popitem(last=False)
 
     def forget(self, record: KeyRecord) -> None:
         """Drop ``record``, minted here, whose keyring record never committed (its batch was fenced).
@@ -350,7 +335,7 @@ class Keyring:
         if rec.erased or rec.key_id != key_id:
             return None
         key = unwrap(rec, self.wrappers)
-        self._keep(key)
+        self._keys.keep(key_id, key)
         return key
 
     def open(self, doc: dict[str, Any]) -> dict[str, Any]:
@@ -371,12 +356,6 @@ class Keyring:
 
     def __len__(self) -> int:
         return self._count
-
-    def close(self) -> None:
-        """Close the store (a :class:`RocksKeyStore` removes its copy)."""
-        close = getattr(self.store, "close", None)
-        if close is not None:
-            close()
 
 
 def _consumer(settings: Settings) -> AIOKafkaConsumer:

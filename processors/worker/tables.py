@@ -16,13 +16,13 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
 
+from agentlog.core.lru import Lru
 from agentlog.schemas.errors import ConfigError
 
 
@@ -61,8 +61,7 @@ class RocksTable:
     """
 
     def __init__(self, cached: int = 8192) -> None:
-        self._cached = cached
-        self._cache: OrderedDict[tuple[int, str], Any] = OrderedDict()
+        self._cache: Lru[tuple[int, str], Any] = Lru(cached)
         import rocksdict
 
         self._rocksdict = rocksdict
@@ -78,7 +77,7 @@ class RocksTable:
             return hit
         raw = self._db(partition).get(encode(key))
         value = None if raw is None else orjson.loads(raw)
-        self._remember(partition, key, value)  # an absent key too: a run's marker is asked for at every event
+        self._cache.keep((partition, key), value)  # an absent key too: a run's marker is asked for at every event
         return value
 
     def _write(self, partition: int, writes: Sequence[tuple[str, Any, tuple[bytes, bytes | None]]],
@@ -96,14 +95,7 @@ class RocksTable:
             batch.put(*also)
         self._db(partition).write(batch)
         for key, value, _ in writes:
-            self._remember(partition, key, value)
-
-    def _remember(self, partition: int, key: str, value: Any) -> None:
-        cache = self._cache
-        cache[(partition, key)] = value
-        cache.move_to_end((partition, key))
-        if len(cache) > self._cached:
-            cache.popitem(last=False)
+            self._cache.keep((partition, key), value)
 
     def forget_cached(self) -> None:
         self._cache.clear()
