@@ -192,18 +192,6 @@ _NOT_APPENDED = ("the event is not appended, because every log record carries th
                  "(an internal error of the worker: its log says more)")
 
 
-def refold_due(record: RunRecord | None, sequence: int) -> bool:
-    """Whether a redelivered event at ``sequence`` must be folded again into its run's ``record``.
-
-    Only when the record stops exactly before it: a crash made the event's index entry durable and
-    not the run record that followed it (the index is a stage ahead). A record past it has folded
-    it (the usual redelivery), and folding it again would apply it twice. The records of a batch
-    are redelivered in order from the first, so a run several events behind is put level one
-    refold at a time.
-    """
-    return (record["next"] if record else 0) == sequence
-
-
 def _violation(run_id: str, code: str, detail: str, doc: Mapping[str, Any]) -> Violation:
     """A chain-check violation: it names the committed event, and no handoff machine."""
     return violation(run_id=run_id, code=code, detail=detail, event_id=doc.get("eventId"),

@@ -37,7 +37,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 from agentlog.core.checkpoint import is_due, sign_checkpoint
 from agentlog.core.keyring import KeyRecord
@@ -47,9 +47,7 @@ from agentlog.core.runstate import (
     TERMINAL_TYPES,
     RunRecord,
     Unfoldable,
-    advance,
     fold_next,
-    refold_due,
 )
 from agentlog.core.sealing import ERASED, DataKey, seal_event, seal_value
 from agentlog.core.sequencing import (
@@ -250,13 +248,7 @@ def build(wiring: Wiring, owned: Owned, *, replay: bool = True) -> SequencerAgen
                 METRICS.inc("agentlog_checkpoints_signed_total")
             await _folded(batch, source.partition, run_id, doc, adv.record, adv.sends, adv.state_hash,
                           logged if adv.snapshot else None, replay=replay)
-        elif isinstance(decision, Redelivered):
-            assert doc is not None  # a redelivery was decoded
-            key = keyring.data_key(doc["runId"])
-            if key is not None:  # what was committed is the redacted and sealed form: fold that
-                await _refold(batch, source, seal_event(redacted(doc), key), decision.sequence)
-            METRICS.inc("agentlog_redelivered_total")
-        elif isinstance(decision, Handled):
+        elif isinstance(decision, Redelivered | Handled):  # committed before: nothing to write again
             METRICS.inc("agentlog_redelivered_total")
         else:
             await reject(batch, decision.reason, decision.detail, record, source, doc,
@@ -291,27 +283,6 @@ def build(wiring: Wiring, owned: Owned, *, replay: bool = True) -> SequencerAgen
         batch.set("runs", partition, run_id, None)
         batch.collected.append(("closed", run_id))
         METRICS.inc("agentlog_runs_closed_total", reason=request["reason"])
-
-    async def _refold(batch: Staging, source: Source, doc: dict[str, Any], seq: int) -> None:
-        """A redelivered record whose run record did not become durable (a crash between stages): fold it again.
-
-        Its outputs were acknowledged before any table write, so nothing is sent again; the record
-        is the one the first handling made (same event, same ingest timestamp).
-        """
-        run_id = doc["runId"]
-        rec = cast(RunRecord | None, batch.get("runs", run_id))
-        if not refold_due(rec, seq):
-            return  # already folded: the usual redelivery
-        entry = batch.get("index", run_id + INDEX_SEP + doc["eventId"])
-        try:
-            adv = advance(rec, doc, entry[1], snapshot_every=snapshot_every, handoff_mode=handoff_mode,
-                          ts_ms=source.timestamp_ms)
-        except Exception:
-            log.exception("cannot refold run %s at sequence %d", run_id, seq)
-            return
-        batch.set("runs", source.partition, run_id, adv.record)
-        batch.collected.append(("head", run_id, adv.record, source.partition))
-        METRICS.inc("agentlog_refolded_total")
 
     async def _folded(batch: Staging, partition: int, run_id: str, doc: dict[str, Any], new: RunRecord,
                       sends: list[Any], state_hash: str, logged: Awaitable[Any] | None, *, replay: bool) -> None:

@@ -17,7 +17,7 @@ import uuid
 import rfc8785
 
 import agentlog.core.runstate as runstate
-from agentlog.core.runstate import Advanced, Unfoldable, advance, fold_next, refold_due
+from agentlog.core.runstate import Advanced, Unfoldable, advance, fold_next
 from agentlog.schemas.canonical import GENESIS, chain_hash
 
 T = "2025-01-15T10:00:00.000Z"
@@ -202,19 +202,3 @@ def test_fold_next_refuses_an_event_whose_fold_raises(monkeypatch, caplog):
     assert got.detail.startswith(f"folding run {run_id} at sequence 1 failed (RuntimeError: a fold bug); "
                                  "the event is not appended")
     assert any(r.exc_info for r in caplog.records)  # the traceback is in the worker's log
-
-
-def _record(next_seq: int) -> dict:
-    return {"next": next_seq, "head": "a" * 64, "state": {}}
-
-
-def test_a_redelivered_event_is_folded_again_only_where_its_run_state_stops_before_it():
-    # Behind by exactly this event: a crash made its index entry durable, not the run state after it.
-    assert refold_due(_record(5), 5)
-    assert refold_due(None, 0)
-    # Already folded (the usual redelivery): folding again would apply it twice.
-    assert not refold_due(_record(6), 5)
-    assert not refold_due(_record(9), 5)
-    # Further behind: the batch's earlier records, redelivered first, fold it level one at a time.
-    assert not refold_due(_record(3), 5)
-    assert not refold_due(None, 3)

@@ -18,7 +18,6 @@ import pytest
 import agentlog.core.runstate as core_runstate
 from agentlog.core.fold import states_by_index
 from agentlog.core.sealing import seal_event
-from agentlog.metrics import METRICS
 from agentlog.streams.codec import decode_record, encode_json
 from agentlog.streams.settings import Settings
 from agentlog.worker import sequencer
@@ -156,33 +155,6 @@ def test_a_batch_commits_its_log_records_with_its_table_writes_or_nothing_and_a_
     durable = _outputs(owner)
     assert asyncio.run(owner.poll("sequencer", start=0)) == len(docs)
     assert _since(owner, durable).sent == []
-
-
-def test_a_state_whose_index_is_ahead_of_its_run_record_is_folded_level_by_the_redelivery(monkeypatch, tmp_path):
-    """The index durable, the run record not (what a worker that wrote the two tables in two stages can leave in
-    their changelogs): the redelivered records fold the run again, once each."""
-    monkeypatch.setattr(sequencer, "SNAPSHOT_EVERY", 1000)
-    docs = llm_run("seq-refold")
-    run_id = docs[0]["runId"]
-    clean = _worker(tmp_path / "clean")
-    _feed(clean, docs)
-    expected = clean.wiring.tables["runs"].get(0, run_id)
-
-    log = MemoryLog()
-    for rec in _changelog(clean, "index"):  # the index stage's changelog, the runs stage's not
-        log.append(clean.wiring.tables["index"].changelog, rec.key, rec.value, 0)  # type: ignore[attr-defined]
-    worker = MemoryWorker(memory_wiring(Settings(home=tmp_path / "worker"), log=log))
-    worker.wiring.keyring = clean.wiring.keyring  # the same run keys, so the same sealed state
-    worker.sequencer()
-    asyncio.run(worker.take("sequencer"))  # the index restored from its changelog
-    tables = worker.wiring.tables
-    assert len(list(tables["index"].keys_from(0, run_id + INDEX_SEP))) == len(docs)  # type: ignore[attr-defined]
-    assert tables["runs"].get(0, run_id) is None
-    refolded = METRICS.get("agentlog_refolded_total")
-    again = _feed(worker, docs)  # the same records, delivered again
-    assert again.sent == []  # every record Redelivered by its index entry: nothing sent twice
-    assert METRICS.get("agentlog_refolded_total") == refolded + len(docs)
-    assert tables["runs"].get(0, run_id) == expected  # head, state, timestamp: what one clean pass makes
 
 
 def test_a_sequencer_check_keeps_its_detail_readable_for_the_host(worker):
