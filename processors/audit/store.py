@@ -374,11 +374,17 @@ class Store:
         if n == 0:
             return 0
         settings = dedup_settings(dedup_token) if dedup_token is not None else {}
+        # clickhouse-connect's insert context is a reference cycle (it holds a bound method of itself) and keeps the
+        # list it was handed after the insert. The worker's collector leaves cycles to a rare full collection
+        # (agentlog.worker.gcpause), so the context gets a list of its own, emptied once the insert is done.
+        handed = list(data)
         try:
-            self.client.insert(table, data, column_names=list(column_names), column_oriented=column_oriented,
+            self.client.insert(table, handed, column_names=list(column_names), column_oriented=column_oriented,
                                settings=settings or None)
         except _CCError as e:
             raise _server_error(e, f"insert into {table} failed") from e
+        finally:
+            handed.clear()
         return n
 
     def insert_raw(self, table: str, column: str, data: bytes, fmt: str) -> None:

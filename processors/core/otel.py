@@ -127,44 +127,54 @@ def run_ids(spans: Mapping[str, Mapping[str, Any]], known: Mapping[str, str] | N
     run id of a child run a handoff started there); otherwise it is in its parent's run.
     ``known`` holds run ids of spans published earlier (a late child finds its parent's run).
     """
-    known = known or {}
-    children = children or {}
-    conv: dict[str, str] = {}
-    out: dict[str, str] = {}
+    runs = _Runs(spans, known or {}, children or {})
+    for span_id in spans:
+        runs.resolve(span_id)
+    return runs.out
 
-    def own(span: Mapping[str, Any]) -> str | None:
-        try:
-            return conversation(span_attrs(span))
-        except Malformed:
-            return None  # the span is rejected by the mapping; its run is its parent's
 
-    def resolve(span_id: str, depth: int = 0) -> tuple[str | None, str | None]:
+@dataclass
+class _Runs:
+    """:func:`run_ids`' walk. A class, not a nested function: one that calls itself is a reference cycle, which
+    holds every span of the batch until a full collection, and the worker runs those rarely
+    (:mod:`agentlog.worker.gcpause`)."""
+
+    spans: Mapping[str, Mapping[str, Any]]
+    known: Mapping[str, str]
+    children: Mapping[str, str]
+    conv: dict[str, str] = field(default_factory=dict)
+    out: dict[str, str] = field(default_factory=dict)
+
+    def resolve(self, span_id: str, depth: int = 0) -> tuple[str | None, str | None]:
         """(conversation, run) of a span; (None, known run) for a span published earlier."""
-        if span_id in out:
-            return conv[span_id], out[span_id]
-        if span_id in known:
-            return None, known[span_id]
-        span = spans.get(span_id)
+        if span_id in self.out:
+            return self.conv[span_id], self.out[span_id]
+        if span_id in self.known:
+            return None, self.known[span_id]
+        span = self.spans.get(span_id)
         if span is None or depth > 1000:
             return None, None
         parent = span.get("parentSpanId") or ""
-        p_conv, p_run = resolve(parent, depth + 1) if parent else (None, None)
-        mine = own(span)
+        p_conv, p_run = self.resolve(parent, depth + 1) if parent else (None, None)
+        mine = _own_conversation(span)
         c = mine or p_conv or p_run or str(span["traceId"])
-        if span_id in children:
-            run = children[span_id]
+        if span_id in self.children:
+            run = self.children[span_id]
         elif p_run is None:
             run = c
         elif p_conv is not None:
             run = p_run if c == p_conv else c
         else:  # parent published earlier: only its run is known
             run = p_run if mine is None or p_run == mine or p_run.startswith(f"{mine}/") else mine
-        conv[span_id], out[span_id] = c, run
+        self.conv[span_id], self.out[span_id] = c, run
         return c, run
 
-    for span_id in spans:
-        resolve(span_id)
-    return out
+
+def _own_conversation(span: Mapping[str, Any]) -> str | None:
+    try:
+        return conversation(span_attrs(span))
+    except Malformed:
+        return None  # the span is rejected by the mapping; its run is its parent's
 
 
 @dataclass

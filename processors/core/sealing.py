@@ -156,28 +156,31 @@ def seal_event(doc: dict[str, Any], key: DataKey) -> dict[str, Any]:
     payload = doc.get("payload")
     if payload is None:
         return doc
-    run_id, event_id = doc["runId"], doc["eventId"]
-
-    def sealed(value: Any, tree: Tree, path: tuple[str, ...]) -> Any:
-        if is_sealed(value):
-            return value
-        if not isinstance(value, dict):
-            return seal_value(value, key, run_id, event_id, path)
-        out: dict[str, Any] | None = None
-        for name, member in value.items():
-            rule = tree.get(name)
-            if rule is True:
-                continue
-            new = sealed(member, rule, (*path, name)) if isinstance(rule, Mapping) and isinstance(member, dict) \
-                else member if is_sealed(member) else seal_value(member, key, run_id, event_id, (*path, name))
-            if new is not member:
-                if out is None:
-                    out = dict(value)
-                out[name] = new
-        return value if out is None else out
-
-    stored = sealed(payload, clear_tree(doc["type"]), ())
+    stored = _sealed(payload, clear_tree(doc["type"]), (), key, doc["runId"], doc["eventId"])
     return doc if stored is payload else {**doc, "payload": stored}
+
+
+def _sealed(value: Any, tree: Tree, path: tuple[str, ...], key: DataKey, run_id: str, event_id: str) -> Any:
+    """:func:`seal_event`'s pass over ``value`` (its content ``tree``). A function of the module, not a nested one:
+    a nested function that calls itself is a reference cycle, which holds the run's data key until a full
+    collection, and the worker runs those rarely (:mod:`agentlog.worker.gcpause`)."""
+    if is_sealed(value):
+        return value
+    if not isinstance(value, dict):
+        return seal_value(value, key, run_id, event_id, path)
+    out: dict[str, Any] | None = None
+    for name, member in value.items():
+        rule = tree.get(name)
+        if rule is True:
+            continue
+        new = _sealed(member, rule, (*path, name), key, run_id, event_id) \
+            if isinstance(rule, Mapping) and isinstance(member, dict) \
+            else member if is_sealed(member) else seal_value(member, key, run_id, event_id, (*path, name))
+        if new is not member:
+            if out is None:
+                out = dict(value)
+            out[name] = new
+    return value if out is None else out
 
 
 def open_event(doc: dict[str, Any], key_for: Callable[[str], DataKey | None]) -> dict[str, Any]:

@@ -521,3 +521,25 @@ def test_a_second_sink_worker_refuses_at_once_naming_the_owner(tmp_path):
         holder.communicate("\n", timeout=60)
     with open_owned(settings, wait_s=5) as store:  # the owner left: this one owns it now
         assert read_owner(settings)["role"] == "audit-sink" and store.path == str(tmp_path / "ch")
+
+
+class _Column(list):
+    """A column whose end can be watched (a weak reference to it)."""
+
+
+def test_an_insert_leaves_its_data_to_reference_counting(store):
+    """The client's insert context is a reference cycle; the worker's collector reaches cycles only at its rare full
+    collection (agentlog.worker.gcpause), so the data of every insert must not hang on it."""
+    import gc
+    import weakref
+
+    table, names, cols = rows_for("committed", audit_batches()["committed"])
+    columns = [_Column(c) for c in cols]
+    watched = [weakref.ref(c) for c in columns]
+    gc.disable()
+    try:
+        assert store.insert(table, columns, names, column_oriented=True) == len(cols[0])
+        del columns
+        assert [w() for w in watched if w() is not None] == []
+    finally:
+        gc.enable()
