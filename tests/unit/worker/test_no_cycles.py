@@ -13,17 +13,11 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 from agentlog.core.otel import map_trace
-from agentlog.demo.otel import run_planner
 from agentlog.streams.settings import Settings
 from agentlog.worker.memory import MemoryWorker, memory_wiring
-from agentlog.worker.otlp import decode_request, span_dicts
 from tests.bench.workload import events
+from tests.unit.core.test_otel import spans  # noqa: F401  (the fixture: the demo planner's spans, real OTel SDK)
 
 
 @contextmanager
@@ -63,13 +57,7 @@ def test_sequencing_realistic_runs_leaves_no_cycle(tmp_path):
     assert _kinds(found) == set()
 
 
-def test_mapping_a_trace_leaves_no_cycle():
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    run_planner(provider)
-    body = encode_spans(exporter.get_finished_spans()).SerializeToString()
-    spans, _ = span_dicts(decode_request(body, "application/x-protobuf"))
+def test_mapping_a_trace_leaves_no_cycle(spans):  # noqa: F811
     trace = spans[0]["traceId"]
     with _cycles() as found:
         for _ in range(10):
