@@ -16,8 +16,12 @@ a collection took 0.4-0.7 s under load, and those pauses decide the p99 of publi
   the heap frozen, its "a quarter more long-lived objects than at the last full collection"
   rule fired every few seconds (measured: 33 collections of 50-250 ms over 200k events);
 * every :data:`FULL_EVERY_S`: :func:`gc.unfreeze` and one full collection, which reclaims such
-  cycles: one pause per period, and memory stays bounded (measured: RSS after 100k and 200k
-  events the same with and without freezing, tests/bench/JOURNAL.md).
+  cycles: one pause per period.
+
+So a cycle made per event or per batch stays in memory, with all it holds, for up to a period: the
+per-event paths make none (``tests/unit/worker/test_no_cycles.py``; the store's inserts hand the
+client a list they empty afterwards, since its insert context is a cycle). Made per event, they were
+most of the soak's growth (tests/bench/JOURNAL.md).
 """
 
 from __future__ import annotations
