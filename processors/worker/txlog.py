@@ -45,7 +45,8 @@ READ_WAIT_MS = 100
 #: written the transaction's markers, and refuses the next transaction's first request until they are written
 #: (CONCURRENT_TRANSACTIONS, KAFKA-5477), which aiokafka retries 20 ms later. The markers take about a millisecond on a
 #: local broker: a transaction begun at once after a commit took 22 ms, one begun 1 ms after it under 3 ms; publish →
-#: log p95 / p99 at 1k ev/s 24 / 37 ms without the pause, 4 / 12 ms with it (tests/bench/JOURNAL.md).
+#: log p95 / p99 at 1k ev/s 24 / 37 ms without the pause, 4 / 12 ms with it (both with a 5 ms retry backoff,
+#: tests/bench/JOURNAL.md).
 MARKERS_S = 0.002
 
 #: The transactional producer's retry backoff (aiokafka's default is 100 ms). The broker answers transactions running
