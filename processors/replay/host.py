@@ -87,7 +87,8 @@ def error_record(request: Mapping[str, Any], code: str, detail: str) -> Verdict:
     )
 
 
-async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *, strict: bool = False) -> Verdict:
+async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *, strict: bool = False,
+                              ended: bool = False) -> Verdict:
     """Compare replay run ``request['replayRunId']`` with ``request['sourceRunId']``: the verdict record.
 
     The whole run tree is judged (:mod:`agentlog.replay.tree`): the source run's dispatches are
@@ -97,6 +98,11 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *,
     ``detail`` (the unfinished child is then compared as far as it was committed).
     ``strict`` compares index by index (RFC 0041 conformance) instead of per lane.
 
+    ``ended`` says the caller saw the replay run's terminal event committed (the worker's sequencer):
+    the read of the replay run then waits, within the same bound, until the log shows that event. A
+    transaction's commit returns before the broker has written its markers, and a ``read_committed``
+    read stops at the last marker written, so a read right after the commit can miss the whole run.
+
     An operator waiting on a verdict must get one: a source run the log does not hold
     (``replay_source_missing``) or a comparison that raised (``replay_compare_failed``)
     yields an ``error`` verdict naming the cause, not only a line in the worker's log.
@@ -105,14 +111,18 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *,
     source_id = request.get("sourceRunId")
     try:
         original = [c["doc"] for c in await read_run(settings, source_id, refuse_erased=True)] if source_id else []
-        replayed = [c["doc"] for c in await read_run(settings, request["replayRunId"])]
+        deadline = time.monotonic() + CHILD_WAIT_S
+        if ended:
+            replayed, _ = await _await_end(settings, request["replayRunId"], deadline)
+        else:
+            replayed = [c["doc"] for c in await read_run(settings, request["replayRunId"])]
         if not original:
             record = error_record(request, "replay_source_missing",
                                   f"the committed log holds no events of source run {source_id!r}")
         else:
             root = str(source_id)  # a source run with events has an id
             o_runs, r_runs, notes = await _load_tree(settings, root, original, request["replayRunId"], replayed,
-                                                     request.get("fromSeq"), strict=strict)
+                                                     request.get("fromSeq"), deadline, strict=strict)
             tree = compare_tree(o_runs, r_runs, original_root=root, replay_root=request["replayRunId"],
                                 from_seq=request.get("fromSeq"), strict=strict)
             notes += [f"child run {hop['sourceChildRunId']} not compared: the log holds none of its events"
@@ -128,22 +138,22 @@ async def host_replay_verdict(settings: Settings, request: Mapping[str, Any], *,
     return record
 
 
-#: Pause between two reads of a replay child's log while waiting for it to end.
+#: Pause between two reads of a replay run's log while waiting for it to end.
 _CHILD_POLL_S = 0.5
-#: How long a verdict waits for the replay's child runs to end before it gives up (and says so in its
-#: ``detail``). The verdict is made after the run-state agent's batch is durable, so the wait delays that
-#: agent's next batch by at most this long per unfinished tree: 10 s covers a child a host is still
-#: finishing, without holding the agent up for a child that never ends.
+#: How long a verdict waits for the replay runs of its tree to end, the root's end to show (``ended``) and
+#: the child runs', before it compares what is committed (and says which child it gave up on in its
+#: ``detail``). The worker makes verdicts one after the other in a task of their own, so the wait holds up
+#: only the verdicts queued behind it: 10 s covers a child a host is still finishing, without holding them
+#: up for a child that never ends.
 CHILD_WAIT_S = 10.0
 
 
 async def _load_tree(
     settings: Settings, source_id: str, original: list[dict[str, Any]], replay_id: str,
-    replayed: list[dict[str, Any]], from_seq: int | None, *, strict: bool,
+    replayed: list[dict[str, Any]], from_seq: int | None, deadline: float, *, strict: bool,
 ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, list[dict[str, Any]]], list[str]]:
     """Both run trees' logs, child runs included; the notes say which replay child was not awaited to its end."""
     o_runs, r_runs = {source_id: original}, {replay_id: replayed}
-    deadline = time.monotonic() + CHILD_WAIT_S
     notes: list[str] = []
     todo = [(source_id, replay_id, from_seq)]
     while todo:

@@ -61,7 +61,7 @@ class Verdicts:
         while True:
             request = await self._queue.get()
             try:
-                record = await host_replay_verdict(self._wiring.settings, request)
+                record = await host_replay_verdict(self._wiring.settings, request, ended=True)
                 if request.get("mode") != "dry_run":
                     keyring = self._wiring.keyring
                     key = keyring.data_key(request["replayRunId"]) if keyring is not None else None

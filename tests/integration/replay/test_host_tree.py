@@ -9,12 +9,17 @@ Expected verdicts are the golden pairs' (written from how each pair was made).
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections import defaultdict
 
 import pytest
+from aiokafka import AIOKafkaProducer
 
 from agentlog.replay import host
 from agentlog.replay.host import host_replay_verdict
+from agentlog.streams.codec import encode_record
+from agentlog.streams.security import client_kwargs
+from agentlog.streams.topics import topic_name
 from tests.integration.replay.helpers import HandLog, chained
 from tests.unit.replay.make_golden import tree_pairs
 
@@ -76,3 +81,30 @@ def test_interleaving_is_a_match_with_reordered_and_strict_keeps_index_semantics
     strict = asyncio.run(host_replay_verdict(settings, request, strict=True))
     assert strict["verdict"] == "diverged" and strict["firstDivergence"]["atSequence"] == 3
     assert "reordered" not in strict
+
+
+def test_a_verdict_asked_at_the_commit_waits_for_the_transaction_markers(settings, monkeypatch) -> None:
+    # The worker asks for a verdict once its transaction commits; the broker writes the commit markers after
+    # that, and until then a read_committed read shows none of the transaction's records. The replay run's
+    # log is held in a transaction that commits a second after the verdict was asked.
+    monkeypatch.setattr(host, "CHILD_WAIT_S", 30.0)
+    original, replay = PAIRS["child-diverged"]
+    asyncio.run(_write(settings, original, [d for d in replay if d["runId"] != replay[0]["runId"]]))
+    request = {"replayRunId": replay[0]["runId"], "sourceRunId": original[0]["runId"], "mode": "live"}
+
+    async def asked_before_the_markers() -> dict:
+        producer = AIOKafkaProducer(**client_kwargs(settings), transactional_id=f"hand-{uuid.uuid4().hex}")
+        await producer.start()
+        try:
+            async with producer.transaction():
+                for rec in chained([d for d in replay if d["runId"] == replay[0]["runId"]]):
+                    await producer.send(topic_name(settings, "log"), encode_record(rec),
+                                        key=rec["doc"]["runId"].encode())
+                verdict = asyncio.create_task(host_replay_verdict(settings, request, ended=True))
+                await asyncio.sleep(1.0)
+            return await verdict
+        finally:
+            await producer.stop()
+
+    record = asyncio.run(asked_before_the_markers())
+    assert record["verdict"] == "diverged" and record["firstDivergence"]["atSequence"] == 4
