@@ -28,6 +28,7 @@ import orjson
 
 from agentlog.core.sealing import ERASED, DataKey, open_value, seal_value
 from agentlog.core.sequencing import RAW_MAX_BYTES
+from agentlog.schemas.canonical import sized
 from agentlog.schemas.content import SEALED
 from agentlog.schemas.records import RecordSource, Rejection, rejection
 
@@ -56,7 +57,7 @@ def refusal(reason: str, detail: str, raw: bytes, trace_id: str | None = None) -
         record["rawSha256"] = hashlib.sha256(raw).hexdigest()
     if trace_id:
         record["traceId"] = trace_id
-    return orjson.dumps(record)
+    return sized(orjson.dumps(record))
 
 
 def refusal_rejection(record: Mapping[str, Any], source: RecordSource) -> Rejection:

@@ -51,6 +51,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from agentlog.core.otel_sealing import refusal
 from agentlog.metrics import METRICS
+from agentlog.schemas.canonical import sized
 from agentlog.schemas.errors import AgentlogError
 from agentlog.worker.access import bearer, same_token
 
@@ -176,7 +177,7 @@ def trace_records(spans: list[dict[str, Any]],
     by_trace: dict[str, list[bytes]] = {}
     oversize: list[tuple[str, bytes]] = []
     for span in spans:
-        value = orjson.dumps(span)
+        value = sized(orjson.dumps(span))
         if len(value) + _RECORD_OVERHEAD > max_bytes:
             oversize.append((f"span {span['name']!r} (trace {span['traceId']}, span {span['spanId']}): "
                              f"{len(value)} bytes, over the {max_bytes}-byte limit", value))

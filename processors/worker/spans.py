@@ -74,7 +74,7 @@ from agentlog.core.otel_sealing import (
 from agentlog.core.sealing import ERASED, DataKey, seal_value
 from agentlog.core.sequencing import RAW_MAX_BYTES, REJECTION_CONTENT, rejection_sealing
 from agentlog.metrics import METRICS
-from agentlog.schemas.canonical import jcs
+from agentlog.schemas.canonical import jcs, sized
 from agentlog.schemas.errors import AgentlogError, EventRejected
 from agentlog.schemas.records import RecordSource, Rejection, record_source, rejection, run_id_of_key
 from agentlog.streams.codec import encode_record
@@ -318,7 +318,7 @@ def _json(obj: Any) -> bytes:
         data = orjson.dumps(obj, option=_STRICT)
     except (orjson.JSONEncodeError, TypeError):
         return jcs(obj)
-    return jcs(obj) if b"null" in data else data
+    return jcs(obj) if b"null" in data else sized(data)
 
 
 def _chunks(events: list[dict[str, Any]]) -> Iterator[list[dict[str, Any]]]:

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from agentlog.core.lru import Lru
+from agentlog.schemas.canonical import sized
 from agentlog.schemas.errors import ConfigError
 
 
@@ -45,7 +46,7 @@ _MISSING = object()
 def encode(obj: Any) -> bytes:
     """A key or value as its changelog (and local store) bytes: JSON."""
     try:
-        return orjson.dumps(obj)
+        return sized(orjson.dumps(obj))
     except (orjson.JSONEncodeError, TypeError):  # integers past 64 bits, non-string keys: any valid JSON does
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
 
