@@ -455,16 +455,18 @@ class AuditSink:
         """Buffer a fetch of one partition, keeping batches contiguous; re-form the pending range first."""
         part = self._parts.get(tp)
         if (part is not None and part.pending is None and messages and part.expected is not None
-                and messages[0].offset == part.expected
-                and messages[-1].offset == part.expected + len(messages) - 1):
-            # The common case, without a per-record loop: a fetch that continues the buffer with no
-            # offset missing (offsets rise within a partition, so first and last prove it).
+                and messages[0].offset == part.expected):
+            # The common case, without a per-record loop: a fetch that continues the buffer. Offsets it
+            # skips are absent from the topic (:meth:`_within`), so only their count is looked at.
             if not part.messages:
                 part.lo, part.since = part.expected, time.monotonic()
             part.messages.extend(messages)
+            if skipped := messages[-1].offset + 1 - part.expected - len(messages):
+                METRICS.inc("agentlog_sink_absent_offsets_total", skipped, table=self.shorts[tp.topic])
             part.expected = messages[-1].offset + 1
             part.jump = None
             messages = ()
+        taken: int | None = None  # the offset of this fetch's record taken last
         for m in messages:
             if part is None or self._parts.get(tp) is not part:
                 return  # revoked or reassigned meanwhile: the new assignment starts from the ledger
@@ -472,7 +474,8 @@ class AuditSink:
                 part.expected = m.offset
             if m.offset < part.expected:
                 continue  # fetched before a seek back; read again in order
-            if m.offset > part.expected and not self._absent(tp, part, m.offset):
+            if m.offset > part.expected and not self._within(tp, part, taken, m.offset) \
+                    and not self._absent(tp, part, m.offset):
                 return  # seeked back to the expected offset: the rest of this fetch comes again
             if part.jump is not None and m.offset < part.jump[1]:
                 log.warning("sink: a re-read of %s/%d brought offset %d, which a fetch had skipped (to %d)",
@@ -481,7 +484,7 @@ class AuditSink:
             if not part.messages:
                 part.lo, part.since = part.expected, time.monotonic()
             part.messages.append(m)
-            part.expected = m.offset + 1
+            part.expected = taken = m.offset + 1
             if part.pending is not None and m.offset >= part.pending[1]:
                 lo, hi = part.pending
                 batch = [x for x in part.messages if x.offset <= hi]
@@ -495,6 +498,18 @@ class AuditSink:
                 part.pending, part.messages, part.lo, part.since = None, rest, hi + 1, time.monotonic()
         if part is not None and self._parts.get(tp) is part:
             self._hold(tp, part)
+
+    def _within(self, tp: TopicPartition, part: _Partition, taken: int | None, offset: int) -> bool:
+        """A record past the expected offset whose fetch also brought the record just before the gap: True.
+
+        A fetch is one broker response, read from one position onwards: what it skips between two of its
+        records is absent from the topic (a transaction's commit marker, an aborted or compacted record),
+        with no stale fetch or seek in between. The worker's topics skip an offset at every transaction.
+        """
+        if taken is None or taken != part.expected:
+            return False
+        METRICS.inc("agentlog_sink_absent_offsets_total", offset - part.expected, table=self.shorts[tp.topic])
+        return True
 
     def _absent(self, tp: TopicPartition, part: _Partition, offset: int) -> bool:
         """A record past the expected offset: True if the offsets between are confirmed absent.
