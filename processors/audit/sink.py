@@ -21,12 +21,13 @@ partition starts by re-forming the ledger's last range (:meth:`AuditSink._assign
 on from ``hi + 1``.
 
 Batches are contiguous, so no offset can fall between two ranges: the sink knows, per partition,
-the next offset it expects (``hi + 1`` of the last range, or the partition's first offset). A
-record past that offset (a rebalance or a re-seek racing records fetched earlier) makes it seek
-back to the expected offset and read again; only when the same jump repeats are the offsets
-taken as absent from the topic (compaction, transaction markers), and the next range still starts
-at the expected offset. :data:`agentlog.audit.exactly_once.LEDGER_GAPS` lists any gap between
-recorded ranges; there should be none. Kafka offsets are committed too, but only for lag tooling:
+the next offset it expects (``hi + 1`` of the last range, or the partition's first offset). Offsets a
+fetch skips between two of its records are absent from the topic (transaction markers, compaction).
+A fetch whose first record is past that offset (a rebalance or a re-seek racing records fetched
+earlier) makes it seek back to the expected offset and read again; only when the same jump repeats
+are the offsets taken as absent, and the next range still starts at the expected offset.
+:data:`agentlog.audit.exactly_once.LEDGER_GAPS` lists any gap between recorded ranges; there should
+be none. Kafka offsets are committed too, but only for lag tooling:
 the sink never resumes from them.
 
 The log (most of the volume) is not decoded here: its raw records go to ClickHouse in one insert
@@ -516,9 +517,10 @@ class AuditSink:
 
         The first time, seek back to the expected offset (a gap can be a stale fetch racing a seek or a
         rebalance) and return False. If the re-read lands on the same record again, the broker has nothing
-        in between: return True. On the worker's topics, written in transactions, that is routine: every
-        transaction ends in a commit marker, an offset no consumer receives, so both steps log at DEBUG (and
-        count); a re-read that brings a record the fetch had skipped is the warning (:meth:`_take`).
+        in between: return True. On the worker's topics, written in transactions, that is routine when a
+        fetch starts right after a transaction's commit marker, an offset no consumer receives, so both steps
+        log at DEBUG (and count); a re-read that brings a record the fetch had skipped is the warning
+        (:meth:`_take`).
         """
         assert self.consumer is not None and part.expected is not None
         jump = (part.expected, offset)
