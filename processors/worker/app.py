@@ -216,7 +216,8 @@ def _install_sequencer(wiring: Wiring, budget: RocksBudget, *, replay: bool) -> 
     agent = sequencer.build(wiring, owned, replay=replay)
     tables = txruntime.sequencer_tables(wiring.settings, budget.open)
     wiring.tables.update(tables)
-    txruntime.install(wiring, agent, tables, owned, short="ingest", name="sequencer")
+    txruntime.install(wiring, agent, tables, owned, short="ingest", name="sequencer",
+                      fetch_wait_ms=txruntime.SEQUENCER_FETCH_WAIT_MS)
 
 
 def _install_keyring(wiring: Wiring) -> None:

@@ -55,8 +55,20 @@ log = logging.getLogger("agentlog.txruntime")
 #: The sequencer's tables, by the short names it uses, and the names their changelogs and databases carry.
 TABLE_NAMES = {"index": "seq-index", "runs": "run-state", "closed": "run-closed"}
 
-#: The longest a fetch waits at the broker when nothing is there (latency of a trickle).
+#: A fetch the broker answers at once holds this much (a backlog); with less there it waits up to the agent's fetch
+#: wait for more (Kafka's fetch.min.bytes / fetch.max.wait.ms). A transaction costs ~1.1 ms of aiokafka's CPU whatever
+#: it holds (five requests, ~60 callbacks), and each partition's batch is one: at a steady rate the wait sets how many
+#: events share one, and an idle agent fetches once a wait.
+FETCH_MIN_BYTES = 1 << 20
+#: The fetch wait of an agent off the publish -> log path (handoff, OTel): few transactions and idle fetches.
 FETCH_WAIT_MS = 100
+#: The sequencer's fetch wait: publish -> log latency against CPU. Toy events at 1k ev/s over 4 partitions
+#: (tests/bench/JOURNAL.md), the worker's CPU an event and publish -> log p50 / p99: answered at once 650-690 µs,
+#: 5-16 / 38-43 ms; 20 ms 505 µs, 14 / 27 ms; 30 ms 381-421 µs, 20 / 37 ms; 50 ms 287-298 µs, 32 / 57-61 ms;
+#: 100 ms 214 µs, 59 / 110 ms.
+SEQUENCER_FETCH_WAIT_MS = 30
+#: How long the loop waits for a fetch before it looks at partitions it lost to a fence again.
+POLL_MS = 100
 #: The most records of one fetch: a batch of one partition is at most this, one transaction.
 BATCH_MAX = 5000
 
@@ -174,8 +186,10 @@ class TxAgent:
     """An agent's loop on Kafka transactions: one consumer, a writer and restored state per input partition."""
 
     def __init__(self, wiring: Wiring, work: Work, records: RecordLog, tables: dict[str, StateTable],
-                 owned: Owned, *, short: str, group: str, name: str = "sequencer") -> None:
+                 owned: Owned, *, short: str, group: str, name: str = "sequencer",
+                 fetch_wait_ms: int = FETCH_WAIT_MS) -> None:
         self._wiring = wiring
+        self._fetch_wait_ms = fetch_wait_ms
         self._name = name
         self._agent = work
         self._log = records
@@ -192,14 +206,15 @@ class TxAgent:
         settings = self._wiring.settings
         consumer = self._consumer = AIOKafkaConsumer(
             **client_kwargs(settings), group_id=self._group, enable_auto_commit=False,
-            auto_offset_reset="earliest", isolation_level="read_committed", fetch_max_wait_ms=FETCH_WAIT_MS,
+            auto_offset_reset="earliest", isolation_level="read_committed",
+            fetch_max_wait_ms=self._fetch_wait_ms, fetch_min_bytes=FETCH_MIN_BYTES,
             max_partition_fetch_bytes=8 << 20, session_timeout_ms=int(settings.session_timeout_s * 1000),
             heartbeat_interval_ms=int(min(3.0, settings.session_timeout_s / 3) * 1000))
         consumer.subscribe([self.topic], listener=_Listener(self))
         await consumer.start()
         try:
             while True:
-                got = await consumer.getmany(timeout_ms=FETCH_WAIT_MS, max_records=BATCH_MAX)
+                got = await consumer.getmany(timeout_ms=POLL_MS, max_records=BATCH_MAX)
                 # Each partition's batch is its own transaction: while one waits for the broker (its commit takes
                 # several round trips), the next is handled.
                 await asyncio.gather(*(self.handle_batch(tp, messages) for tp, messages in got.items() if messages))
@@ -401,7 +416,7 @@ def sequencer_tables(settings: Settings, opener: Any) -> dict[str, StateTable]:
 
 
 def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], owned: Owned, *, short: str, name: str,
-            records: Callable[[str], RecordLog] | None = None) -> TxAgent:
+            records: Callable[[str], RecordLog] | None = None, fetch_wait_ms: int = FETCH_WAIT_MS) -> TxAgent:
     """Run ``work`` on topic ``short`` as a loop of Kafka transactions, a task of the worker.
 
     Its consumer group and its writers' transactional-id prefix are ``agent_group(settings, name)``; its records
@@ -409,7 +424,8 @@ def install(wiring: Wiring, work: Work, tables: dict[str, StateTable], owned: Ow
     """
     group = agent_group(wiring.settings, name)
     log_of = records or (lambda group: KafkaLog(wiring.settings, name=group, group=group))
-    runtime = TxAgent(wiring, work, log_of(group), tables, owned, short=short, group=group, name=name)
+    runtime = TxAgent(wiring, work, log_of(group), tables, owned, short=short, group=group, name=name,
+                      fetch_wait_ms=fetch_wait_ms)
     wiring.runner.task(runtime.run)
     wiring.tx_agents[name] = runtime
     return runtime

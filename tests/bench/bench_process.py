@@ -22,7 +22,8 @@ Latency: a second worker (and then a pass-through agent: the floor) on a fresh p
 once every partition has been warmed by a run.started and the same load has run for
 ``LATENCY_WARM_SECONDS`` (neither measured: steady state is what is measured, see there); publish →
 committed log latency is each paced record's log broker timestamp minus its source record's
-timestamp (one clock: this machine).
+timestamp (one clock: this machine). Beside it, each process's CPU over the measured seconds: what a steady rate
+costs an event, against the same events on a backlog.
 """
 
 from __future__ import annotations
@@ -302,8 +303,10 @@ LATENCY_WARM_SECONDS = 12
 WARM_NAME = "warm"
 
 
-async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: float, warm_seconds: float) -> dict:
-    """Publish at LATENCY_RATE ev/s (after ``warm_seconds`` of the same, not measured); percentiles of publish → log."""
+async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: float, warm_seconds: float,
+                         sampler: CpuSampler | None = None) -> dict:
+    """Publish at LATENCY_RATE ev/s (after ``warm_seconds`` of the same, not measured); percentiles of publish → log,
+    and the process's CPU over the measured seconds (``sampler``): what a steady rate costs, against a backlog."""
     async with Publisher(settings, wire="avro") as pub:
         warm = pub.run("lat-warm")
         await warm.emit("run.started", {"bindings": {"engineVersion": "bench"}})
@@ -319,7 +322,9 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
         warm_events = int(LATENCY_RATE * warm_seconds)
         await emit_paced(pub, runs, warm_events, LATENCY_RATE, name=WARM_NAME)
         total = int(LATENCY_RATE * seconds)
+        began = time.time()
         await emit_paced(pub, runs, total, LATENCY_RATE)
+        ended = time.time()
     expected = 1 + len(runs) + warm_events + total
     await _span(settings, "log", expected, timeout=300, proc=proc)
     # The pass-through forwards the ingest bytes as they are: its log record's source is the ingest
@@ -336,8 +341,9 @@ async def _paced_latency(settings: Settings, proc: subprocess.Popen, seconds: fl
         if doc["runId"] == "lat-warm" or doc["type"] == "run.started":
             continue
         (cold if str(doc["payload"].get("name", "")).startswith(WARM_NAME) else lat).append(ts - source_ts)
+    cpu = sampler.between(began, ended, total) if sampler is not None else {}
     return {"rate_per_s": LATENCY_RATE, "warm_s": warm_seconds, **_percentiles(lat),
-            "warm_phase": _percentiles(cold)}
+            "warm_phase": _percentiles(cold), "cpu": cpu}
 
 
 def _percentiles(lat: list[int]) -> dict:
@@ -376,7 +382,8 @@ def _latency(settings: Settings, args: list[str], seconds: float, log: Path,
     """Publish → log latency percentiles of the process ``args`` starts (the worker, or the pass-through)."""
     proc = _start(settings, args, log)
     try:
-        return asyncio.run(_paced_latency(settings, proc, seconds, warm_seconds))
+        with CpuSampler(proc.pid) as sampler:
+            return asyncio.run(_paced_latency(settings, proc, seconds, warm_seconds, sampler))
     except Exception as e:  # the throughput figures stand on their own
         return {"error": f"{type(e).__name__}: {e}"}
     finally:
