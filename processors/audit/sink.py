@@ -463,7 +463,7 @@ class AuditSink:
                 part.lo, part.since = part.expected, time.monotonic()
             part.messages.extend(messages)
             if skipped := messages[-1].offset + 1 - part.expected - len(messages):
-                METRICS.inc("agentlog_sink_absent_offsets_total", skipped, table=self.shorts[tp.topic])
+                self._count_absent(tp, skipped)
             part.expected = messages[-1].offset + 1
             part.jump = None
             messages = ()
@@ -509,8 +509,11 @@ class AuditSink:
         """
         if taken is None or taken != part.expected:
             return False
-        METRICS.inc("agentlog_sink_absent_offsets_total", offset - part.expected, table=self.shorts[tp.topic])
+        self._count_absent(tp, offset - part.expected)
         return True
+
+    def _count_absent(self, tp: TopicPartition, offsets: int) -> None:
+        METRICS.inc("agentlog_sink_absent_offsets_total", offsets, table=self.shorts[tp.topic])
 
     def _absent(self, tp: TopicPartition, part: _Partition, offset: int) -> bool:
         """A record past the expected offset: True if the offsets between are confirmed absent.
@@ -527,7 +530,7 @@ class AuditSink:
         if part.jump == jump:
             log.debug("sink: offsets %d-%d of %s/%d are absent (confirmed by a re-read)",
                       jump[0], offset - 1, tp.topic, tp.partition)
-            METRICS.inc("agentlog_sink_absent_offsets_total", offset - jump[0], table=self.shorts[tp.topic])
+            self._count_absent(tp, offset - jump[0])
             return True
         log.debug("sink: %s/%d jumped from expected offset %d to %d; re-reading from %d",
                   tp.topic, tp.partition, jump[0], offset, jump[0])
