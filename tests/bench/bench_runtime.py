@@ -15,6 +15,10 @@ in the same run. Throughput = N / (last log record's broker timestamp − first 
   (what a restart restores from), in the same transaction as the log records and the offsets. State is in
   dicts: this is the ceiling of a sequencer on aiokafka transactions before any table store.
 
+- ``work_us_by_step``: that per-event work again in this process, without a broker, each step timed on its own
+  (``_stages``), and ``work_ceiling``: the most a loop can move that does bare's work and this work and nothing
+  else, ``1 / (1 / bare + work)``. It is the part of the gap to bare that no runtime can close.
+
 ``ours`` is ``work_tx`` and ``baseline`` is ``bare``: the ratio the runtime issue's goal is stated against (≥ 0.35×;
 the worker today: ``bench_process``'s ``ours_vs_bare``).
 """
@@ -22,7 +26,9 @@ the worker today: ``bench_process``'s ``ours_vs_bare``).
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
+import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -152,6 +158,85 @@ def _sequencer_work(settings: Settings) -> Any:
     return work
 
 
+def _stages(n: int) -> dict[str, float]:
+    """µs an event of each step of the sequencer's work on ``n`` workload events, in this process, without a broker.
+
+    The steps of ``_sequencer_work`` one at a time, each timed around its own call: decode, validate, redact,
+    mint a new run's data key (and its keyring record), seal, decide and chain (JCS + SHA-256 of the sealed doc),
+    fold (with the state hash), the committed record, and each touched run's record as the state tables encode it,
+    once a batch of ``BATCH`` events as the worker writes it. The heap is frozen after each batch, as the worker's
+    pacer does, so a step's figure holds the young collections its own garbage costs.
+    """
+    from agentlog.core.keyring import LocalKek, mint
+    from agentlog.core.redaction import Redactor
+    from agentlog.core.runstate import Advanced, fold_next
+    from agentlog.core.sealing import seal_event
+    from agentlog.core.sequencing import Accepted, Source, decide
+    from agentlog.schemas.validate import validate_parsed
+    from agentlog.streams.codec import decode_ingest, encode_committed
+    from agentlog.worker.tables import encode
+
+    kek, redactor = LocalKek(os.urandom(32)), Redactor()
+    keys: dict[str, Any] = {}
+    runs: dict[str, Any] = {}
+    index: dict[str, Any] = {}
+    took: dict[str, float] = dict.fromkeys(("decode", "validate", "redact", "key", "seal", "chain", "fold", "record",
+                                            "state"), 0.0)
+    clock = time.perf_counter
+    touched: set[str] = set()
+    for i, (_, raw) in enumerate(workload.events("stages", n)):
+        t0 = clock()
+        doc = decode_ingest(raw)
+        t1 = clock()
+        doc_bytes = validate_parsed(doc, max_bytes=1 << 20)
+        t2 = clock()
+        redacted = redactor.stored(doc)
+        t3 = clock()
+        run_id = doc["runId"]
+        key = keys.get(run_id)
+        if key is None:
+            key, minted = mint(run_id, None, None, kek)
+            keys[run_id] = key
+            minted.to_value()
+        t4 = clock()
+        sealed = seal_event(redacted, key)
+        t5 = clock()
+        rec = runs.get(run_id)
+        head = None if rec is None else {"next": rec["next"], "hash": rec["head"]}
+        decision = decide(head, lambda e, r=run_id: index.get(r + "\x1f" + e), doc,
+                          Source("ingest", 0, i, 1_700_000_000_000 + i), doc_bytes, lambda _doc, s=sealed: s)
+        t6 = clock()
+        took["decode"] += t1 - t0
+        took["validate"] += t2 - t1
+        took["redact"] += t3 - t2
+        took["key"] += t4 - t3
+        took["seal"] += t5 - t4
+        took["chain"] += t6 - t5
+        if not isinstance(decision, Accepted):
+            continue
+        c = decision.committed
+        adv = fold_next(rec, c["doc"], c["hash"], snapshot_every=100, handoff_mode="auto", ts_ms=1_700_000_000_000 + i)
+        t7 = clock()
+        assert isinstance(adv, Advanced), adv
+        runs[run_id] = adv.record
+        event_id, entry = decision.index_entry
+        index[run_id + "\x1f" + event_id] = entry
+        touched.add(run_id)
+        encode_committed(decision.doc_bytes, c["prevHash"], c["hash"], c["source"], adv.state_hash)
+        t8 = clock()
+        took["fold"] += t7 - t6
+        took["record"] += t8 - t7
+        if (i + 1) % BATCH == 0 or i + 1 == n:
+            t9 = clock()
+            for touched_id in touched:
+                encode(runs[touched_id])
+            took["state"] += clock() - t9
+            touched.clear()
+            gc.freeze()  # as the worker's pacer does (agentlog.worker.gcpause): collections walk only the new
+    gc.unfreeze()
+    return {name: seconds / n * 1e6 for name, seconds in took.items()}
+
+
 def variants(ctx: BenchContext, home: Path, prefix: str, n: int) -> Callable[[str], Settings]:
     """A maker of one path's settings: its own topics (4 partitions) under ``home``, ``n`` realistic events published."""
 
@@ -176,6 +261,11 @@ def run(ctx: BenchContext) -> dict:
                                     env={"PASSTHROUGH_GUARANTEE": "exactly_once"})
     work = variant("worktx")
     work_tx = n / asyncio.run(_tx_loop(work, n, _sequencer_work(work)))
+    stages = _stages(n)
+    work_us = sum(stages.values())
+    # The most a loop can move that does bare's work and the sequencer's, and nothing else (no record beyond the
+    # log's, no transaction, no table store): what the per-event work alone leaves of bare.
+    ceiling = 1e6 / (1e6 / bare + work_us)
     return {
         "ours": work_tx,
         "baseline": bare,
@@ -184,5 +274,8 @@ def run(ctx: BenchContext) -> dict:
         "details": {"events": n, "batch": BATCH, "bare_events_per_s": bare, "bare_tx_events_per_s": bare_tx,
                     "faust_eos_passthrough_events_per_s": faust_eos, "work_tx_events_per_s": work_tx,
                     "bare_tx_vs_bare": bare_tx / bare, "faust_eos_vs_bare": faust_eos / bare,
-                    "work_tx_vs_bare": work_tx / bare, "work_tx_vs_bare_tx": work_tx / bare_tx},
+                    "work_tx_vs_bare": work_tx / bare, "work_tx_vs_bare_tx": work_tx / bare_tx,
+                    "work_us_per_event": work_us, "work_us_by_step": stages,
+                    "bare_us_per_event": 1e6 / bare, "work_ceiling_events_per_s": ceiling,
+                    "work_ceiling_vs_bare": ceiling / bare},
     }
