@@ -3,7 +3,7 @@
 The figure is on the realistic workload (:mod:`tests.bench.workload`: multi-agent runs with LLM
 calls, tools, usage, handoffs, child runs, every run finishing, 1,000 trees in flight): ours against
 the Faust pass-through on the same events. The toy workload (200 runs that only set variables) is
-kept beside it, with the bare and raw paths.
+kept beside it, with the bare path.
 
 Every path consumes the same N pre-published events (own topic prefix each, same
 partitions, same broker) and writes one record per event to its ``log`` topic
@@ -15,8 +15,8 @@ process start-up and group join are not counted for anyone.
 - ``passthrough``: a Faust agent that forwards each record with no work
   (:mod:`tests.bench.passthrough_faust`): Faust's own ceiling, the yardstick of the goal.
 - ``bare``: one aiokafka consumer + idempotent producer in this process copying the bytes.
-- ``raw``: the same loop doing the worker's per-event work, state in dicts, no tables
-  (how much of the gap to ``bare`` is the work itself).
+
+How much of the gap to ``bare`` is the per-event work itself: ``bench_runtime`` (``work_ceiling``).
 
 Latency: a second worker (and then a pass-through agent: the floor) on a fresh prefix is fed at a steady rate (``LATENCY_RATE`` ev/s)
 once every partition has been warmed by a run.started and the same load has run for
@@ -236,54 +236,6 @@ async def _bare(settings: Settings, n: int) -> float:
     return await _span(settings, "log", n, timeout=60)
 
 
-async def _raw(settings: Settings, n: int) -> float:
-    """The bare loop doing the worker's per-event work (decide, fold, state hash, format-2 record)."""
-    from agentlog.core.runstate import advance
-    from agentlog.core.sequencing import Accepted, Source, decide
-    from agentlog.schemas.records import committed_event
-    from agentlog.schemas.validate import validate_doc
-    from agentlog.streams.codec import decode_ingest, encode_record
-
-    consumer = AIOKafkaConsumer(**client_kwargs(settings), enable_auto_commit=False,
-                                auto_offset_reset="earliest", isolation_level="read_committed")
-    producer = _producer(settings)
-    await consumer.start()
-    await producer.start()
-    heads: dict[str, dict] = {}
-    index: dict[str, list] = {}
-    runs: dict[str, dict] = {}
-    log_topic = topic_name(settings, "log")
-    try:
-        await from_the_start(consumer, settings)
-        done = 0
-        while done < n:
-            batches = await consumer.getmany(timeout_ms=500, max_records=2000)
-            futures = []
-            for tp, messages in batches.items():
-                for m in messages:
-                    doc = validate_doc(decode_ingest(m.value))
-                    run_id = doc["runId"]
-                    d = decide(heads.get(run_id), lambda e, r=run_id: index.get(r + "\x1f" + e), doc,
-                               Source(tp.topic, tp.partition, m.offset, m.timestamp))
-                    if not isinstance(d, Accepted):
-                        continue
-                    heads[run_id] = d.head
-                    index[run_id + "\x1f" + d.index_entry[0]] = d.index_entry[1]
-                    adv = advance(runs.get(run_id), doc, d.head["hash"], snapshot_every=10**9, handoff_mode="auto")
-                    runs[run_id] = adv.record
-                    c = d.committed
-                    record = committed_event(doc=doc, prev_hash=c["prevHash"], hash=c["hash"], source=c["source"],
-                                             state_hash=adv.state_hash)
-                    futures.append(await producer.send(log_topic, encode_record(record), key=run_id.encode()))
-                    done += 1
-            for f in futures:
-                await f
-    finally:
-        await producer.stop()
-        await consumer.stop()
-    return await _span(settings, "log", n, timeout=60)
-
-
 #: Events per second fed to the worker for the latency measurement, and for how long.
 LATENCY_RATE = 1000
 LATENCY_SECONDS = 10
@@ -417,7 +369,6 @@ def run(ctx: BenchContext) -> dict:
     ours_cpu: dict = {}
     passthrough = n / _run_subprocess(variant("pass"), PASSTHROUGH_ARGS, n, home / "passthrough.log", cpu=pass_cpu)
     ours = n / _run_subprocess(variant("ours"), worker, n, home / "ours.log", cpu=ours_cpu)
-    raw = n / asyncio.run(_raw(variant("raw"), n))
     seconds = LATENCY_SECONDS / (5 if ctx.quick else 1)
     warm = LATENCY_WARM_SECONDS / (5 if ctx.quick else 1)
     latency = _latency(variant("lat", 0), worker, seconds, home / "latency.log", warm)
@@ -431,9 +382,9 @@ def run(ctx: BenchContext) -> dict:
         "details": {"events": n, "realistic_ours_cpu": real_cpu, "realistic_passthrough_cpu": real_pass_cpu,
                     "toy_runs": RUNS, "toy_ours_events_per_s": ours, "toy_passthrough_events_per_s": passthrough,
                     "toy_ratio": ours / passthrough, "bare_consume_produce_events_per_s": bare,
-                    "faust_passthrough_events_per_s": passthrough, "raw_same_work_events_per_s": raw,
+                    "faust_passthrough_events_per_s": passthrough,
                     "ours_vs_bare": ours / bare, "passthrough_vs_bare": passthrough / bare,
-                    "raw_same_work_vs_bare": raw / bare, "floor_ratio": 0.5,
+                    "floor_ratio": 0.5,
                     "ours_cpu": ours_cpu, "passthrough_cpu": pass_cpu,
                     "publish_to_log_latency_ms": latency, "latency_goal_p99_ms": 50,
                     "passthrough_publish_to_log_latency_ms": passthrough_latency},
