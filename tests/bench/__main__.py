@@ -66,13 +66,10 @@ def _warm(ctx: BenchContext) -> dict[str, float]:
     25-35k events/s where it moves 75k once the broker has carried a minute of traffic, and every ratio to it
     moved with it. Each bench then starts on the same warm broker, whichever runs first.
     """
-    from tests.bench.bench_process import _bare
-    from tests.bench.bench_runtime import _tx_loop, variants
+    from tests.bench.bench_runtime import baselines, variants
 
     n = 5_000 if ctx.quick else WARM_EVENTS
-    variant = variants(ctx, BENCH_HOME / "warm", "benchwarm", n)
-    bare = n / asyncio.run(_bare(variant("bare"), n))
-    bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
+    bare, bare_tx = baselines(variants(ctx, BENCH_HOME / "warm", "benchwarm", n), n)
     return {"events": n, "bare_events_per_s": bare, "bare_tx_events_per_s": bare_tx}
 
 
@@ -109,7 +106,6 @@ def _discover(only: str | None) -> list[str]:
 
 
 def _topics(settings: Settings) -> set[str]:
-
     from agentlog.streams.admin import list_topic_names
 
     return asyncio.run(list_topic_names(settings))
@@ -121,8 +117,6 @@ def _clean_up_topics(console: Console, settings: Settings, before: set[str]) -> 
     A broker that keeps every run's topics grows to thousands, and every all-topics metadata response
     a client decodes lists them all: the figures of later runs would then pay for earlier ones.
     """
-    import asyncio
-
     from agentlog.streams.admin import delete_topics
     from tests.bench import OWN_PREFIXES
 

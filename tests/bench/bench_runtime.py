@@ -20,7 +20,7 @@ in the same run. Throughput = N / (last log record's broker timestamp − first 
   else, ``1 / (1 / bare + work)``. It is the part of the gap to bare that no runtime can close.
 
 ``ours`` is ``work_tx`` and ``baseline`` is ``bare``: the ratio the runtime issue's goal is stated against (≥ 0.35×;
-the worker today: ``bench_process``'s ``ours_vs_bare``).
+the worker today: ``bench_txprocess``'s ratio).
 """
 
 from __future__ import annotations
@@ -232,7 +232,7 @@ def _stages(n: int) -> dict[str, float]:
                 encode(runs[touched_id])
             took["state"] += clock() - t9
             touched.clear()
-            gc.freeze()  # as the worker's pacer does (agentlog.worker.gcpause): collections walk only the new
+            gc.freeze()  # as the worker's pacer does (agentlog.worker.gcpause): collections walk what came since
     gc.unfreeze()
     return {name: seconds / n * 1e6 for name, seconds in took.items()}
 
@@ -250,13 +250,20 @@ def variants(ctx: BenchContext, home: Path, prefix: str, n: int) -> Callable[[st
     return variant
 
 
+def baselines(variant: Callable[[str], Settings], n: int) -> tuple[float, float]:
+    """Bare aiokafka consume -> produce of ``n`` events, without and with transactions (events/s), each on its own
+    topics from ``variant``."""
+    bare = n / asyncio.run(_bare(variant("bare"), n))
+    bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
+    return bare, bare_tx
+
+
 def run(ctx: BenchContext) -> dict:
     n = 5_000 if ctx.quick else 50_000
     home = REPO / ".agentlog" / "bench" / f"runtime-{uuid.uuid4().hex[:6]}"
     variant = variants(ctx, home, "benchrt", n)
 
-    bare = n / asyncio.run(_bare(variant("bare"), n))
-    bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
+    bare, bare_tx = baselines(variant, n)
     faust_eos = n / _run_subprocess(variant("eos"), PASSTHROUGH_ARGS, n, home / "faust-eos.log",
                                     env={"PASSTHROUGH_GUARANTEE": "exactly_once"})
     work = variant("worktx")

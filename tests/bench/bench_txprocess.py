@@ -15,13 +15,12 @@ Throughput = N / (last log record's broker timestamp − first one's), as in ``b
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from pathlib import Path
 
 from tests.bench import PASSTHROUGH_ARGS, BenchContext
-from tests.bench.bench_process import _bare, _run_subprocess
-from tests.bench.bench_runtime import _tx_loop, variants
+from tests.bench.bench_process import _run_subprocess
+from tests.bench.bench_runtime import baselines, variants
 
 REPO = Path(__file__).resolve().parents[2]
 WORKER = ["-m", "agentlog", "worker", "--role", "process", "--no-web"]
@@ -32,8 +31,7 @@ def run(ctx: BenchContext) -> dict:
     home = REPO / ".agentlog" / "bench" / f"txprocess-{uuid.uuid4().hex[:6]}"
     variant = variants(ctx, home, "benchtxp", n)
 
-    bare = n / asyncio.run(_bare(variant("bare"), n))
-    bare_tx = n / asyncio.run(_tx_loop(variant("baretx"), n))
+    bare, bare_tx = baselines(variant, n)
     ours_cpu: dict = {}
     ours = n / _run_subprocess(variant("ours"), WORKER, n, home / "ours.log", cpu=ours_cpu,
                                isolation_level="read_committed")
